@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install everything skew needs from Debian's packages (idempotent). Run as root or with sudo.
+# The CUDA toolkit is optional: with nvcc on PATH (or /usr/local/cuda/bin) the CUDA backend builds too.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config git
+      libyaml-cpp-dev libfmt-dev libspdlog-dev catch2 nlohmann-json3-dev libcli11-dev
+      libopenblas-dev libomp-dev libpcre2-dev libssl-dev zlib1g-dev
+      python3 python3-numpy python3-matplotlib)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "setup: dependencies present"

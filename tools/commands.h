@@ -1,0 +1,14 @@
+// The `skew` subcommands. Each cmd_<name>.cpp defines one register function that adds its
+// subcommand (with every flag and its help) to the CLI11 app and sets its callback.
+// Callbacks throw skew::Error (or any std::exception) on failure; main prints it once and exits 1.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace skew::tools {
+
+void register_plan_command(CLI::App& app);      // cmd_plan.cpp: memory-budget dry run
+void register_config_command(CLI::App& app);    // cmd_config.cpp: print the resolved config / reference
+void register_prepare_command(CLI::App& app);   // cmd_prepare.cpp: text -> token shards
+void register_tokenize_command(CLI::App& app);  // cmd_tokenize.cpp: encode/decode stdin
+
+}  // namespace skew::tools

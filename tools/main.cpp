@@ -1,0 +1,36 @@
+// skew: the command-line entry point. Parses the subcommand with CLI11, sets the log level, runs
+// the subcommand's callback and turns any error into one message on stderr and exit code 1.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"skew: train mixture-of-experts language models with tiered optimizer state"};
+    app.require_subcommand(1);
+    std::string log_level = "info";
+    app.add_option("--log-level", log_level, "Log level: trace, debug, info, warn, error, off")
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+    app.set_version_flag("--version", "skew 0.1.0");
+    app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
+    spdlog::set_pattern("[%H:%M:%S] [%^%l%$] %v");
+
+    skew::tools::register_plan_command(app);
+    skew::tools::register_config_command(app);
+    skew::tools::register_prepare_command(app);
+    skew::tools::register_tokenize_command(app);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "skew: error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
