@@ -1,0 +1,150 @@
+// The experiment config: YAML with sections model, optimizers, data, train, runtime, loaded with
+// strict validation (unknown keys with a suggestion, duplicated keys, types, ranges, cross-field
+// rules) and command-line overrides (--set key=value) held to the same rules.
+// The schema (every key, type, default, meaning) lives in config_schema.cpp; README's config
+// reference is generated from it (`skew config --reference`).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace skew {
+
+/// Model shape and MoE settings. Defaults reproduce the paper (Appendix A).
+struct ModelConfig {
+    int64_t vocab_size = 50257;         // GPT-2 BPE tokens
+    int64_t padded_vocab_size = 50304;  // embedding rows (multiple of 64 for the GEMMs)
+    int64_t d_model = 4096;
+    int64_t n_blocks = 2;
+    std::vector<int64_t> moe_blocks = {1};  // indices of blocks whose FFN is an MoE layer
+    int64_t n_heads = 32;
+    int64_t n_kv_heads = 8;
+    int64_t d_ff = 4096;                // dense SwiGLU hidden width
+    int64_t max_seq_len = 256;          // learned positions
+    int64_t n_experts = 128;
+    int64_t d_expert = 4096;            // expert SwiGLU hidden width
+    int64_t top_k = 2;
+    double router_noise_std = 0.5;      // N(0, std^2) added to router logits in training
+    double balance_loss_coef = 0.05;    // Switch balance loss alpha
+    double z_loss_coef = 1e-4;          // ST-MoE router z-loss
+    double init_std = 0.02;
+    double layernorm_eps = 1e-5;
+
+    int64_t head_dim() const { return d_model / n_heads; }
+    bool is_moe_block(int64_t b) const;
+};
+
+enum class MomentumKind : uint8_t { NONE, FP32 };
+enum class SecondMomentKind : uint8_t { NONE, FULL, FACTORED };
+enum class Rounding : uint8_t { STOCHASTIC, DITHERED, NEAREST };
+enum class WeightDecayMode : uint8_t { FUSED, BF16_PREMULTIPLY };
+
+/// What one tier keeps (design.md, "Optimizers"): momentum, second moment, weight decay.
+/// Vectors always get a full second moment where the policy says factored (Algorithm 1 line 2).
+struct TierPolicy {
+    MomentumKind momentum = MomentumKind::NONE;
+    SecondMomentKind second_moment = SecondMomentKind::FACTORED;
+    double weight_decay = 0.0;
+};
+
+/// One optimizer run: the `optimizers.<name>` section, defaults from its type.
+/// type is one of: skewadam, adamw, lion, muon, muon-kj, adafactor, galore, galore-paper.
+struct OptimizerConfig {
+    std::string name;  // key in the optimizers section, e.g. "skewadam-expert-momentum"
+    std::string type;  // the algorithm
+    double lr = 3e-4;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 0.05;  // backbone and experts; the router is never decayed by default
+    Rounding rounding = Rounding::STOCHASTIC;
+    WeightDecayMode weight_decay_mode = WeightDecayMode::FUSED;
+    std::array<TierPolicy, 3> tiers{};  // indexed by Tier (SkewAdam family only)
+    double update_clip = 1.0;           // update RMS clip threshold (SkewAdam, Adafactor)
+    // Muon
+    double muon_momentum = 0.95;
+    int64_t ns_steps = 3;
+    bool nesterov = false;
+    bool shape_scale = false;   // multiply by sqrt(max(1, rows/cols)) (Keller Jordan)
+    bool ema_momentum = false;  // B <- lerp(B, G, 1-mu) instead of the paper's sum form
+    double adam_lr = 1e-3;      // internal Adam lr, scaled by lr_t / lr
+    // Adafactor
+    double decay_rate = -0.8;   // beta2_t = 1 - t^decay_rate
+    double eps1 = 1e-30;
+    // GaLore
+    int64_t rank = 128;
+    int64_t update_proj_gap = 200;
+    double galore_scale = 0.25;
+};
+
+/// Data sources and split (design.md, "Data").
+struct DataConfig {
+    std::string dir = "data/prepared";         // token shards + manifest written by `skew prepare`
+    std::string tokenizer_dir = "data/tokenizer";
+    std::string separator = "eot";             // eot | none (the paper's trainer)
+    double val_ratio = 0.05;
+};
+
+/// The training protocol (paper Section 4, Appendix A).
+struct TrainConfig {
+    std::vector<std::string> optimizers = {"skewadam", "adamw", "lion", "muon"};
+    int64_t steps = 10000;
+    int64_t batch_size = 64;       // sequences per optimizer step
+    int64_t seq_len = 128;
+    int64_t microbatch = 8;        // sequences per forward/backward; 0 = the largest that fits
+    double grad_clip = 1.0;        // global grad-norm clip; 0 disables
+    double warmup_frac = 0.03;
+    double min_lr_frac = 0.0;      // cosine decays to lr * min_lr_frac
+    int64_t eval_every = 1000;
+    int64_t eval_batches = 64;
+    int64_t log_every = 10;
+    int64_t checkpoint_every = 1000;
+    int64_t max_skipped_steps = 10;  // NaN/inf steps skipped before the run stops
+    int64_t seed = 42;
+
+    int64_t grad_accum_steps() const { return microbatch > 0 ? batch_size / microbatch : 0; }
+};
+
+/// Where and how it runs.
+struct RuntimeConfig {
+    std::string backend = "auto";  // auto | cpu | cuda
+    int64_t threads = 0;           // CPU threads; 0 = all cores
+    std::string grad_dtype = "bf16";  // gradient storage: bf16 (the paper) | fp32
+    double workspace_gib = 0.25;   // library workspaces (cuBLASLt) reserved in the plan
+    std::string out_dir = "runs/default";
+};
+
+struct Config {
+    ModelConfig model;
+    std::vector<OptimizerConfig> optimizers;  // every name of train.optimizers, resolved
+    DataConfig data;
+    TrainConfig train;
+    RuntimeConfig runtime;
+    std::string source;  // file it was loaded from
+    std::string resolved_yaml;  // the resolved config (defaults + file + overrides) as YAML
+
+    const OptimizerConfig* find_optimizer(const std::string& name) const;
+};
+
+/// Load and validate a config file, then apply `key=value` overrides (each validated by the same
+/// rules). Throws skew::Error naming file, line, column and key on any violation.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// Same, from YAML text (`source` names it in errors).
+Config load_config_text(const std::string& yaml_text, const std::string& source,
+                        const std::vector<std::string>& overrides = {});
+
+/// The optimizer config of a built-in name (skewadam, skewadam-expert-momentum,
+/// skewadam-factored-router, uniform, adamw, lion, muon, muon-kj, adafactor, galore,
+/// galore-paper) with the paper's defaults; throws skew::Error for an unknown name.
+OptimizerConfig builtin_optimizer(const std::string& name);
+
+/// All built-in optimizer names, in the paper's table order.
+const std::vector<std::string>& builtin_optimizer_names();
+
+const char* rounding_name(Rounding r);
+const char* momentum_name(MomentumKind m);
+const char* second_moment_name(SecondMomentKind s);
+
+}  // namespace skew

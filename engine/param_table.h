@@ -1,0 +1,76 @@
+// The one parameter table (design.md, "One parameter table"): every parameter of the model with
+// its HF-style name, shape, dtype, tier and role. The memory plan, arena layout, optimizer tiers,
+// checkpoint names and Muon's routing all read it; nothing re-derives tiers from shapes elsewhere.
+// Parameter counts for the paper's config: paper Appendix B.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace skew {
+
+struct ModelConfig;
+
+enum class DType : uint8_t { BF16, F32, I32, U16 };
+enum class Tier : uint8_t { BACKBONE, EXPERTS, ROUTER };
+enum class Role : uint8_t {
+    TOKEN_EMBEDDING,     // (padded_vocab_size, d_model), tied with the LM head
+    POSITION_EMBEDDING,  // (max_seq_len, d_model)
+    NORM_WEIGHT,         // LayerNorm gain (d_model), fp32
+    NORM_BIAS,           // LayerNorm bias (d_model), fp32
+    ATTN_Q,              // (n_heads*head_dim, d_model)
+    ATTN_K,              // (n_kv_heads*head_dim, d_model)
+    ATTN_V,              // (n_kv_heads*head_dim, d_model)
+    ATTN_O,              // (d_model, n_heads*head_dim)
+    FFN_W1,              // dense SwiGLU gate projection (d_ff, d_model)
+    FFN_W2,              // dense SwiGLU up projection (d_ff, d_model)
+    FFN_W3,              // dense SwiGLU down projection (d_model, d_ff)
+    ROUTER,              // (n_experts, d_model), fp32
+    EXPERT_W1,           // (n_experts, d_expert, d_model)
+    EXPERT_W2,           // (n_experts, d_expert, d_model)
+    EXPERT_W3,           // (n_experts, d_model, d_expert)
+};
+
+/// Bytes per element of a dtype.
+int64_t dtype_bytes(DType t);
+const char* dtype_name(DType t);
+const char* tier_name(Tier t);
+const char* role_name(Role r);
+
+/// One parameter tensor. Expert banks are stored stacked (n_experts, rows, cols) but every
+/// optimizer treats each expert matrix as its own W (design.md, "Optimizers"): `n_matrices()`
+/// is n_experts for a bank, 1 for any other matrix, 0 for a vector.
+struct ParamInfo {
+    std::string name;            // HF-style, e.g. "blocks.1.moe.experts.w1"
+    std::vector<int64_t> shape;  // row-major; a linear weight is (out_features, in_features)
+    DType dtype;
+    Tier tier;
+    Role role;
+    int block = -1;              // transformer block index, -1 for embeddings and final norm
+    uint32_t index = 0;          // position in the table (stable id for RNG keys and checkpoints)
+
+    int64_t numel() const;
+    int64_t bytes() const { return numel() * dtype_bytes(dtype); }
+    bool is_vector() const { return shape.size() == 1; }
+    /// Rows and columns of each matrix (last two dims); vectors: rows = numel, cols = 1.
+    int64_t rows() const;
+    int64_t cols() const;
+    /// Number of independent matrices (experts in a bank), 1 for a plain matrix, 0 for a vector.
+    int64_t n_matrices() const;
+};
+
+/// The parameter table of a model config, in a fixed order (embeddings, blocks, final norm).
+struct ParamTable {
+    std::vector<ParamInfo> params;
+
+    int64_t total_numel() const;
+    int64_t tier_numel(Tier t) const;
+    /// Parameters touched per token (experts counted top_k / n_experts), for 6*N FLOP estimates.
+    int64_t active_numel(int64_t top_k, int64_t n_experts) const;
+    const ParamInfo* find(const std::string& name) const;
+};
+
+/// Build the table from a validated model config. Shapes and dtypes: design.md, "The paper's model".
+ParamTable build_param_table(const ModelConfig& model);
+
+}  // namespace skew
