@@ -1,0 +1,57 @@
+// The flat arena: one allocation holding every buffer of the memory plan at its planned offset
+// (256-byte aligned; buffers overlap only where their lifetimes are disjoint). Host memory on the
+// CPU backend; one cudaMalloc on the CUDA backend (engine/cuda/arena_cuda.cu).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/memory_plan.h"
+
+namespace skew {
+
+constexpr int64_t ARENA_ALIGNMENT = 256;
+
+/// Lay buffers out: returns each buffer's byte offset and sets *total_bytes to the arena size.
+/// Buffers that are live in every phase go first in order; the rest are placed greedily
+/// (largest first, lowest offset whose interval is free among buffers with intersecting
+/// lifetimes). Offsets are multiples of ARENA_ALIGNMENT, 64-bit.
+std::vector<int64_t> layout_arena(const std::vector<BufferSpec>& buffers, int64_t* total_bytes);
+
+enum class ArenaDevice : uint8_t { HOST, CUDA };
+
+/// An allocated arena. Pointers come from `ptr(name)`; the arena owns its memory.
+struct Arena {
+    ArenaDevice device = ArenaDevice::HOST;
+    char* base = nullptr;
+    int64_t bytes = 0;
+    const MemoryPlan* plan = nullptr;
+    std::unordered_map<std::string, int> index;  // buffer name -> plan buffer index
+
+    Arena() = default;
+    Arena(const Arena&) = delete;
+    Arena& operator=(const Arena&) = delete;
+    Arena(Arena&& other) noexcept;
+    Arena& operator=(Arena&& other) noexcept;
+    ~Arena();
+
+    /// Pointer to the named buffer; throws skew::Error naming it when the plan has no such buffer.
+    void* ptr(const std::string& name) const;
+    template <typename T>
+    T* get(const std::string& name) const { return static_cast<T*>(ptr(name)); }
+    /// Pointer to plan buffer i.
+    void* ptr(int i) const;
+};
+
+/// Allocate host memory for the plan (zero-filled, 256-byte aligned). Throws skew::Error when
+/// the allocation fails, with the plan's size in GiB.
+Arena allocate_host_arena(const MemoryPlan& plan);
+
+#if defined(SKEW_HAVE_CUDA)
+/// One cudaMalloc of plan.peak_bytes (zeroed). Throws skew::Error with the plan's numbers and the
+/// device's free memory when it does not fit or there is no GPU.
+Arena allocate_cuda_arena(const MemoryPlan& plan);
+#endif
+
+}  // namespace skew
