@@ -118,12 +118,14 @@ struct RuntimeConfig {
 struct Config {
     ModelConfig model;
     std::vector<OptimizerConfig> optimizers;  // every name of train.optimizers, resolved
+    std::vector<OptimizerConfig> defined_optimizers;  // every entry of the optimizers section
     DataConfig data;
     TrainConfig train;
     RuntimeConfig runtime;
     std::string source;  // file it was loaded from
     std::string resolved_yaml;  // the resolved config (defaults + file + overrides) as YAML
 
+    /// The optimizer of that name among train.optimizers or the optimizers section; nullptr if none.
     const OptimizerConfig* find_optimizer(const std::string& name) const;
 };
 

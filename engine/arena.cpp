@@ -1,0 +1,111 @@
+// The flat arena: layout (256-byte aligned offsets, lifetime-aware sharing) and the host
+// allocation. The CUDA allocation is in engine/cuda/arena_cuda.cu.
+#include "engine/arena.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "engine/error.h"
+
+namespace skew {
+namespace {
+
+int64_t align_up(int64_t x) { return (x + ARENA_ALIGNMENT - 1) / ARENA_ALIGNMENT * ARENA_ALIGNMENT; }
+
+bool lifetimes_intersect(const BufferSpec& a, const BufferSpec& b) { return a.first <= b.last && b.first <= a.last; }
+
+bool persistent(const BufferSpec& b) { return b.first == Phase::FORWARD && b.last == Phase::OPTIMIZER; }
+
+}  // namespace
+
+std::vector<int64_t> layout_arena(const std::vector<BufferSpec>& buffers, int64_t* total_bytes) {
+    std::vector<int64_t> offsets(buffers.size(), -1);
+    int64_t cursor = 0;
+    // Persistent buffers: in order, back to back.
+    for (size_t i = 0; i < buffers.size(); ++i) {
+        if (!persistent(buffers[i])) continue;
+        offsets[i] = cursor;
+        cursor = align_up(cursor + buffers[i].bytes());
+    }
+    const int64_t base = cursor;
+    int64_t end = cursor;
+    // The rest: largest first, lowest free offset among buffers whose lifetimes intersect.
+    std::vector<size_t> rest;
+    for (size_t i = 0; i < buffers.size(); ++i)
+        if (!persistent(buffers[i])) rest.push_back(i);
+    std::stable_sort(rest.begin(), rest.end(), [&](size_t a, size_t b) { return buffers[a].bytes() > buffers[b].bytes(); });
+    std::vector<size_t> placed;
+    for (size_t i : rest) {
+        std::vector<std::pair<int64_t, int64_t>> busy;  // [begin, end) of conflicting placed buffers
+        for (size_t j : placed)
+            if (lifetimes_intersect(buffers[i], buffers[j]))
+                busy.emplace_back(offsets[j], align_up(offsets[j] + buffers[j].bytes()));
+        std::sort(busy.begin(), busy.end());
+        int64_t at = base;
+        const int64_t need = align_up(buffers[i].bytes());
+        for (auto [b, e] : busy) {
+            if (b >= at + need) break;
+            at = std::max(at, e);
+        }
+        offsets[i] = at;
+        end = std::max(end, at + need);
+        placed.push_back(i);
+    }
+    *total_bytes = std::max(end, cursor);
+    return offsets;
+}
+
+Arena::Arena(Arena&& o) noexcept { *this = std::move(o); }
+
+Arena& Arena::operator=(Arena&& o) noexcept {
+    if (this != &o) {
+        std::swap(device, o.device);
+        std::swap(base, o.base);
+        std::swap(bytes, o.bytes);
+        std::swap(plan, o.plan);
+        std::swap(index, o.index);
+    }
+    return *this;
+}
+
+void* Arena::ptr(int i) const { return base + plan->offsets[size_t(i)]; }
+
+void* Arena::ptr(const std::string& name) const {
+    auto it = index.find(name);
+    if (it == index.end()) fail("arena: the memory plan has no buffer named '{}'", name);
+    return ptr(it->second);
+}
+
+#if defined(SKEW_HAVE_CUDA)
+void free_cuda_arena(char* base);
+#endif
+
+Arena::~Arena() {
+    if (!base) return;
+    if (device == ArenaDevice::HOST) {
+        std::free(base);
+    } else {
+#if defined(SKEW_HAVE_CUDA)
+        free_cuda_arena(base);
+#endif
+    }
+}
+
+Arena allocate_host_arena(const MemoryPlan& plan) {
+    Arena a;
+    a.device = ArenaDevice::HOST;
+    a.bytes = plan.peak_bytes;
+    a.plan = &plan;
+    const size_t size = size_t(std::max<int64_t>(ARENA_ALIGNMENT, (plan.peak_bytes + ARENA_ALIGNMENT - 1) / ARENA_ALIGNMENT * ARENA_ALIGNMENT));
+    a.base = static_cast<char*>(std::aligned_alloc(ARENA_ALIGNMENT, size));
+    if (!a.base)
+        fail("arena: cannot allocate {:.2f} GiB of host memory for the plan of optimizer '{}' (microbatch {})",
+             double(plan.peak_bytes) / GIB, plan.optimizer, plan.microbatch);
+    std::memset(a.base, 0, size);
+    for (size_t i = 0; i < plan.buffers.size(); ++i) a.index.emplace(plan.buffers[i].name, int(i));
+    return a;
+}
+
+}  // namespace skew

@@ -1,0 +1,575 @@
+// Loading and validating the experiment config (YAML via yaml-cpp): strict keys with nearest-key
+// suggestions, duplicate-key detection, typed scalars (exponent-form numbers, no wrap-around of
+// negative counts, no .inf/.nan), --set overrides held to the same rules, and cross-field rules.
+#include "engine/config.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "engine/config_schema.h"
+#include "engine/error.h"
+#include "engine/param_table.h"
+
+namespace skew {
+
+bool ModelConfig::is_moe_block(int64_t b) const {
+    return std::find(moe_blocks.begin(), moe_blocks.end(), b) != moe_blocks.end();
+}
+
+const OptimizerConfig* Config::find_optimizer(const std::string& name) const {
+    for (const auto& o : optimizers)
+        if (o.name == name) return &o;
+    for (const auto& o : defined_optimizers)
+        if (o.name == name) return &o;
+    return nullptr;
+}
+
+const char* rounding_name(Rounding r) {
+    switch (r) {
+        case Rounding::STOCHASTIC: return "stochastic";
+        case Rounding::DITHERED: return "dithered";
+        case Rounding::NEAREST: return "nearest";
+    }
+    return "?";
+}
+const char* momentum_name(MomentumKind m) { return m == MomentumKind::FP32 ? "fp32" : "none"; }
+const char* second_moment_name(SecondMomentKind s) {
+    switch (s) {
+        case SecondMomentKind::NONE: return "none";
+        case SecondMomentKind::FULL: return "full";
+        case SecondMomentKind::FACTORED: return "factored";
+    }
+    return "?";
+}
+
+const std::vector<std::string>& builtin_optimizer_names() {
+    static const std::vector<std::string> names = {
+        "skewadam", "adamw", "muon", "lion", "adafactor", "galore-paper", "galore",
+        "skewadam-expert-momentum", "skewadam-factored-router", "uniform", "muon-kj"};
+    return names;
+}
+
+OptimizerConfig builtin_optimizer(const std::string& name) {
+    OptimizerConfig o;
+    o.name = name;
+    const TierPolicy bb{MomentumKind::FP32, SecondMomentKind::FACTORED, 0.05};
+    const TierPolicy ex{MomentumKind::NONE, SecondMomentKind::FACTORED, 0.05};
+    const TierPolicy rt{MomentumKind::NONE, SecondMomentKind::FULL, 0.0};
+    o.tiers = {bb, ex, rt};
+    if (name == "skewadam") {
+        o.type = "skewadam";
+    } else if (name == "skewadam-expert-momentum") {
+        o.type = "skewadam";
+        o.tiers[int(Tier::EXPERTS)].momentum = MomentumKind::FP32;
+    } else if (name == "skewadam-factored-router") {
+        o.type = "skewadam";
+        o.tiers[int(Tier::ROUTER)].second_moment = SecondMomentKind::FACTORED;
+    } else if (name == "uniform") {
+        o.type = "skewadam";
+        for (auto& t : o.tiers) {
+            t.momentum = MomentumKind::FP32;
+            t.second_moment = SecondMomentKind::FACTORED;
+        }
+    } else if (name == "adamw") {
+        o.type = "adamw";
+    } else if (name == "lion") {
+        o.type = "lion";
+        o.lr = 1e-4;
+        o.beta2 = 0.99;
+    } else if (name == "muon") {
+        o.type = "muon";
+        o.lr = 0.02;
+        o.weight_decay = 0.0;
+    } else if (name == "muon-kj") {
+        o.type = "muon-kj";
+        o.lr = 0.02;
+        o.weight_decay = 0.0;
+        o.ns_steps = 5;
+        o.nesterov = true;
+        o.shape_scale = true;
+        o.ema_momentum = true;
+    } else if (name == "adafactor") {
+        o.type = "adafactor";
+    } else if (name == "galore") {
+        o.type = "galore";
+        o.eps = 1e-6;
+        o.weight_decay = 0.0;
+    } else if (name == "galore-paper") {
+        o.type = "galore-paper";
+        o.weight_decay = 0.0;
+    } else {
+        fail("unknown optimizer '{}'; built-ins are: {}", name, fmt::join(builtin_optimizer_names(), ", "));
+    }
+    return o;
+}
+
+namespace {
+
+// ---- helpers: locations, suggestions
+
+struct Loc {
+    std::string where;  // "configs/x.yaml:12:3" or "--set model.d_model=..."
+};
+
+std::string file_loc(const std::string& source, const YAML::Mark& m) {
+    if (m.is_null()) return source;
+    return fmt::format("{}:{}:{}", source, m.line + 1, m.column + 1);
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        cur[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j)
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        std::swap(prev, cur);
+    }
+    return prev[b.size()];
+}
+
+std::string suggestion(const std::string& key, const std::vector<std::string>& valid) {
+    std::string best;
+    size_t best_d = SIZE_MAX;
+    for (const auto& v : valid) {
+        size_t d = edit_distance(key, v);
+        if (d < best_d) best_d = d, best = v;
+    }
+    if (!best.empty() && best_d <= std::max<size_t>(2, key.size() / 3)) return fmt::format("; did you mean '{}'?", best);
+    return fmt::format("; valid keys: {}", fmt::join(valid, ", "));
+}
+
+const char* node_kind(const YAML::Node& n) {
+    switch (n.Type()) {
+        case YAML::NodeType::Map: return "a mapping";
+        case YAML::NodeType::Sequence: return "a list";
+        case YAML::NodeType::Null: return "nothing (null)";
+        case YAML::NodeType::Scalar: return "a scalar";
+        default: return "an undefined value";
+    }
+}
+
+// ---- scalar parsing with the schema's rules
+
+int64_t parse_int(const std::string& s, const std::string& key, const Loc& loc) {
+    std::string t = s;
+    bool plain = !t.empty();
+    for (size_t i = 0; i < t.size(); ++i)
+        if (!(std::isdigit(static_cast<unsigned char>(t[i])) || (i == 0 && (t[i] == '-' || t[i] == '+')))) plain = false;
+    if (plain) {
+        errno = 0;
+        char* end = nullptr;
+        long long v = std::strtoll(t.c_str(), &end, 10);
+        if (errno == ERANGE) fail("{}: {}: {} is out of range for a 64-bit integer", loc.where, key, s);
+        return v;
+    }
+    // exponent form of an integral value, e.g. 1e4
+    char* end = nullptr;
+    double d = std::strtod(t.c_str(), &end);
+    if (end != t.c_str() && *end == '\0' && std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18)
+        return int64_t(d);
+    fail("{}: {}: expected an integer, got '{}'", loc.where, key, s);
+}
+
+double parse_float(const std::string& s, const std::string& key, const Loc& loc) {
+    std::string low;
+    for (char c : s) low += char(std::tolower(static_cast<unsigned char>(c)));
+    if (low == ".inf" || low == "+.inf" || low == "-.inf" || low == ".nan" || low == "inf" || low == "nan" ||
+        low == "-inf" || low == "+inf" || low == "infinity" || low == "-infinity")
+        fail("{}: {}: '{}' is not allowed; a finite number is required", loc.where, key, s);
+    char* end = nullptr;
+    errno = 0;
+    double d = std::strtod(s.c_str(), &end);
+    if (s.empty() || end == s.c_str() || *end != '\0') fail("{}: {}: expected a number, got '{}'", loc.where, key, s);
+    if (!std::isfinite(d) || errno == ERANGE) fail("{}: {}: '{}' is out of range; a finite number is required", loc.where, key, s);
+    return d;
+}
+
+bool parse_bool(const std::string& s, const std::string& key, const Loc& loc) {
+    if (s == "true" || s == "True" || s == "TRUE") return true;
+    if (s == "false" || s == "False" || s == "FALSE") return false;
+    fail("{}: {}: expected true or false, got '{}'", loc.where, key, s);
+}
+
+void check_range(double v, const KeySpec& k, const std::string& key, const Loc& loc, const std::string& text) {
+    bool low_ok = k.min_exclusive ? v > k.min : v >= k.min;
+    if (!low_ok)
+        fail("{}: {}: {} is out of range: must be {} {}", loc.where, key, text, k.min_exclusive ? ">" : ">=", k.min);
+    if (v > k.max) fail("{}: {}: {} is out of range: must be <= {}", loc.where, key, text, k.max);
+}
+
+std::string scalar_of(const YAML::Node& n, const KeySpec& k, const std::string& key, const Loc& loc) {
+    if (!n.IsScalar())
+        fail("{}: {}: expected {}, got {}", loc.where, key, key_type_name(k.type), node_kind(n));
+    return n.Scalar();
+}
+
+ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string& key, const Loc& loc) {
+    switch (k.type) {
+        case KeyType::INT: {
+            std::string s = scalar_of(n, k, key, loc);
+            int64_t v = parse_int(s, key, loc);
+            check_range(double(v), k, key, loc, s);
+            return v;
+        }
+        case KeyType::FLOAT: {
+            std::string s = scalar_of(n, k, key, loc);
+            double v = parse_float(s, key, loc);
+            check_range(v, k, key, loc, s);
+            return v;
+        }
+        case KeyType::BOOL: return parse_bool(scalar_of(n, k, key, loc), key, loc);
+        case KeyType::STRING: {
+            std::string s = scalar_of(n, k, key, loc);
+            if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end())
+                fail("{}: {}: '{}' is not one of {}{}", loc.where, key, s, fmt::join(k.choices, ", "),
+                     suggestion(s, k.choices).find("did you") != std::string::npos ? suggestion(s, k.choices) : "");
+            return s;
+        }
+        case KeyType::INT_LIST:
+        case KeyType::STRING_LIST: {
+            if (!n.IsSequence()) fail("{}: {}: expected {}, got {}", loc.where, key, key_type_name(k.type), node_kind(n));
+            std::vector<int64_t> ints;
+            std::vector<std::string> strs;
+            for (size_t i = 0; i < n.size(); ++i) {
+                const YAML::Node e = n[i];
+                std::string ekey = fmt::format("{}[{}]", key, i);
+                if (!e.IsScalar()) fail("{}: {}: expected a scalar, got {}", loc.where, ekey, node_kind(e));
+                if (k.type == KeyType::INT_LIST) {
+                    int64_t v = parse_int(e.Scalar(), ekey, loc);
+                    check_range(double(v), k, ekey, loc, e.Scalar());
+                    ints.push_back(v);
+                } else {
+                    strs.push_back(e.Scalar());
+                }
+            }
+            if (k.type == KeyType::INT_LIST) return ints;
+            return strs;
+        }
+    }
+    return int64_t(0);
+}
+
+// ---- duplicate keys: yaml-cpp keeps every entry of a map, so a repeated key is visible.
+
+void check_duplicates(const YAML::Node& n, const std::string& source, const std::string& prefix) {
+    if (n.IsMap()) {
+        std::map<std::string, YAML::Mark> seen;
+        for (auto it = n.begin(); it != n.end(); ++it) {
+            std::string k = it->first.IsScalar() ? it->first.Scalar() : "?";
+            std::string path = prefix.empty() ? k : prefix + "." + k;
+            auto [pos, inserted] = seen.emplace(k, it->first.Mark());
+            if (!inserted)
+                fail("{}: duplicated key '{}' (first defined at line {})", file_loc(source, it->first.Mark()), path,
+                     pos->second.line + 1);
+            check_duplicates(it->second, source, path);
+        }
+    } else if (n.IsSequence()) {
+        for (size_t i = 0; i < n.size(); ++i) check_duplicates(n[i], source, fmt::format("{}[{}]", prefix, i));
+    }
+}
+
+const KeySpec* find_spec(const std::vector<KeySpec>& specs, const std::string& path) {
+    for (const auto& k : specs)
+        if (k.path == path) return &k;
+    return nullptr;
+}
+
+// ---- the loader state: values applied in order (file, then overrides), each with its location
+
+struct Loader {
+    Config cfg;
+    std::string source;
+    std::map<std::string, std::string> where;  // key path -> location of the value that set it
+    std::map<std::string, OptimizerConfig> defined;  // optimizers section, by name
+    std::vector<std::string> defined_order;
+
+    std::string loc_of(const std::string& path) const {
+        auto it = where.find(path);
+        return it == where.end() ? source + " (default)" : it->second;
+    }
+
+    void apply_section_key(const std::string& path, const YAML::Node& value, const Loc& loc) {
+        const KeySpec* k = find_spec(section_key_specs(), path);
+        k->set(cfg, parse_value(value, *k, path, loc));
+        where[path] = loc.where;
+    }
+
+    OptimizerConfig& optimizer_entry(const std::string& name, const std::string& type_hint, const Loc& loc) {
+        auto it = defined.find(name);
+        if (it != defined.end()) return it->second;
+        OptimizerConfig o;
+        const auto& names = builtin_optimizer_names();
+        if (std::find(names.begin(), names.end(), name) != names.end()) {
+            o = builtin_optimizer(name);
+        } else if (!type_hint.empty()) {
+            o = builtin_optimizer(type_hint);
+            o.name = name;
+        } else {
+            fail("{}: optimizers.{}: '{}' is not a built-in optimizer, so it needs a `type:` (one of skewadam, adamw, "
+                 "lion, muon, muon-kj, adafactor, galore, galore-paper){}",
+                 loc.where, name, name, suggestion(name, names).find("did you") != std::string::npos ? suggestion(name, names) : "");
+        }
+        defined_order.push_back(name);
+        return defined.emplace(name, o).first->second;
+    }
+
+    void apply_optimizer_key(const std::string& name, const std::string& rel, const YAML::Node& value, const Loc& loc,
+                             OptimizerConfig& o) {
+        const KeySpec* k = find_spec(optimizer_key_specs(), rel);
+        std::string path = "optimizers." + name + "." + rel;
+        k->set_opt(o, parse_value(value, *k, path, loc));
+        where[path] = loc.where;
+    }
+
+    // Walk one optimizers.<name> mapping (nested tiers.* included) and collect leaf keys.
+    void walk_optimizer(const std::string& name, const YAML::Node& entry) {
+        Loc loc{file_loc(source, entry.Mark())};
+        if (!entry.IsMap()) fail("{}: optimizers.{}: expected a mapping of optimizer settings, got {}", loc.where, name, node_kind(entry));
+        std::string type_hint;
+        if (entry["type"] && entry["type"].IsScalar()) {
+            const KeySpec* k = find_spec(optimizer_key_specs(), "type");
+            Loc tl{file_loc(source, entry["type"].Mark())};
+            type_hint = std::get<std::string>(parse_value(entry["type"], *k, "optimizers." + name + ".type", tl));
+        }
+        OptimizerConfig& o = optimizer_entry(name, type_hint, loc);
+        std::vector<std::pair<std::string, YAML::Node>> leaves;
+        collect_leaves(entry, "", leaves, "optimizers." + name, optimizer_rel_keys());
+        for (auto& [rel, node] : leaves) apply_optimizer_key(name, rel, node, Loc{file_loc(source, node.Mark())}, o);
+    }
+
+    static std::vector<std::string> optimizer_rel_keys() {
+        std::vector<std::string> v;
+        for (const auto& k : optimizer_key_specs()) v.push_back(k.path);
+        return v;
+    }
+
+    // Flatten a mapping into (relative path, leaf node); nested maps are allowed only where some
+    // valid key has that prefix (tiers.backbone.momentum). Unknown keys fail with a suggestion.
+    void collect_leaves(const YAML::Node& map, const std::string& prefix, std::vector<std::pair<std::string, YAML::Node>>& out,
+                        const std::string& display_prefix, const std::vector<std::string>& valid) {
+        for (auto it = map.begin(); it != map.end(); ++it) {
+            std::string k = it->first.Scalar();
+            std::string rel = prefix.empty() ? k : prefix + "." + k;
+            bool leaf = std::find(valid.begin(), valid.end(), rel) != valid.end();
+            bool inner = false;
+            std::vector<std::string> here;  // valid names at this level, for the suggestion
+            for (const auto& v : valid) {
+                if (v.rfind(rel + ".", 0) == 0) inner = true;
+                if (prefix.empty() || v.rfind(prefix + ".", 0) == 0) {
+                    std::string rest = prefix.empty() ? v : v.substr(prefix.size() + 1);
+                    std::string first = rest.substr(0, rest.find('.'));
+                    if (std::find(here.begin(), here.end(), first) == here.end()) here.push_back(first);
+                }
+            }
+            if (leaf) {
+                out.emplace_back(rel, it->second);
+            } else if (inner) {
+                if (!it->second.IsMap())
+                    fail("{}: {}.{}: expected a mapping, got {}", file_loc(source, it->second.Mark()), display_prefix, rel,
+                         node_kind(it->second));
+                collect_leaves(it->second, rel, out, display_prefix, valid);
+            } else {
+                fail("{}: unknown key '{}.{}'{}", file_loc(source, it->first.Mark()), display_prefix, rel, suggestion(k, here));
+            }
+        }
+    }
+
+    void load_tree(const YAML::Node& root) {
+        if (root.IsNull()) return;  // an empty file: all defaults
+        if (!root.IsMap()) fail("{}: the config must be a mapping of sections (model, optimizers, data, train, runtime), got {}",
+                                file_loc(source, root.Mark()), node_kind(root));
+        check_duplicates(root, source, "");
+        static const std::vector<std::string> sections = {"model", "optimizers", "data", "train", "runtime"};
+        for (auto it = root.begin(); it != root.end(); ++it) {
+            std::string sec = it->first.Scalar();
+            Loc loc{file_loc(source, it->first.Mark())};
+            if (std::find(sections.begin(), sections.end(), sec) == sections.end())
+                fail("{}: unknown section '{}'{}", loc.where, sec, suggestion(sec, sections));
+            const YAML::Node body = it->second;
+            if (body.IsNull()) continue;
+            if (!body.IsMap()) fail("{}: {}: expected a mapping, got {}", file_loc(source, body.Mark()), sec, node_kind(body));
+            if (sec == "optimizers") {
+                for (auto o = body.begin(); o != body.end(); ++o) walk_optimizer(o->first.Scalar(), o->second);
+                continue;
+            }
+            std::vector<std::string> valid;
+            for (const auto& k : section_key_specs())
+                if (k.path.rfind(sec + ".", 0) == 0) valid.push_back(k.path.substr(sec.size() + 1));
+            std::vector<std::pair<std::string, YAML::Node>> leaves;
+            collect_leaves(body, "", leaves, sec, valid);
+            for (auto& [rel, node] : leaves) apply_section_key(sec + "." + rel, node, Loc{file_loc(source, node.Mark())});
+        }
+    }
+
+    void apply_override(const std::string& text) {
+        auto eq = text.find('=');
+        if (eq == std::string::npos || eq == 0)
+            fail("--set {}: expected key=value, e.g. --set train.steps=100", text);
+        std::string path = text.substr(0, eq);
+        std::string value_text = text.substr(eq + 1);
+        Loc loc{"--set " + text};
+        YAML::Node value;
+        try {
+            value = YAML::Load(value_text.empty() ? "\"\"" : value_text);
+        } catch (const YAML::Exception& e) {
+            fail("{}: cannot parse the value: {}", loc.where, e.msg);
+        }
+        if (path.rfind("optimizers.", 0) == 0) {
+            std::string rest = path.substr(11);
+            auto dot = rest.find('.');
+            if (dot == std::string::npos) fail("{}: expected optimizers.<name>.<key>", loc.where);
+            std::string name = rest.substr(0, dot), rel = rest.substr(dot + 1);
+            std::vector<std::string> valid = optimizer_rel_keys();
+            if (std::find(valid.begin(), valid.end(), rel) == valid.end())
+                fail("{}: unknown key '{}'{}", loc.where, path, suggestion(rel, valid));
+            std::string type_hint;
+            if (rel == "type" && value.IsScalar()) type_hint = value.Scalar();
+            OptimizerConfig& o = optimizer_entry(name, type_hint, loc);
+            apply_optimizer_key(name, rel, value, loc, o);
+            return;
+        }
+        std::vector<std::string> valid;
+        for (const auto& k : section_key_specs()) valid.push_back(k.path);
+        if (!find_spec(section_key_specs(), path)) fail("{}: unknown key '{}'{}", loc.where, path, suggestion(path, valid));
+        apply_section_key(path, value, loc);
+    }
+
+    void rule(bool ok, const std::string& key, const std::string& message) const {
+        if (!ok) fail("{}: {}: {}", loc_of(key), key, message);
+    }
+
+    void check_rules() {
+        const ModelConfig& m = cfg.model;
+        rule(m.d_model % m.n_heads == 0, "model.n_heads",
+             fmt::format("d_model ({}) must be divisible by n_heads ({})", m.d_model, m.n_heads));
+        rule(m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads",
+             fmt::format("n_heads ({}) must be divisible by n_kv_heads ({})", m.n_heads, m.n_kv_heads));
+        rule(m.n_kv_heads <= m.n_heads, "model.n_kv_heads",
+             fmt::format("n_kv_heads ({}) must not exceed n_heads ({})", m.n_kv_heads, m.n_heads));
+        rule(m.top_k <= m.n_experts, "model.top_k",
+             fmt::format("top_k ({}) must not exceed n_experts ({})", m.top_k, m.n_experts));
+        rule(m.padded_vocab_size >= m.vocab_size, "model.padded_vocab_size",
+             fmt::format("padded_vocab_size ({}) must be >= vocab_size ({})", m.padded_vocab_size, m.vocab_size));
+        std::set<int64_t> seen;
+        for (int64_t b : m.moe_blocks) {
+            rule(b < m.n_blocks, "model.moe_blocks",
+                 fmt::format("block index {} is out of range: the model has n_blocks = {} (indices 0..{})", b, m.n_blocks,
+                             m.n_blocks - 1));
+            rule(seen.insert(b).second, "model.moe_blocks", fmt::format("block index {} is listed twice", b));
+        }
+        const TrainConfig& t = cfg.train;
+        rule(t.seq_len <= m.max_seq_len, "train.seq_len",
+             fmt::format("seq_len ({}) must not exceed model.max_seq_len ({})", t.seq_len, m.max_seq_len));
+        rule(t.microbatch == 0 || t.batch_size % t.microbatch == 0, "train.microbatch",
+             fmt::format("microbatch ({}) must divide batch_size ({})", t.microbatch, t.batch_size));
+        rule(!t.optimizers.empty(), "train.optimizers", "list at least one optimizer");
+        std::set<std::string> names;
+        for (const auto& n : t.optimizers) rule(names.insert(n).second, "train.optimizers", fmt::format("'{}' is listed twice", n));
+    }
+
+    void resolve_optimizers() {
+        for (const auto& name : defined_order) cfg.defined_optimizers.push_back(defined.at(name));
+        const auto& builtins = builtin_optimizer_names();
+        for (const auto& name : cfg.train.optimizers) {
+            auto it = defined.find(name);
+            if (it != defined.end()) {
+                cfg.optimizers.push_back(it->second);
+            } else if (std::find(builtins.begin(), builtins.end(), name) != builtins.end()) {
+                cfg.optimizers.push_back(builtin_optimizer(name));
+            } else {
+                std::vector<std::string> all = builtins;
+                all.insert(all.end(), defined_order.begin(), defined_order.end());
+                fail("{}: train.optimizers: unknown optimizer '{}': not a built-in and not defined under `optimizers:`{}",
+                     loc_of("train.optimizers"), name, suggestion(name, all));
+            }
+        }
+    }
+
+    std::string resolved_yaml() const {
+        YAML::Emitter e;
+        e << YAML::BeginMap;
+        std::string open;
+        for (const auto& k : section_key_specs()) {
+            std::string sec = k.path.substr(0, k.path.find('.'));
+            if (sec != open) {
+                if (!open.empty()) e << YAML::EndMap;
+                e << YAML::Key << sec << YAML::Value << YAML::BeginMap;
+                open = sec;
+            }
+            e << YAML::Key << k.path.substr(sec.size() + 1) << YAML::Value;
+            emit_value(e, k.get(cfg));
+        }
+        if (!open.empty()) e << YAML::EndMap;
+        e << YAML::Key << "optimizers" << YAML::Value << YAML::BeginMap;
+        for (const auto& o : cfg.optimizers) {
+            e << YAML::Key << o.name << YAML::Value << YAML::BeginMap;
+            for (const auto& k : optimizer_key_specs()) {
+                e << YAML::Key << k.path << YAML::Value;
+                emit_value(e, k.get_opt(o));
+            }
+            e << YAML::EndMap;
+        }
+        e << YAML::EndMap << YAML::EndMap;
+        return e.c_str();
+    }
+
+    static void emit_value(YAML::Emitter& e, const ConfigValue& v) {
+        if (auto* i = std::get_if<int64_t>(&v)) e << *i;
+        else if (auto* d = std::get_if<double>(&v)) e << fmt::format("{}", *d);
+        else if (auto* b = std::get_if<bool>(&v)) e << *b;
+        else if (auto* s = std::get_if<std::string>(&v)) e << *s;
+        else if (auto* il = std::get_if<std::vector<int64_t>>(&v)) {
+            e << YAML::Flow << YAML::BeginSeq;
+            for (auto x : *il) e << x;
+            e << YAML::EndSeq;
+        } else if (auto* sl = std::get_if<std::vector<std::string>>(&v)) {
+            e << YAML::Flow << YAML::BeginSeq;
+            for (auto& x : *sl) e << x;
+            e << YAML::EndSeq;
+        }
+    }
+};
+
+}  // namespace
+
+Config load_config_text(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides) {
+    Loader L;
+    L.source = source;
+    L.cfg.source = source;
+    YAML::Node root;
+    try {
+        root = YAML::Load(yaml_text);
+    } catch (const YAML::ParserException& e) {
+        fail("{}: YAML syntax error: {}", file_loc(source, e.mark), e.msg);
+    } catch (const YAML::Exception& e) {
+        fail("{}: cannot read YAML: {}", source, e.what());
+    }
+    // Section order matters for optimizer entries only; apply the train section's list first is
+    // not needed since optimizers resolve after all values are in.
+    L.load_tree(root);
+    for (const auto& o : overrides) L.apply_override(o);
+    L.check_rules();
+    L.resolve_optimizers();
+    L.cfg.resolved_yaml = L.resolved_yaml();
+    return L.cfg;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("{}: cannot open the config file ({})", path, std::strerror(errno));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return load_config_text(ss.str(), path, overrides);
+}
+
+}  // namespace skew

@@ -1,0 +1,268 @@
+// The config schema table (see config_schema.h): every key, its type, range, choices, meaning,
+// and the member of Config / OptimizerConfig it sets. Defaults are the structs' initializers.
+#include "engine/config_schema.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "engine/param_table.h"
+
+namespace skew {
+namespace {
+
+constexpr double INF = std::numeric_limits<double>::infinity();
+
+// Section keys bound to a member: the lambdas read and write one field.
+#define SKEW_INT(PATH, MEMBER, MIN, MAX, DOC)                                                        \
+    KeySpec{PATH, KeyType::INT, MIN, MAX, false, {}, DOC,                                          \
+            [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<int64_t>(v); },              \
+            [](const Config& c) { return ConfigValue(int64_t(c.MEMBER)); }, nullptr, nullptr}
+#define SKEW_FLOAT(PATH, MEMBER, MIN, MAX, MINEX, DOC)                                               \
+    KeySpec{PATH, KeyType::FLOAT, MIN, MAX, MINEX, {}, DOC,                                        \
+            [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<double>(v); },               \
+            [](const Config& c) { return ConfigValue(double(c.MEMBER)); }, nullptr, nullptr}
+#define SKEW_STRING(PATH, MEMBER, CHOICES, DOC)                                                      \
+    KeySpec{PATH, KeyType::STRING, -INF, INF, false, CHOICES, DOC,                                 \
+            [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<std::string>(v); },          \
+            [](const Config& c) { return ConfigValue(c.MEMBER); }, nullptr, nullptr}
+
+#define SKEW_OPT_FLOAT(PATH, MEMBER, MIN, MAX, MINEX, DOC)                                           \
+    KeySpec{PATH, KeyType::FLOAT, MIN, MAX, MINEX, {}, DOC, nullptr, nullptr,                      \
+            [](OptimizerConfig& o, const ConfigValue& v) { o.MEMBER = std::get<double>(v); },      \
+            [](const OptimizerConfig& o) { return ConfigValue(double(o.MEMBER)); }}
+#define SKEW_OPT_INT(PATH, MEMBER, MIN, MAX, DOC)                                                    \
+    KeySpec{PATH, KeyType::INT, MIN, MAX, false, {}, DOC, nullptr, nullptr,                        \
+            [](OptimizerConfig& o, const ConfigValue& v) { o.MEMBER = std::get<int64_t>(v); },     \
+            [](const OptimizerConfig& o) { return ConfigValue(int64_t(o.MEMBER)); }}
+#define SKEW_OPT_BOOL(PATH, MEMBER, DOC)                                                             \
+    KeySpec{PATH, KeyType::BOOL, -INF, INF, false, {}, DOC, nullptr, nullptr,                      \
+            [](OptimizerConfig& o, const ConfigValue& v) { o.MEMBER = std::get<bool>(v); },        \
+            [](const OptimizerConfig& o) { return ConfigValue(bool(o.MEMBER)); }}
+
+template <typename E>
+struct EnumNames {
+    std::vector<std::pair<E, std::string>> items;
+    std::vector<std::string> names() const {
+        std::vector<std::string> n;
+        for (auto& [e, s] : items) n.push_back(s);
+        return n;
+    }
+    E from(const std::string& s) const {
+        for (auto& [e, name] : items)
+            if (name == s) return e;
+        return items.front().first;  // unreachable: the value was checked against choices
+    }
+    std::string to(E e) const {
+        for (auto& [v, name] : items)
+            if (v == e) return name;
+        return "?";
+    }
+};
+
+const EnumNames<MomentumKind> kMomentum{{{MomentumKind::NONE, "none"}, {MomentumKind::FP32, "fp32"}}};
+const EnumNames<SecondMomentKind> kSecond{
+    {{SecondMomentKind::NONE, "none"}, {SecondMomentKind::FULL, "full"}, {SecondMomentKind::FACTORED, "factored"}}};
+const EnumNames<Rounding> kRounding{
+    {{Rounding::STOCHASTIC, "stochastic"}, {Rounding::DITHERED, "dithered"}, {Rounding::NEAREST, "nearest"}}};
+const EnumNames<WeightDecayMode> kDecay{
+    {{WeightDecayMode::FUSED, "fused"}, {WeightDecayMode::BF16_PREMULTIPLY, "bf16_premultiply"}}};
+
+KeySpec tier_key(Tier tier, const std::string& field) {
+    const std::string tname = tier_name(tier);
+    const int ti = int(tier);
+    KeySpec k;
+    k.path = "tiers." + tname + "." + field;
+    if (field == "momentum") {
+        k.type = KeyType::STRING;
+        k.choices = kMomentum.names();
+        k.doc = "SkewAdam family: momentum kept for the " + tname + " tier (fp32 buffer or none)";
+        k.set_opt = [ti](OptimizerConfig& o, const ConfigValue& v) {
+            o.tiers[ti].momentum = kMomentum.from(std::get<std::string>(v));
+        };
+        k.get_opt = [ti](const OptimizerConfig& o) { return ConfigValue(kMomentum.to(o.tiers[ti].momentum)); };
+    } else if (field == "second_moment") {
+        k.type = KeyType::STRING;
+        k.choices = kSecond.names();
+        k.doc = "SkewAdam family: second moment of the " + tname + " tier (full, factored row/column, none); vectors are always full";
+        k.set_opt = [ti](OptimizerConfig& o, const ConfigValue& v) {
+            o.tiers[ti].second_moment = kSecond.from(std::get<std::string>(v));
+        };
+        k.get_opt = [ti](const OptimizerConfig& o) { return ConfigValue(kSecond.to(o.tiers[ti].second_moment)); };
+    } else {
+        k.type = KeyType::FLOAT;
+        k.min = 0;
+        k.max = 1;
+        k.doc = "SkewAdam family: decoupled weight decay of the " + tname + " tier";
+        k.set_opt = [ti](OptimizerConfig& o, const ConfigValue& v) { o.tiers[ti].weight_decay = std::get<double>(v); };
+        k.get_opt = [ti](const OptimizerConfig& o) { return ConfigValue(o.tiers[ti].weight_decay); };
+    }
+    return k;
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& section_key_specs() {
+    static const std::vector<KeySpec> specs = [] {
+        std::vector<KeySpec> s = {
+            SKEW_INT("model.vocab_size", model.vocab_size, 1, 1 << 30, "Tokenizer vocabulary size (GPT-2 BPE: 50257)"),
+            SKEW_INT("model.padded_vocab_size", model.padded_vocab_size, 1, 1 << 30,
+                     "Rows of the tied embedding / LM head; padding rows are masked out of the softmax"),
+            SKEW_INT("model.d_model", model.d_model, 1, 1 << 20, "Model width"),
+            SKEW_INT("model.n_blocks", model.n_blocks, 1, 4096, "Transformer blocks"),
+            KeySpec{"model.moe_blocks", KeyType::INT_LIST, 0, 4095, false, {},
+                    "Indices of blocks whose feed-forward layer is the MoE (others: dense SwiGLU)",
+                    [](Config& c, const ConfigValue& v) { c.model.moe_blocks = std::get<std::vector<int64_t>>(v); },
+                    [](const Config& c) { return ConfigValue(c.model.moe_blocks); }, nullptr, nullptr},
+            SKEW_INT("model.n_heads", model.n_heads, 1, 4096, "Query heads; head_dim = d_model / n_heads"),
+            SKEW_INT("model.n_kv_heads", model.n_kv_heads, 1, 4096, "Key/value heads (GQA); must divide n_heads"),
+            SKEW_INT("model.d_ff", model.d_ff, 1, 1 << 20, "Hidden width of the dense SwiGLU feed-forward"),
+            SKEW_INT("model.max_seq_len", model.max_seq_len, 1, 1 << 20, "Learned positions (longest sequence)"),
+            SKEW_INT("model.n_experts", model.n_experts, 1, 1 << 16, "Experts per MoE layer"),
+            SKEW_INT("model.d_expert", model.d_expert, 1, 1 << 20, "Hidden width of each expert's SwiGLU"),
+            SKEW_INT("model.top_k", model.top_k, 1, 1 << 16, "Experts per token (top-k routing, dropless)"),
+            SKEW_FLOAT("model.router_noise_std", model.router_noise_std, 0, 100, false,
+                       "Std of the N(0, std^2) noise added to router logits in training"),
+            SKEW_FLOAT("model.balance_loss_coef", model.balance_loss_coef, 0, 100, false,
+                       "Switch balance-loss coefficient alpha (its floor under uniform routing)"),
+            SKEW_FLOAT("model.z_loss_coef", model.z_loss_coef, 0, 100, false, "Router z-loss coefficient"),
+            SKEW_FLOAT("model.init_std", model.init_std, 0, 10, true, "Std of the N(0, std^2) weight initialization"),
+            SKEW_FLOAT("model.layernorm_eps", model.layernorm_eps, 0, 1, true, "LayerNorm epsilon"),
+
+            SKEW_STRING("data.dir", data.dir, {}, "Folder of token shards and manifest written by `skew prepare`"),
+            SKEW_STRING("data.tokenizer_dir", data.tokenizer_dir, {},
+                        "Folder with encoder.json + vocab.bpe (or vocab.json + merges.txt)"),
+            SKEW_STRING("data.separator", data.separator, (std::vector<std::string>{"eot", "none"}),
+                        "Between documents: the EOT token 50256, or nothing (the paper's trainer)"),
+            SKEW_FLOAT("data.val_ratio", data.val_ratio, 0, 1, true, "Fraction of documents hashed into validation"),
+
+            KeySpec{"train.optimizers", KeyType::STRING_LIST, -INF, INF, false, {},
+                    "Optimizers trained in turn from one initialization on identical batches (names: built-ins or keys of `optimizers`)",
+                    [](Config& c, const ConfigValue& v) { c.train.optimizers = std::get<std::vector<std::string>>(v); },
+                    [](const Config& c) { return ConfigValue(c.train.optimizers); }, nullptr, nullptr},
+            SKEW_INT("train.steps", train.steps, 1, 1e12, "Optimizer steps per optimizer"),
+            SKEW_INT("train.batch_size", train.batch_size, 1, 1 << 24, "Sequences per optimizer step"),
+            SKEW_INT("train.seq_len", train.seq_len, 1, 1 << 20, "Tokens per sequence (<= model.max_seq_len)"),
+            SKEW_INT("train.microbatch", train.microbatch, 0, 1 << 24,
+                     "Sequences per forward/backward (must divide batch_size); 0 = the largest that fits the device"),
+            SKEW_FLOAT("train.grad_clip", train.grad_clip, 0, 1e30, false, "Global grad-norm clip; 0 disables"),
+            SKEW_FLOAT("train.warmup_frac", train.warmup_frac, 0, 1, false, "Linear warmup as a fraction of steps"),
+            SKEW_FLOAT("train.min_lr_frac", train.min_lr_frac, 0, 1, false, "Cosine schedule floor as a fraction of lr"),
+            SKEW_INT("train.eval_every", train.eval_every, 1, 1e12, "Steps between validation evaluations"),
+            SKEW_INT("train.eval_batches", train.eval_batches, 1, 1 << 24, "Fixed validation batches per evaluation"),
+            SKEW_INT("train.log_every", train.log_every, 1, 1e12, "Steps between log lines"),
+            SKEW_INT("train.checkpoint_every", train.checkpoint_every, 1, 1e12, "Steps between checkpoints"),
+            SKEW_INT("train.max_skipped_steps", train.max_skipped_steps, 0, 1e12,
+                     "Steps with NaN/inf loss or gradient skipped before the run stops"),
+            SKEW_INT("train.seed", train.seed, 0, 9.2e18, "Seed of every random stream (init, router noise, rounding)"),
+
+            SKEW_STRING("runtime.backend", runtime.backend, (std::vector<std::string>{"auto", "cpu", "cuda"}),
+                        "Where to train: cuda, cpu, or auto (cuda when a GPU is present)"),
+            SKEW_INT("runtime.threads", runtime.threads, 0, 4096, "CPU threads; 0 = all cores"),
+            SKEW_STRING("runtime.grad_dtype", runtime.grad_dtype, (std::vector<std::string>{"bf16", "fp32"}),
+                        "Gradient storage (bf16 as the paper; fp32 accumulates microbatches exactly)"),
+            SKEW_FLOAT("runtime.workspace_gib", runtime.workspace_gib, 0, 1024, false,
+                       "Library workspace (cuBLASLt) reserved in the plan, GiB"),
+            SKEW_STRING("runtime.out_dir", runtime.out_dir, {}, "Run folder for metrics and checkpoints"),
+        };
+        return s;
+    }();
+    return specs;
+}
+
+const std::vector<KeySpec>& optimizer_key_specs() {
+    static const std::vector<KeySpec> specs = [] {
+        std::vector<KeySpec> s = {
+            KeySpec{"type", KeyType::STRING, -INF, INF, false,
+                    {"skewadam", "adamw", "lion", "muon", "muon-kj", "adafactor", "galore", "galore-paper"},
+                    "Algorithm; needed only when the entry's name is not a built-in", nullptr, nullptr,
+                    [](OptimizerConfig& o, const ConfigValue& v) { o.type = std::get<std::string>(v); },
+                    [](const OptimizerConfig& o) { return ConfigValue(o.type); }},
+            SKEW_OPT_FLOAT("lr", lr, 0, 10, true, "Peak learning rate (cosine schedule with warmup)"),
+            SKEW_OPT_FLOAT("beta1", beta1, 0, 1, false, "First-moment decay (Lion: interpolation beta1)"),
+            SKEW_OPT_FLOAT("beta2", beta2, 0, 1, false, "Second-moment decay (Lion: momentum beta2)"),
+            SKEW_OPT_FLOAT("eps", eps, 0, 1, true, "Epsilon (SkewAdam: clamp inside the sqrt; AdamW: added to sqrt(v_hat))"),
+            SKEW_OPT_FLOAT("weight_decay", weight_decay, 0, 1, false,
+                           "Decoupled weight decay of backbone and experts (router: 0), non-SkewAdam types"),
+            KeySpec{"rounding", KeyType::STRING, -INF, INF, false, kRounding.names(),
+                    "bf16 write-back: exact stochastic rounding, the paper's dithered approximation, or nearest",
+                    nullptr, nullptr,
+                    [](OptimizerConfig& o, const ConfigValue& v) { o.rounding = kRounding.from(std::get<std::string>(v)); },
+                    [](const OptimizerConfig& o) { return ConfigValue(kRounding.to(o.rounding)); }},
+            KeySpec{"weight_decay_mode", KeyType::STRING, -INF, INF, false, kDecay.names(),
+                    "fused: decay in fp32 before rounding (survives bf16); bf16_premultiply: the paper's trainer (a no-op)",
+                    nullptr, nullptr,
+                    [](OptimizerConfig& o, const ConfigValue& v) { o.weight_decay_mode = kDecay.from(std::get<std::string>(v)); },
+                    [](const OptimizerConfig& o) { return ConfigValue(kDecay.to(o.weight_decay_mode)); }},
+            SKEW_OPT_FLOAT("update_clip", update_clip, 0, 1e30, true, "Update-RMS clip threshold (SkewAdam, Adafactor)"),
+            SKEW_OPT_FLOAT("muon_momentum", muon_momentum, 0, 1, false, "Muon momentum mu"),
+            SKEW_OPT_INT("ns_steps", ns_steps, 1, 100, "Muon Newton-Schulz iterations"),
+            SKEW_OPT_BOOL("nesterov", nesterov, "Muon: Nesterov momentum"),
+            SKEW_OPT_BOOL("shape_scale", shape_scale, "Muon: scale updates by sqrt(max(1, rows/cols))"),
+            SKEW_OPT_BOOL("ema_momentum", ema_momentum, "Muon: EMA momentum instead of the paper's sum form"),
+            SKEW_OPT_FLOAT("adam_lr", adam_lr, 0, 10, true, "Muon: internal Adam lr (scaled by the schedule)"),
+            SKEW_OPT_FLOAT("decay_rate", decay_rate, -10, 0, false, "Adafactor: beta2_t = 1 - t^decay_rate"),
+            SKEW_OPT_FLOAT("eps1", eps1, 0, 1, true, "Adafactor: added to G^2 before the row/column means"),
+            SKEW_OPT_INT("rank", rank, 1, 1 << 20, "GaLore projection rank"),
+            SKEW_OPT_INT("update_proj_gap", update_proj_gap, 1, 1e12, "GaLore (reference form): steps between projector refreshes"),
+            SKEW_OPT_FLOAT("galore_scale", galore_scale, 0, 100, true, "GaLore (reference form): update scale"),
+        };
+        for (Tier t : {Tier::BACKBONE, Tier::EXPERTS, Tier::ROUTER})
+            for (const char* f : {"momentum", "second_moment", "weight_decay"}) s.push_back(tier_key(t, f));
+        return s;
+    }();
+    return specs;
+}
+
+const char* key_type_name(KeyType t) {
+    switch (t) {
+        case KeyType::INT: return "integer";
+        case KeyType::FLOAT: return "number";
+        case KeyType::BOOL: return "bool";
+        case KeyType::STRING: return "string";
+        case KeyType::INT_LIST: return "list of integers";
+        case KeyType::STRING_LIST: return "list of strings";
+    }
+    return "?";
+}
+
+std::string format_config_value(const ConfigValue& v) {
+    struct V {
+        std::string operator()(int64_t x) const { return std::to_string(x); }
+        std::string operator()(double x) const { return fmt::format("{}", x); }
+        std::string operator()(bool x) const { return x ? "true" : "false"; }
+        std::string operator()(const std::string& x) const { return x.empty() ? "\"\"" : x; }
+        std::string operator()(const std::vector<int64_t>& x) const { return fmt::format("[{}]", fmt::join(x, ", ")); }
+        std::string operator()(const std::vector<std::string>& x) const {
+            return fmt::format("[{}]", fmt::join(x, ", "));
+        }
+    };
+    return std::visit(V{}, v);
+}
+
+std::string config_reference_markdown() {
+    std::string out;
+    auto range = [](const KeySpec& k) -> std::string {
+        if (!k.choices.empty()) return "one of " + fmt::format("{}", fmt::join(k.choices, ", "));
+        if (k.type == KeyType::INT || k.type == KeyType::FLOAT || k.type == KeyType::INT_LIST) {
+            std::string lo = k.min <= -1e299 ? "" : fmt::format("{} {}", k.min_exclusive ? ">" : ">=", k.min);
+            return lo;
+        }
+        return "";
+    };
+    auto row = [&](const std::string& key, const KeySpec& k, const std::string& def) {
+        std::string r = range(k);
+        out += fmt::format("| `{}` | {} | `{}` | {}{} |\n", key, key_type_name(k.type), def, k.doc,
+                           r.empty() ? "" : " (" + r + ")");
+    };
+    const Config defaults;
+    out += "| key | type | default | meaning |\n| --- | --- | --- | --- |\n";
+    for (const KeySpec& k : section_key_specs()) row(k.path, k, format_config_value(k.get(defaults)));
+    const OptimizerConfig skew = builtin_optimizer("skewadam");
+    for (const KeySpec& k : optimizer_key_specs())
+        row("optimizers.<name>." + k.path, k, format_config_value(k.get_opt(skew)));
+    return out;
+}
+
+}  // namespace skew

@@ -1,0 +1,47 @@
+// The config schema: every key of the experiment config with its type, range, allowed values,
+// meaning and how it is stored. One table serves validation, defaults, the resolved-config dump
+// and README's config reference (`skew config --reference`).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "engine/config.h"
+
+namespace skew {
+
+enum class KeyType : uint8_t { INT, FLOAT, BOOL, STRING, INT_LIST, STRING_LIST };
+
+using ConfigValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<std::string>>;
+
+/// One key. For section keys `path` is "section.key"; for optimizer keys it is relative to
+/// `optimizers.<name>.` (e.g. "lr", "tiers.router.momentum").
+struct KeySpec {
+    std::string path;
+    KeyType type;
+    double min = -1e300;  // inclusive bounds for numbers (and for list elements)
+    double max = 1e300;
+    bool min_exclusive = false;
+    std::vector<std::string> choices;  // allowed strings (empty: any)
+    std::string doc;
+    std::function<void(Config&, const ConfigValue&)> set;            // section keys
+    std::function<ConfigValue(const Config&)> get;
+    std::function<void(OptimizerConfig&, const ConfigValue&)> set_opt;  // optimizer keys
+    std::function<ConfigValue(const OptimizerConfig&)> get_opt;
+};
+
+/// Keys of the sections model, data, train, runtime.
+const std::vector<KeySpec>& section_key_specs();
+/// Keys of one `optimizers.<name>` entry.
+const std::vector<KeySpec>& optimizer_key_specs();
+
+/// A value as YAML-ish text for messages and the reference ("3e-04", "[skewadam, adamw]").
+std::string format_config_value(const ConfigValue& v);
+const char* key_type_name(KeyType t);
+
+/// README's config reference: a Markdown table of every key (type, default, meaning).
+std::string config_reference_markdown();
+
+}  // namespace skew

@@ -1,0 +1,151 @@
+// The parameter table of the MoE transformer (design.md, "The paper's model"; paper Appendix B):
+// names, shapes, dtypes, tiers and roles of every parameter, in a fixed order.
+#include "engine/param_table.h"
+
+#include "engine/config.h"
+#include "engine/error.h"
+
+namespace skew {
+
+int64_t dtype_bytes(DType t) {
+    switch (t) {
+        case DType::BF16: return 2;
+        case DType::F32: return 4;
+        case DType::I32: return 4;
+        case DType::U16: return 2;
+    }
+    return 0;
+}
+
+const char* dtype_name(DType t) {
+    switch (t) {
+        case DType::BF16: return "bf16";
+        case DType::F32: return "fp32";
+        case DType::I32: return "int32";
+        case DType::U16: return "uint16";
+    }
+    return "?";
+}
+
+const char* tier_name(Tier t) {
+    switch (t) {
+        case Tier::BACKBONE: return "backbone";
+        case Tier::EXPERTS: return "experts";
+        case Tier::ROUTER: return "router";
+    }
+    return "?";
+}
+
+const char* role_name(Role r) {
+    switch (r) {
+        case Role::TOKEN_EMBEDDING: return "token_embedding";
+        case Role::POSITION_EMBEDDING: return "position_embedding";
+        case Role::NORM_WEIGHT: return "norm_weight";
+        case Role::NORM_BIAS: return "norm_bias";
+        case Role::ATTN_Q: return "attn_q";
+        case Role::ATTN_K: return "attn_k";
+        case Role::ATTN_V: return "attn_v";
+        case Role::ATTN_O: return "attn_o";
+        case Role::FFN_W1: return "ffn_w1";
+        case Role::FFN_W2: return "ffn_w2";
+        case Role::FFN_W3: return "ffn_w3";
+        case Role::ROUTER: return "router";
+        case Role::EXPERT_W1: return "expert_w1";
+        case Role::EXPERT_W2: return "expert_w2";
+        case Role::EXPERT_W3: return "expert_w3";
+    }
+    return "?";
+}
+
+int64_t ParamInfo::numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+int64_t ParamInfo::rows() const { return shape.size() == 1 ? shape[0] : shape[shape.size() - 2]; }
+
+int64_t ParamInfo::cols() const { return shape.size() == 1 ? 1 : shape.back(); }
+
+int64_t ParamInfo::n_matrices() const {
+    if (shape.size() == 1) return 0;
+    return shape.size() == 3 ? shape[0] : 1;
+}
+
+int64_t ParamTable::total_numel() const {
+    int64_t n = 0;
+    for (const auto& p : params) n += p.numel();
+    return n;
+}
+
+int64_t ParamTable::tier_numel(Tier t) const {
+    int64_t n = 0;
+    for (const auto& p : params)
+        if (p.tier == t) n += p.numel();
+    return n;
+}
+
+int64_t ParamTable::active_numel(int64_t top_k, int64_t n_experts) const {
+    int64_t n = 0;
+    for (const auto& p : params) {
+        if (p.tier == Tier::EXPERTS) {
+            n += p.numel() / n_experts * top_k;
+        } else if (p.role != Role::POSITION_EMBEDDING) {
+            n += p.numel();
+        }
+    }
+    return n;
+}
+
+const ParamInfo* ParamTable::find(const std::string& name) const {
+    for (const auto& p : params)
+        if (p.name == name) return &p;
+    return nullptr;
+}
+
+ParamTable build_param_table(const ModelConfig& m) {
+    ParamTable t;
+    auto add = [&](std::string name, std::vector<int64_t> shape, DType dtype, Tier tier, Role role, int block) {
+        ParamInfo p;
+        p.name = std::move(name);
+        p.shape = std::move(shape);
+        p.dtype = dtype;
+        p.tier = tier;
+        p.role = role;
+        p.block = block;
+        p.index = uint32_t(t.params.size());
+        t.params.push_back(std::move(p));
+    };
+    const int64_t d = m.d_model, hd = m.head_dim();
+    const int64_t q_out = m.n_heads * hd, kv_out = m.n_kv_heads * hd;
+    add("embed.tokens", {m.padded_vocab_size, d}, DType::BF16, Tier::BACKBONE, Role::TOKEN_EMBEDDING, -1);
+    add("embed.positions", {m.max_seq_len, d}, DType::BF16, Tier::BACKBONE, Role::POSITION_EMBEDDING, -1);
+    for (int64_t b = 0; b < m.n_blocks; ++b) {
+        const std::string pre = "blocks." + std::to_string(b) + ".";
+        const int bi = int(b);
+        add(pre + "ln1.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, bi);
+        add(pre + "ln1.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, bi);
+        add(pre + "attn.wq", {q_out, d}, DType::BF16, Tier::BACKBONE, Role::ATTN_Q, bi);
+        add(pre + "attn.wk", {kv_out, d}, DType::BF16, Tier::BACKBONE, Role::ATTN_K, bi);
+        add(pre + "attn.wv", {kv_out, d}, DType::BF16, Tier::BACKBONE, Role::ATTN_V, bi);
+        add(pre + "attn.wo", {d, q_out}, DType::BF16, Tier::BACKBONE, Role::ATTN_O, bi);
+        add(pre + "ln2.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, bi);
+        add(pre + "ln2.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, bi);
+        if (m.is_moe_block(b)) {
+            const int64_t e = m.n_experts, h = m.d_expert;
+            add(pre + "moe.router.weight", {e, d}, DType::F32, Tier::ROUTER, Role::ROUTER, bi);
+            add(pre + "moe.experts.w1", {e, h, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, bi);
+            add(pre + "moe.experts.w2", {e, h, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W2, bi);
+            add(pre + "moe.experts.w3", {e, d, h}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W3, bi);
+        } else {
+            add(pre + "ffn.w1", {m.d_ff, d}, DType::BF16, Tier::BACKBONE, Role::FFN_W1, bi);
+            add(pre + "ffn.w2", {m.d_ff, d}, DType::BF16, Tier::BACKBONE, Role::FFN_W2, bi);
+            add(pre + "ffn.w3", {d, m.d_ff}, DType::BF16, Tier::BACKBONE, Role::FFN_W3, bi);
+        }
+    }
+    add("final_ln.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, -1);
+    add("final_ln.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, -1);
+    return t;
+}
+
+}  // namespace skew
