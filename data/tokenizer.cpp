@@ -1,0 +1,382 @@
+// GPT-2 byte-level BPE: loading encoder.json/vocab.bpe (or vocab.json/merges.txt), PCRE2
+// pre-tokenization with GPT-2's pattern, and rank-ordered pair merging (OpenAI's encoder.py and
+// tiktoken's byte_pair_encode give the same ids; long pieces go through a heap so they stay O(n log n)).
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "data/tokenizer.h"
+
+#include <pcre2.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+
+#include "engine/error.h"
+
+namespace skew::data {
+
+// GPT-2's pattern (encoder.py). \s is spelled out as Unicode White_Space (what Python's `regex`
+// and tiktoken's Rust regex use), since PCRE2's \s under UCP leaves out U+0085.
+static constexpr const char* kSpace =
+    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+struct TokenizerRegex {
+    pcre2_code* code = nullptr;
+    bool jit = false;
+    ~TokenizerRegex() { pcre2_code_free(code); }
+};
+
+struct TokenizerWorkspace::Impl {
+    pcre2_match_data* match = nullptr;
+    pcre2_match_context* context = nullptr;
+    pcre2_jit_stack* jit_stack = nullptr;
+    struct Hash {
+        using is_transparent = void;
+        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
+    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, Hash, std::equal_to<>> cache;  // piece -> (offset, count) in pool
+    std::vector<int32_t> pool;
+    std::vector<int32_t> scratch;
+};
+
+TokenizerWorkspace::TokenizerWorkspace() : impl(std::make_unique<Impl>()) {
+    impl->match = pcre2_match_data_create(4, nullptr);
+    impl->context = pcre2_match_context_create(nullptr);
+    impl->jit_stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, nullptr);
+    pcre2_jit_stack_assign(impl->context, nullptr, impl->jit_stack);
+}
+
+TokenizerWorkspace::~TokenizerWorkspace() {
+    pcre2_match_data_free(impl->match);
+    pcre2_match_context_free(impl->context);
+    pcre2_jit_stack_free(impl->jit_stack);
+}
+
+const std::vector<uint32_t>& gpt2_byte_to_unicode() {
+    static const std::vector<uint32_t> map = [] {
+        std::vector<uint32_t> m(256, 0);
+        std::vector<bool> printable(256, false);
+        for (int b = '!'; b <= '~'; b++) printable[b] = true;
+        for (int b = 0xA1; b <= 0xAC; b++) printable[b] = true;
+        for (int b = 0xAE; b <= 0xFF; b++) printable[b] = true;
+        uint32_t n = 0;
+        for (int b = 0; b < 256; b++) m[b] = printable[b] ? uint32_t(b) : 256 + n++;
+        return m;
+    }();
+    return map;
+}
+
+static std::shared_ptr<TokenizerRegex> compile_gpt2_regex() {
+    std::string space = kSpace;
+    std::string pattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + space + "\\p{L}\\p{N}]+|[" + space +
+                          "]+(?![^" + space + "])|[" + space + "]+";
+    int err = 0;
+    PCRE2_SIZE err_offset = 0;
+    auto re = std::make_shared<TokenizerRegex>();
+    re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+                             PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_offset, nullptr);
+    if (!re->code) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        fail("tokenizer: PCRE2 cannot compile GPT-2's pattern at offset {}: {}", err_offset, reinterpret_cast<char*>(msg));
+    }
+    re->jit = pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0;
+    return re;
+}
+
+// Decode one vocab string (code points standing for bytes) back to raw bytes.
+static bool vocab_string_to_bytes(const std::string& s, std::string& out, const std::vector<int>& unicode_to_byte) {
+    out.clear();
+    for (size_t i = 0; i < s.size();) {
+        unsigned char c = s[i];
+        uint32_t cp;
+        int len;
+        if (c < 0x80) { cp = c; len = 1; }
+        else if ((c >> 5) == 6) { cp = c & 0x1F; len = 2; }
+        else if ((c >> 4) == 14) { cp = c & 0x0F; len = 3; }
+        else { cp = c & 0x07; len = 4; }
+        if (i + len > s.size()) return false;
+        for (int k = 1; k < len; k++) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+        i += len;
+        if (cp >= unicode_to_byte.size() || unicode_to_byte[cp] < 0) return false;
+        out.push_back(static_cast<char>(unicode_to_byte[cp]));
+    }
+    return true;
+}
+
+static bool file_exists(const std::string& p) { return std::ifstream(p).good(); }
+
+Tokenizer tokenizer_load(const std::string& dir) {
+    if (file_exists(dir + "/encoder.json") && file_exists(dir + "/vocab.bpe"))
+        return tokenizer_load_files(dir + "/encoder.json", dir + "/vocab.bpe");
+    if (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt"))
+        return tokenizer_load_files(dir + "/vocab.json", dir + "/merges.txt");
+    fail("tokenizer: {} holds neither encoder.json + vocab.bpe nor vocab.json + merges.txt "
+         "(run scripts/fetch_data.sh, or pass --tokenizer DIR)", dir);
+}
+
+Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::string& merges_path) {
+    Tokenizer tok;
+    tok.source = vocab_json_path + " + " + merges_path;
+    std::ifstream vf(vocab_json_path, std::ios::binary);
+    if (!vf) fail("tokenizer: cannot open {}", vocab_json_path);
+    nlohmann::json vocab;
+    try {
+        vocab = nlohmann::json::parse(vf);
+    } catch (const std::exception& e) {
+        fail("tokenizer: {} is not valid JSON: {}", vocab_json_path, e.what());
+    }
+    if (!vocab.is_object() || vocab.empty()) fail("tokenizer: {} must be a JSON object mapping token -> id", vocab_json_path);
+
+    const auto& b2u = gpt2_byte_to_unicode();
+    std::vector<int> u2b(512, -1);
+    for (int b = 0; b < 256; b++) u2b[b2u[b]] = b;
+
+    std::unordered_map<std::string, int32_t> id_of;  // vocab string (unicode form) -> id
+    id_of.reserve(vocab.size() * 2);
+    int64_t max_id = -1;
+    for (auto& [key, value] : vocab.items()) {
+        if (!value.is_number_integer() || value.get<int64_t>() < 0)
+            fail("tokenizer: {}: token \"{}\" has id {}, expected a non-negative integer", vocab_json_path, key, value.dump());
+        max_id = std::max<int64_t>(max_id, value.get<int64_t>());
+    }
+    tok.token_bytes.assign(size_t(max_id + 1), std::string());
+    std::string bytes;
+    for (auto& [key, value] : vocab.items()) {
+        int32_t id = static_cast<int32_t>(value.get<int64_t>());
+        id_of[key] = id;
+        if (key == kEndOfTextText) {
+            tok.token_bytes[id] = key;
+            continue;
+        }
+        if (!vocab_string_to_bytes(key, bytes, u2b)) bytes = key;  // added tokens outside the byte alphabet: literal
+        tok.token_bytes[id] = bytes;
+    }
+    auto eot = id_of.find(std::string(kEndOfTextText));
+    tok.eot = eot == id_of.end() ? -1 : eot->second;
+    for (int b = 0; b < 256; b++) {
+        std::string u;
+        uint32_t cp = b2u[b];
+        if (cp < 0x80) u.push_back(char(cp));
+        else { u.push_back(char(0xC0 | (cp >> 6))); u.push_back(char(0x80 | (cp & 0x3F))); }
+        auto it = id_of.find(u);
+        if (it == id_of.end()) fail("tokenizer: {} lacks the token for byte {} (\"{}\")", vocab_json_path, b, u);
+        tok.byte_token[b] = it->second;
+    }
+
+    std::ifstream mf(merges_path, std::ios::binary);
+    if (!mf) fail("tokenizer: cannot open {}", merges_path);
+    std::string line;
+    int64_t line_no = 0, rank = 0;
+    tok.merges.reserve(60000);
+    while (std::getline(mf, line)) {
+        line_no++;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+        size_t sp = line.find(' ');
+        if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos)
+            fail("tokenizer: {}:{}: expected two tokens separated by one space, got \"{}\"", merges_path, line_no, line);
+        std::string a = line.substr(0, sp), b = line.substr(sp + 1);
+        auto ia = id_of.find(a), ib = id_of.find(b), im = id_of.find(a + b);
+        if (ia == id_of.end() || ib == id_of.end() || im == id_of.end())
+            fail("tokenizer: {}:{}: merge \"{}\" uses a token missing from {}", merges_path, line_no, line, vocab_json_path);
+        uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
+        tok.merges.emplace(key, (uint64_t(rank) << 32) | uint32_t(im->second));  // first (lowest) rank wins
+        rank++;
+    }
+    if (rank == 0) fail("tokenizer: {} holds no merges", merges_path);
+    tok.regex = compile_gpt2_regex();
+    return tok;
+}
+
+// ---- byte-pair merging
+
+static inline bool lookup_merge(const Tokenizer& tok, int32_t left, int32_t right, uint32_t& rank, int32_t& merged) {
+    auto it = tok.merges.find((uint64_t(uint32_t(left)) << 32) | uint32_t(right));
+    if (it == tok.merges.end()) return false;
+    rank = uint32_t(it->second >> 32);
+    merged = int32_t(it->second & 0xFFFFFFFFu);
+    return true;
+}
+
+static constexpr uint32_t kNoRank = 0xFFFFFFFFu;
+
+// Short pieces: keep the rank of each adjacent pair; merge the leftmost lowest rank; update neighbours.
+static void bpe_small(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out) {
+    const size_t n = piece.size();
+    int32_t ids[64];
+    uint32_t ranks[64];
+    int32_t merged_ids[64];
+    for (size_t i = 0; i < n; i++) ids[i] = tok.byte_token[static_cast<unsigned char>(piece[i])];
+    size_t count = n;
+    for (size_t i = 0; i + 1 < count; i++)
+        if (!lookup_merge(tok, ids[i], ids[i + 1], ranks[i], merged_ids[i])) ranks[i] = kNoRank;
+    while (count > 1) {
+        size_t best = 0;
+        uint32_t best_rank = kNoRank;
+        for (size_t i = 0; i + 1 < count; i++)
+            if (ranks[i] < best_rank) { best_rank = ranks[i]; best = i; }
+        if (best_rank == kNoRank) break;
+        ids[best] = merged_ids[best];
+        for (size_t i = best + 1; i + 1 < count; i++) {
+            ids[i] = ids[i + 1];
+            ranks[i] = ranks[i + 1];
+            merged_ids[i] = merged_ids[i + 1];
+        }
+        count--;
+        if (best + 1 < count) {
+            if (!lookup_merge(tok, ids[best], ids[best + 1], ranks[best], merged_ids[best])) ranks[best] = kNoRank;
+        } else {
+            ranks[best] = kNoRank;
+        }
+        if (best > 0 && !lookup_merge(tok, ids[best - 1], ids[best], ranks[best - 1], merged_ids[best - 1]))
+            ranks[best - 1] = kNoRank;
+    }
+    out.insert(out.end(), ids, ids + count);
+}
+
+// Long pieces: a doubly linked list of symbols and a min-heap of (rank, position) with lazy deletion.
+static void bpe_heap(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out) {
+    const int64_t n = static_cast<int64_t>(piece.size());
+    struct Node { int32_t id; int64_t prev, next; };
+    std::vector<Node> nodes(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; i++) nodes[i] = {tok.byte_token[static_cast<unsigned char>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1};
+    struct Entry { uint32_t rank; int64_t pos; int32_t left, right, merged; };
+    auto later = [](const Entry& a, const Entry& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
+    std::priority_queue<Entry, std::vector<Entry>, decltype(later)> heap(later);
+    auto push = [&](int64_t pos) {
+        if (pos < 0) return;
+        int64_t nx = nodes[pos].next;
+        if (nx < 0) return;
+        uint32_t rank;
+        int32_t merged;
+        if (lookup_merge(tok, nodes[pos].id, nodes[nx].id, rank, merged)) heap.push({rank, pos, nodes[pos].id, nodes[nx].id, merged});
+    };
+    for (int64_t i = 0; i + 1 < n; i++) push(i);
+    while (!heap.empty()) {
+        Entry e = heap.top();
+        heap.pop();
+        Node& node = nodes[e.pos];
+        if (node.id != e.left || node.next < 0 || nodes[node.next].id != e.right) continue;  // stale
+        int64_t right = node.next;
+        node.id = e.merged;
+        node.next = nodes[right].next;
+        if (node.next >= 0) nodes[node.next].prev = e.pos;
+        nodes[right].id = -1;
+        push(node.prev);
+        push(e.pos);
+    }
+    for (int64_t i = 0; i >= 0; i = nodes[i].next) out.push_back(nodes[i].id);
+}
+
+void tokenizer_bpe(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out) {
+    if (piece.empty()) return;
+    if (piece.size() == 1) {
+        out.push_back(tok.byte_token[static_cast<unsigned char>(piece[0])]);
+        return;
+    }
+    if (piece.size() <= 64) bpe_small(tok, piece, out);
+    else bpe_heap(tok, piece, out);
+}
+
+// ---- pre-tokenization
+
+// Calls fn(piece) for each piece of text in order; gaps the pattern cannot match (invalid UTF-8) are pieces too.
+template <typename Fn>
+static void for_each_piece(const Tokenizer& tok, std::string_view text, TokenizerWorkspace& ws, Fn&& fn) {
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    const size_t n = text.size();
+    auto& w = *ws.impl;
+    size_t pos = 0;
+    while (pos < n) {
+        int rc = tok.regex->jit ? pcre2_jit_match(tok.regex->code, subject, n, pos, 0, w.match, w.context)
+                                : pcre2_match(tok.regex->code, subject, n, pos, 0, w.match, w.context);
+        if (rc == PCRE2_ERROR_NOMATCH) {
+            fn(text.substr(pos));
+            return;
+        }
+        if (rc < 0) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            fail("tokenizer: PCRE2 match failed at byte {}: {}", pos, reinterpret_cast<char*>(msg));
+        }
+        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(w.match);
+        size_t start = ov[0], end = ov[1];
+        if (start > pos) fn(text.substr(pos, start - pos));
+        if (end <= start) fail("tokenizer: empty match at byte {}", start);  // the pattern never matches empty
+        fn(text.substr(start, end - start));
+        pos = end;
+    }
+}
+
+std::vector<std::string_view> tokenizer_pieces(const Tokenizer& tok, std::string_view text, TokenizerWorkspace& ws) {
+    std::vector<std::string_view> pieces;
+    for_each_piece(tok, text, ws, [&](std::string_view p) { pieces.push_back(p); });
+    return pieces;
+}
+
+static void encode_ordinary(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out, TokenizerWorkspace& ws) {
+    auto& w = *ws.impl;
+    for_each_piece(tok, text, ws, [&](std::string_view piece) {
+        if (piece.size() == 1) {
+            out.push_back(tok.byte_token[static_cast<unsigned char>(piece[0])]);
+            return;
+        }
+        if (piece.size() > 128) {  // long pieces are rare; caching them would only cost memory
+            tokenizer_bpe(tok, piece, out);
+            return;
+        }
+        auto it = w.cache.find(piece);
+        if (it != w.cache.end()) {
+            out.insert(out.end(), w.pool.begin() + it->second.first, w.pool.begin() + it->second.first + it->second.second);
+            return;
+        }
+        if (w.cache.size() >= ws.max_cache_entries) {
+            w.cache.clear();
+            w.pool.clear();
+        }
+        size_t before = out.size();
+        tokenizer_bpe(tok, piece, out);
+        uint32_t offset = static_cast<uint32_t>(w.pool.size());
+        w.pool.insert(w.pool.end(), out.begin() + before, out.end());
+        w.cache.emplace(std::string(piece), std::make_pair(offset, uint32_t(out.size() - before)));
+    });
+}
+
+void tokenizer_encode(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out, TokenizerWorkspace& ws,
+                      bool allow_special) {
+    if (!allow_special) {
+        encode_ordinary(tok, text, out, ws);
+        return;
+    }
+    if (tok.eot < 0) fail("tokenizer: {} has no <|endoftext|> token, so special tokens cannot be encoded", tok.source);
+    size_t pos = 0;
+    while (true) {
+        size_t hit = text.find(kEndOfTextText, pos);
+        encode_ordinary(tok, text.substr(pos, hit == std::string_view::npos ? std::string_view::npos : hit - pos), out, ws);
+        if (hit == std::string_view::npos) break;
+        out.push_back(tok.eot);
+        pos = hit + kEndOfTextText.size();
+    }
+}
+
+std::vector<int32_t> tokenizer_encode(const Tokenizer& tok, std::string_view text, bool allow_special) {
+    TokenizerWorkspace ws;
+    std::vector<int32_t> out;
+    tokenizer_encode(tok, text, out, ws, allow_special);
+    return out;
+}
+
+std::string tokenizer_decode(const Tokenizer& tok, std::span<const int32_t> ids) {
+    std::string out;
+    for (size_t i = 0; i < ids.size(); i++) {
+        int32_t id = ids[i];
+        if (id < 0 || id >= tok.vocab_size())
+            fail("tokenizer: id {} at position {} is outside the vocabulary [0, {})", id, i, tok.vocab_size());
+        out += tok.token_bytes[id];
+    }
+    return out;
+}
+
+}  // namespace skew::data
