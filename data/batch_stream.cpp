@@ -1,0 +1,122 @@
+// Batch stream over memory-mapped llm.c shards: a split is one stream of uint16 tokens; batches are
+// fixed windows of B*T + 1 tokens B*T apart (design.md "Data"), read straight from the mapping.
+#include "data/batch_stream.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "data/shard.h"
+#include "engine/error.h"
+
+namespace skew::data {
+
+struct MappedShard {
+    void* base = nullptr;
+    size_t bytes = 0;
+    const uint16_t* tokens = nullptr;
+    ~MappedShard() {
+        if (base) munmap(base, bytes);
+    }
+};
+
+static std::shared_ptr<MappedShard> map_shard(const std::string& path, int64_t tokens) {
+    auto m = std::make_shared<MappedShard>();
+    m->bytes = size_t(kShardHeaderInts * 4 + 2 * tokens);
+    int fd = open(path.c_str(), O_RDONLY);
+    if (fd < 0) fail("shard: cannot open {}: {}", path, std::strerror(errno));
+    void* p = mmap(nullptr, m->bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    close(fd);
+    if (p == MAP_FAILED) fail("shard: cannot map {}: {}", path, std::strerror(err));
+    m->base = p;
+    m->tokens = reinterpret_cast<const uint16_t*>(static_cast<const char*>(p) + kShardHeaderInts * 4);
+    return m;
+}
+
+TokenSplit token_split_open_files(const std::vector<std::string>& paths, const std::string& name) {
+    TokenSplit split;
+    split.name = name;
+    split.paths = paths;
+    split.starts.push_back(0);
+    for (const auto& path : paths) {
+        int64_t tokens = shard_check(path);
+        split.shards.push_back(map_shard(path, tokens));
+        split.tokens += tokens;
+        split.starts.push_back(split.tokens);
+    }
+    return split;
+}
+
+TokenSplit token_split_open(const std::string& dir, const std::string& split) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) fail("data: {} is not a directory of token shards (run `skew prepare --out {}`)", dir, dir);
+    std::vector<std::string> paths;
+    std::string needle = split + "_";
+    for (const auto& entry : fs::directory_iterator(dir)) {
+        std::string file = entry.path().filename().string();
+        if (!entry.is_regular_file() || file.size() < 4 || file.substr(file.size() - 4) != ".bin") continue;
+        size_t at = file.find(needle);
+        if (at == 0 || (at != std::string::npos && file[at - 1] == '_')) paths.push_back(entry.path().string());
+    }
+    if (paths.empty()) fail("data: no {} shards (*{}_*.bin) in {}; run `skew prepare --out {}`", split, split, dir, dir);
+    std::sort(paths.begin(), paths.end());
+    return token_split_open_files(paths, split);
+}
+
+void token_split_read(const TokenSplit& split, int64_t start, int64_t count, int32_t* out) {
+    if (start < 0 || count < 0 || start + count > split.tokens)
+        fail("data: tokens [{}, {}) are outside split {} of {} tokens", start, start + count, split.name, split.tokens);
+    size_t s = size_t(std::upper_bound(split.starts.begin(), split.starts.end(), start) - split.starts.begin()) - 1;
+    while (count > 0) {
+        int64_t offset = start - split.starts[s];
+        int64_t n = std::min(count, split.starts[s + 1] - start);
+        const uint16_t* src = split.shards[s]->tokens + offset;
+        for (int64_t i = 0; i < n; i++) out[i] = src[i];
+        out += n;
+        start += n;
+        count -= n;
+        s++;
+    }
+}
+
+BatchStream batch_stream_make(const TokenSplit& split, int64_t batch_size, int64_t seq_len, int64_t position) {
+    if (batch_size <= 0 || seq_len <= 0) fail("data: batch_size ({}) and seq_len ({}) must be positive", batch_size, seq_len);
+    if (position < 0) fail("data: batch position {} must be non-negative", position);
+    int64_t need = batch_size * seq_len + 1;
+    if (split.tokens < need)
+        fail("data: split {} holds {} tokens, fewer than the {} one batch needs (batch_size {} x seq_len {} + 1); "
+             "prepare more text or lower batch_size/seq_len", split.name, split.tokens, need, batch_size, seq_len);
+    BatchStream s;
+    s.split = &split;
+    s.batch_size = batch_size;
+    s.seq_len = seq_len;
+    s.num_batches = (split.tokens - 1) / (batch_size * seq_len);
+    s.position = position;
+    return s;
+}
+
+void batch_stream_get(const BatchStream& stream, int64_t index, int32_t* x, int32_t* y) {
+    if (!stream.split) fail("data: batch stream used before batch_stream_make");
+    if (index < 0) fail("data: batch index {} must be non-negative", index);
+    const int64_t n = stream.batch_size * stream.seq_len;
+    const int64_t start = (index % stream.num_batches) * n;
+    std::vector<int32_t> window(size_t(n + 1));
+    token_split_read(*stream.split, start, n + 1, window.data());
+    std::copy(window.begin(), window.end() - 1, x);
+    std::copy(window.begin() + 1, window.end(), y);
+}
+
+void batch_stream_next(BatchStream& stream, int32_t* x, int32_t* y) {
+    batch_stream_get(stream, stream.position, x, y);
+    stream.position++;
+}
+
+}  // namespace skew::data

@@ -1,0 +1,249 @@
+// Corpus readers: gzip-or-plain files through zlib's gzread (it passes plain files through), .txt
+// as one document per file, .jsonl as one record per line, directories and globs expanded in order.
+#include "data/reader.h"
+
+#include <glob.h>
+#include <openssl/evp.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "data/split.h"
+#include "engine/error.h"
+
+namespace skew::data {
+namespace fs = std::filesystem;
+
+static bool ends_with(std::string_view s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+static bool is_jsonl(const std::string& p) { return ends_with(p, ".jsonl") || ends_with(p, ".jsonl.gz"); }
+static bool is_txt(const std::string& p) { return ends_with(p, ".txt") || ends_with(p, ".txt.gz"); }
+
+struct DocumentReaderState {
+    std::vector<std::string> files;
+    size_t next_file = 0;
+    gzFile gz = nullptr;
+    bool jsonl = false;
+    int32_t source = -1;
+    int64_t line = 0;
+    std::string buffer;  // bytes read but not yet returned (jsonl)
+    size_t buffer_pos = 0;
+    bool eof = false;
+    int64_t file_offset_done = 0;  // consumed_file_bytes before the current file
+    EVP_MD_CTX* md5 = nullptr;
+    ~DocumentReaderState() {
+        if (gz) gzclose(gz);
+        if (md5) EVP_MD_CTX_free(md5);
+    }
+};
+
+DocumentReader::DocumentReader() = default;
+DocumentReader::~DocumentReader() = default;
+DocumentReader::DocumentReader(DocumentReader&&) noexcept = default;
+DocumentReader& DocumentReader::operator=(DocumentReader&&) noexcept = default;
+
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
+    std::vector<std::string> files;
+    for (const auto& input : inputs) {
+        std::error_code ec;
+        size_t before = files.size();
+        if (fs::is_directory(input, ec)) {
+            std::vector<std::string> found;
+            for (auto it = fs::recursive_directory_iterator(input, fs::directory_options::follow_directory_symlink, ec);
+                 it != fs::recursive_directory_iterator(); it.increment(ec)) {
+                if (ec) break;
+                std::string p = it->path().string();
+                if (it->is_regular_file() && (is_jsonl(p) || is_txt(p))) found.push_back(p);
+            }
+            if (ec) fail("data: cannot list {}: {}", input, ec.message());
+            std::sort(found.begin(), found.end());
+            files.insert(files.end(), found.begin(), found.end());
+        } else if (fs::is_regular_file(input, ec)) {
+            if (!is_jsonl(input) && !is_txt(input))
+                fail("data: {} is neither .txt nor .jsonl (optionally .gz); rename it or convert it", input);
+            files.push_back(input);
+        } else {
+            glob_t g{};
+            int rc = glob(input.c_str(), 0, nullptr, &g);
+            if (rc == 0) {
+                for (size_t i = 0; i < g.gl_pathc; i++) {
+                    std::string p = g.gl_pathv[i];
+                    if (fs::is_directory(p, ec)) {
+                        auto sub = expand_inputs({p});
+                        files.insert(files.end(), sub.begin(), sub.end());
+                    } else if (is_jsonl(p) || is_txt(p)) {
+                        files.push_back(p);
+                    }
+                }
+            }
+            globfree(&g);
+        }
+        if (files.size() == before) fail("data: input {} matches no .txt or .jsonl file", input);
+    }
+    // De-duplicate, keeping the first occurrence (order is the order of the inputs).
+    std::vector<std::string> unique;
+    for (auto& f : files)
+        if (std::find(unique.begin(), unique.end(), f) == unique.end()) unique.push_back(f);
+    return unique;
+}
+
+DocumentReader document_reader_open(const std::vector<std::string>& files) {
+    DocumentReader r;
+    r.state = std::make_unique<DocumentReaderState>();
+    r.state->files = files;
+    for (const auto& f : files) {
+        std::error_code ec;
+        auto size = fs::file_size(f, ec);
+        if (ec) fail("data: cannot read {}: {}", f, ec.message());
+        SourceInfo info;
+        info.path = f;
+        info.file_bytes = int64_t(size);
+        r.total_file_bytes += int64_t(size);
+        r.sources.push_back(info);
+    }
+    return r;
+}
+
+static void hash_update(DocumentReaderState& s, const char* data, size_t n) {
+    if (n) EVP_DigestUpdate(s.md5, data, n);
+}
+
+static void finish_source(DocumentReader& r) {
+    auto& s = *r.state;
+    if (s.gz) {
+        gzclose(s.gz);
+        s.gz = nullptr;
+    }
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(s.md5, digest, &len);
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (unsigned i = 0; i < len; i++) {
+        out.push_back(hex[digest[i] >> 4]);
+        out.push_back(hex[digest[i] & 15]);
+    }
+    r.sources[s.source].md5 = out;
+    s.file_offset_done += r.sources[s.source].file_bytes;
+    r.consumed_file_bytes = s.file_offset_done;
+}
+
+// Read up to n more bytes from the open file into s.buffer; returns bytes read (0 at end).
+static size_t fill(DocumentReader& r, size_t n) {
+    auto& s = *r.state;
+    size_t old = s.buffer.size();
+    s.buffer.resize(old + n);
+    int got = gzread(s.gz, s.buffer.data() + old, unsigned(n));
+    if (got < 0) {
+        int err = 0;
+        const char* msg = gzerror(s.gz, &err);
+        fail("data: cannot read {}: {}", r.sources[s.source].path, msg ? msg : "zlib error");
+    }
+    s.buffer.resize(old + size_t(got));
+    hash_update(s, s.buffer.data() + old, size_t(got));
+    r.sources[s.source].bytes += got;
+    r.consumed_file_bytes = s.file_offset_done + std::min<int64_t>(gzoffset(s.gz), r.sources[s.source].file_bytes);
+    if (got == 0) s.eof = true;
+    return size_t(got);
+}
+
+bool document_reader_next(DocumentReader& r, DocumentRecord& rec) {
+    auto& s = *r.state;
+    while (true) {
+        if (!s.gz) {
+            if (s.next_file >= s.files.size()) return false;
+            s.source = int32_t(s.next_file++);
+            const std::string& path = s.files[s.source];
+            s.gz = gzopen(path.c_str(), "rb");
+            if (!s.gz) fail("data: cannot open {}", path);
+            gzbuffer(s.gz, 1 << 20);
+            s.jsonl = is_jsonl(path);
+            s.line = 0;
+            s.buffer.clear();
+            s.buffer_pos = 0;
+            s.eof = false;
+            if (!s.md5) s.md5 = EVP_MD_CTX_new();
+            EVP_DigestInit_ex(s.md5, EVP_md5(), nullptr);
+        }
+        if (!s.jsonl) {  // .txt: the whole file is one document
+            while (fill(r, 1 << 20) > 0) {}
+            rec.raw = std::move(s.buffer);
+            s.buffer.clear();
+            rec.is_json = false;
+            rec.source = s.source;
+            rec.line = 0;
+            r.sources[s.source].documents++;
+            finish_source(r);
+            return true;
+        }
+        // .jsonl: next line
+        while (true) {
+            size_t nl = s.buffer.find('\n', s.buffer_pos);
+            if (nl == std::string::npos && !s.eof) {
+                s.buffer.erase(0, s.buffer_pos);
+                s.buffer_pos = 0;
+                fill(r, 1 << 20);
+                continue;
+            }
+            size_t end = nl == std::string::npos ? s.buffer.size() : nl;
+            if (end == s.buffer_pos && nl == std::string::npos) break;  // end of file
+            s.line++;
+            std::string_view line(s.buffer.data() + s.buffer_pos, end - s.buffer_pos);
+            s.buffer_pos = nl == std::string::npos ? s.buffer.size() : nl + 1;
+            if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+            if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank line
+            rec.raw.assign(line);
+            rec.is_json = true;
+            rec.source = s.source;
+            rec.line = s.line;
+            r.sources[s.source].documents++;
+            return true;
+        }
+        finish_source(r);
+    }
+}
+
+bool document_parse(const DocumentRecord& rec, const std::string& field, std::string& text, std::string& error) {
+    if (!rec.is_json) {
+        text = rec.raw;
+        return true;
+    }
+    auto j = nlohmann::json::parse(rec.raw, nullptr, false);
+    if (j.is_discarded()) {
+        error = "not valid JSON";
+        return false;
+    }
+    if (!j.is_object()) {
+        error = "not a JSON object";
+        return false;
+    }
+    auto it = j.find(field);
+    if (it == j.end()) {
+        error = "no \"" + field + "\" field";
+        return false;
+    }
+    if (!it->is_string()) {
+        error = "field \"" + field + "\" is not a string";
+        return false;
+    }
+    text = it->get<std::string>();
+    return true;
+}
+
+std::vector<std::string> read_documents(const std::vector<std::string>& inputs, bool skip_bad_lines, const std::string& field) {
+    auto reader = document_reader_open(expand_inputs(inputs));
+    std::vector<std::string> docs;
+    DocumentRecord rec;
+    std::string text, error;
+    while (document_reader_next(reader, rec)) {
+        if (document_parse(rec, field, text, error)) docs.push_back(text);
+        else if (!skip_bad_lines)
+            fail("data: {}:{}: {} (skip bad lines with --bad-lines skip)", reader.sources[rec.source].path, rec.line, error);
+    }
+    return docs;
+}
+
+}  // namespace skew::data

@@ -1,0 +1,116 @@
+// Batch stream tests: x/y are the same window shifted by one, consecutive batches start B*T apart
+// (sharing one boundary token), shard boundaries are invisible, a resume equals an uninterrupted
+// run, and a split too small for one batch is an error that names both numbers.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "data/batch_stream.h"
+#include "data/shard.h"
+#include "engine/error.h"
+
+using namespace skew::data;
+namespace fs = std::filesystem;
+
+// Writes tokens 0..n-1 (mod 50000) across shards of the given sizes as dir/<split>_%06d.bin.
+static fs::path make_split(const std::string& name, const std::string& split, const std::vector<int>& sizes) {
+    fs::path dir = fs::temp_directory_path() / ("skew_test_" + name);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    int next = 0;
+    for (size_t s = 0; s < sizes.size(); s++) {
+        std::vector<uint16_t> tokens;
+        for (int i = 0; i < sizes[s]; i++) tokens.push_back(uint16_t(next++ % 50000));
+        char file[64];
+        std::snprintf(file, sizeof file, "%s_%06zu.bin", split.c_str(), s);
+        shard_write((dir / file).string(), tokens);
+    }
+    return dir;
+}
+
+TEST_CASE("batch i is tokens [i*B*T, i*B*T + B*T + 1): y is x shifted by one") {
+    fs::path dir = make_split("stream_shift", "train", {1000});
+    TokenSplit split = token_split_open(dir.string(), "train");
+    REQUIRE(split.tokens == 1000);
+    const int64_t B = 4, T = 8;
+    BatchStream stream = batch_stream_make(split, B, T);
+    CHECK(stream.num_batches == (1000 - 1) / 32);
+    std::vector<int32_t> x(B * T), y(B * T);
+    for (int64_t i = 0; i < 3; i++) {
+        batch_stream_get(stream, i, x.data(), y.data());
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < T; t++) {
+                REQUIRE(x[b * T + t] == i * B * T + b * T + t);
+                REQUIRE(y[b * T + t] == i * B * T + b * T + t + 1);
+            }
+    }
+    // Boundary: the last target of batch i is the first input of batch i + 1.
+    std::vector<int32_t> x1(B * T), y1(B * T);
+    batch_stream_get(stream, 0, x.data(), y.data());
+    batch_stream_get(stream, 1, x1.data(), y1.data());
+    CHECK(y.back() == x1.front());
+    fs::remove_all(dir);
+}
+
+TEST_CASE("shard boundaries are invisible and the stream wraps after the last full batch") {
+    fs::path dir = make_split("stream_shards", "val", {10, 1, 0, 50, 39});
+    TokenSplit split = token_split_open(dir.string(), "val");
+    REQUIRE(split.tokens == 100);
+    REQUIRE(split.paths.size() == 5);
+    BatchStream stream = batch_stream_make(split, 3, 5);  // 15 per batch; (100-1)/15 = 6 batches
+    REQUIRE(stream.num_batches == 6);
+    std::vector<int32_t> x(15), y(15);
+    batch_stream_get(stream, 5, x.data(), y.data());
+    for (int k = 0; k < 15; k++) {
+        REQUIRE(x[k] == 75 + k);
+        REQUIRE(y[k] == 76 + k);
+    }
+    std::vector<int32_t> x0(15), y0(15);
+    batch_stream_get(stream, 0, x0.data(), y0.data());
+    batch_stream_get(stream, 6, x.data(), y.data());
+    CHECK(x == x0);
+    CHECK(y == y0);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("a resumed stream equals an uninterrupted one") {
+    fs::path dir = make_split("stream_resume", "train", {300, 300, 400});
+    TokenSplit split = token_split_open(dir.string(), "train");
+    BatchStream full = batch_stream_make(split, 2, 16);
+    std::vector<std::vector<int32_t>> xs, ys;
+    std::vector<int32_t> x(32), y(32);
+    for (int i = 0; i < 40; i++) {  // past one epoch (31 batches)
+        batch_stream_next(full, x.data(), y.data());
+        xs.push_back(x);
+        ys.push_back(y);
+    }
+    BatchStream first = batch_stream_make(split, 2, 16);
+    for (int i = 0; i < 17; i++) batch_stream_next(first, x.data(), y.data());
+    BatchStream resumed = batch_stream_make(split, 2, 16, first.position);
+    for (int i = 17; i < 40; i++) {
+        batch_stream_next(resumed, x.data(), y.data());
+        REQUIRE(x == xs[i]);
+        REQUIRE(y == ys[i]);
+    }
+    CHECK(resumed.position == 40);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("a split with fewer tokens than one batch is an error with both numbers") {
+    fs::path dir = make_split("stream_small", "val", {64});
+    TokenSplit split = token_split_open(dir.string(), "val");
+    CHECK_NOTHROW(batch_stream_make(split, 3, 21));  // 63 + 1 = 64 fits exactly
+    CHECK_THROWS_WITH(batch_stream_make(split, 4, 16), Catch::Contains("64 tokens") && Catch::Contains("65"));
+    CHECK_THROWS_WITH(token_split_open(dir.string(), "train"), Catch::Contains("no train shards"));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("llm.c shard names are found by split") {
+    fs::path dir = make_split("stream_llmc", "fineweb_train", {20, 20});
+    fs::path val = dir / "fineweb_val_000000.bin";
+    shard_write(val.string(), std::vector<uint16_t>(5, 1));
+    TokenSplit train = token_split_open(dir.string(), "train");
+    CHECK(train.tokens == 40);
+    CHECK(token_split_open(dir.string(), "val").tokens == 5);
+    fs::remove_all(dir);
+}

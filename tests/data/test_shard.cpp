@@ -1,0 +1,109 @@
+// Shard tests: llm.c .bin layout round trip (header bytes checked by hand), the streaming writer,
+// and refusal of truncated, wrong-magic and wrong-version files with the file named.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "data/shard.h"
+#include "engine/error.h"
+
+using namespace skew::data;
+namespace fs = std::filesystem;
+
+static fs::path temp_dir(const std::string& name) {
+    fs::path d = fs::temp_directory_path() / ("skew_test_" + name);
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+}
+
+static std::string file_bytes(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+TEST_CASE("a shard round-trips and has llm.c's header") {
+    fs::path dir = temp_dir("shard_roundtrip");
+    std::vector<uint16_t> tokens = {50256, 15496, 995, 0, 65535, 1, 2, 3};
+    std::string path = (dir / "train_000000.bin").string();
+    shard_write(path, tokens);
+    CHECK_FALSE(fs::exists(path + ".tmp"));
+    std::string bytes = file_bytes(path);
+    REQUIRE(bytes.size() == 1024 + 2 * tokens.size());
+    int32_t header[256];
+    std::memcpy(header, bytes.data(), 1024);
+    CHECK(header[0] == 20240520);
+    CHECK(header[1] == 1);
+    CHECK(header[2] == int32_t(tokens.size()));
+    for (int i = 3; i < 256; i++) REQUIRE(header[i] == 0);
+    uint16_t first;
+    std::memcpy(&first, bytes.data() + 1024, 2);
+    CHECK(first == 50256);
+    CHECK(shard_check(path) == int64_t(tokens.size()));
+    CHECK(shard_read(path) == tokens);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("the streaming writer equals the whole-file writer") {
+    fs::path dir = temp_dir("shard_stream");
+    std::vector<int32_t> a = {1, 2, 3}, b(10000);
+    for (size_t i = 0; i < b.size(); i++) b[i] = int32_t(i * 7 % 50257);
+    {
+        ShardWriter w;
+        shard_writer_open(w, (dir / "s.bin").string());
+        shard_writer_append(w, a);
+        shard_writer_append(w, b);
+        CHECK(shard_writer_close(w) == 10003);
+    }
+    auto got = shard_read((dir / "s.bin").string());
+    REQUIRE(got.size() == 10003);
+    CHECK(got[2] == 3);
+    CHECK(got[10002] == uint16_t(9999 * 7 % 50257));
+    {  // an unclosed writer leaves no file behind
+        ShardWriter w;
+        shard_writer_open(w, (dir / "unfinished.bin").string());
+        shard_writer_append(w, a);
+    }
+    CHECK_FALSE(fs::exists(dir / "unfinished.bin"));
+    CHECK_FALSE(fs::exists(dir / "unfinished.bin.tmp"));
+    ShardWriter w;
+    shard_writer_open(w, (dir / "big.bin").string());
+    std::vector<int32_t> too_big = {70000};
+    CHECK_THROWS_WITH(shard_writer_append(w, too_big), Catch::Contains("70000"));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("truncated, wrong-magic and wrong-version shards are refused with the file named") {
+    fs::path dir = temp_dir("shard_bad");
+    std::vector<uint16_t> tokens(100, 7);
+    std::string good = (dir / "good.bin").string();
+    shard_write(good, tokens);
+    std::string bytes = file_bytes(good);
+
+    std::string truncated = (dir / "truncated.bin").string();
+    std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() - 10);
+    CHECK_THROWS_WITH(shard_read(truncated), Catch::Contains("truncated.bin") && Catch::Contains("truncated"));
+
+    std::string short_header = (dir / "short.bin").string();
+    std::ofstream(short_header, std::ios::binary) << bytes.substr(0, 100);
+    CHECK_THROWS_WITH(shard_check(short_header), Catch::Contains("short.bin") && Catch::Contains("header"));
+
+    std::string magic = (dir / "magic.bin").string();
+    std::string m = bytes;
+    int32_t bad_magic = 20240801;
+    std::memcpy(m.data(), &bad_magic, 4);
+    std::ofstream(magic, std::ios::binary) << m;
+    CHECK_THROWS_WITH(shard_check(magic), Catch::Contains("magic.bin") && Catch::Contains("20240801"));
+
+    std::string version = (dir / "version.bin").string();
+    std::string v = bytes;
+    int32_t bad_version = 7;
+    std::memcpy(v.data() + 4, &bad_version, 4);
+    std::ofstream(version, std::ios::binary) << v;
+    CHECK_THROWS_WITH(shard_check(version), Catch::Contains("version.bin") && Catch::Contains("version 7"));
+
+    CHECK_THROWS_WITH(shard_check((dir / "missing.bin").string()), Catch::Contains("missing.bin"));
+    fs::remove_all(dir);
+}
