@@ -1,0 +1,123 @@
+// The CPU reference backend: the Backend interface (kernels/backend.h) forwarding to the free
+// functions of kernels/cpu/cpu_ops.h with bf16 activations. It is the reference every CUDA kernel
+// is compared with (design.md, "Two backends, one model").
+#include <memory>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace skew {
+
+namespace {
+
+struct CpuBackend final : Backend {
+    const char* name() const override { return "cpu"; }
+
+    void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s) override { cpu::matmul(c, a, b, s); }
+
+    void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int64_t batch,
+                           int64_t seq_len, int64_t channels, int64_t vocab_rows) override {
+        cpu::embedding_forward(out, tokens, wte, wpe, batch, seq_len, channels, vocab_rows);
+    }
+    void embedding_backward(TensorRef dwte, TensorRef dwpe, const bf16* dout, const int32_t* tokens, int64_t batch,
+                            int64_t seq_len, int64_t channels, int64_t vocab_rows) override {
+        cpu::embedding_backward(dwte, dwpe, dout, tokens, batch, seq_len, channels, vocab_rows);
+    }
+
+    void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const float* weight, const float* bias,
+                           int64_t n_rows, int64_t channels, float eps) override {
+        cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, n_rows, channels, eps);
+    }
+    void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                            const float* weight, const float* mean, const float* rstd, int64_t n_rows, int64_t channels,
+                            bool accumulate_dinp) override {
+        cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n_rows, channels, accumulate_dinp);
+    }
+
+    void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                           const AttentionShape& s) override {
+        cpu::attention_forward(out, lse, q, k, v, s);
+    }
+    void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                            const bf16* out, const float* lse, const AttentionShape& s) override {
+        cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s);
+    }
+
+    void swiglu_forward(bf16* h, const bf16* a, const bf16* b, int64_t n) override { cpu::swiglu_forward(h, a, b, n); }
+    void swiglu_backward(bf16* da, bf16* db, const bf16* dh, const bf16* a, const bf16* b, int64_t n) override {
+        cpu::swiglu_backward(da, db, dh, a, b, n);
+    }
+
+    void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts, float* balance_loss,
+                            float* z_loss, float* mean_probs, const float* logits, const RouterShape& s,
+                            const RouterOptions& o) override {
+        cpu::moe_router_forward(probs, expert_idx, gates, counts, balance_loss, z_loss, mean_probs, logits, s, o);
+    }
+    void moe_router_backward(float* dlogits, const float* dgates, const float* logits, const float* probs,
+                             const int32_t* expert_idx, const float* gates, const int64_t* counts, float d_balance,
+                             float d_z, const RouterShape& s, const RouterOptions& o) override {
+        cpu::moe_router_backward(dlogits, dgates, logits, probs, expert_idx, gates, counts, d_balance, d_z, s, o);
+    }
+
+    void moe_dispatch(int64_t* sorted_to_copy, int64_t* copy_to_sorted, int64_t* offsets, const int32_t* expert_idx,
+                      int64_t n_tokens, int64_t top_k, int64_t n_experts) override {
+        cpu::moe_dispatch(sorted_to_copy, copy_to_sorted, offsets, expert_idx, n_tokens, top_k, n_experts);
+    }
+    void moe_gather_forward(bf16* xs, const bf16* x, const int64_t* sorted_to_copy, int64_t n_tokens, int64_t top_k,
+                            int64_t channels) override {
+        cpu::moe_gather_forward(xs, x, sorted_to_copy, n_tokens, top_k, channels);
+    }
+    void moe_gather_backward(bf16* dx, const bf16* dxs, const int64_t* copy_to_sorted, int64_t n_tokens, int64_t top_k,
+                             int64_t channels, bool accumulate) override {
+        cpu::moe_gather_backward(dx, dxs, copy_to_sorted, n_tokens, top_k, channels, accumulate);
+    }
+    void moe_matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight, const int64_t* offsets,
+                            int64_t n_experts, int64_t in_features, int64_t out_features) override {
+        cpu::moe_matmul_forward(out, inp, weight, offsets, n_experts, in_features, out_features);
+    }
+    void moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout, ConstTensorRef inp,
+                             ConstTensorRef weight, const int64_t* offsets, int64_t n_experts, int64_t in_features,
+                             int64_t out_features) override {
+        cpu::moe_matmul_backward(dinp, dweight, dout, inp, weight, offsets, n_experts, in_features, out_features);
+    }
+    void moe_combine_forward(bf16* out, const bf16* ys, const float* gates, const int64_t* copy_to_sorted,
+                             int64_t n_tokens, int64_t top_k, int64_t channels) override {
+        cpu::moe_combine_forward(out, ys, gates, copy_to_sorted, n_tokens, top_k, channels);
+    }
+    void moe_combine_backward(bf16* dys, float* dgates, const bf16* dout, const bf16* ys, const float* gates,
+                              const int64_t* copy_to_sorted, int64_t n_tokens, int64_t top_k,
+                              int64_t channels) override {
+        cpu::moe_combine_backward(dys, dgates, dout, ys, gates, copy_to_sorted, n_tokens, top_k, channels);
+    }
+
+    void residual_forward(bf16* out, const bf16* a, const bf16* b, int64_t n) override { cpu::residual_forward(out, a, b, n); }
+    void accumulate(TensorRef dst, ConstTensorRef src, int64_t n) override { cpu::accumulate(dst, src, n); }
+    void scale(TensorRef x, float factor, int64_t n) override { cpu::scale(x, factor, n); }
+    void zero(TensorRef x, int64_t n) override { cpu::zero(x, n); }
+    void convert(TensorRef dst, ConstTensorRef src, int64_t n) override { cpu::convert(dst, src, n); }
+    double sum_squares(std::span<const BufferRef> buffers) override { return cpu::sum_squares(buffers); }
+
+    void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n_tokens,
+                               int64_t vocab_size, int64_t padded_vocab_size) override {
+        cpu::cross_entropy_forward(losses, logits, targets, n_tokens, vocab_size, padded_vocab_size);
+    }
+    void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss,
+                                int64_t n_tokens, int64_t vocab_size, int64_t padded_vocab_size) override {
+        const float scale = n_tokens > 0 ? dloss / float(n_tokens) : 0.0f;
+        cpu::cross_entropy_backward_scaled(dlogits, logits, targets, scale, n_tokens, vocab_size, padded_vocab_size);
+    }
+    int64_t lm_head_workspace_bytes(const ClassifierShape& s) const override {
+        return cpu::lm_head_chunk_tokens(s) * s.padded_vocab_size * int64_t(sizeof(float));
+    }
+    void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
+                               ConstTensorRef wte, const int32_t* targets, float dloss, const ClassifierShape& s,
+                               void* workspace) override {
+        cpu::lm_head_cross_entropy(mean_loss, losses, dx, dwte, x, wte, targets, dloss, s, workspace);
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace skew

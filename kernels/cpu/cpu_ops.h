@@ -1,0 +1,140 @@
+// The CPU reference ops as free functions (the CpuBackend methods forward to these). Ops on
+// activations are templates over the storage type T = bf16 (what the model runs) or float (what the
+// finite-difference tests run); both instantiations share one code path with fp32 accumulation.
+// Semantics, shapes and errors of each function: the Backend method of the same name (kernels/backend.h).
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "kernels/backend.h"
+#include "kernels/common/bf16.h"
+
+namespace skew::cpu {
+
+// ---- element access shared by the CPU ops
+
+/// Widen a stored element to fp32.
+inline float load(bf16 x) { return bf16_to_f32(x); }
+inline float load(float x) { return x; }
+
+/// Store an fp32 value (bf16: round to nearest even).
+inline void store(bf16* p, float v) { *p = f32_to_bf16(v); }
+inline void store(float* p, float v) { *p = v; }
+
+/// Element i of a typed tensor, widened to fp32.
+inline float load_at(ConstTensorRef t, int64_t i) {
+    return t.type == ScalarType::BF16 ? bf16_to_f32(static_cast<const bf16*>(t.data)[i])
+                                      : static_cast<const float*>(t.data)[i];
+}
+
+/// Store v at element i of a typed tensor.
+inline void store_at(TensorRef t, int64_t i, float v) {
+    if (t.type == ScalarType::BF16)
+        static_cast<bf16*>(t.data)[i] = f32_to_bf16(v);
+    else
+        static_cast<float*>(t.data)[i] = v;
+}
+
+/// The tensor starting `elems` elements into t.
+inline TensorRef offset(TensorRef t, int64_t elems) {
+    return TensorRef(static_cast<char*>(t.data) + elems * scalar_type_bytes(t.type), t.type);
+}
+inline ConstTensorRef offset(ConstTensorRef t, int64_t elems) {
+    return ConstTensorRef(static_cast<const char*>(t.data) + elems * scalar_type_bytes(t.type), t.type);
+}
+
+/// Throw skew::Error when a size argument is negative (what names the op and argument).
+void check_nonneg(const char* what, int64_t v);
+
+// ---- matmul (matmul.cpp)
+
+void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s);
+
+// ---- embedding (embedding.cpp)
+
+template <class T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t batch, int64_t seq_len,
+                       int64_t channels, int64_t vocab_rows);
+template <class T>
+void embedding_backward(TensorRef dwte, TensorRef dwpe, const T* dout, const int32_t* tokens, int64_t batch,
+                        int64_t seq_len, int64_t channels, int64_t vocab_rows);
+
+// ---- layernorm (layernorm.cpp)
+
+template <class T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const float* weight, const float* bias,
+                       int64_t n_rows, int64_t channels, float eps);
+template <class T>
+void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const float* weight,
+                        const float* mean, const float* rstd, int64_t n_rows, int64_t channels, bool accumulate_dinp);
+
+// ---- attention (attention.cpp)
+
+template <class T>
+void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, const AttentionShape& s);
+template <class T>
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
+                        const float* lse, const AttentionShape& s);
+
+// ---- swiglu (swiglu.cpp)
+
+template <class T>
+void swiglu_forward(T* h, const T* a, const T* b, int64_t n);
+template <class T>
+void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, int64_t n);
+
+// ---- router (moe_router.cpp)
+
+void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts, float* balance_loss,
+                        float* z_loss, float* mean_probs, const float* logits, const RouterShape& s,
+                        const RouterOptions& o);
+void moe_router_backward(float* dlogits, const float* dgates, const float* logits, const float* probs,
+                         const int32_t* expert_idx, const float* gates, const int64_t* counts, float d_balance,
+                         float d_z, const RouterShape& s, const RouterOptions& o);
+
+// ---- dispatch (moe_dispatch.cpp)
+
+void moe_dispatch(int64_t* sorted_to_copy, int64_t* copy_to_sorted, int64_t* offsets, const int32_t* expert_idx,
+                  int64_t n_tokens, int64_t top_k, int64_t n_experts);
+template <class T>
+void moe_gather_forward(T* xs, const T* x, const int64_t* sorted_to_copy, int64_t n_tokens, int64_t top_k,
+                        int64_t channels);
+template <class T>
+void moe_gather_backward(T* dx, const T* dxs, const int64_t* copy_to_sorted, int64_t n_tokens, int64_t top_k,
+                         int64_t channels, bool accumulate);
+void moe_matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight, const int64_t* offsets,
+                        int64_t n_experts, int64_t in_features, int64_t out_features);
+void moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout, ConstTensorRef inp,
+                         ConstTensorRef weight, const int64_t* offsets, int64_t n_experts, int64_t in_features,
+                         int64_t out_features);
+template <class T>
+void moe_combine_forward(T* out, const T* ys, const float* gates, const int64_t* copy_to_sorted, int64_t n_tokens,
+                         int64_t top_k, int64_t channels);
+template <class T>
+void moe_combine_backward(T* dys, float* dgates, const T* dout, const T* ys, const float* gates,
+                          const int64_t* copy_to_sorted, int64_t n_tokens, int64_t top_k, int64_t channels);
+
+// ---- elementwise and reductions (elementwise.cpp)
+
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, int64_t n);
+void accumulate(TensorRef dst, ConstTensorRef src, int64_t n);
+void scale(TensorRef x, float factor, int64_t n);
+void zero(TensorRef x, int64_t n);
+void convert(TensorRef dst, ConstTensorRef src, int64_t n);
+double sum_squares(std::span<const BufferRef> buffers);
+
+// ---- cross-entropy (cross_entropy.cpp)
+
+void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n_tokens,
+                           int64_t vocab_size, int64_t padded_vocab_size);
+/// dlogits = grad_scale · (softmax - onehot); the Backend method passes grad_scale = dloss / n.
+void cross_entropy_backward_scaled(float* dlogits, const float* logits, const int32_t* targets, float grad_scale,
+                                   int64_t n_tokens, int64_t vocab_size, int64_t padded_vocab_size);
+/// Tokens per chunk of the fused LM head for this shape (bounds the fp32 logits held at once).
+int64_t lm_head_chunk_tokens(const ClassifierShape& s);
+void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
+                           ConstTensorRef wte, const int32_t* targets, float dloss, const ClassifierShape& s,
+                           void* workspace);
+
+}  // namespace skew::cpu

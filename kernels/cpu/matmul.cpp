@@ -1,0 +1,125 @@
+// CPU matrix products: bf16 or fp32 operands widened to fp32 in k-panels, multiplied by OpenBLAS
+// cblas_sgemm with fp32 accumulation (design.md: bf16 storage, fp32 accumulation). Every linear
+// layer of the model (attention, SwiGLU, experts, router, tied LM head) and its backward runs here.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <vector>
+
+#include "engine/error.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace skew::cpu {
+
+void check_nonneg(const char* what, int64_t v) {
+    if (v < 0) fail("{}: negative size {}", what, v);
+}
+
+namespace {
+
+// Widen rows [r0, r1) x cols [c0, c1) of a row-major (rows, ld) bf16/fp32 matrix into dst (r1-r0, c1-c0).
+void widen_block(float* dst, ConstTensorRef src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    const int64_t w = c1 - c0;
+#pragma omp parallel for schedule(static) if ((r1 - r0) * w > 65536)
+    for (int64_t r = r0; r < r1; ++r) {
+        float* d = dst + (r - r0) * w;
+        if (src.type == ScalarType::BF16) {
+            const bf16* s = static_cast<const bf16*>(src.data) + r * ld + c0;
+            for (int64_t c = 0; c < w; ++c) d[c] = bf16_to_f32(s[c]);
+        } else {
+            const float* s = static_cast<const float*>(src.data) + r * ld + c0;
+            std::copy(s, s + w, d);
+        }
+    }
+}
+
+void check_blas_dim(int64_t v) {
+    if (v > INT_MAX) fail("matmul: dimension {} exceeds the BLAS 32-bit index range", v);
+}
+
+}  // namespace
+
+void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s) {
+    const int64_t m = s.m, n = s.n, k = s.k;
+    check_nonneg("matmul m", m);
+    check_nonneg("matmul n", n);
+    check_nonneg("matmul k", k);
+    if (m == 0 || n == 0) return;
+    if (!c.data) fail("matmul: null output for a {}x{} product", m, n);
+    if (k > 0 && (!a.data || !b.data)) fail("matmul: null operand for a {}x{}x{} product", m, n, k);
+    check_blas_dim(m);
+    check_blas_dim(n);
+    check_blas_dim(k);
+
+    // fp32 accumulator for C: C itself when fp32, else a widened copy rounded back at the end.
+    std::vector<float> c_tmp;
+    float* cf = nullptr;
+    if (c.type == ScalarType::F32) {
+        cf = static_cast<float*>(c.data);
+    } else {
+        c_tmp.assign(size_t(m * n), 0.0f);
+        cf = c_tmp.data();
+        if (s.beta != 0.0f) widen_block(cf, c, n, 0, m, 0, n);
+    }
+    if (k == 0) {  // empty reduction: C = beta * C
+        for (int64_t i = 0; i < m * n; ++i) cf[i] = s.beta == 0.0f ? 0.0f : s.beta * cf[i];
+    }
+
+    // k-panels: bound the widened copies of bf16 operands to about 16M floats.
+    const bool widen_a = a.type == ScalarType::BF16, widen_b = b.type == ScalarType::BF16;
+    int64_t kb = k;
+    if ((widen_a || widen_b) && (m + n) * k > (int64_t(1) << 24)) kb = std::max<int64_t>(64, (int64_t(1) << 24) / (m + n));
+    std::vector<float> a_tmp, b_tmp;
+    for (int64_t k0 = 0; k0 < k; k0 += kb) {
+        const int64_t k1 = std::min(k, k0 + kb), kw = k1 - k0;
+        // op(A)[:, k0:k1]: A stored (m, k) -> columns k0..k1; stored (k, m) -> rows k0..k1.
+        const float* ap;
+        int64_t lda;
+        if (!widen_a) {
+            const float* a32 = static_cast<const float*>(a.data);
+            ap = s.trans_a ? a32 + k0 * m : a32 + k0;
+            lda = s.trans_a ? m : k;
+        } else if (s.trans_a) {
+            a_tmp.resize(size_t(kw * m));
+            widen_block(a_tmp.data(), a, m, k0, k1, 0, m);
+            ap = a_tmp.data();
+            lda = m;
+        } else {
+            a_tmp.resize(size_t(m * kw));
+            widen_block(a_tmp.data(), a, k, 0, m, k0, k1);
+            ap = a_tmp.data();
+            lda = kw;
+        }
+        // op(B)[k0:k1, :]: B stored (k, n) -> rows k0..k1; stored (n, k) -> columns k0..k1.
+        const float* bp;
+        int64_t ldb;
+        if (!widen_b) {
+            const float* b32 = static_cast<const float*>(b.data);
+            bp = s.trans_b ? b32 + k0 : b32 + k0 * n;
+            ldb = s.trans_b ? k : n;
+        } else if (s.trans_b) {
+            b_tmp.resize(size_t(n * kw));
+            widen_block(b_tmp.data(), b, k, 0, n, k0, k1);
+            bp = b_tmp.data();
+            ldb = kw;
+        } else {
+            b_tmp.resize(size_t(kw * n));
+            widen_block(b_tmp.data(), b, n, k0, k1, 0, n);
+            bp = b_tmp.data();
+            ldb = n;
+        }
+        const float beta = k0 == 0 ? s.beta : 1.0f;
+        cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans, int(m),
+                    int(n), int(kw), s.alpha, ap, int(lda), bp, int(ldb), beta, cf, int(n));
+    }
+
+    if (c.type == ScalarType::BF16) {
+        bf16* cb = static_cast<bf16*>(c.data);
+#pragma omp parallel for schedule(static) if (m * n > 65536)
+        for (int64_t i = 0; i < m * n; ++i) cb[i] = f32_to_bf16(cf[i]);
+    }
+}
+
+}  // namespace skew::cpu

@@ -1,0 +1,133 @@
+// The one op-test harness (conventions.md, "one op, one place, one harness"): seeded random inputs,
+// bf16 helpers, central finite-difference gradients with a stated tolerance, and the normalized
+// mean squared error used to compare a backend's output with the CPU reference (GPU tests reuse it).
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "engine/error.h"
+#include "kernels/common/bf16.h"
+
+namespace skew::test {
+
+/// n floats uniform in [lo, hi) from a seeded generator (same numbers on every machine).
+inline std::vector<float> random_vector(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 gen(seed);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = lo + (hi - lo) * float(gen() >> 8) * (1.0f / 16777216.0f);
+    return v;
+}
+
+/// n standard normal floats (Box-Muller on the seeded generator).
+inline std::vector<float> random_normal(int64_t n, uint32_t seed, float stddev = 1.0f) {
+    std::mt19937 gen(seed);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) {
+        const double u1 = (double(gen() >> 8) + 1.0) / 16777216.0, u2 = double(gen() >> 8) / 16777216.0;
+        x = float(stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+    }
+    return v;
+}
+
+/// Round every value to bf16 (RNE), kept as fp32: inputs exactly representable in both dtypes.
+inline std::vector<float> round_to_bf16(std::vector<float> v) {
+    for (auto& x : v) x = bf16_to_f32(f32_to_bf16(x));
+    return v;
+}
+
+inline std::vector<bf16> to_bf16(const std::vector<float>& v) {
+    std::vector<bf16> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+    return out;
+}
+
+inline std::vector<float> to_f32(const std::vector<bf16>& v) {
+    std::vector<float> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(v[i]);
+    return out;
+}
+
+/// Σ a_i·w_i in double: the scalar "loss" whose gradient w.r.t. an op's output is w.
+inline double dot(const std::vector<float>& a, const std::vector<float>& w) {
+    double s = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * double(w[i]);
+    return s;
+}
+
+/// Central finite differences of loss() w.r.t. every element of x (x is perturbed in place and
+/// restored). The step actually taken (fl(x ± eps) - x) is used, so fp32 rounding of x ± eps does
+/// not bias the quotient.
+inline std::vector<double> fd_gradient(std::vector<float>& x, const std::function<double()>& loss, float eps) {
+    std::vector<double> g(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        const float x0 = x[i];
+        const float xp = x0 + eps, xm = x0 - eps;
+        x[i] = xp;
+        const double lp = loss();
+        x[i] = xm;
+        const double lm = loss();
+        x[i] = x0;
+        g[i] = (lp - lm) / (double(xp) - double(xm));
+    }
+    return g;
+}
+
+/// Require |analytic_i - fd_i| <= atol + rtol·|fd_i| for every i; on failure report the worst
+/// element. Returns the largest |analytic - fd| (for the test log).
+template <class A>
+double check_gradient(const std::string& name, const std::vector<A>& analytic, const std::vector<double>& fd,
+                      double atol, double rtol) {
+    REQUIRE(analytic.size() == fd.size());
+    double worst_excess = -1.0, worst_err = 0.0;
+    size_t worst = 0;
+    bool ok = true;
+    for (size_t i = 0; i < fd.size(); ++i) {
+        const double err = std::fabs(double(analytic[i]) - fd[i]);
+        const double excess = err - (atol + rtol * std::fabs(fd[i]));
+        if (!(excess <= 0.0)) ok = false;
+        if (excess > worst_excess || std::isnan(err)) {
+            worst_excess = excess;
+            worst = i;
+        }
+        worst_err = std::max(worst_err, err);
+    }
+    INFO(name << ": worst element " << worst << " analytic " << double(analytic[worst]) << " vs finite difference "
+              << fd[worst] << " (atol " << atol << ", rtol " << rtol << ")");
+    CHECK(ok);
+    return worst_err;
+}
+
+/// Normalized mean squared error Σ(out - ref)^2 / Σ ref^2 (0 when both are zero): how far a
+/// backend's output is from the reference, independent of scale.
+inline double nmse(std::span<const float> out, std::span<const float> ref) {
+    REQUIRE(out.size() == ref.size());
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const double d = double(out[i]) - double(ref[i]);
+        num += d * d;
+        den += double(ref[i]) * double(ref[i]);
+    }
+    if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
+    return num / den;
+}
+
+/// Require nmse(out, ref) <= limit, reporting the value.
+inline void require_nmse(const std::string& name, std::span<const float> out, std::span<const float> ref,
+                         double limit) {
+    const double e = nmse(out, ref);
+    INFO(name << ": normalized MSE " << e << " (limit " << limit << ")");
+    CHECK(e <= limit);
+}
+
+/// The backends every cross-backend test runs (the CPU reference first; GPU tests add theirs).
+inline std::unique_ptr<Backend> cpu_backend() { return make_cpu_backend(); }
+
+}  // namespace skew::test
