@@ -1,0 +1,131 @@
+// Tests of cross-entropy over the padded vocabulary with the tied LM head
+// (kernels/cpu/cross_entropy.cpp): padding columns masked, finite and exact for logits in the
+// hundreds, the gradient to the logits and the fused chunked LM head against finite differences and
+// against the unfused matmul + cross-entropy.
+#include "kernels/cpu/cpu_ops.h"
+#include "tests/kernels/harness.h"
+
+using namespace skew;
+using namespace skew::test;
+
+namespace {
+
+// Per-token loss in double over the first V columns.
+std::vector<double> ref_losses(const std::vector<float>& logits, const std::vector<int32_t>& tgt, int64_t V, int64_t Vp) {
+    std::vector<double> out(tgt.size());
+    for (size_t i = 0; i < tgt.size(); ++i) {
+        double mx = -1e300, sum = 0.0;
+        for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(logits[i * size_t(Vp) + size_t(v)]));
+        for (int64_t v = 0; v < V; ++v) sum += std::exp(double(logits[i * size_t(Vp) + size_t(v)]) - mx);
+        out[i] = mx + std::log(sum) - logits[i * size_t(Vp) + size_t(tgt[i])];
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("cross-entropy masks the padded vocabulary and stays finite for logits in the hundreds") {
+    auto be = make_cpu_backend();
+    const int64_t n = 3, V = 5, Vp = 8;
+    auto logits = random_vector(n * Vp, 1, 200.0f, 800.0f);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t v = V; v < Vp; ++v) logits[size_t(i * Vp + v)] = 1000.0f;  // padding would dominate if read
+    const std::vector<int32_t> tgt{0, 4, 2};
+    std::vector<float> losses(static_cast<size_t>(n)), dl(size_t(n * Vp));
+    be->cross_entropy_forward(losses.data(), logits.data(), tgt.data(), n, V, Vp);
+    const auto ref = ref_losses(logits, tgt, V, Vp);
+    for (int64_t i = 0; i < n; ++i) {
+        REQUIRE(std::isfinite(losses[size_t(i)]));
+        REQUIRE(losses[size_t(i)] == Approx(ref[size_t(i)]).margin(1e-4));
+    }
+    be->cross_entropy_backward(dl.data(), logits.data(), tgt.data(), 1.0f, n, V, Vp);
+    for (int64_t i = 0; i < n; ++i) {
+        double row = 0.0;
+        for (int64_t v = 0; v < Vp; ++v) {
+            REQUIRE(std::isfinite(dl[size_t(i * Vp + v)]));
+            if (v >= V) REQUIRE(dl[size_t(i * Vp + v)] == 0.0f);
+            row += dl[size_t(i * Vp + v)];
+        }
+        REQUIRE(std::fabs(row) < 1e-6);  // Σ (p - onehot) = 0 over the real vocabulary
+    }
+    const std::vector<int32_t> bad{0, 5, 2};  // 5 is a padding id
+    REQUIRE_THROWS_AS(be->cross_entropy_forward(losses.data(), logits.data(), bad.data(), n, V, Vp), Error);
+}
+
+TEST_CASE("cross-entropy gradient to the logits matches finite differences") {
+    auto be = make_cpu_backend();
+    const int64_t n = 4, V = 6, Vp = 8;
+    auto logits = random_normal(n * Vp, 2, 2.0f);
+    const std::vector<int32_t> tgt{5, 0, 3, 3};
+    const float dloss = 0.25f;  // e.g. 1 / accum_steps
+    auto loss = [&] {
+        std::vector<float> losses(static_cast<size_t>(n));
+        be->cross_entropy_forward(losses.data(), logits.data(), tgt.data(), n, V, Vp);
+        double m = 0.0;
+        for (float l : losses) m += l;
+        return dloss * m / double(n);
+    };
+    std::vector<float> dl(size_t(n * Vp));
+    be->cross_entropy_backward(dl.data(), logits.data(), tgt.data(), dloss, n, V, Vp);
+    // fp32 losses, eps 1e-3: rounding ~1e-5, gradients ~1e-2
+    check_gradient("dlogits", dl, fd_gradient(logits, loss, 1e-3f), 5e-5, 1e-2);
+}
+
+TEST_CASE("fused LM head cross-entropy matches finite differences for the input and the tied embedding") {
+    auto be = make_cpu_backend();
+    const ClassifierShape s{5, 4, 6, 8};
+    auto x = random_vector(s.n_tokens * s.d_model, 3), wte = random_vector(s.padded_vocab_size * s.d_model, 4);
+    const std::vector<int32_t> tgt{1, 5, 0, 2, 5};
+    std::vector<char> ws(size_t(be->lm_head_workspace_bytes(s)));
+    const float dloss = 0.5f;
+    auto loss = [&] {
+        float m = 0.0f;
+        be->lm_head_cross_entropy(&m, nullptr, nullptr, nullptr, x.data(), wte.data(), tgt.data(), dloss, s, ws.data());
+        return double(dloss) * m;
+    };
+    float mean = 0.0f;
+    std::vector<float> losses(static_cast<size_t>(s.n_tokens)), dx(x.size()), dwte(wte.size(), 0.0f);
+    be->lm_head_cross_entropy(&mean, losses.data(), dx.data(), dwte.data(), x.data(), wte.data(), tgt.data(), dloss, s,
+                              ws.data());
+    // fp32 mean loss, eps 1e-2: truncation ~1e-5, rounding ~1e-5
+    check_gradient("dx", dx, fd_gradient(x, loss, 1e-2f), 1e-4, 1e-2);
+    check_gradient("dwte", dwte, fd_gradient(wte, loss, 1e-2f), 1e-4, 1e-2);
+    for (int64_t v = s.vocab_size; v < s.padded_vocab_size; ++v)
+        for (int64_t c = 0; c < s.d_model; ++c) REQUIRE(dwte[size_t(v * s.d_model + c)] == 0.0f);  // padding rows
+}
+
+TEST_CASE("fused LM head in chunks matches the unfused matmul and cross-entropy on the GPT-2 padded vocabulary") {
+    auto be = make_cpu_backend();
+    const ClassifierShape s{100, 8, 50257, 50304};
+    REQUIRE(cpu::lm_head_chunk_tokens(s) < s.n_tokens);  // several chunks
+    const auto x = to_bf16(random_vector(s.n_tokens * s.d_model, 5, -4.0f, 4.0f));
+    const auto wte = to_bf16(random_vector(s.padded_vocab_size * s.d_model, 6, -4.0f, 4.0f));  // logits up to ~100
+    std::vector<int32_t> tgt(static_cast<size_t>(s.n_tokens));
+    for (int64_t i = 0; i < s.n_tokens; ++i) tgt[size_t(i)] = int32_t((i * 7919) % s.vocab_size);
+    const float dloss = 1.0f;
+
+    std::vector<char> ws(size_t(be->lm_head_workspace_bytes(s)));
+    float mean = 0.0f;
+    std::vector<float> losses(static_cast<size_t>(s.n_tokens)), dx(size_t(s.n_tokens * s.d_model));
+    std::vector<float> dwte(size_t(s.padded_vocab_size * s.d_model), 0.0f);
+    be->lm_head_cross_entropy(&mean, losses.data(), dx.data(), dwte.data(), x.data(), wte.data(), tgt.data(), dloss, s,
+                              ws.data());
+
+    std::vector<float> logits(size_t(s.n_tokens * s.padded_vocab_size)), ref_l(static_cast<size_t>(s.n_tokens));
+    be->matmul_forward(logits.data(), x.data(), wte.data(), s.n_tokens, s.d_model, s.padded_vocab_size);
+    be->cross_entropy_forward(ref_l.data(), logits.data(), tgt.data(), s.n_tokens, s.vocab_size, s.padded_vocab_size);
+    be->cross_entropy_backward(logits.data(), logits.data(), tgt.data(), dloss, s.n_tokens, s.vocab_size,
+                               s.padded_vocab_size);
+    std::vector<float> ref_dx(dx.size()), ref_dwte(dwte.size(), 0.0f);
+    be->matmul_backward(ref_dx.data(), ref_dwte.data(), logits.data(), x.data(), wte.data(), s.n_tokens, s.d_model,
+                        s.padded_vocab_size);
+    double ref_mean = 0.0;
+    for (float l : ref_l) ref_mean += l;
+    ref_mean /= double(s.n_tokens);
+    REQUIRE(std::isfinite(mean));
+    REQUIRE(mean == Approx(ref_mean).epsilon(1e-6));
+    // same fp32 products; only the blocking of the dwte sum over tokens differs
+    require_nmse("losses", losses, ref_l, 1e-12);
+    require_nmse("dx", dx, ref_dx, 1e-10);
+    require_nmse("dwte", dwte, ref_dwte, 1e-10);
+}
