@@ -114,7 +114,8 @@ std::vector<BufferSpec> activation_buffers(const Config& cfg, int64_t microbatch
     // needs four matrices of the largest shape; the others one), which shares bytes with the
     // activations since the optimizer runs after backward.
     s.add("ws.scalars", f32, {64}, F, O, BufferKind::WORKSPACE, "workspace");
-    s.add("ws.library", DType::U16, {int64_t(cfg.runtime.workspace_gib * GIB / 2.0)}, F, O, BufferKind::WORKSPACE,
+    if (cfg.runtime.workspace_gib > 0)
+        s.add("ws.library", DType::U16, {int64_t(cfg.runtime.workspace_gib * GIB / 2.0)}, F, O, BufferKind::WORKSPACE,
           "workspace");
     return out;
 }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/param_table.h"  // Tier indexes OptimizerConfig::tiers
+
 namespace skew {
 
 /// Model shape and MoE settings. Defaults reproduce the paper (Appendix A).

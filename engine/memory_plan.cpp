@@ -101,21 +101,31 @@ MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const O
         }
         plan.buffers.push_back(b);
     }
+    // Rows in tier order (backbone, experts, router), as paper Appendix B lists them.
+    std::map<std::string, int> comp_tier;
+    for (const BufferSpec& b : state) comp_tier.try_emplace(b.component, int(table.params[size_t(b.param)].tier));
+    std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) { return comp_tier[a] < comp_tier[b]; });
     for (const auto& n : order) plan.state_components.push_back(comps[n]);
     plan.paper_state_bytes = paper_state_bytes(opt, table);
 
     std::vector<BufferSpec> acts = activation_buffers(cfg, microbatch);
-    // Optimizer scratch for one matrix at a time (fp32): Muon's Newton-Schulz holds X, X X^T,
-    // its square and B X (<= 4 matrices of the largest shape); other optimizers one update matrix.
-    int64_t max_matrix = 0;
-    for (const ParamInfo& p : table.params)
-        max_matrix = std::max(max_matrix, p.is_vector() ? p.numel() : p.rows() * p.cols());
+    // Optimizer scratch for one matrix at a time (fp32). Muon's Newton-Schulz holds X, X X^T, its
+    // square and B X (<= 4 matrices of the largest Muon-routed shape); GaLore a projected gradient
+    // and its back-projection (2 matrices); the element-wise optimizers compute the update RMS in a
+    // second pass instead of storing U, so they need only per-matrix reduction scratch.
     const bool muon = opt.type == "muon" || opt.type == "muon-kj";
+    const bool galore = opt.type == "galore" || opt.type == "galore-paper";
+    int64_t max_matrix = 0, max_rows_cols = 0;
+    for (const ParamInfo& p : table.params) {
+        if (p.is_vector() || (muon && muon_uses_adam(p))) continue;
+        max_matrix = std::max(max_matrix, p.rows() * p.cols());
+        max_rows_cols = std::max(max_rows_cols, p.n_matrices() * (p.rows() + p.cols()));
+    }
     BufferSpec ws;
     ws.name = "ws.optimizer";
     ws.kind = BufferKind::WORKSPACE;
     ws.dtype = DType::F32;
-    ws.shape = {(muon ? 4 : 1) * max_matrix};
+    ws.shape = {muon ? 4 * max_matrix : galore ? 2 * max_matrix : std::max<int64_t>(max_rows_cols, 1024)};
     ws.first = ws.last = Phase::OPTIMIZER;
     ws.component = "workspace";
     acts.push_back(ws);

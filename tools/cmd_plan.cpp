@@ -1,6 +1,196 @@
-// skew plan (being written).
+// skew plan: the memory-budget dry run (no GPU needed). Prints the paper's Appendix B table for
+// one optimizer, the memory at peak, whether it fits a budget and the largest microbatch that
+// does, and every optimizer's state side by side; --json gives the same numbers for scripts.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "engine/config.h"
+#include "engine/error.h"
+#include "engine/memory_plan.h"
+#include "engine/param_table.h"
+#include "engine/sizes.h"
 #include "tools/commands.h"
 
 namespace skew::tools {
-void register_plan_command(CLI::App& app) { (void)app; }
+namespace {
+
+struct PlanArgs {
+    std::string config;
+    std::string optimizer;
+    int64_t microbatch = 0;
+    std::string budget;
+    bool json = false;
+    std::vector<std::string> overrides;
+};
+
+std::string with_commas(int64_t n) {
+    std::string s = std::to_string(n < 0 ? -n : n), out;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (i && (s.size() - i) % 3 == 0) out += ',';
+        out += s[i];
+    }
+    return n < 0 ? "-" + out : out;
+}
+
+// Parameters in millions as the paper writes them: 341.4M, 6,442.5M, 0.52M.
+std::string millions(int64_t n) {
+    double m = double(n) / 1e6;
+    if (m < 10) return fmt::format("{:.2f}M", m);
+    int64_t tenths = int64_t(std::llround(m * 10));
+    return fmt::format("{}.{}M", with_commas(tenths / 10), tenths % 10);
+}
+
+double gib(int64_t b) { return double(b) / GIB; }
+
+// MiB with one decimal and thousands separators: 1,302.2
+std::string mib_text(int64_t b) {
+    int64_t tenths = int64_t(std::llround(double(b) / MIB * 10));
+    return fmt::format("{}.{}", with_commas(tenths / 10), tenths % 10);
+}
+double mib(int64_t b) { return double(b) / MIB; }
+
+// The optimizer to plan: --optimizer, else the first of train.optimizers.
+OptimizerConfig pick_optimizer(const Config& cfg, const std::string& name) {
+    if (name.empty()) return cfg.optimizers.front();
+    if (const OptimizerConfig* o = cfg.find_optimizer(name)) return *o;
+    return builtin_optimizer(name);  // throws with the list of built-ins
+}
+
+void run_plan(const PlanArgs& a) {
+    Config cfg = load_config(a.config, a.overrides);
+    ParamTable table = build_param_table(cfg.model);
+    OptimizerConfig opt = pick_optimizer(cfg, a.optimizer);
+    int64_t mb = a.microbatch > 0 ? a.microbatch : (cfg.train.microbatch > 0 ? cfg.train.microbatch : cfg.train.batch_size);
+    if (cfg.train.batch_size % mb != 0)
+        fail("--microbatch {} must divide train.batch_size ({})", mb, cfg.train.batch_size);
+    MemoryPlan plan = build_memory_plan(cfg, table, opt, mb);
+
+    std::optional<ParsedSize> budget;
+    if (!a.budget.empty()) budget = parse_size(a.budget, "--budget");
+    int64_t largest = budget ? largest_fitting_microbatch(cfg, table, opt, budget->bytes) : -1;
+
+    const int64_t bb = table.tier_numel(Tier::BACKBONE), ex = table.tier_numel(Tier::EXPERTS),
+                  rt = table.tier_numel(Tier::ROUTER), total = table.total_numel();
+    const int64_t active = table.active_numel(cfg.model.top_k, cfg.model.n_experts);
+
+    // Every optimizer's state and peak at the same microbatch (paper Tables 1 and 3).
+    std::vector<OptimizerConfig> all;
+    for (const auto& n : builtin_optimizer_names()) {
+        const OptimizerConfig* o = cfg.find_optimizer(n);
+        all.push_back(o ? *o : builtin_optimizer(n));
+    }
+    for (const auto& o : cfg.defined_optimizers)
+        if (std::find(builtin_optimizer_names().begin(), builtin_optimizer_names().end(), o.name) == builtin_optimizer_names().end())
+            all.push_back(o);
+    std::vector<MemoryPlan> plans;
+    for (const auto& o : all) plans.push_back(build_memory_plan(cfg, table, o, mb));
+
+    if (a.json) {
+        nlohmann::json j;
+        j["config"] = a.config;
+        j["optimizer"] = opt.name;
+        j["optimizer_type"] = opt.type;
+        j["microbatch"] = mb;
+        j["seq_len"] = cfg.train.seq_len;
+        j["grad_accum_steps"] = cfg.train.batch_size / mb;
+        j["params"] = {{"backbone", bb}, {"experts", ex}, {"router", rt}, {"total", total}, {"active_per_token", active}};
+        nlohmann::json comps = nlohmann::json::array();
+        for (const auto& c : plan.state_components)
+            comps.push_back({{"component", c.name}, {"params", c.params}, {"state_kept", c.state_kept}, {"bytes", c.bytes},
+                             {"mib", mib(c.bytes)}});
+        j["state_components"] = comps;
+        auto entry = [](int64_t b) { return nlohmann::json{{"bytes", b}, {"gib", gib(b)}}; };
+        j["weights"] = entry(plan.weights_bytes);
+        j["gradients"] = entry(plan.grads_bytes);
+        j["state"] = entry(plan.state_bytes);
+        j["paper_state"] = entry(plan.paper_state_bytes);
+        j["activations"] = entry(plan.activation_bytes);
+        j["workspace"] = entry(plan.workspace_bytes);
+        j["peak"] = entry(plan.peak_bytes);
+        if (budget) {
+            j["budget"] = {{"bytes", budget->bytes}, {"gib", gib(budget->bytes)}, {"unit", budget->unit},
+                           {"fits", plan.peak_bytes <= budget->bytes},
+                           {"headroom_gib", gib(budget->bytes - plan.peak_bytes)}};
+            j["largest_microbatch"] = largest;
+        } else {
+            j["budget"] = nullptr;
+            j["largest_microbatch"] = nullptr;
+        }
+        nlohmann::json others = nlohmann::json::array();
+        for (size_t i = 0; i < all.size(); ++i)
+            others.push_back({{"name", all[i].name}, {"type", all[i].type}, {"state_bytes", plans[i].state_bytes},
+                              {"state_gib", gib(plans[i].state_bytes)}, {"paper_state_gib", gib(plans[i].paper_state_bytes)},
+                              {"peak_gib", gib(plans[i].peak_bytes)}});
+        j["optimizers"] = others;
+        std::cout << j.dump(2) << "\n";
+        return;
+    }
+
+    fmt::print("skew plan: {} | optimizer {} ({}) | microbatch {} x {} tokens, {} accumulation steps\n", a.config, opt.name,
+               opt.type, mb, cfg.train.seq_len, cfg.train.batch_size / mb);
+    fmt::print("Sizes in GiB (2^30 bytes) and MiB (2^20 bytes), the paper's GB and MB.\n\n");
+    fmt::print("Parameters by tier\n| tier | parameters |\n| --- | ---: |\n");
+    fmt::print("| backbone | {} |\n| experts | {} |\n| router | {} |\n| total | {} |\n| active per token | {} |\n\n",
+               millions(bb), millions(ex), millions(rt), millions(total), millions(active));
+    fmt::print("Optimizer state: {} (paper Appendix B)\n| component | parameters | state kept | size |\n| --- | ---: | --- | ---: |\n",
+               opt.name);
+    for (const auto& c : plan.state_components)
+        fmt::print("| {} | {} | {} | {} MiB |\n", c.name, millions(c.params), c.state_kept, mib_text(c.bytes));
+    fmt::print("| Total | {} | | {:.2f} GiB |\n", millions(total), gib(plan.state_bytes));
+    if (plan.paper_state_bytes != plan.state_bytes)
+        fmt::print("(the paper's accounting charges {:.2f} GiB: 4 bytes per parameter; the internal Adam adds {:.2f} GiB)\n",
+                   gib(plan.paper_state_bytes), gib(plan.state_bytes - plan.paper_state_bytes));
+    fmt::print("\nMemory at peak (one flat arena)\n| part | size |\n| --- | ---: |\n");
+    fmt::print("| weights (bf16; fp32 norms and router) | {:.2f} GiB |\n", gib(plan.weights_bytes));
+    fmt::print("| gradients ({}) | {:.2f} GiB |\n", cfg.runtime.grad_dtype, gib(plan.grads_bytes));
+    fmt::print("| optimizer state | {:.2f} GiB |\n", gib(plan.state_bytes));
+    fmt::print("| activations (microbatch {}, per-block checkpointing) | {:.2f} GiB |\n", mb, gib(plan.activation_bytes));
+    fmt::print("| workspace | {:.2f} GiB |\n", gib(plan.workspace_bytes));
+    fmt::print("| **predicted peak** | **{:.2f} GiB** |\n\n", gib(plan.peak_bytes));
+    if (budget) {
+        fmt::print("Budget {} read as {}: {:.2f} GiB.\n", a.budget, budget->unit, gib(budget->bytes));
+        if (plan.peak_bytes <= budget->bytes)
+            fmt::print("Fits: {:.2f} GiB of headroom at microbatch {}.\n", gib(budget->bytes - plan.peak_bytes), mb);
+        else
+            fmt::print("Does NOT fit: {:.2f} GiB over the budget at microbatch {}.\n", gib(plan.peak_bytes - budget->bytes), mb);
+        if (largest > 0)
+            fmt::print("Largest microbatch that fits: {} (a divisor of batch_size {}).\n\n", largest, cfg.train.batch_size);
+        else
+            fmt::print("No microbatch fits: even microbatch 1 needs {:.2f} GiB.\n\n",
+                       gib(build_memory_plan(cfg, table, opt, 1).peak_bytes));
+    }
+    fmt::print("All optimizers at microbatch {}\n| optimizer | type | state | peak |{}\n| --- | --- | ---: | ---: |{}\n", mb,
+               budget ? " fits |" : "", budget ? " --- |" : "");
+    for (size_t i = 0; i < all.size(); ++i) {
+        std::string state = fmt::format("{:.2f} GiB", gib(plans[i].state_bytes));
+        if (plans[i].paper_state_bytes != plans[i].state_bytes)
+            state = fmt::format("{:.2f} GiB + {:.2f} internal Adam", gib(plans[i].paper_state_bytes),
+                                gib(plans[i].state_bytes - plans[i].paper_state_bytes));
+        fmt::print("| {} | {} | {} | {:.2f} GiB |{}\n", all[i].name, all[i].type, state, gib(plans[i].peak_bytes),
+                   budget ? (plans[i].peak_bytes <= budget->bytes ? " yes |" : " no |") : "");
+    }
+}
+
+}  // namespace
+
+void register_plan_command(CLI::App& app) {
+    auto args = std::make_shared<PlanArgs>();
+    CLI::App* cmd = app.add_subcommand("plan", "Memory-budget dry run: parameters, optimizer state, peak memory (no GPU needed)");
+    cmd->add_option("config", args->config, "Experiment config (YAML)")->required();
+    cmd->add_option("--optimizer", args->optimizer,
+                    "Optimizer to plan: a built-in name or a key of the config's optimizers section (default: the first of train.optimizers)");
+    cmd->add_option("--microbatch", args->microbatch, "Sequences per forward/backward (default: train.microbatch)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--budget", args->budget, "Device memory budget with a unit: 40GiB, 40GB (10^9 bytes), 40960MiB");
+    cmd->add_flag("--json", args->json, "Print the same numbers as JSON");
+    cmd->add_option("--set", args->overrides, "Override a config key, e.g. --set train.microbatch=4 (repeatable)")
+        ->take_all();
+    cmd->callback([args] { run_plan(*args); });
+}
+
 }  // namespace skew::tools

@@ -1,0 +1,195 @@
+// Config validation: every rule of the schema refuses bad input with a message naming the key and
+// the line (engine/config.cpp), and --set overrides follow the same rules.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "engine/config.h"
+#include "engine/config_schema.h"
+#include "engine/error.h"
+
+using namespace skew;
+
+namespace {
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+    try {
+        load_config_text(yaml, "test.yaml", overrides);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+}  // namespace
+
+TEST_CASE("the paper's config loads with Appendix A values") {
+    Config c = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/paper-6.78b.yaml");
+    CHECK(c.model.d_model == 4096);
+    CHECK(c.model.n_heads == 32);
+    CHECK(c.model.n_kv_heads == 8);
+    CHECK(c.model.n_experts == 128);
+    CHECK(c.model.top_k == 2);
+    CHECK(c.model.padded_vocab_size == 50304);
+    CHECK(c.model.z_loss_coef == Approx(1e-4));
+    CHECK(c.train.batch_size == 64);
+    CHECK(c.train.microbatch == 8);
+    CHECK(c.train.grad_accum_steps() == 8);
+    REQUIRE(c.optimizers.size() == 4);
+    CHECK(c.optimizers[0].name == "skewadam");
+    CHECK(c.optimizers[2].name == "lion");
+    CHECK(c.optimizers[2].lr == Approx(1e-4));
+    CHECK(c.optimizers[3].lr == Approx(0.02));
+    CHECK(c.optimizers[0].tiers[int(Tier::ROUTER)].second_moment == SecondMomentKind::FULL);
+    CHECK(c.optimizers[0].tiers[int(Tier::EXPERTS)].momentum == MomentumKind::NONE);
+}
+
+TEST_CASE("tiny config loads") {
+    Config c = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml");
+    CHECK(c.model.d_model == 64);
+    CHECK(c.train.microbatch == 4);
+}
+
+TEST_CASE("an unknown key names file, line, column and the nearest valid key") {
+    std::string e = error_of("model:\n  d_model: 64\n  n_head: 4\n");
+    CHECK(e.find("test.yaml:3:3") != std::string::npos);
+    CHECK(e.find("model.n_head") != std::string::npos);
+    CHECK(e.find("did you mean 'n_heads'") != std::string::npos);
+}
+
+TEST_CASE("an unknown section is refused with a suggestion") {
+    std::string e = error_of("modle:\n  d_model: 64\n");
+    CHECK(e.find("test.yaml:1:1") != std::string::npos);
+    CHECK(e.find("did you mean 'model'") != std::string::npos);
+}
+
+TEST_CASE("an unknown optimizer key is refused with a suggestion") {
+    std::string e = error_of("optimizers:\n  skewadam:\n    lrr: 0.1\n");
+    CHECK(e.find("test.yaml:3:5") != std::string::npos);
+    CHECK(e.find("did you mean 'lr'") != std::string::npos);
+    std::string t = error_of("optimizers:\n  skewadam:\n    tiers:\n      backbon: {momentum: none}\n");
+    CHECK(t.find("did you mean 'backbone'") != std::string::npos);
+}
+
+TEST_CASE("a duplicated key is an error naming it and both lines") {
+    std::string e = error_of("model:\n  d_model: 64\n  n_heads: 4\n  d_model: 128\n");
+    CHECK(e.find("duplicated key 'model.d_model'") != std::string::npos);
+    CHECK(e.find("test.yaml:4:3") != std::string::npos);
+    CHECK(e.find("line 2") != std::string::npos);
+}
+
+TEST_CASE("wrong types name the key and what was expected") {
+    CHECK(error_of("model:\n  d_model: big\n").find("model.d_model: expected an integer, got 'big'") != std::string::npos);
+    CHECK(error_of("model:\n  d_model: [1, 2]\n").find("expected integer, got a list") != std::string::npos);
+    CHECK(error_of("optimizers:\n  adamw:\n    nesterov: 3\n").find("expected true or false") != std::string::npos);
+    CHECK(error_of("train:\n  optimizers: skewadam\n").find("expected list of strings") != std::string::npos);
+    CHECK(error_of("model:\n  init_std: abc\n").find("expected a number") != std::string::npos);
+}
+
+TEST_CASE("numbers in exponent form are numbers") {
+    Config c = load_config_text("optimizers:\n  skewadam:\n    lr: 3e-4\ntrain:\n  steps: 1e4\n", "t.yaml");
+    CHECK(c.find_optimizer("skewadam")->lr == Approx(3e-4));
+    CHECK(c.train.steps == 10000);
+    CHECK(error_of("train:\n  steps: 1.5e0\n").find("expected an integer") != std::string::npos);
+}
+
+TEST_CASE("a negative count is refused, not wrapped around") {
+    std::string e = error_of("model:\n  n_experts: -8\n");
+    CHECK(e.find("model.n_experts: -8 is out of range: must be >= 1") != std::string::npos);
+    CHECK(e.find("test.yaml:2:14") != std::string::npos);
+    CHECK(error_of("train:\n  steps: 99999999999999999999999\n").find("out of range") != std::string::npos);
+}
+
+TEST_CASE(".inf and .nan are refused where a finite value is required") {
+    CHECK(error_of("optimizers:\n  adamw:\n    lr: .inf\n").find("finite number is required") != std::string::npos);
+    CHECK(error_of("model:\n  init_std: .nan\n").find("finite number is required") != std::string::npos);
+    CHECK(error_of("optimizers:\n  adamw:\n    lr: 1e999\n").find("finite number is required") != std::string::npos);
+}
+
+TEST_CASE("a negative learning rate is refused") {
+    CHECK(error_of("optimizers:\n  adamw:\n    lr: -0.001\n").find("optimizers.adamw.lr: -0.001 is out of range: must be > 0") !=
+          std::string::npos);
+}
+
+TEST_CASE("inconsistent heads and experts name the key and the rule") {
+    std::string e = error_of("model:\n  d_model: 64\n  n_heads: 4\n  n_kv_heads: 3\n");
+    CHECK(e.find("test.yaml:4:15") != std::string::npos);
+    CHECK(e.find("n_heads (4) must be divisible by n_kv_heads (3)") != std::string::npos);
+    CHECK(error_of("model:\n  d_model: 65\n  n_heads: 4\n  n_kv_heads: 2\n").find("d_model (65) must be divisible by n_heads (4)") !=
+          std::string::npos);
+    CHECK(error_of("model:\n  n_experts: 2\n  top_k: 3\n").find("top_k (3) must not exceed n_experts (2)") != std::string::npos);
+    CHECK(error_of("model:\n  n_blocks: 2\n  moe_blocks: [2]\n").find("block index 2 is out of range") != std::string::npos);
+    CHECK(error_of("model:\n  vocab_size: 60000\n").find("padded_vocab_size (50304) must be >= vocab_size (60000)") !=
+          std::string::npos);
+    CHECK(error_of("train:\n  batch_size: 64\n  microbatch: 7\n").find("microbatch (7) must divide batch_size (64)") !=
+          std::string::npos);
+    CHECK(error_of("train:\n  seq_len: 512\n").find("seq_len (512) must not exceed model.max_seq_len (256)") != std::string::npos);
+}
+
+TEST_CASE("enumerations list the allowed values") {
+    std::string e = error_of("optimizers:\n  adamw:\n    rounding: stochastik\n");
+    CHECK(e.find("'stochastik' is not one of stochastic, dithered, nearest") != std::string::npos);
+    CHECK(e.find("did you mean 'stochastic'") != std::string::npos);
+}
+
+TEST_CASE("overrides apply after the file and follow the same rules") {
+    Config c = load_config_text("train:\n  steps: 5\n", "t.yaml", {"train.steps=100", "optimizers.lion.lr=3e-5",
+                                                                    "train.optimizers=[lion, adamw]"});
+    CHECK(c.train.steps == 100);
+    REQUIRE(c.optimizers.size() == 2);
+    CHECK(c.optimizers[0].name == "lion");
+    CHECK(c.optimizers[0].lr == Approx(3e-5));
+    CHECK(error_of("", {"train.stepz=5"}).find("--set train.stepz=5: unknown key 'train.stepz'; did you mean 'train.steps'") !=
+          std::string::npos);
+    CHECK(error_of("", {"model.n_experts=-1"}).find("--set model.n_experts=-1: model.n_experts: -1 is out of range") !=
+          std::string::npos);
+    CHECK(error_of("", {"model.n_kv_heads=5"}).find("--set model.n_kv_heads=5: model.n_kv_heads") != std::string::npos);
+    CHECK(error_of("", {"train.steps"}).find("expected key=value") != std::string::npos);
+}
+
+TEST_CASE("a custom optimizer needs a type, and unknown optimizer names are refused") {
+    Config c = load_config_text(
+        "optimizers:\n  my-adam:\n    type: adamw\n    lr: 1e-4\ntrain:\n  optimizers: [my-adam, skewadam]\n", "t.yaml");
+    REQUIRE(c.optimizers.size() == 2);
+    CHECK(c.optimizers[0].type == "adamw");
+    CHECK(c.optimizers[0].lr == Approx(1e-4));
+    CHECK(error_of("optimizers:\n  mine:\n    lr: 1e-4\n").find("needs a `type:`") != std::string::npos);
+    CHECK(error_of("train:\n  optimizers: [adamw, skewadamm]\n").find("did you mean 'skewadam'") != std::string::npos);
+}
+
+TEST_CASE("presets reproduce the paper's Table 3 policies") {
+    CHECK(builtin_optimizer("skewadam-expert-momentum").tiers[int(Tier::EXPERTS)].momentum == MomentumKind::FP32);
+    CHECK(builtin_optimizer("skewadam-factored-router").tiers[int(Tier::ROUTER)].second_moment == SecondMomentKind::FACTORED);
+    OptimizerConfig u = builtin_optimizer("uniform");
+    for (const auto& t : u.tiers) {
+        CHECK(t.momentum == MomentumKind::FP32);
+        CHECK(t.second_moment == SecondMomentKind::FACTORED);
+    }
+    CHECK_THROWS_AS(builtin_optimizer("sgd"), Error);
+}
+
+TEST_CASE("YAML syntax errors name the line") {
+    std::string e = error_of("model:\n  d_model: [64\n");
+    CHECK(e.find("YAML syntax error") != std::string::npos);
+    CHECK(e.find("test.yaml:") != std::string::npos);
+}
+
+TEST_CASE("a missing config file is named") {
+    try {
+        load_config("/nonexistent/x.yaml");
+        FAIL("no error");
+    } catch (const Error& e) {
+        CHECK(std::string(e.what()).find("/nonexistent/x.yaml: cannot open") != std::string::npos);
+    }
+}
+
+TEST_CASE("the resolved config reloads to the same values") {
+    Config a = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/paper-6.78b.yaml", {"train.steps=77"});
+    Config b = load_config_text(a.resolved_yaml, "resolved.yaml");
+    CHECK(b.train.steps == 77);
+    CHECK(b.resolved_yaml == a.resolved_yaml);
+}
+
+TEST_CASE("README's config reference lists every key") {
+    std::string ref = config_reference_markdown();
+    for (const auto& k : section_key_specs()) CHECK(ref.find("`" + k.path + "`") != std::string::npos);
+    CHECK(ref.find("`optimizers.<name>.tiers.router.second_moment`") != std::string::npos);
+}

@@ -1,0 +1,153 @@
+// The memory plan reproduces the paper's state sizes (Table 1, Table 3, Appendix B) for every
+// optimizer, and the arena laid out from it is aligned, 64-bit and overlap-free.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/arena.h"
+#include "engine/error.h"
+#include "engine/config.h"
+#include "engine/memory_plan.h"
+#include "engine/param_table.h"
+
+using namespace skew;
+
+namespace {
+const Config& paper() {
+    static Config c = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/paper-6.78b.yaml");
+    return c;
+}
+double state_gib(const std::string& name) {
+    ParamTable t = build_param_table(paper().model);
+    int64_t b = 0;
+    for (const auto& s : optimizer_state_buffers(builtin_optimizer(name), t)) b += s.bytes();
+    return double(b) / GIB;
+}
+double paper_gib(const std::string& name) {
+    ParamTable t = build_param_table(paper().model);
+    return double(paper_state_bytes(builtin_optimizer(name), t)) / GIB;
+}
+double round2(double x) { return std::round(x * 100) / 100; }
+}  // namespace
+
+TEST_CASE("optimizer state matches the paper's Table 1 and Table 3 to 0.01 GiB") {
+    CHECK(round2(state_gib("skewadam")) == Approx(1.29));
+    CHECK(round2(state_gib("adamw")) == Approx(50.55));
+    CHECK(round2(state_gib("lion")) == Approx(25.27));
+    CHECK(round2(paper_gib("muon")) == Approx(25.27));
+    // the footnote: Muon's internal Adam on embeddings, positions, router and vectors adds ~0.8 GB
+    CHECK(state_gib("muon") - paper_gib("muon") == Approx(0.77).margin(0.01));
+    CHECK(round2(state_gib("adafactor")) == Approx(0.01));
+    CHECK(round2(state_gib("skewadam-expert-momentum")) == Approx(25.29));
+    CHECK(round2(state_gib("skewadam-factored-router")) == Approx(1.28));
+    CHECK(round2(state_gib("uniform")) == Approx(25.29));
+}
+
+TEST_CASE("SkewAdam's Appendix B components") {
+    ParamTable t = build_param_table(paper().model);
+    MemoryPlan p = build_memory_plan(paper(), t, builtin_optimizer("skewadam"), 8);
+    auto mib = [&](const std::string& name) {
+        for (const auto& c : p.state_components)
+            if (c.name == name) return std::round(double(c.bytes) / MIB * 10) / 10;
+        FAIL("no component " << name);
+        return 0.0;
+    };
+    CHECK(mib("Backbone momentum (fp32)") == Approx(1302.2));
+    CHECK(mib("Backbone factored 2nd moments") == Approx(0.5));
+    CHECK(mib("Backbone vector params (norms), full 2nd moment") == Approx(0.2));
+    CHECK(mib("Expert factored 2nd moments") == Approx(12.0));
+    CHECK(mib("Router full 2nd moment") == Approx(2.0));
+    // 12.0 MiB is 128 x 3 x (4096 + 4096) fp32 values: each expert matrix is its own W.
+    int64_t expert_bytes = 0;
+    for (const auto& c : p.state_components)
+        if (c.name == "Expert factored 2nd moments") expert_bytes = c.bytes;
+    CHECK(expert_bytes == 128LL * 3 * (4096 + 4096) * 4);
+    CHECK(round2(double(p.weights_bytes) / GIB) == Approx(12.64));
+}
+
+TEST_CASE("the arena's total equals the plan's peak, and every buffer is aligned and in bounds") {
+    ParamTable t = build_param_table(paper().model);
+    for (const std::string name : {"skewadam", "adamw", "muon", "galore"}) {
+        MemoryPlan p = build_memory_plan(paper(), t, builtin_optimizer(name), 8);
+        int64_t total = 0;
+        std::vector<int64_t> offs = layout_arena(p.buffers, &total);
+        CHECK(total == p.peak_bytes);
+        CHECK(offs == p.offsets);
+        int64_t persistent = p.weights_bytes + p.grads_bytes + p.state_bytes;
+        CHECK(p.peak_bytes >= persistent + p.workspace_bytes);
+        for (size_t i = 0; i < p.buffers.size(); ++i) {
+            CHECK(p.offsets[i] % ARENA_ALIGNMENT == 0);
+            CHECK(p.offsets[i] + p.buffers[i].bytes() <= p.peak_bytes);
+        }
+    }
+}
+
+TEST_CASE("buffers overlap only where their lifetimes are disjoint") {
+    ParamTable t = build_param_table(paper().model);
+    MemoryPlan p = build_memory_plan(paper(), t, builtin_optimizer("muon"), 8);
+    int shared = 0;
+    for (size_t i = 0; i < p.buffers.size(); ++i) {
+        for (size_t j = i + 1; j < p.buffers.size(); ++j) {
+            const auto &a = p.buffers[i], &b = p.buffers[j];
+            bool bytes_overlap = p.offsets[i] < p.offsets[j] + b.bytes() && p.offsets[j] < p.offsets[i] + a.bytes();
+            bool lifetimes_meet = a.first <= b.last && b.first <= a.last;
+            if (bytes_overlap) {
+                INFO(a.name << " overlaps " << b.name);
+                CHECK_FALSE(lifetimes_meet);
+                ++shared;
+            }
+        }
+    }
+    CHECK(shared > 0);  // the optimizer workspace reuses activation bytes
+}
+
+TEST_CASE("offsets are 64-bit: a layout beyond 2^31 elements") {
+    ParamTable t = build_param_table(paper().model);
+    MemoryPlan p = build_memory_plan(paper(), t, builtin_optimizer("adamw"), 8);
+    int w1 = p.find("weight.blocks.1.moe.experts.w1");
+    REQUIRE(w1 >= 0);
+    CHECK(p.buffers[size_t(w1)].numel() == (int64_t(1) << 31));  // 128 x 4096 x 4096
+    int last = p.find("state.blocks.1.moe.experts.w3.v");
+    REQUIRE(last >= 0);
+    CHECK(p.offsets[size_t(last)] > (int64_t(1) << 36));
+    CHECK(p.peak_bytes > (int64_t(1) << 36));
+}
+
+TEST_CASE("the plan grows with the microbatch and the largest fitting microbatch respects the budget") {
+    ParamTable t = build_param_table(paper().model);
+    OptimizerConfig o = builtin_optimizer("skewadam");
+    MemoryPlan p1 = build_memory_plan(paper(), t, o, 1), p8 = build_memory_plan(paper(), t, o, 8),
+               p64 = build_memory_plan(paper(), t, o, 64);
+    CHECK(p1.peak_bytes < p8.peak_bytes);
+    CHECK(p8.peak_bytes < p64.peak_bytes);
+    CHECK(p1.state_bytes == p64.state_bytes);
+    const int64_t budget = p8.peak_bytes;  // exactly microbatch 8
+    CHECK(largest_fitting_microbatch(paper(), t, o, budget) == 8);
+    CHECK(largest_fitting_microbatch(paper(), t, o, budget - 1) == 4);
+    CHECK(largest_fitting_microbatch(paper(), t, o, int64_t(20 * GIB)) == 0);
+    CHECK_THROWS_AS(build_memory_plan(paper(), t, o, 7), Error);
+}
+
+TEST_CASE("a host arena gives every buffer its planned bytes") {
+    Config c = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml");
+    ParamTable t = build_param_table(c.model);
+    MemoryPlan p = build_memory_plan(c, t, builtin_optimizer("skewadam"), 4);
+    Arena a = allocate_host_arena(p);
+    CHECK(a.bytes == p.peak_bytes);
+    CHECK(reinterpret_cast<uintptr_t>(a.base) % ARENA_ALIGNMENT == 0);
+    // Fill every persistent buffer with its own index, then read them all back.
+    for (size_t i = 0; i < p.buffers.size(); ++i)
+        if (p.buffers[i].last == Phase::OPTIMIZER && p.buffers[i].first == Phase::FORWARD)
+            std::memset(a.ptr(int(i)), int(i % 251), size_t(p.buffers[i].bytes()));
+    for (size_t i = 0; i < p.buffers.size(); ++i) {
+        if (!(p.buffers[i].last == Phase::OPTIMIZER && p.buffers[i].first == Phase::FORWARD)) continue;
+        if (p.buffers[i].bytes() == 0) continue;
+        const unsigned char* b = static_cast<const unsigned char*>(a.ptr(int(i)));
+        int64_t n = p.buffers[i].bytes();
+        CHECK(b[0] == i % 251);
+        CHECK(b[n - 1] == i % 251);
+    }
+    CHECK(a.get<float>("state.embed.tokens.m") != nullptr);
+    CHECK_THROWS_AS(a.ptr("weight.nope"), Error);
+}

@@ -1,0 +1,48 @@
+// The parameter table reproduces the paper's counts (Appendix B) and tiers.
+#include <catch2/catch.hpp>
+
+#include "engine/config.h"
+#include "engine/param_table.h"
+
+using namespace skew;
+
+TEST_CASE("the paper's model has the Appendix B parameter counts") {
+    Config c = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/paper-6.78b.yaml");
+    ParamTable t = build_param_table(c.model);
+    CHECK(t.total_numel() == 6784327680);  // the trainer's logged count (research/optimizers.md §4.3)
+    CHECK(t.tier_numel(Tier::EXPERTS) == 128LL * 3 * 4096 * 4096);
+    CHECK(t.tier_numel(Tier::ROUTER) == 128 * 4096);
+    CHECK(double(t.tier_numel(Tier::BACKBONE)) / 1e6 == Approx(341.4).margin(0.05));
+    // token embedding 206.0M, positions 1.0M, attention 83.9M, dense FFN 50.3M, norms 0.04M
+    int64_t attn = 0, ffn = 0, norms = 0;
+    for (const auto& p : t.params) {
+        if (p.role == Role::ATTN_Q || p.role == Role::ATTN_K || p.role == Role::ATTN_V || p.role == Role::ATTN_O) attn += p.numel();
+        if (p.role == Role::FFN_W1 || p.role == Role::FFN_W2 || p.role == Role::FFN_W3) ffn += p.numel();
+        if (p.role == Role::NORM_WEIGHT || p.role == Role::NORM_BIAS) norms += p.numel();
+    }
+    CHECK(t.find("embed.tokens")->numel() == 50304LL * 4096);
+    CHECK(double(attn) / 1e6 == Approx(83.9).margin(0.05));
+    CHECK(double(ffn) / 1e6 == Approx(50.3).margin(0.05));
+    CHECK(double(norms) / 1e6 == Approx(0.04).margin(0.005));
+}
+
+TEST_CASE("names, dtypes and tiers follow the design") {
+    Config c = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/paper-6.78b.yaml");
+    ParamTable t = build_param_table(c.model);
+    const ParamInfo* w1 = t.find("blocks.1.moe.experts.w1");
+    REQUIRE(w1);
+    CHECK(w1->tier == Tier::EXPERTS);
+    CHECK(w1->shape == std::vector<int64_t>{128, 4096, 4096});
+    CHECK(w1->n_matrices() == 128);
+    CHECK(w1->dtype == DType::BF16);
+    const ParamInfo* r = t.find("blocks.1.moe.router.weight");
+    REQUIRE(r);
+    CHECK(r->tier == Tier::ROUTER);
+    CHECK(r->dtype == DType::F32);
+    CHECK(t.find("blocks.0.ln1.weight")->dtype == DType::F32);
+    CHECK(t.find("blocks.0.ffn.w3")->shape == std::vector<int64_t>{4096, 4096});
+    CHECK(t.find("blocks.0.attn.wk")->shape == std::vector<int64_t>{1024, 4096});
+    CHECK(t.find("blocks.1.ffn.w1") == nullptr);
+    CHECK(t.find("blocks.0.moe.router.weight") == nullptr);
+    for (size_t i = 0; i < t.params.size(); ++i) CHECK(t.params[i].index == i);
+}
