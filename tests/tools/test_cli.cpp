@@ -1,0 +1,100 @@
+// The `skew` binary as a user runs it: plan's JSON numbers for the paper's config, and bad input
+// (config errors, bad flags) exiting non-zero with one clear message.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct Run {
+    int status;
+    std::string output;
+};
+
+Run run(const std::string& args) {
+    std::string cmd = std::string(SKEW_BINARY) + " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    int st = pclose(p);
+    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+std::string paper() { return std::string(SKEW_SOURCE_DIR) + "/configs/paper-6.78b.yaml"; }
+
+std::string write_temp(const std::string& name, const std::string& text) {
+    std::string path = "/tmp/skew-test-" + name;
+    std::ofstream(path) << text;
+    return path;
+}
+
+}  // namespace
+
+TEST_CASE("skew plan --json reports SkewAdam's 1.29 GiB and the paper's parameter counts") {
+    Run r = run("plan " + paper() + " --optimizer skewadam --json");
+    REQUIRE(r.status == 0);
+    auto j = nlohmann::json::parse(r.output);
+    CHECK(j["params"]["total"] == 6784327680LL);
+    CHECK(j["params"]["router"] == 524288);
+    CHECK(std::round(j["state"]["gib"].get<double>() * 100) / 100 == Approx(1.29));
+    CHECK(std::round(j["weights"]["gib"].get<double>() * 100) / 100 == Approx(12.64));
+    CHECK(j["state_components"].size() == 5);
+    bool found_adamw = false;
+    for (auto& o : j["optimizers"])
+        if (o["name"] == "adamw") {
+            found_adamw = true;
+            CHECK(std::round(o["state_gib"].get<double>() * 100) / 100 == Approx(50.55));
+        }
+    CHECK(found_adamw);
+}
+
+TEST_CASE("skew plan --budget says what fits and the largest microbatch") {
+    Run r = run("plan " + paper() + " --budget 40GiB --json");
+    REQUIRE(r.status == 0);
+    auto j = nlohmann::json::parse(r.output);
+    CHECK(j["budget"]["fits"] == true);
+    CHECK(j["budget"]["unit"] == "GiB (2^30 bytes)");
+    CHECK(j["largest_microbatch"] == 64);
+    Run a = run("plan " + paper() + " --optimizer adamw --budget 40GB");
+    REQUIRE(a.status == 0);
+    CHECK(a.output.find("read as GB (10^9 bytes)") != std::string::npos);
+    CHECK(a.output.find("Does NOT fit") != std::string::npos);
+    CHECK(a.output.find("No microbatch fits") != std::string::npos);
+}
+
+TEST_CASE("skew plan on a bad config exits non-zero naming the key and line") {
+    std::string path = write_temp("bad-heads.yaml", "model:\n  d_model: 64\n  n_heads: 4\n  n_kv_heads: 3\n");
+    Run r = run("plan " + path);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("skew: error: " + path + ":4:15: model.n_kv_heads") != std::string::npos);
+    std::string unknown = write_temp("bad-key.yaml", "train:\n  stpes: 10\n");
+    Run u = run("plan " + unknown);
+    CHECK(u.status == 1);
+    CHECK(u.output.find("did you mean 'steps'") != std::string::npos);
+}
+
+TEST_CASE("bad flags and paths are refused with a message") {
+    CHECK(run("plan /nonexistent.yaml").status == 1);
+    CHECK(run("plan " + paper() + " --budget 40").output.find("has no unit") != std::string::npos);
+    CHECK(run("plan " + paper() + " --microbatch 7").output.find("must divide train.batch_size") != std::string::npos);
+    CHECK(run("plan " + paper() + " --optimizer sgd").output.find("unknown optimizer 'sgd'") != std::string::npos);
+    CHECK(run("plan " + paper() + " --set train.steps=-5").status == 1);
+    CHECK(run("nosuchcommand").status != 0);
+}
+
+TEST_CASE("skew config prints the resolved config and the key reference") {
+    Run r = run("config " + paper() + " --set train.steps=7");
+    REQUIRE(r.status == 0);
+    CHECK(r.output.find("steps: 7") != std::string::npos);
+    Run ref = run("config --reference");
+    REQUIRE(ref.status == 0);
+    CHECK(ref.output.find("`model.n_kv_heads`") != std::string::npos);
+}
