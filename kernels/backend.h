@@ -243,12 +243,13 @@ struct Backend {
     virtual void moe_matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight, const int64_t* offsets,
                                     int64_t n_experts, int64_t in_features, int64_t out_features) = 0;
 
-    /// Grouped linear backward: dinp[rows of e] = dout[rows of e] · weight[e] (overwritten; null
-    /// skips); dweight[e] += dout[rows of e]^T · inp[rows of e] (accumulated; an expert with no
-    /// rows gets nothing added, so its gradient stays zero; null skips).
+    /// Grouped linear backward: dinp[rows of e] = dout[rows of e] · weight[e] (overwritten, or +=
+    /// when accumulate_dinp, e.g. the w2 branch of SwiGLU after the w1 branch; null skips);
+    /// dweight[e] += dout[rows of e]^T · inp[rows of e] (accumulated; an expert with no rows gets
+    /// nothing added, so its gradient stays zero; null skips).
     virtual void moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout, ConstTensorRef inp,
                                      ConstTensorRef weight, const int64_t* offsets, int64_t n_experts,
-                                     int64_t in_features, int64_t out_features) = 0;
+                                     int64_t in_features, int64_t out_features, bool accumulate_dinp = false) = 0;
 
     /// Weighted combine: out[t] = Σ_slot gates[t, slot] · ys[copy_to_sorted[t·k + slot]] (fp32
     /// sum, slot order). out (n, C) bf16; ys (n·k, C) bf16 in expert order; gates (n, k) fp32.

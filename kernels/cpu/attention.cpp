@@ -30,7 +30,7 @@ void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, c
     const int64_t B = s.batch, Tn = s.seq_len, H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
     const int64_t group = H / KV;
     const float scale = 1.0f / std::sqrt(float(D));
-#pragma omp parallel
+#pragma omp parallel if (B * H * Tn * Tn * D > kParallelMinWork)
     {
         std::vector<float> p(static_cast<size_t>(Tn)), qf(static_cast<size_t>(D)), acc(static_cast<size_t>(D));
 #pragma omp for schedule(dynamic, 4) collapse(2)
@@ -76,7 +76,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
     const int64_t group = H / KV;
     const float scale = 1.0f / std::sqrt(float(D));
     // One task per (batch, KV head): it owns dk/dv of that head and sums over its query heads.
-#pragma omp parallel
+#pragma omp parallel if (B * H * Tn * Tn * D > kParallelMinWork)
     {
         std::vector<float> dkf(static_cast<size_t>(Tn * D)), dvf(static_cast<size_t>(Tn * D)), p(static_cast<size_t>(Tn)), dp(static_cast<size_t>(Tn));
         std::vector<float> qf(static_cast<size_t>(D)), gf(static_cast<size_t>(D)), dqf(static_cast<size_t>(D));

@@ -77,8 +77,9 @@ struct CpuBackend final : Backend {
     }
     void moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout, ConstTensorRef inp,
                              ConstTensorRef weight, const int64_t* offsets, int64_t n_experts, int64_t in_features,
-                             int64_t out_features) override {
-        cpu::moe_matmul_backward(dinp, dweight, dout, inp, weight, offsets, n_experts, in_features, out_features);
+                             int64_t out_features, bool accumulate_dinp) override {
+        cpu::moe_matmul_backward(dinp, dweight, dout, inp, weight, offsets, n_experts, in_features, out_features,
+                                 accumulate_dinp);
     }
     void moe_combine_forward(bf16* out, const bf16* ys, const float* gates, const int64_t* copy_to_sorted,
                              int64_t n_tokens, int64_t top_k, int64_t channels) override {

@@ -43,6 +43,9 @@ inline ConstTensorRef offset(ConstTensorRef t, int64_t elems) {
     return ConstTensorRef(static_cast<const char*>(t.data) + elems * scalar_type_bytes(t.type), t.type);
 }
 
+/// Work (elements touched) below which a loop runs on one thread: an OpenMP fork costs more.
+constexpr int64_t kParallelMinWork = int64_t(1) << 15;
+
 /// Throw skew::Error when a size argument is negative (what names the op and argument).
 void check_nonneg(const char* what, int64_t v);
 
@@ -106,7 +109,7 @@ void moe_matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight
                         int64_t n_experts, int64_t in_features, int64_t out_features);
 void moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout, ConstTensorRef inp,
                          ConstTensorRef weight, const int64_t* offsets, int64_t n_experts, int64_t in_features,
-                         int64_t out_features);
+                         int64_t out_features, bool accumulate_dinp);
 template <class T>
 void moe_combine_forward(T* out, const T* ys, const float* gates, const int64_t* copy_to_sorted, int64_t n_tokens,
                          int64_t top_k, int64_t channels);

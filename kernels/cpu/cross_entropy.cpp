@@ -36,7 +36,7 @@ double vocab_lse(const float* x, int64_t V) {
 void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n_tokens,
                            int64_t vocab_size, int64_t padded_vocab_size) {
     check_args("cross_entropy_forward", targets, n_tokens, vocab_size, padded_vocab_size);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_tokens * padded_vocab_size > kParallelMinWork)
     for (int64_t i = 0; i < n_tokens; ++i) {
         const float* x = logits + i * padded_vocab_size;
         losses[i] = float(vocab_lse(x, vocab_size) - double(x[targets[i]]));
@@ -46,7 +46,7 @@ void cross_entropy_forward(float* losses, const float* logits, const int32_t* ta
 void cross_entropy_backward_scaled(float* dlogits, const float* logits, const int32_t* targets, float grad_scale,
                                    int64_t n_tokens, int64_t vocab_size, int64_t padded_vocab_size) {
     check_args("cross_entropy_backward", targets, n_tokens, vocab_size, padded_vocab_size);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_tokens * padded_vocab_size > kParallelMinWork)
     for (int64_t i = 0; i < n_tokens; ++i) {
         const float* x = logits + i * padded_vocab_size;
         float* d = dlogits + i * padded_vocab_size;

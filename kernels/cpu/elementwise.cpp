@@ -12,31 +12,31 @@ namespace skew::cpu {
 template <class T>
 void residual_forward(T* out, const T* a, const T* b, int64_t n) {
     check_nonneg("residual_forward n", n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) store(out + i, load(a[i]) + load(b[i]));
 }
 
 void accumulate(TensorRef dst, ConstTensorRef src, int64_t n) {
     check_nonneg("accumulate n", n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) store_at(dst, i, load_at(dst, i) + load_at(src, i));
 }
 
 void scale(TensorRef x, float factor, int64_t n) {
     check_nonneg("scale n", n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) store_at(x, i, load_at(x, i) * factor);
 }
 
 void zero(TensorRef x, int64_t n) {
     check_nonneg("zero n", n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) store_at(x, i, 0.0f);
 }
 
 void convert(TensorRef dst, ConstTensorRef src, int64_t n) {
     check_nonneg("convert n", n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) store_at(dst, i, load_at(src, i));
 }
 
@@ -48,7 +48,7 @@ double sum_squares(std::span<const BufferRef> buffers) {
         check_nonneg("sum_squares numel", buf.numel);
         const int64_t nb = (buf.numel + block - 1) / block;
         std::vector<double> part(size_t(nb), 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (nb > 1)
         for (int64_t bi = 0; bi < nb; ++bi) {
             const int64_t i0 = bi * block, i1 = std::min(buf.numel, i0 + block);
             double acc = 0.0;

@@ -36,7 +36,7 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
     check_nonneg("embedding_forward channels", channels);
     const int64_t n = batch * seq_len;
     check_tokens(tokens, n, vocab_rows);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * channels > kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) {
         const int64_t t = i % seq_len;
         const T* we = wte + int64_t(tokens[i]) * channels;
@@ -66,7 +66,7 @@ void embedding_backward(TensorRef dwte, TensorRef dwpe, const T* dout, const int
         for (int64_t v = 0; v < vocab_rows; ++v)
             if (start[size_t(v) + 1] > start[size_t(v)]) distinct.push_back(int32_t(v));
         const int64_t nd = int64_t(distinct.size());
-#pragma omp parallel
+#pragma omp parallel if (n * channels > kParallelMinWork)
         {
             std::vector<float> acc(static_cast<size_t>(channels));
 #pragma omp for schedule(dynamic, 16)
@@ -82,7 +82,7 @@ void embedding_backward(TensorRef dwte, TensorRef dwpe, const T* dout, const int
         }
     }
     if (dwpe) {
-#pragma omp parallel
+#pragma omp parallel if (n * channels > kParallelMinWork)
         {
             std::vector<float> acc(static_cast<size_t>(channels));
 #pragma omp for schedule(static)

@@ -16,7 +16,7 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const flo
                        int64_t n_rows, int64_t channels, float eps) {
     check_nonneg("layernorm_forward n_rows", n_rows);
     check_nonneg("layernorm_forward channels", channels);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_rows * channels > kParallelMinWork)
     for (int64_t r = 0; r < n_rows; ++r) {
         const T* x = inp + r * channels;
         double sum = 0.0;
@@ -41,7 +41,7 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
     check_nonneg("layernorm_backward n_rows", n_rows);
     check_nonneg("layernorm_backward channels", channels);
     if (dinp) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_rows * channels > kParallelMinWork)
         for (int64_t r = 0; r < n_rows; ++r) {
             const T* x = inp + r * channels;
             const T* g = dout + r * channels;
@@ -69,7 +69,7 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
     if (dweight || dbias) {
         const int64_t block = 64;
         const int64_t n_blocks = (channels + block - 1) / block;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_rows * channels > kParallelMinWork)
         for (int64_t cb = 0; cb < n_blocks; ++cb) {
             const int64_t c0 = cb * block, c1 = std::min(channels, c0 + block);
             float dw[64] = {}, db[64] = {};

@@ -22,7 +22,7 @@ namespace {
 // Widen rows [r0, r1) x cols [c0, c1) of a row-major (rows, ld) bf16/fp32 matrix into dst (r1-r0, c1-c0).
 void widen_block(float* dst, ConstTensorRef src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     const int64_t w = c1 - c0;
-#pragma omp parallel for schedule(static) if ((r1 - r0) * w > 65536)
+#pragma omp parallel for schedule(static) if ((r1 - r0) * w > kParallelMinWork)
     for (int64_t r = r0; r < r1; ++r) {
         float* d = dst + (r - r0) * w;
         if (src.type == ScalarType::BF16) {
@@ -117,7 +117,7 @@ void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& 
 
     if (c.type == ScalarType::BF16) {
         bf16* cb = static_cast<bf16*>(c.data);
-#pragma omp parallel for schedule(static) if (m * n > 65536)
+#pragma omp parallel for schedule(static) if (m * n > kParallelMinWork)
         for (int64_t i = 0; i < m * n; ++i) cb[i] = f32_to_bf16(cf[i]);
     }
 }

@@ -37,7 +37,7 @@ void moe_gather_forward(T* xs, const T* x, const int64_t* sorted_to_copy, int64_
     check_nonneg("moe_gather_forward n_tokens", n_tokens);
     check_nonneg("moe_gather_forward channels", channels);
     const int64_t nk = n_tokens * top_k;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_tokens * top_k * channels > kParallelMinWork)
     for (int64_t p = 0; p < nk; ++p) {
         const T* src = x + (sorted_to_copy[p] / top_k) * channels;
         T* dst = xs + p * channels;
@@ -50,7 +50,7 @@ void moe_gather_backward(T* dx, const T* dxs, const int64_t* copy_to_sorted, int
                          int64_t channels, bool accumulate) {
     check_nonneg("moe_gather_backward n_tokens", n_tokens);
     check_nonneg("moe_gather_backward channels", channels);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_tokens * top_k * channels > kParallelMinWork)
     for (int64_t t = 0; t < n_tokens; ++t) {
         T* d = dx + t * channels;
         for (int64_t c = 0; c < channels; ++c) {
@@ -75,7 +75,7 @@ void moe_matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight
 
 void moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout, ConstTensorRef inp,
                          ConstTensorRef weight, const int64_t* offsets, int64_t n_experts, int64_t in_features,
-                         int64_t out_features) {
+                         int64_t out_features, bool accumulate_dinp) {
     check_nonneg("moe_matmul_backward n_experts", n_experts);
     for (int64_t e = 0; e < n_experts; ++e) {
         const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
@@ -83,7 +83,8 @@ void moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout,
         if (rows == 0) continue;  // an expert without tokens gets no gradient
         if (dinp)
             matmul(offset(dinp, r0 * in_features), offset(dout, r0 * out_features),
-                   offset(weight, e * out_features * in_features), MatmulShape{rows, in_features, out_features});
+                   offset(weight, e * out_features * in_features),
+                   MatmulShape{rows, in_features, out_features, false, false, 1.0f, accumulate_dinp ? 1.0f : 0.0f});
         if (dweight)
             matmul(offset(dweight, e * out_features * in_features), offset(dout, r0 * out_features),
                    offset(inp, r0 * in_features), MatmulShape{out_features, in_features, rows, true, false, 1.0f, 1.0f});
@@ -95,7 +96,7 @@ void moe_combine_forward(T* out, const T* ys, const float* gates, const int64_t*
                          int64_t top_k, int64_t channels) {
     check_nonneg("moe_combine_forward n_tokens", n_tokens);
     check_nonneg("moe_combine_forward channels", channels);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_tokens * top_k * channels > kParallelMinWork)
     for (int64_t t = 0; t < n_tokens; ++t) {
         T* o = out + t * channels;
         for (int64_t c = 0; c < channels; ++c) {
@@ -112,7 +113,7 @@ void moe_combine_backward(T* dys, float* dgates, const T* dout, const T* ys, con
                           const int64_t* copy_to_sorted, int64_t n_tokens, int64_t top_k, int64_t channels) {
     check_nonneg("moe_combine_backward n_tokens", n_tokens);
     check_nonneg("moe_combine_backward channels", channels);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_tokens * top_k * channels > kParallelMinWork)
     for (int64_t t = 0; t < n_tokens; ++t) {
         const T* g = dout + t * channels;
         for (int64_t j = 0; j < top_k; ++j) {

@@ -39,7 +39,7 @@ void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t
     const int64_t n = s.n_tokens, E = s.n_experts, K = s.top_k;
     const PhiloxKey key{o.seed, PHILOX_STREAM_ROUTER_NOISE};
     std::vector<double> z_tok(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * E > kParallelMinWork)
     for (int64_t t = 0; t < n; ++t) {
         const float* lg = logits + t * E;
         float* p = probs + t * E;
@@ -109,7 +109,7 @@ void moe_router_backward(float* dlogits, const float* dgates, const float* logit
         dbal[size_t(e)] = float(double(d_balance) * o.balance_alpha * double(E) * (double(counts[e]) / double(n * K)) /
                                 double(n));
     const double zs = double(d_z) * o.z_coef * 2.0 / double(n);
-#pragma omp parallel
+#pragma omp parallel if (n * E > kParallelMinWork)
     {
         std::vector<float> dp(static_cast<size_t>(E));
 #pragma omp for schedule(static)

@@ -11,14 +11,14 @@ namespace skew::cpu {
 template <class T>
 void swiglu_forward(T* h, const T* a, const T* b, int64_t n) {
     check_nonneg("swiglu_forward n", n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) store(h + i, silu_f32(load(a[i])) * load(b[i]));
 }
 
 template <class T>
 void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, int64_t n) {
     check_nonneg("swiglu_backward n", n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) {
         const float av = load(a[i]), bv = load(b[i]), g = load(dh[i]);
         const float db_v = g * silu_f32(av);

@@ -85,13 +85,18 @@ TEST_CASE("expert gradients match finite differences and an expert that receives
     std::vector<float> dw(size_t(E * F * C), 0.0f);
     cpu::moe_combine_backward(dys.data(), dgates.data(), r.data(), ys.data(), gates.data(), p.copy_to_sorted.data(), n,
                               k, F);
-    cpu::moe_matmul_backward(dxs.data(), dw.data(), dys.data(), xs.data(), w.data(), p.offsets.data(), E, C, F);
+    cpu::moe_matmul_backward(dxs.data(), dw.data(), dys.data(), xs.data(), w.data(), p.offsets.data(), E, C, F, false);
     cpu::moe_gather_backward(dx.data(), dxs.data(), p.copy_to_sorted.data(), n, k, C, false);
     // multilinear in each argument: FD exact up to fp32 rounding of the loss
     check_gradient("dx", dx, fd_gradient(x, loss, 1e-2f), 1e-4, 1e-3);
     check_gradient("dweight", dw, fd_gradient(w, loss, 1e-2f), 1e-4, 1e-3);
     check_gradient("dgates", dgates, fd_gradient(gates, loss, 1e-2f), 1e-4, 1e-3);
     for (int64_t i = 0; i < F * C; ++i) REQUIRE(dw[size_t(empty * F * C + i)] == 0.0f);
+
+    // the grouped backward's input gradient accumulates on request (the second SwiGLU branch)
+    std::vector<float> dxs2(dxs.size(), 1.0f);
+    cpu::moe_matmul_backward(dxs2.data(), nullptr, dys.data(), xs.data(), w.data(), p.offsets.data(), E, C, F, true);
+    for (size_t i = 0; i < dxs.size(); ++i) REQUIRE(dxs2[i] == Approx(dxs[i] + 1.0f).margin(1e-6));
 
     // gather backward accumulates on request (the router's contribution to the same dx)
     std::vector<float> dx2(dx.size(), 1.0f);
