@@ -98,3 +98,12 @@ TEST_CASE("skew config prints the resolved config and the key reference") {
     REQUIRE(ref.status == 0);
     CHECK(ref.output.find("`model.n_kv_heads`") != std::string::npos);
 }
+
+TEST_CASE("README's config reference is the generated one") {
+    Run ref = run("config --reference");
+    REQUIRE(ref.status == 0);
+    std::ifstream in(std::string(SKEW_SOURCE_DIR) + "/README.md");
+    std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    INFO("regenerate: skew config --reference, between the config-reference markers of README.md");
+    CHECK(readme.find(ref.output) != std::string::npos);
+}
