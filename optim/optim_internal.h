@@ -1,0 +1,126 @@
+// Helpers shared by the CPU optimizer loops (optim/*.cpp): reading gradients and weights of either
+// dtype, the one write-back (decay fused in fp32 or the trainer's bf16 premultiply, then the
+// configured rounding; research/optimizers.md §9), per-algorithm entry points.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "engine/error.h"
+#include "kernels/common/bf16.h"
+#include "kernels/common/optim_math.h"
+#include "kernels/common/rounding.h"
+#include "optim/optimizer.h"
+
+namespace skew::optim_detail {
+
+/// Gradient element i (relative to the slot's view) as fp32.
+inline float grad_at(const ParamSlot& s, int64_t i) {
+    return s.grad_dtype == DType::F32 ? static_cast<const float*>(s.grad)[i]
+                                      : bf16_to_f32(static_cast<const bf16*>(s.grad)[i]);
+}
+
+/// Weight element i (relative to the view) as fp32.
+inline float weight_at(const ParamSlot& s, int64_t i) {
+    return s.info->dtype == DType::F32 ? static_cast<const float*>(s.weight)[i]
+                                       : bf16_to_f32(static_cast<const bf16*>(s.weight)[i]);
+}
+
+/// Everything the write-back of one tensor needs.
+struct WriteBack {
+    RoundingMode mode = ROUNDING_STOCHASTIC;
+    bool premultiply = false;  // weight_decay_mode: bf16_premultiply (the paper's trainer)
+    float keep = 1.0f;         // 1 - lr*wd
+    float lr = 0.0f;           // multiplies the update
+    uint64_t seed = 0;
+    uint32_t step = 0;
+    uint32_t tensor = 0;
+    int64_t element_base = 0;  // the view's first element in the tensor
+};
+
+/// The write-back of a parameter with decay factor keep = 1 - lr_decay*wd and update multiplier lr.
+inline WriteBack make_write_back(const OptimizerConfig& opt, const ParamSlot& s, const OptimStep& step,
+                                 double lr_update, double lr_decay, double wd) {
+    WriteBack wb;
+    wb.mode = opt.rounding == Rounding::STOCHASTIC ? ROUNDING_STOCHASTIC
+              : opt.rounding == Rounding::DITHERED ? ROUNDING_DITHERED
+                                                   : ROUNDING_NEAREST;
+    wb.premultiply = opt.weight_decay_mode == WeightDecayMode::BF16_PREMULTIPLY;
+    wb.keep = float(1.0 - lr_decay * wd);
+    wb.lr = float(lr_update);
+    wb.seed = step.seed;
+    wb.step = uint32_t(step.t);
+    wb.tensor = s.info->index;
+    wb.element_base = s.view_begin;
+    return wb;
+}
+
+/// Store W <- round(W*keep - lr*u) for element i of the view. fp32 parameters are written exactly
+/// (no rounding); bf16 ones through the configured rounding, noise keyed by the 64-bit element
+/// index element_base + i. With premultiply the bf16 weight is first decayed and rounded to
+/// nearest on its own (the trainer's `p.mul_(1 - lr*wd)`), then updated.
+inline void store_update(const ParamSlot& s, const WriteBack& wb, int64_t i, float u) {
+    if (s.info->dtype == DType::F32) {
+        float* w = static_cast<float*>(s.weight);
+        w[i] = optim_decayed_target(w[i], wb.keep, wb.lr, u);
+        return;
+    }
+    bf16* w = static_cast<bf16*>(s.weight);
+    float w32 = bf16_to_f32(w[i]);
+    float x;
+    if (wb.premultiply) {
+        float decayed = wb.keep == 1.0f ? w32 : bf16_to_f32(f32_to_bf16(w32 * wb.keep));
+        x = decayed - wb.lr * u;
+    } else {
+        x = optim_decayed_target(w32, wb.keep, wb.lr, u);
+    }
+    w[i] = bf16_write_back(x, wb.mode, wb.seed, wb.step, wb.tensor, uint64_t(wb.element_base + i));
+}
+
+/// Number of elements the slot covers (its view or the whole tensor).
+inline int64_t slot_count(const ParamSlot& s) { return s.view_count < 0 ? s.info->numel() - s.view_begin : s.view_count; }
+
+/// Throw unless the slot covers the whole tensor (matrix-wide reductions need all of it).
+inline void require_whole(const ParamSlot& s, const char* what) {
+    if (s.view_begin != 0 || (s.view_count >= 0 && s.view_count != s.info->numel()))
+        fail("optimizer {}: tensor '{}' is given as a view; {} needs the whole tensor", what, s.info->name, what);
+}
+
+/// The state pointer of kind k, or an error naming the tensor.
+inline float* need_state(const ParamSlot& s, StateKind k) {
+    float* p = s.st(k);
+    if (!p) fail("optimizer: tensor '{}' has no {} state bound", s.info->name, state_kind_name(k));
+    return p;
+}
+
+/// Matrices of a parameter for the factored/matrix optimizers: count, rows, cols (a vector is one
+/// 1 x n matrix for callers that want it so; they check is_vector first).
+struct MatrixShape {
+    int64_t count, rows, cols;
+};
+inline MatrixShape matrix_shape(const ParamInfo& p) {
+    if (p.shape.size() == 2) return {1, p.shape[0], p.shape[1]};
+    if (p.shape.size() == 3) return {p.shape[0], p.shape[1], p.shape[2]};
+    if (p.shape.size() == 1) return {1, 1, p.shape[0]};
+    fail("optimizer: tensor '{}' has {} dimensions; only 1, 2 and 3 (expert stacks) are supported", p.name,
+         p.shape.size());
+}
+
+/// Per-matrix row and column means of (g^2 + add) in double: rowmean (rows), colmean (cols) for
+/// matrix e of the slot.
+void factored_means(const ParamSlot& s, int64_t e, int64_t rows, int64_t cols, float add, double* rowmean,
+                    double* colmean);
+
+void skewadam_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
+void adamw_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
+void lion_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
+void adafactor_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
+void muon_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
+void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
+
+/// Plain Adam on a slot with the given moments (m, v fp32 numel): update
+/// (m/bc1)/(sqrt(v/bc2)+eps) when bias_correct, else m/(sqrt(v)+eps); written with lr_update and
+/// decay keep. Used by AdamW, Muon's internal Adam and GaLore's unprojected parameters.
+void adam_elementwise(const OptimizerConfig& opt, const ParamSlot& s, float* m, float* v, double b1, double b2,
+                      double eps, bool bias_correct, double lr_update, double wd, const OptimStep& step);
+
+}  // namespace skew::optim_detail

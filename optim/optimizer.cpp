@@ -1,0 +1,332 @@
+// The tier policy as data, the per-parameter state layout (paper Eq. 2; research/optimizers.md §1),
+// the common entry optimizer_step, host state storage and bit-exact state save/load.
+#include "optim/optimizer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <istream>
+#include <ostream>
+
+#include "engine/error.h"
+#include "optim/optim_internal.h"
+
+namespace skew {
+
+OptimizerKind optimizer_kind(const OptimizerConfig& opt) {
+    const std::string& t = opt.type;
+    if (t == "skewadam") return OptimizerKind::SKEWADAM;
+    if (t == "adamw") return OptimizerKind::ADAMW;
+    if (t == "lion") return OptimizerKind::LION;
+    if (t == "muon" || t == "muon-kj") return OptimizerKind::MUON;
+    if (t == "adafactor") return OptimizerKind::ADAFACTOR;
+    if (t == "galore") return OptimizerKind::GALORE;
+    if (t == "galore-paper") return OptimizerKind::GALORE_PAPER;
+    fail("optimizer '{}': unknown type '{}' (expected skewadam, adamw, lion, muon, muon-kj, adafactor, galore, "
+         "galore-paper)",
+         opt.name, t);
+}
+
+static bool is_attn_or_mlp(Role r) {
+    switch (r) {
+        case Role::ATTN_Q: case Role::ATTN_K: case Role::ATTN_V: case Role::ATTN_O:
+        case Role::FFN_W1: case Role::FFN_W2: case Role::FFN_W3:
+        case Role::EXPERT_W1: case Role::EXPERT_W2: case Role::EXPERT_W3:
+            return true;
+        default:
+            return false;
+    }
+}
+
+ParamPolicy param_policy(const OptimizerConfig& opt, const ParamInfo& p) {
+    ParamPolicy pol;
+    pol.kind = optimizer_kind(opt);
+    // The baselines decay backbone and experts with opt.weight_decay and never the router.
+    pol.weight_decay = p.tier == Tier::ROUTER ? 0.0 : opt.weight_decay;
+    switch (pol.kind) {
+        case OptimizerKind::SKEWADAM: {
+            const TierPolicy& tp = opt.tiers[size_t(p.tier)];
+            pol.momentum = tp.momentum;
+            pol.second_moment = tp.second_moment;
+            if (pol.second_moment == SecondMomentKind::FACTORED && p.is_vector()) pol.second_moment = SecondMomentKind::FULL;
+            pol.weight_decay = tp.weight_decay;
+            break;
+        }
+        case OptimizerKind::ADAMW:
+            pol.momentum = MomentumKind::FP32;
+            pol.second_moment = SecondMomentKind::FULL;
+            break;
+        case OptimizerKind::LION:
+            pol.momentum = MomentumKind::FP32;
+            break;
+        case OptimizerKind::MUON:
+            pol.muon_adam = p.is_vector() || muon_uses_adam(p);
+            pol.momentum = MomentumKind::FP32;
+            pol.second_moment = pol.muon_adam ? SecondMomentKind::FULL : SecondMomentKind::NONE;
+            break;
+        case OptimizerKind::ADAFACTOR:
+            pol.second_moment = p.is_vector() ? SecondMomentKind::FULL : SecondMomentKind::FACTORED;
+            break;
+        case OptimizerKind::GALORE:
+        case OptimizerKind::GALORE_PAPER: {
+            bool matrix = !p.is_vector();
+            pol.galore_project = pol.kind == OptimizerKind::GALORE ? matrix && is_attn_or_mlp(p.role) : matrix;
+            pol.momentum = MomentumKind::FP32;
+            pol.second_moment = SecondMomentKind::FULL;
+            if (pol.galore_project) pol.galore_rank = std::min({opt.rank, p.rows(), p.cols()});
+            break;
+        }
+    }
+    return pol;
+}
+
+int64_t StateSlotSpec::numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+/// Prefix the expert count to a per-matrix shape when the parameter is a stack.
+static std::vector<int64_t> stacked(const ParamInfo& p, std::vector<int64_t> per) {
+    if (p.shape.size() == 3) per.insert(per.begin(), p.shape[0]);
+    return per;
+}
+
+std::vector<StateSlotSpec> optimizer_param_state(const OptimizerConfig& opt, const ParamInfo& p) {
+    ParamPolicy pol = param_policy(opt, p);
+    std::vector<StateSlotSpec> out;
+    const int64_t rows = p.rows(), cols = p.cols();
+    switch (pol.kind) {
+        case OptimizerKind::MUON:
+            if (pol.muon_adam) {
+                out.push_back({StateKind::ADAM_M, p.shape});
+                out.push_back({StateKind::ADAM_V, p.shape});
+            } else {
+                out.push_back({StateKind::MOMENTUM, p.shape});
+            }
+            return out;
+        case OptimizerKind::GALORE:
+        case OptimizerKind::GALORE_PAPER:
+            if (!pol.galore_project) {  // plain Adam off the projected matrices
+                out.push_back({StateKind::ADAM_M, p.shape});
+                out.push_back({StateKind::ADAM_V, p.shape});
+                return out;
+            }
+            {
+                int64_t r = pol.galore_rank;
+                if (pol.kind == OptimizerKind::GALORE_PAPER) {
+                    out.push_back({StateKind::GALORE_P, stacked(p, {rows, r})});
+                    out.push_back({StateKind::GALORE_Q, stacked(p, {r, cols})});
+                    out.push_back({StateKind::GALORE_M, stacked(p, {r, r})});
+                    out.push_back({StateKind::GALORE_V, stacked(p, {r, r})});
+                } else if (rows >= cols) {
+                    out.push_back({StateKind::GALORE_P, stacked(p, {r, cols})});
+                    out.push_back({StateKind::GALORE_M, stacked(p, {rows, r})});
+                    out.push_back({StateKind::GALORE_V, stacked(p, {rows, r})});
+                } else {
+                    out.push_back({StateKind::GALORE_P, stacked(p, {rows, r})});
+                    out.push_back({StateKind::GALORE_M, stacked(p, {r, cols})});
+                    out.push_back({StateKind::GALORE_V, stacked(p, {r, cols})});
+                }
+            }
+            return out;
+        default:
+            break;
+    }
+    if (pol.momentum == MomentumKind::FP32) out.push_back({StateKind::MOMENTUM, p.shape});
+    if (pol.second_moment == SecondMomentKind::FULL) out.push_back({StateKind::SECOND_FULL, p.shape});
+    if (pol.second_moment == SecondMomentKind::FACTORED) {
+        out.push_back({StateKind::SECOND_ROW, stacked(p, {rows})});
+        out.push_back({StateKind::SECOND_COL, stacked(p, {cols})});
+    }
+    return out;
+}
+
+int64_t optimizer_state_bytes(const OptimizerConfig& opt, const ParamTable& table) {
+    int64_t bytes = 0;
+    for (const ParamInfo& p : table.params)
+        for (const StateSlotSpec& s : optimizer_param_state(opt, p)) bytes += 4 * s.numel();
+    return bytes;
+}
+
+void allocate_host_state(const OptimizerConfig& opt, std::span<ParamSlot> params, HostOptimState& storage) {
+    storage.buffers.clear();
+    size_t n = 0;
+    for (const ParamSlot& s : params) n += optimizer_param_state(opt, *s.info).size();
+    storage.buffers.reserve(n);
+    for (ParamSlot& s : params) {
+        s.state.fill(nullptr);
+        for (const StateSlotSpec& spec : optimizer_param_state(opt, *s.info)) {
+            storage.buffers.emplace_back(size_t(spec.numel()), 0.0f);
+            s.state[size_t(spec.kind)] = storage.buffers.back().data();
+        }
+    }
+}
+
+void optimizer_step(const OptimizerConfig& opt, std::span<ParamSlot> params, const OptimStep& step) {
+    if (step.t < 1) fail("optimizer '{}': step t must be >= 1 (got {})", opt.name, step.t);
+    for (const ParamSlot& s : params) {
+        if (!s.info) fail("optimizer '{}': a parameter slot has no ParamInfo", opt.name);
+        if (!s.grad) continue;  // no gradient this step: no step at all (research §7.2 item 11)
+        ParamPolicy pol = param_policy(opt, *s.info);
+        switch (pol.kind) {
+            case OptimizerKind::SKEWADAM: optim_detail::skewadam_step(opt, s, pol, step); break;
+            case OptimizerKind::ADAMW: optim_detail::adamw_step(opt, s, pol, step); break;
+            case OptimizerKind::LION: optim_detail::lion_step(opt, s, pol, step); break;
+            case OptimizerKind::MUON: optim_detail::muon_step(opt, s, pol, step); break;
+            case OptimizerKind::ADAFACTOR: optim_detail::adafactor_step(opt, s, pol, step); break;
+            case OptimizerKind::GALORE:
+            case OptimizerKind::GALORE_PAPER: optim_detail::galore_step(opt, s, pol, step); break;
+        }
+    }
+}
+
+// ---- checkpoint I/O: "SKEWOPT1", type, count, then per state: name, kind, numel, raw fp32
+
+static void put_u64(std::ostream& out, uint64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = (unsigned char)(v >> (8 * i));
+    out.write(reinterpret_cast<const char*>(b), 8);
+}
+static void put_str(std::ostream& out, const std::string& s) {
+    put_u64(out, s.size());
+    out.write(s.data(), std::streamsize(s.size()));
+}
+static uint64_t get_u64(std::istream& in, const char* what) {
+    unsigned char b[8];
+    if (!in.read(reinterpret_cast<char*>(b), 8)) fail("optimizer state: truncated stream reading {}", what);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= uint64_t(b[i]) << (8 * i);
+    return v;
+}
+static std::string get_str(std::istream& in, const char* what) {
+    uint64_t n = get_u64(in, what);
+    if (n > (1u << 20)) fail("optimizer state: implausible string length {} reading {}", n, what);
+    std::string s(n, '\0');
+    if (!in.read(s.data(), std::streamsize(n))) fail("optimizer state: truncated stream reading {}", what);
+    return s;
+}
+
+static_assert(sizeof(float) == 4, "fp32 state");
+
+void save_optimizer_state(std::ostream& out, const OptimizerConfig& opt, std::span<const ParamSlot> params) {
+    out.write("SKEWOPT1", 8);
+    put_str(out, opt.type);
+    uint64_t count = 0;
+    for (const ParamSlot& s : params) count += optimizer_param_state(opt, *s.info).size();
+    put_u64(out, count);
+    std::vector<unsigned char> buf;
+    for (const ParamSlot& s : params) {
+        for (const StateSlotSpec& spec : optimizer_param_state(opt, *s.info)) {
+            const float* p = s.st(spec.kind);
+            if (!p) fail("optimizer state: tensor '{}' has no {} state bound", s.info->name, state_kind_name(spec.kind));
+            put_str(out, s.info->name);
+            put_u64(out, uint64_t(spec.kind));
+            put_u64(out, uint64_t(spec.numel()));
+            buf.resize(size_t(spec.numel()) * 4);
+            for (int64_t i = 0; i < spec.numel(); ++i) {
+                uint32_t u;
+                std::memcpy(&u, p + i, 4);
+                for (int k = 0; k < 4; ++k) buf[size_t(i) * 4 + k] = (unsigned char)(u >> (8 * k));
+            }
+            out.write(reinterpret_cast<const char*>(buf.data()), std::streamsize(buf.size()));
+        }
+    }
+    if (!out) fail("optimizer state: write failed");
+}
+
+void load_optimizer_state(std::istream& in, const OptimizerConfig& opt, std::span<ParamSlot> params) {
+    char magic[8];
+    if (!in.read(magic, 8) || std::memcmp(magic, "SKEWOPT1", 8) != 0)
+        fail("optimizer state: not a skew optimizer state stream (bad magic)");
+    std::string type = get_str(in, "optimizer type");
+    if (type != opt.type) fail("optimizer state: saved for type '{}', loading into '{}'", type, opt.type);
+    uint64_t count = get_u64(in, "state count"), expected = 0;
+    for (const ParamSlot& s : params) expected += optimizer_param_state(opt, *s.info).size();
+    if (count != expected) fail("optimizer state: {} state tensors saved, {} expected", count, expected);
+    std::vector<unsigned char> buf;
+    for (ParamSlot& s : params) {
+        for (const StateSlotSpec& spec : optimizer_param_state(opt, *s.info)) {
+            std::string name = get_str(in, "parameter name");
+            uint64_t kind = get_u64(in, "state kind"), numel = get_u64(in, "state size");
+            if (name != s.info->name || kind != uint64_t(spec.kind) || numel != uint64_t(spec.numel()))
+                fail("optimizer state: expected '{}' {} ({} values), found '{}' kind {} ({} values)", s.info->name,
+                     state_kind_name(spec.kind), spec.numel(), name, kind, numel);
+            float* p = s.st(spec.kind);
+            if (!p) fail("optimizer state: tensor '{}' has no {} state bound", s.info->name, state_kind_name(spec.kind));
+            buf.resize(size_t(numel) * 4);
+            if (!in.read(reinterpret_cast<char*>(buf.data()), std::streamsize(buf.size())))
+                fail("optimizer state: truncated stream in '{}' {}", name, state_kind_name(spec.kind));
+            for (uint64_t i = 0; i < numel; ++i) {
+                uint32_t u = 0;
+                for (int k = 0; k < 4; ++k) u |= uint32_t(buf[size_t(i) * 4 + k]) << (8 * k);
+                std::memcpy(p + i, &u, 4);
+            }
+        }
+    }
+}
+
+double optimizer_bytes_per_param(const OptimizerConfig& opt, const ParamInfo& p, DType grad_dtype) {
+    const double w = double(dtype_bytes(p.dtype)), g = double(dtype_bytes(grad_dtype));
+    const double n = double(p.numel());
+    double small = 0;  // factored / projected state, per element
+    for (const StateSlotSpec& s : optimizer_param_state(opt, p))
+        if (s.numel() != p.numel()) small += 2.0 * 4.0 * double(s.numel()) / n;
+    ParamPolicy pol = param_policy(opt, p);
+    double full = 0;  // full-size fp32 state tensors, read + written each
+    for (const StateSlotSpec& s : optimizer_param_state(opt, p))
+        if (s.numel() == p.numel()) full += 1;
+    switch (pol.kind) {
+        case OptimizerKind::ADAMW:
+        case OptimizerKind::LION:
+            return 2 * w + g + 8 * full;
+        case OptimizerKind::SKEWADAM:
+        case OptimizerKind::ADAFACTOR: {
+            bool factored = pol.second_moment == SecondMomentKind::FACTORED;
+            // reduction pass over G (factored), RMS pass over G and state, fused write pass
+            double reads = (factored ? g : 0) + (g + 4 * full) + (w + g + 4 * full);
+            return reads + w + 4 * full + small;
+        }
+        case OptimizerKind::MUON:
+            if (pol.muon_adam) return 2 * w + g + 8 * full;
+            // momentum pass, NS (3 steps over fp32 copies: counted as 4 fp32 passes), write pass
+            return (g + 8) + 4 * 4 * double(opt.ns_steps) + (w + 4) + w + small;
+        case OptimizerKind::GALORE:
+        case OptimizerKind::GALORE_PAPER:
+            if (!pol.galore_project) return 2 * w + g + 8 * full;
+            return 2 * w + 2 * g + 4 + small;  // projection read of G, back-projection write of the update
+    }
+    return 0;
+}
+
+namespace optim_detail {
+
+void factored_means(const ParamSlot& s, int64_t e, int64_t rows, int64_t cols, float add, double* rowmean,
+                    double* colmean) {
+    const int64_t base = e * rows * cols;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        double acc = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+            float g = grad_at(s, base + r * cols + c);
+            acc += double(g * g + add);
+        }
+        rowmean[r] = acc / double(cols);
+    }
+    const int64_t CB = 256;  // column block: each thread sweeps all rows of its block (row-major reads)
+    const int64_t nblk = (cols + CB - 1) / CB;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblk; ++b) {
+        int64_t c0 = b * CB, c1 = std::min(cols, c0 + CB);
+        double acc[256] = {};
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = c0; c < c1; ++c) {
+                float g = grad_at(s, base + r * cols + c);
+                acc[c - c0] += double(g * g + add);
+            }
+        for (int64_t c = c0; c < c1; ++c) colmean[c] = acc[c - c0] / double(rows);
+    }
+}
+
+}  // namespace optim_detail
+
+}  // namespace skew

@@ -1,0 +1,118 @@
+// The optimizer step over the parameter table (design.md "Optimizers"): the tier policy as data,
+// the state each parameter keeps (paper Eq. 2, research/optimizers.md §1), one entry
+// `optimizer_step` dispatching to SkewAdam (Algorithm 1), AdamW, Lion, Muon, Adafactor and
+// GaLore on the CPU, and bit-exact state save/load for checkpoints.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <iosfwd>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/memory_plan.h"
+#include "engine/param_table.h"
+
+namespace skew {
+
+struct Arena;
+
+constexpr int STATE_KIND_COUNT = 10;  // number of StateKind values
+
+/// The optimizer algorithms (OptimizerConfig::type).
+enum class OptimizerKind : uint8_t { SKEWADAM, ADAMW, LION, MUON, ADAFACTOR, GALORE, GALORE_PAPER };
+
+/// The algorithm of a config type string (skewadam, adamw, lion, muon, muon-kj, adafactor, galore,
+/// galore-paper). Throws skew::Error naming the optimizer and the type when unknown.
+OptimizerKind optimizer_kind(const OptimizerConfig& opt);
+
+/// How one parameter is updated, resolved from the config and the parameter table (tier, role,
+/// shape). For the SkewAdam family this is the tier policy (vectors get a full second moment where
+/// the tier says factored, Algorithm 1 line 2); for the baselines it records the routing (Muon's
+/// internal Adam, GaLore's projected matrices).
+struct ParamPolicy {
+    OptimizerKind kind = OptimizerKind::SKEWADAM;
+    MomentumKind momentum = MomentumKind::NONE;
+    SecondMomentKind second_moment = SecondMomentKind::NONE;
+    double weight_decay = 0.0;  // lambda for this parameter (router: 0 for the baselines)
+    bool muon_adam = false;     // Muon: internal Adam instead of Newton-Schulz
+    bool galore_project = false;  // GaLore: projected (matrix); else plain Adam
+    int64_t galore_rank = 0;      // effective rank min(rank, rows, cols)
+};
+
+/// Resolve the policy of parameter `p` under `opt`. Throws skew::Error for an unknown type.
+ParamPolicy param_policy(const OptimizerConfig& opt, const ParamInfo& p);
+
+/// One fp32 state tensor a parameter keeps.
+struct StateSlotSpec {
+    StateKind kind;
+    std::vector<int64_t> shape;
+    int64_t numel() const;
+};
+
+/// The state tensors of parameter `p` under `opt`, in StateKind order (all fp32). This is the
+/// optimizer's own accounting; tests check it against the memory plan's optimizer_state_buffers.
+std::vector<StateSlotSpec> optimizer_param_state(const OptimizerConfig& opt, const ParamInfo& p);
+
+/// Total optimizer state bytes of `opt` over `table` (fp32 state), from optimizer_param_state.
+int64_t optimizer_state_bytes(const OptimizerConfig& opt, const ParamTable& table);
+
+/// One parameter as the optimizer sees it. `weight` holds info->dtype (bf16 or fp32) in
+/// info->shape, row-major; `grad` holds grad_dtype in the same shape (nullptr: no gradient this
+/// step, the parameter is skipped entirely: no state decay, no weight decay). State pointers are
+/// indexed by StateKind (nullptr where the parameter keeps no such state).
+/// view_begin/view_count select elements [begin, begin+count) of the tensor, with every pointer
+/// (weight, grad, full-size state) pointing at element `begin`; the rounding noise is keyed by the
+/// tensor's 64-bit element index. Views are accepted by the purely elementwise updates (AdamW, Lion,
+/// Muon's internal Adam, GaLore's unprojected Adam); view_count = -1 means the whole tensor.
+struct ParamSlot {
+    const ParamInfo* info = nullptr;
+    void* weight = nullptr;
+    const void* grad = nullptr;
+    DType grad_dtype = DType::BF16;
+    std::array<float*, STATE_KIND_COUNT> state{};
+    int64_t view_begin = 0;
+    int64_t view_count = -1;
+
+    float* st(StateKind k) const { return state[size_t(k)]; }
+};
+
+/// One optimizer step's scalars. t is this optimizer's global step, 1-based (bias corrections,
+/// Adafactor's decay, GaLore's refresh, rounding noise); lr is lr_t from the trainer's schedule.
+struct OptimStep {
+    int64_t t = 1;
+    double lr = 0.0;
+    uint64_t seed = 42;  // run seed; rounding noise is Philox(seed, ROUNDING, t, ParamInfo::index, element)
+};
+
+/// Apply one step of `opt` to every parameter in `params` on the CPU (OpenMP loops).
+/// Throws skew::Error naming the tensor when a required state pointer is missing, a view is given
+/// to a whole-matrix update, or the shape is unsupported.
+void optimizer_step(const OptimizerConfig& opt, std::span<ParamSlot> params, const OptimStep& step);
+
+/// Host storage for optimizer state laid out by optimizer_param_state (tests, tools without an
+/// arena). Zero-initialized; binds each slot's state pointers.
+struct HostOptimState {
+    std::vector<std::vector<float>> buffers;
+};
+void allocate_host_state(const OptimizerConfig& opt, std::span<ParamSlot> params, HostOptimState& storage);
+
+/// Bind each slot's state pointers to the arena buffers the memory plan names
+/// (optimizer_state_buffers: "state.<param>.<kind>"). `params[i].info` must be table.params[i]'s.
+/// Throws skew::Error when the plan lacks a state the optimizer needs or its size differs.
+void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena,
+                      std::span<ParamSlot> params);
+
+/// Write every state tensor (param name, kind, numel, raw fp32 little-endian) to `out`; bit-exact.
+void save_optimizer_state(std::ostream& out, const OptimizerConfig& opt, std::span<const ParamSlot> params);
+
+/// Read what save_optimizer_state wrote into the bound state; throws skew::Error naming the tensor
+/// on any mismatch (optimizer type, parameter name, kind, size) or a truncated stream.
+void load_optimizer_state(std::istream& in, const OptimizerConfig& opt, std::span<ParamSlot> params);
+
+/// Bytes the CPU step reads and writes per parameter element (weights, grads, state; the
+/// reductions' second read of grad and state included), for the benchmark.
+double optimizer_bytes_per_param(const OptimizerConfig& opt, const ParamInfo& p, DType grad_dtype);
+
+}  // namespace skew

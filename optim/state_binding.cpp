@@ -1,0 +1,48 @@
+// Binding optimizer state to the arena: every state tensor is the memory plan's buffer
+// "state.<param>.<kind>" (engine/memory_plan.h optimizer_state_buffers), so the state the optimizer
+// touches is the plan's by construction; a missing or differently sized buffer is an error.
+#include "engine/arena.h"
+#include "engine/error.h"
+#include "optim/optimizer.h"
+
+namespace skew {
+
+void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena,
+                      std::span<ParamSlot> params) {
+    if (params.size() != table.params.size())
+        fail("optimizer '{}': {} parameter slots for a table of {} parameters", opt.name, params.size(),
+             table.params.size());
+    for (ParamSlot& s : params) s.state.fill(nullptr);
+    for (const BufferSpec& b : optimizer_state_buffers(opt, table)) {
+        if (b.param < 0 || size_t(b.param) >= params.size())
+            fail("optimizer '{}': plan buffer '{}' names no parameter", opt.name, b.name);
+        if (b.dtype != DType::F32) fail("optimizer '{}': plan buffer '{}' is not fp32", opt.name, b.name);
+        params[size_t(b.param)].state[size_t(b.state)] = arena.get<float>(b.name);
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+        const ParamInfo& p = table.params[i];
+        if (params[i].info != &p && (!params[i].info || params[i].info->name != p.name))
+            fail("optimizer '{}': slot {} is '{}', the table says '{}'", opt.name, i,
+                 params[i].info ? params[i].info->name : std::string("?"), p.name);
+        for (const StateSlotSpec& spec : optimizer_param_state(opt, p)) {
+            if (!params[i].st(spec.kind))
+                fail("optimizer '{}': the memory plan has no {} state for '{}'", opt.name, state_kind_name(spec.kind),
+                     p.name);
+        }
+    }
+    // Sizes: the plan's buffer of each kind must hold exactly what the optimizer touches.
+    for (const BufferSpec& b : optimizer_state_buffers(opt, table)) {
+        bool found = false;
+        for (const StateSlotSpec& spec : optimizer_param_state(opt, table.params[size_t(b.param)]))
+            if (spec.kind == b.state) {
+                found = true;
+                if (spec.numel() != b.numel())
+                    fail("optimizer '{}': plan buffer '{}' holds {} values, the optimizer uses {}", opt.name, b.name,
+                         b.numel(), spec.numel());
+            }
+        if (!found)
+            fail("optimizer '{}': plan buffer '{}' is state the optimizer does not use", opt.name, b.name);
+    }
+}
+
+}  // namespace skew
