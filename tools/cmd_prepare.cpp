@@ -1,6 +1,43 @@
-// skew prepare: placeholder until the data layer lands (issue 5).
+// skew prepare: text corpus (.txt / .jsonl / .gz files, directories, globs) -> llm.c token shards
+// split by document hash, plus manifest.json (design.md "Data"; data/prepare.h does the work).
+#include <spdlog/spdlog.h>
+
+#include "data/prepare.h"
 #include "tools/commands.h"
 
 namespace skew::tools {
-void register_prepare_command(CLI::App& app) { (void)app; }
+
+void register_prepare_command(CLI::App& app) {
+    auto opts = std::make_shared<data::PrepareOptions>();
+    auto bad_lines = std::make_shared<std::string>("skip");
+    auto no_progress = std::make_shared<bool>(false);
+    CLI::App* cmd = app.add_subcommand("prepare", "Tokenize a text corpus into train/val token shards (llm.c .bin) and a manifest");
+    cmd->add_option("--input", opts->inputs, "Input files, directories or globs: .txt (one document per file), .jsonl (one per line), optionally .gz")
+        ->required()->expected(1, -1);
+    cmd->add_option("--out", opts->out_dir, "Output directory for train_*.bin, val_*.bin and manifest.json")->required();
+    cmd->add_option("--tokenizer", opts->tokenizer_dir, "Directory with encoder.json + vocab.bpe (or vocab.json + merges.txt)")
+        ->capture_default_str();
+    cmd->add_option("--val-ratio", opts->val_ratio, "Share of documents (by MD5 bucket) in the validation split")
+        ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+    cmd->add_option("--separator", opts->separator, "Between documents: eot (token 50256 before each document, as llm.c) or none (the paper)")
+        ->check(CLI::IsMember({"eot", "none"}))->capture_default_str();
+    cmd->add_option("--bad-lines", *bad_lines, "A .jsonl line that is not an object with a string field: skip (warn and count) or fail")
+        ->check(CLI::IsMember({"skip", "fail"}))->capture_default_str();
+    cmd->add_option("--field", opts->field, "JSONL field holding the document text")->capture_default_str();
+    cmd->add_flag("--allow-special", opts->allow_special, "Encode the literal <|endoftext|> inside documents as token 50256");
+    cmd->add_option("--threads", opts->threads, "Tokenizer threads (0 = all cores)")->check(CLI::NonNegativeNumber)->capture_default_str();
+    cmd->add_option("--shard-tokens", opts->shard_tokens, "Tokens per shard file")->check(CLI::PositiveNumber)->capture_default_str();
+    cmd->add_flag("--no-progress", *no_progress, "Do not draw the progress bar");
+    cmd->callback([opts, bad_lines, no_progress] {
+        opts->skip_bad_lines = *bad_lines == "skip";
+        opts->progress = !*no_progress;
+        data::PrepareSummary s = data::prepare_run(*opts);
+        spdlog::info("prepare: {} documents ({} train, {} val), {} train tokens, {} val tokens, {:.1f} MB in {:.1f} s ({:.1f} MB/s)",
+                     s.documents_train + s.documents_val, s.documents_train, s.documents_val, s.tokens_train, s.tokens_val,
+                     double(s.bytes) / 1e6, s.seconds, s.seconds > 0 ? double(s.bytes) / 1e6 / s.seconds : 0.0);
+        if (s.bad_lines) spdlog::warn("prepare: {} bad lines skipped", s.bad_lines);
+        spdlog::info("prepare: wrote {} shards and {}", s.shards.size(), s.manifest);
+    });
+}
+
 }  // namespace skew::tools

@@ -1,6 +1,60 @@
-// skew tokenize: placeholder until the data layer lands (issue 5).
+// skew tokenize: GPT-2 BPE on standard input, for users and scripts. Encodes stdin bytes to one
+// line of space-separated token ids, or with --decode turns whitespace-separated ids back into bytes.
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "engine/error.h"
 #include "tools/commands.h"
 
 namespace skew::tools {
-void register_tokenize_command(CLI::App& app) { (void)app; }
+
+void register_tokenize_command(CLI::App& app) {
+    auto dir = std::make_shared<std::string>("data/tokenizer");
+    auto decode = std::make_shared<bool>(false);
+    auto special = std::make_shared<bool>(false);
+    CLI::App* cmd = app.add_subcommand("tokenize", "Encode standard input to GPT-2 token ids (one line), or decode ids with --decode");
+    cmd->add_option("--tokenizer", *dir, "Directory with encoder.json + vocab.bpe (or vocab.json + merges.txt)")->capture_default_str();
+    cmd->add_flag("--decode", *decode, "Read whitespace-separated ids from stdin and write the text they encode");
+    cmd->add_flag("--allow-special", *special, "Encode the literal <|endoftext|> as token 50256");
+    cmd->callback([dir, decode, special] {
+        data::Tokenizer tok = data::tokenizer_load(*dir);
+        std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+        if (*decode) {
+            std::vector<int32_t> ids;
+            size_t pos = 0;
+            while (true) {
+                pos = input.find_first_not_of(" \t\r\n", pos);
+                if (pos == std::string::npos) break;
+                size_t end = input.find_first_of(" \t\r\n", pos);
+                std::string word = input.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+                size_t used = 0;
+                long long id = -1;
+                try {
+                    id = std::stoll(word, &used);
+                } catch (const std::exception&) {
+                    used = 0;
+                }
+                if (used != word.size() || word.empty()) skew::fail("tokenize: \"{}\" at byte {} of the input is not a token id", word, pos);
+                if (id < 0 || id >= tok.vocab_size()) skew::fail("tokenize: id {} at byte {} is outside the vocabulary [0, {})", id, pos, tok.vocab_size());
+                ids.push_back(int32_t(id));
+                pos = end;
+            }
+            std::string text = data::tokenizer_decode(tok, ids);
+            std::fwrite(text.data(), 1, text.size(), stdout);
+            return;
+        }
+        std::vector<int32_t> ids = data::tokenizer_encode(tok, input, *special);
+        std::string line;
+        for (size_t i = 0; i < ids.size(); i++) {
+            if (i) line.push_back(' ');
+            line += std::to_string(ids[i]);
+        }
+        line.push_back('\n');
+        std::fwrite(line.data(), 1, line.size(), stdout);
+    });
+}
+
 }  // namespace skew::tools

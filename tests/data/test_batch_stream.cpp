@@ -28,7 +28,7 @@ static fs::path make_split(const std::string& name, const std::string& split, co
     return dir;
 }
 
-TEST_CASE("batch i is tokens [i*B*T, i*B*T + B*T + 1): y is x shifted by one") {
+TEST_CASE("batch i is the window of B*T + 1 tokens at i*B*T and y is x shifted by one") {
     fs::path dir = make_split("stream_shift", "train", {1000});
     TokenSplit split = token_split_open(dir.string(), "train");
     REQUIRE(split.tokens == 1000);

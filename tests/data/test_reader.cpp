@@ -27,7 +27,7 @@ static fs::path corpus_dir() {
     return d;
 }
 
-TEST_CASE("a directory yields its .txt, .jsonl and .gz files in sorted order") {
+TEST_CASE("a directory yields its .txt .jsonl and .gz files in sorted order") {
     fs::path d = corpus_dir();
     auto files = expand_inputs({d.string()});
     REQUIRE(files.size() == 3);
@@ -45,7 +45,7 @@ TEST_CASE("a directory yields its .txt, .jsonl and .gz files in sorted order") {
     fs::remove_all(d);
 }
 
-TEST_CASE("globs and explicit files are read; a pattern matching nothing is an error") {
+TEST_CASE("globs and explicit files are read and a pattern matching nothing is an error") {
     fs::path d = corpus_dir();
     CHECK(read_documents({(d / "*.txt").string()}).size() == 1);
     CHECK(read_documents({(d / "sub" / "b.jsonl").string(), (d / "a.txt").string()}).size() == 4);
@@ -54,7 +54,7 @@ TEST_CASE("globs and explicit files are read; a pattern matching nothing is an e
     fs::remove_all(d);
 }
 
-TEST_CASE("a bad .jsonl line is reported with its line number, or skipped") {
+TEST_CASE("a bad .jsonl line is reported with its line number or skipped") {
     fs::path d = fs::temp_directory_path() / "skew_test_reader_bad";
     fs::remove_all(d);
     fs::create_directories(d);

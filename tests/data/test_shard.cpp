@@ -75,7 +75,7 @@ TEST_CASE("the streaming writer equals the whole-file writer") {
     fs::remove_all(dir);
 }
 
-TEST_CASE("truncated, wrong-magic and wrong-version shards are refused with the file named") {
+TEST_CASE("truncated and wrong-magic and wrong-version shards are refused with the file named") {
     fs::path dir = temp_dir("shard_bad");
     std::vector<uint16_t> tokens(100, 7);
     std::string good = (dir / "good.bin").string();

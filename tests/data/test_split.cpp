@@ -27,7 +27,7 @@ TEST_CASE("bucket is the first 8 hex digits of the MD5 mod 1000") {
     CHECK(split_bucket("document 80") == 958);
 }
 
-TEST_CASE("only the first 1024 code points are hashed, whatever their byte length") {
+TEST_CASE("only the first 1024 code points are hashed whatever their byte length") {
     // 2000 x "é": the first 1024 code points are 2048 bytes; md5 = 1bccca26...
     CHECK(utf8_prefix_bytes(repeat("é", 2000), 1024) == 2048);
     CHECK(split_bucket(repeat("é", 2000)) == 926);

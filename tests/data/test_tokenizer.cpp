@@ -57,7 +57,7 @@ TEST_CASE("known GPT-2 ids for a short sentence") {
     CHECK(gpt2().eot == 50256);
 }
 
-TEST_CASE("decode of encode is the identity on random bytes, valid or not") {
+TEST_CASE("decode of encode is the identity on random bytes valid or not") {
     std::mt19937 rng(1234);
     TokenizerWorkspace ws;
     const char* pieces[] = {"a", "Z", " ", "\n", "'s", "'LL", "é", "日本", "🚀", "\xff", "\xc3", "\xe2\x82", "\x80", "1", ".", "\t", "\xc2\x85"};

@@ -1,0 +1,284 @@
+// The preparation pipeline: read a chunk of records (one thread), parse + split + tokenize them in
+// parallel (OpenMP, one tokenizer workspace per thread), append them in input order to the train and
+// val shard writers, rotate shards at shard_tokens, then write manifest.json (design.md "Data").
+#include "data/prepare.h"
+
+#include <omp.h>
+#include <openssl/evp.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "data/reader.h"
+#include "data/shard.h"
+#include "data/split.h"
+#include "data/tokenizer.h"
+#include "engine/error.h"
+
+namespace skew::data {
+namespace fs = std::filesystem;
+
+std::string md5_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) fail("data: cannot open {} to hash it", path);
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_md5(), nullptr);
+    std::vector<char> buf(1 << 20);
+    while (f) {
+        f.read(buf.data(), std::streamsize(buf.size()));
+        if (f.gcount() > 0) EVP_DigestUpdate(ctx, buf.data(), size_t(f.gcount()));
+    }
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(ctx, digest, &len);
+    EVP_MD_CTX_free(ctx);
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (unsigned i = 0; i < len; i++) {
+        out.push_back(hex[digest[i] >> 4]);
+        out.push_back(hex[digest[i] & 15]);
+    }
+    return out;
+}
+
+namespace {
+
+// The shards of one split, rotated every shard_tokens tokens: <out>/<name>_000000.bin, ...
+struct SplitOutput {
+    std::string name;
+    std::string dir;
+    int64_t shard_tokens = 0;
+    ShardWriter writer;
+    std::vector<std::pair<std::string, int64_t>> shards;  // (path, tokens) of closed shards
+    int64_t tokens = 0;
+    int64_t documents = 0;
+};
+
+std::string shard_path(const SplitOutput& s, size_t index) {
+    char file[64];
+    std::snprintf(file, sizeof file, "%s_%06zu.bin", s.name.c_str(), index);
+    return (fs::path(s.dir) / file).string();
+}
+
+void split_open(SplitOutput& s) { shard_writer_open(s.writer, shard_path(s, s.shards.size())); }
+
+void split_append(SplitOutput& s, std::span<const int32_t> tokens) {
+    while (!tokens.empty()) {
+        int64_t room = s.shard_tokens - s.writer.tokens;
+        if (room == 0) {
+            s.shards.emplace_back(s.writer.path, shard_writer_close(s.writer));
+            split_open(s);
+            continue;
+        }
+        size_t n = size_t(std::min<int64_t>(room, int64_t(tokens.size())));
+        shard_writer_append(s.writer, tokens.first(n));
+        s.tokens += int64_t(n);
+        tokens = tokens.subspan(n);
+    }
+}
+
+void split_close(SplitOutput& s) { s.shards.emplace_back(s.writer.path, shard_writer_close(s.writer)); }
+
+std::string human_duration(double seconds) {
+    if (!(seconds >= 0) || seconds > 1e7) return "--:--";
+    int64_t s = int64_t(seconds + 0.5);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60), (long long)(s % 60));
+    return buf;
+}
+
+// One line on stderr, redrawn in place: documents, MB read, MB/s, ETA, a bar.
+void draw_progress(int64_t documents, int64_t consumed, int64_t total, int64_t text_bytes, double seconds, bool final) {
+    double frac = total > 0 ? double(consumed) / double(total) : 1.0;
+    double mbps = seconds > 0 ? double(text_bytes) / 1e6 / seconds : 0.0;
+    double eta = frac > 0 ? seconds * (1.0 - frac) / frac : -1;
+    const int width = 24;
+    int filled = int(frac * width + 0.5);
+    std::string bar = std::string(size_t(std::min(filled, width)), '#') + std::string(size_t(width - std::min(filled, width)), '.');
+    std::fprintf(stderr, "\rprepare [%s] %3.0f%%  %lld documents  %.1f MB  %.1f MB/s  %s %s   ", bar.c_str(), frac * 100,
+                 (long long)documents, double(text_bytes) / 1e6, mbps, final ? "took" : "ETA",
+                 human_duration(final ? seconds : eta).c_str());
+    if (final) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+}
+
+}  // namespace
+
+PrepareSummary prepare_run(const PrepareOptions& o) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (o.separator != "eot" && o.separator != "none") fail("prepare: separator must be eot or none, got \"{}\"", o.separator);
+    if (o.out_dir.empty()) fail("prepare: --out is required");
+    if (o.shard_tokens <= 0 || o.shard_tokens > kShardMaxTokens)
+        fail("prepare: shard_tokens must be in [1, {}], got {}", kShardMaxTokens, o.shard_tokens);
+    const int train_buckets = split_train_buckets(o.val_ratio);
+    Tokenizer tok = tokenizer_load(o.tokenizer_dir);
+    if (tok.vocab_size() > 65536) fail("prepare: vocabulary of {} tokens does not fit llm.c's uint16 shards", tok.vocab_size());
+    if (o.separator == "eot" && tok.eot < 0) fail("prepare: separator eot needs <|endoftext|> in {}", tok.source);
+    auto files = expand_inputs(o.inputs);
+    DocumentReader reader = document_reader_open(files);
+
+    std::error_code ec;
+    fs::create_directories(o.out_dir, ec);
+    if (ec) fail("prepare: cannot create {}: {}", o.out_dir, ec.message());
+
+    const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+    std::vector<std::unique_ptr<TokenizerWorkspace>> workspaces;
+    for (int t = 0; t < threads; t++) workspaces.push_back(std::make_unique<TokenizerWorkspace>());
+
+    SplitOutput train, val;
+    train.name = "train";
+    val.name = "val";
+    for (SplitOutput* s : {&train, &val}) {
+        s->dir = o.out_dir;
+        s->shard_tokens = o.shard_tokens;
+        split_open(*s);
+    }
+    std::vector<int64_t> bad_per_source(files.size(), 0);
+    PrepareSummary summary;
+    const bool tty = o.progress && isatty(fileno(stderr));
+    auto last_draw = std::chrono::steady_clock::now();
+
+    std::vector<DocumentRecord> chunk;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::string> errors;
+    std::vector<char> is_train;
+    bool more = true;
+    while (more) {
+        // 1. Read a bounded chunk of records.
+        chunk.clear();
+        int64_t chunk_bytes = 0;
+        while (chunk_bytes < o.chunk_bytes) {
+            chunk.emplace_back();
+            if (!document_reader_next(reader, chunk.back())) {
+                chunk.pop_back();
+                more = false;
+                break;
+            }
+            chunk_bytes += int64_t(chunk.back().raw.size());
+        }
+        if (chunk.empty()) break;
+        // 2. Parse, split and tokenize in parallel.
+        const int64_t n = int64_t(chunk.size());
+        tokens.assign(size_t(n), {});
+        errors.assign(size_t(n), {});
+        is_train.assign(size_t(n), 0);
+        std::vector<int64_t> text_bytes(size_t(n), 0);
+        std::exception_ptr failure;
+#pragma omp parallel for schedule(dynamic, 8) num_threads(threads)
+        for (int64_t i = 0; i < n; i++) {
+            try {
+                std::string parsed;
+                const std::string* text = &chunk[i].raw;
+                if (chunk[i].is_json) {
+                    if (!document_parse(chunk[i], o.field, parsed, errors[i])) continue;
+                    text = &parsed;
+                }
+                text_bytes[i] = int64_t(text->size());
+                is_train[i] = split_bucket(*text) < train_buckets;
+                tokenizer_encode(tok, *text, tokens[i], *workspaces[size_t(omp_get_thread_num())], o.allow_special);
+            } catch (...) {
+#pragma omp critical
+                failure = std::current_exception();
+            }
+        }
+        if (failure) std::rethrow_exception(failure);
+        // 3. Append in input order.
+        const int32_t eot = tok.eot;
+        for (int64_t i = 0; i < n; i++) {
+            const auto& rec = chunk[i];
+            if (!errors[i].empty()) {
+                const std::string& path = reader.sources[rec.source].path;
+                if (!o.skip_bad_lines) fail("prepare: {}:{}: {} (use --bad-lines skip to skip such lines)", path, rec.line, errors[i]);
+                if (summary.bad_lines < 10) spdlog::warn("prepare: {}:{}: {}; line skipped", path, rec.line, errors[i]);
+                summary.bad_lines++;
+                bad_per_source[rec.source]++;
+                continue;
+            }
+            SplitOutput& out = is_train[i] ? train : val;
+            if (o.separator == "eot") split_append(out, std::span<const int32_t>(&eot, 1));
+            split_append(out, tokens[i]);
+            out.documents++;
+            summary.bytes += text_bytes[i];
+            std::vector<int32_t>().swap(tokens[i]);
+        }
+        auto now = std::chrono::steady_clock::now();
+        if (tty && (now - last_draw > std::chrono::milliseconds(200) || !more)) {
+            draw_progress(train.documents + val.documents, reader.consumed_file_bytes, reader.total_file_bytes, summary.bytes,
+                          std::chrono::duration<double>(now - t0).count(), false);
+            last_draw = now;
+        }
+    }
+    split_close(train);
+    split_close(val);
+    summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (tty) draw_progress(train.documents + val.documents, reader.total_file_bytes, reader.total_file_bytes, summary.bytes,
+                           summary.seconds, true);
+    if (summary.bad_lines > 10) spdlog::warn("prepare: {} bad lines skipped in all ({} shown)", summary.bad_lines, 10);
+
+    // Shards of an earlier run that this run did not write would join a split: remove them.
+    std::set<std::string> written;
+    for (SplitOutput* s : {&train, &val})
+        for (auto& [path, count] : s->shards) written.insert(fs::path(path).filename().string());
+    static const std::regex ours("(train|val)_[0-9]{6}\\.bin");
+    for (const auto& entry : fs::directory_iterator(o.out_dir)) {
+        std::string file = entry.path().filename().string();
+        if (std::regex_match(file, ours) && !written.count(file)) fs::remove(entry.path(), ec);
+    }
+
+    summary.documents_train = train.documents;
+    summary.documents_val = val.documents;
+    summary.tokens_train = train.tokens;
+    summary.tokens_val = val.tokens;
+
+    nlohmann::json m;
+    m["format"] = {{"layout", "llm.c .bin"}, {"magic", kShardMagic}, {"version", kShardVersion}, {"dtype", "uint16"}, {"header_bytes", 1024}};
+    bool openai_files = fs::exists(fs::path(o.tokenizer_dir) / "encoder.json") && fs::exists(fs::path(o.tokenizer_dir) / "vocab.bpe");
+    nlohmann::json tok_files = nlohmann::json::object();
+    for (const char* f : openai_files ? std::vector<const char*>{"encoder.json", "vocab.bpe"} : std::vector<const char*>{"vocab.json", "merges.txt"})
+        tok_files[f] = md5_file((fs::path(o.tokenizer_dir) / f).string());
+    m["tokenizer"] = {{"kind", "gpt2-bpe"}, {"dir", o.tokenizer_dir}, {"vocab_size", tok.vocab_size()}, {"eot", tok.eot}, {"md5", tok_files},
+                      {"allow_special", o.allow_special}};
+    m["separator"] = o.separator;
+    m["split"] = {{"rule", "md5(utf8(first 1024 code points))[:8] as int mod 1000 < train_buckets"},
+                  {"val_ratio", o.val_ratio}, {"train_buckets", train_buckets}};
+    m["documents"] = {{"train", train.documents}, {"val", val.documents}, {"total", train.documents + val.documents},
+                      {"bad_lines_skipped", summary.bad_lines}};
+    m["tokens"] = {{"train", train.tokens}, {"val", val.tokens}, {"total", train.tokens + val.tokens}};
+    m["bytes"] = summary.bytes;
+    nlohmann::json sources = nlohmann::json::array();
+    for (size_t s = 0; s < reader.sources.size(); s++) {
+        const auto& src = reader.sources[s];
+        sources.push_back({{"path", src.path}, {"file_bytes", src.file_bytes}, {"bytes", src.bytes},
+                           {"documents", src.documents - bad_per_source[s]}, {"bad_lines", bad_per_source[s]}, {"md5", src.md5}});
+    }
+    m["sources"] = sources;
+    nlohmann::json shards = nlohmann::json::array();
+    for (SplitOutput* s : {&train, &val})
+        for (auto& [path, count] : s->shards) {
+            shards.push_back({{"file", fs::path(path).filename().string()}, {"split", s->name}, {"tokens", count}, {"md5", md5_file(path)}});
+            summary.shards.push_back(path);
+        }
+    m["shards"] = shards;
+    m["created_by"] = "skew prepare 0.1.0";
+    m["seconds"] = summary.seconds;
+
+    summary.manifest = (fs::path(o.out_dir) / "manifest.json").string();
+    {
+        std::ofstream f(summary.manifest + ".tmp", std::ios::binary);
+        f << m.dump(2) << "\n";
+        if (!f) fail("prepare: cannot write {}.tmp", summary.manifest);
+    }
+    fs::rename(summary.manifest + ".tmp", summary.manifest, ec);
+    if (ec) fail("prepare: cannot rename {}.tmp: {}", summary.manifest, ec.message());
+    return summary;
+}
+
+}  // namespace skew::data

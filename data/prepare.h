@@ -1,0 +1,43 @@
+// `skew prepare`: text corpus -> token shards (design.md "Data"). Streams documents in bounded
+// chunks, tokenizes each chunk on all cores, routes documents by the MD5 split and writes llm.c
+// .bin shards plus manifest.json, every file through a temporary name and a rename.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace skew::data {
+
+struct PrepareOptions {
+    std::vector<std::string> inputs;             // files, directories, globs (expand_inputs)
+    std::string out_dir;                         // shards + manifest.json go here
+    std::string tokenizer_dir = "data/tokenizer";
+    double val_ratio = 0.05;                     // share of hash buckets that go to val
+    std::string separator = "eot";               // eot: 50256 before every document (llm.c); none: the paper
+    bool skip_bad_lines = true;                  // a bad .jsonl line is skipped (and counted) or fatal
+    std::string field = "text";                  // the .jsonl field holding the document
+    bool allow_special = false;                  // "<|endoftext|>" inside a document becomes 50256
+    int threads = 0;                             // tokenizer threads; 0 = all cores
+    int64_t shard_tokens = 100'000'000;          // tokens per shard file (llm.c's default size)
+    int64_t chunk_bytes = 32ll << 20;            // text held in memory at once (bounded memory)
+    bool progress = true;                        // progress bar on stderr when it is a terminal
+};
+
+struct PrepareSummary {
+    int64_t documents_train = 0, documents_val = 0;
+    int64_t tokens_train = 0, tokens_val = 0;
+    int64_t bytes = 0;         // document bytes tokenized
+    int64_t bad_lines = 0;     // .jsonl lines skipped
+    std::vector<std::string> shards;
+    std::string manifest;      // path of manifest.json
+    double seconds = 0;
+};
+
+/// Run the whole preparation. Throws skew::Error (file and line named) on unreadable input, a bad
+/// line when skip_bad_lines is false, an unknown separator or an unwritable output directory.
+PrepareSummary prepare_run(const PrepareOptions& options);
+
+/// Lowercase hex MD5 of a file's bytes, read in blocks.
+std::string md5_file(const std::string& path);
+
+}  // namespace skew::data
