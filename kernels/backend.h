@@ -305,7 +305,8 @@ struct Backend {
     /// the per-token loss (also written to losses (n) unless null). When dx / dwte are non-null the
     /// backward runs in the same pass with weight dloss on the mean loss: dx (n, C) overwritten,
     /// dwte (Vp, C) accumulated (its padding rows receive 0). x (n, C), wte (Vp, C) bf16 or fp32;
-    /// targets (n) int32 in [0, V). workspace: lm_head_workspace_bytes bytes of backend memory.
+    /// targets (n) int32 in [0, V). workspace: lm_head_workspace_bytes bytes of backend memory,
+    /// 16-byte aligned. A bf16 dwte is accumulated in fp32 over the chunks and rounded once.
     virtual void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
                                        ConstTensorRef wte, const int32_t* targets, float dloss,
                                        const ClassifierShape& s, void* workspace) = 0;

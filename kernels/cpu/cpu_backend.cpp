@@ -108,7 +108,7 @@ struct CpuBackend final : Backend {
         cpu::cross_entropy_backward_scaled(dlogits, logits, targets, scale, n_tokens, vocab_size, padded_vocab_size);
     }
     int64_t lm_head_workspace_bytes(const ClassifierShape& s) const override {
-        return cpu::lm_head_chunk_tokens(s) * s.padded_vocab_size * int64_t(sizeof(float));
+        return cpu::lm_head_workspace_bytes(s);
     }
     void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
                                ConstTensorRef wte, const int32_t* targets, float dloss, const ClassifierShape& s,

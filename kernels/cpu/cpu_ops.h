@@ -43,6 +43,50 @@ inline ConstTensorRef offset(ConstTensorRef t, int64_t elems) {
     return ConstTensorRef(static_cast<const char*>(t.data) + elems * scalar_type_bytes(t.type), t.type);
 }
 
+/// e^x for x <= 0 in fp32 without a libm call, so loops over a vocabulary vectorize: Cody-Waite
+/// range reduction and the Cephes expf polynomial, within 2 ulp of expf; 0 below -87 (where
+/// e^x < 2^-125, negligible against a softmax denominator >= 1). Source: Cephes expf.c.
+inline float exp_nonpos_f32(float x) {
+    const float xc = x < -87.0f ? -87.0f : x;  // a select, not std::max: keeps loops vectorizable
+    const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+    const float k = (xc * 1.44269504088896341f + magic) - magic;
+    float r = xc - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float y = p * r * r + r + 1.0f;
+    const float scale = f32_from_bits(uint32_t(int32_t(k) + 127) << 23);
+    return y * scale * float(x >= -87.0f);
+}
+
+/// Four fp32 lanes (GCC/Clang vector extension: one SSE2 / NEON register on every 64-bit target).
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef int32_t i32x4 __attribute__((vector_size(16)));
+
+/// exp_nonpos_f32 on four lanes at once (same operations, same results lane by lane).
+inline f32x4 exp_nonpos_f32x4(f32x4 x) {
+    const f32x4 lo = f32x4{} - 87.0f;
+    const f32x4 xc = x < lo ? lo : x;
+    const float magic = 12582912.0f;
+    const f32x4 k = (xc * 1.44269504088896341f + magic) - magic;
+    f32x4 r = xc - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    f32x4 p = f32x4{} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const f32x4 y = p * r * r + r + 1.0f;
+    const f32x4 scale = (f32x4)((__builtin_convertvector(k, i32x4) + 127) << 23);
+    const f32x4 zero = f32x4{};
+    return x < lo ? zero : y * scale;
+}
+
 /// Work (elements touched) below which a loop runs on one thread: an OpenMP fork costs more.
 constexpr int64_t kParallelMinWork = int64_t(1) << 15;
 
@@ -136,6 +180,7 @@ void cross_entropy_backward_scaled(float* dlogits, const float* logits, const in
                                    int64_t n_tokens, int64_t vocab_size, int64_t padded_vocab_size);
 /// Tokens per chunk of the fused LM head for this shape (bounds the fp32 logits held at once).
 int64_t lm_head_chunk_tokens(const ClassifierShape& s);
+int64_t lm_head_workspace_bytes(const ClassifierShape& s);
 void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
                            ConstTensorRef wte, const int32_t* targets, float dloss, const ClassifierShape& s,
                            void* workspace);

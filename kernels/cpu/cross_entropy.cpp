@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "engine/error.h"
@@ -22,13 +23,56 @@ void check_args(const char* op, const int32_t* targets, int64_t n, int64_t V, in
             fail("{}: target {} at position {} is outside the vocabulary [0, {})", op, targets[i], i, V);
 }
 
-// Stable logsumexp over the first V entries of a row (the real vocabulary), in double.
-double vocab_lse(const float* x, int64_t V) {
+// One token's cross-entropy over the real vocabulary x[0, V), stable (row max subtracted), in one
+// exp pass. Returns the loss lse - x[target]. When d is non-null also writes the gradient
+// d[v] = grad_scale * (softmax(x)[v] - [v == target]) for v < V and 0 for the padding V..Vp-1;
+// d may alias x. Vector code (two f32x4 per step) for the max and exp passes.
+double xent_row(float* d, const float* x, int32_t target, int64_t V, int64_t Vp, float grad_scale) {
+    const int64_t V8 = V - V % 8;
+    f32x4 mxa = f32x4{} - INFINITY, mxb = mxa;
+    for (int64_t v = 0; v < V8; v += 8) {
+        f32x4 xa, xb;
+        std::memcpy(&xa, x + v, sizeof(xa));
+        std::memcpy(&xb, x + v + 4, sizeof(xb));
+        mxa = xa > mxa ? xa : mxa;
+        mxb = xb > mxb ? xb : mxb;
+    }
     float mx = -INFINITY;
-    for (int64_t i = 0; i < V; ++i) mx = std::max(mx, x[i]);
+    for (int l = 0; l < 4; ++l) mx = std::max(mx, std::max(mxa[l], mxb[l]));
+    for (int64_t v = V8; v < V; ++v) mx = std::max(mx, x[v]);
+    const float x_target = x[target];
+
+    // exp pass: eight fp32 lane sums over blocks of 1024, the block sums added in double
     double sum = 0.0;
-    for (int64_t i = 0; i < V; ++i) sum += std::exp(double(x[i]) - double(mx));
-    return double(mx) + std::log(sum);
+    for (int64_t b0 = 0; b0 < V8; b0 += 1024) {
+        const int64_t b1 = std::min(V8, b0 + 1024);
+        f32x4 pa = f32x4{}, pb = f32x4{};
+        for (int64_t v = b0; v < b1; v += 8) {
+            f32x4 xa, xb;
+            std::memcpy(&xa, x + v, sizeof(xa));
+            std::memcpy(&xb, x + v + 4, sizeof(xb));
+            const f32x4 ea = exp_nonpos_f32x4(xa - mx), eb = exp_nonpos_f32x4(xb - mx);
+            if (d) {
+                std::memcpy(d + v, &ea, sizeof(ea));
+                std::memcpy(d + v + 4, &eb, sizeof(eb));
+            }
+            pa += ea;
+            pb += eb;
+        }
+        for (int l = 0; l < 4; ++l) sum += double(pa[l]) + double(pb[l]);
+    }
+    for (int64_t v = V8; v < V; ++v) {
+        const float e = exp_nonpos_f32(x[v] - mx);
+        if (d) d[v] = e;
+        sum += double(e);
+    }
+    if (d) {
+        const float inv = float(double(grad_scale) / sum);
+        for (int64_t v = 0; v < V; ++v) d[v] *= inv;
+        d[target] -= grad_scale;
+        for (int64_t v = V; v < Vp; ++v) d[v] = 0.0f;
+    }
+    return double(mx) + std::log(sum) - double(x_target);
 }
 
 }  // namespace
@@ -37,33 +81,36 @@ void cross_entropy_forward(float* losses, const float* logits, const int32_t* ta
                            int64_t vocab_size, int64_t padded_vocab_size) {
     check_args("cross_entropy_forward", targets, n_tokens, vocab_size, padded_vocab_size);
 #pragma omp parallel for schedule(static) if (n_tokens * padded_vocab_size > kParallelMinWork)
-    for (int64_t i = 0; i < n_tokens; ++i) {
-        const float* x = logits + i * padded_vocab_size;
-        losses[i] = float(vocab_lse(x, vocab_size) - double(x[targets[i]]));
-    }
+    for (int64_t i = 0; i < n_tokens; ++i)
+        losses[i] = float(xent_row(nullptr, logits + i * padded_vocab_size, targets[i], vocab_size, padded_vocab_size, 0.0f));
 }
 
 void cross_entropy_backward_scaled(float* dlogits, const float* logits, const int32_t* targets, float grad_scale,
                                    int64_t n_tokens, int64_t vocab_size, int64_t padded_vocab_size) {
     check_args("cross_entropy_backward", targets, n_tokens, vocab_size, padded_vocab_size);
 #pragma omp parallel for schedule(static) if (n_tokens * padded_vocab_size > kParallelMinWork)
-    for (int64_t i = 0; i < n_tokens; ++i) {
-        const float* x = logits + i * padded_vocab_size;
-        float* d = dlogits + i * padded_vocab_size;
-        const double lse = vocab_lse(x, vocab_size);
-        const int32_t tgt = targets[i];
-        for (int64_t v = 0; v < vocab_size; ++v) {
-            const double p = std::exp(double(x[v]) - lse);
-            d[v] = float(grad_scale * (p - (v == tgt ? 1.0 : 0.0)));
-        }
-        for (int64_t v = vocab_size; v < padded_vocab_size; ++v) d[v] = 0.0f;
-    }
+    for (int64_t i = 0; i < n_tokens; ++i)
+        xent_row(dlogits + i * padded_vocab_size, logits + i * padded_vocab_size, targets[i], vocab_size,
+                 padded_vocab_size, grad_scale);
+}
+
+/// Forward and backward of one chunk in one pass: losses (m), logits overwritten by their gradient.
+static void cross_entropy_fused(float* losses, float* logits, const int32_t* targets, float grad_scale, int64_t m, int64_t V,
+                         int64_t Vp) {
+#pragma omp parallel for schedule(static) if (m * Vp > kParallelMinWork)
+    for (int64_t i = 0; i < m; ++i)
+        losses[i] = float(xent_row(logits + i * Vp, logits + i * Vp, targets[i], V, Vp, grad_scale));
 }
 
 int64_t lm_head_chunk_tokens(const ClassifierShape& s) {
-    const int64_t budget = int64_t(1) << 22;  // fp32 logits held at once (16 MiB)
+    const int64_t budget = int64_t(1) << 24;  // fp32 logits held at once (64 MiB)
     const int64_t chunk = std::max<int64_t>(1, budget / std::max<int64_t>(1, s.padded_vocab_size));
     return std::min(chunk, std::max<int64_t>(1, s.n_tokens));
+}
+
+int64_t lm_head_workspace_bytes(const ClassifierShape& s) {
+    // chunk logits + the embedding widened to fp32 once + an fp32 accumulator for its gradient
+    return (lm_head_chunk_tokens(s) * s.padded_vocab_size + 2 * s.padded_vocab_size * s.d_model) * int64_t(sizeof(float));
 }
 
 void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
@@ -73,27 +120,47 @@ void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, Tensor
     check_args("lm_head_cross_entropy", targets, n, V, Vp);
     check_nonneg("lm_head_cross_entropy d_model", C);
     if (!workspace && n > 0) fail("lm_head_cross_entropy: null workspace (size from lm_head_workspace_bytes)");
+    if (n == 0) {
+        if (mean_loss) *mean_loss = 0.0f;
+        return;
+    }
     const int64_t chunk = lm_head_chunk_tokens(s);
-    float* logits = static_cast<float*>(workspace);
+    float* logits = static_cast<float*>(workspace);  // (chunk, Vp)
+    float* wte32 = logits + chunk * Vp;              // (Vp, C), used when wte is bf16
+    float* dwte32 = wte32 + Vp * C;                  // (Vp, C), used when dwte is bf16
+    // Widen the embedding once for all chunks; accumulate its gradient in fp32 and round once.
+    ConstTensorRef w = wte;
+    if (wte.type == ScalarType::BF16) {
+        convert(wte32, wte, Vp * C);
+        w = ConstTensorRef(wte32);
+    }
+    TensorRef dw = dwte;
+    if (dwte && dwte.type == ScalarType::BF16) {
+        zero(dwte32, Vp * C);
+        dw = TensorRef(dwte32);
+    }
     std::vector<float> local_losses;
     if (!losses) {
-        local_losses.resize(size_t(n));
+        local_losses.resize(static_cast<size_t>(n));
         losses = local_losses.data();
     }
     const bool backward = dx || dwte;
     for (int64_t i0 = 0; i0 < n; i0 += chunk) {
         const int64_t m = std::min(chunk, n - i0);
         const ConstTensorRef xc = offset(x, i0 * C);
-        matmul(logits, xc, wte, MatmulShape{m, Vp, C, false, true});
-        cross_entropy_forward(losses + i0, logits, targets + i0, m, V, Vp);
-        if (!backward) continue;
-        cross_entropy_backward_scaled(logits, logits, targets + i0, dloss / float(n), m, V, Vp);
-        if (dx) matmul(offset(dx, i0 * C), logits, wte, MatmulShape{m, C, Vp});
-        if (dwte) matmul(dwte, logits, xc, MatmulShape{Vp, C, m, true, false, 1.0f, 1.0f});
+        matmul(logits, xc, w, MatmulShape{m, Vp, C, false, true});
+        if (!backward) {
+            cross_entropy_forward(losses + i0, logits, targets + i0, m, V, Vp);
+            continue;
+        }
+        cross_entropy_fused(losses + i0, logits, targets + i0, dloss / float(n), m, V, Vp);
+        if (dx) matmul(offset(dx, i0 * C), logits, w, MatmulShape{m, C, Vp});
+        if (dw) matmul(dw, logits, xc, MatmulShape{Vp, C, m, true, false, 1.0f, 1.0f});
     }
+    if (dwte && dwte.type == ScalarType::BF16) accumulate(dwte, dwte32, Vp * C);
     double total = 0.0;
     for (int64_t i = 0; i < n; ++i) total += losses[i];
-    if (mean_loss) *mean_loss = n > 0 ? float(total / double(n)) : 0.0f;
+    if (mean_loss) *mean_loss = float(total / double(n));
 }
 
 }  // namespace skew::cpu

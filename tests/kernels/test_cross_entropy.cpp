@@ -96,7 +96,7 @@ TEST_CASE("fused LM head cross-entropy matches finite differences for the input 
 
 TEST_CASE("fused LM head in chunks matches the unfused matmul and cross-entropy on the GPT-2 padded vocabulary") {
     auto be = make_cpu_backend();
-    const ClassifierShape s{100, 8, 50257, 50304};
+    const ClassifierShape s{350, 4, 50257, 50304};
     REQUIRE(cpu::lm_head_chunk_tokens(s) < s.n_tokens);  // several chunks
     const auto x = to_bf16(random_vector(s.n_tokens * s.d_model, 5, -4.0f, 4.0f));
     const auto wte = to_bf16(random_vector(s.padded_vocab_size * s.d_model, 6, -4.0f, 4.0f));  // logits up to ~100
@@ -128,4 +128,25 @@ TEST_CASE("fused LM head in chunks matches the unfused matmul and cross-entropy 
     require_nmse("losses", losses, ref_l, 1e-12);
     require_nmse("dx", dx, ref_dx, 1e-10);
     require_nmse("dwte", dwte, ref_dwte, 1e-10);
+
+    // a bf16 embedding gradient is accumulated in fp32 over the chunks and rounded once
+    std::vector<bf16> dwte16(dwte.size(), f32_to_bf16(0.0f));
+    be->lm_head_cross_entropy(&mean, nullptr, nullptr, dwte16.data(), x.data(), wte.data(), tgt.data(), dloss, s,
+                              ws.data());
+    require_nmse("dwte bf16", to_f32(dwte16), ref_dwte, 2e-5);
+}
+
+TEST_CASE("the vectorizable exp used by the softmax is within 2 ulp of expf for x <= 0") {
+    double worst = 0.0;
+    for (int i = 0; i <= 200000; ++i) {
+        const float x = -87.0f * float(i) / 200000.0f;
+        const double ref = std::exp(double(x));
+        const double ulp = std::nextafter(float(ref), INFINITY) - float(ref);
+        worst = std::max(worst, std::fabs(double(cpu::exp_nonpos_f32(x)) - ref) / ulp);
+    }
+    INFO("worst error " << worst << " ulp");
+    REQUIRE(worst <= 2.0);
+    REQUIRE(cpu::exp_nonpos_f32(0.0f) == 1.0f);
+    REQUIRE(cpu::exp_nonpos_f32(-100.0f) == 0.0f);
+    REQUIRE(cpu::exp_nonpos_f32(-INFINITY) == 0.0f);
 }
