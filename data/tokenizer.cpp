@@ -7,6 +7,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -27,18 +28,90 @@ struct TokenizerRegex {
     ~TokenizerRegex() { pcre2_code_free(code); }
 };
 
+// The word cache: a flat table of (hash, piece bytes, ids) with the bytes and ids in arenas.
+struct WordCache {
+    struct Slot {
+        uint64_t hash = FlatTable64::kEmpty;
+        uint32_t bytes_offset = 0, ids_offset = 0;
+        uint16_t bytes = 0, ids = 0;
+    };
+    std::vector<Slot> slots;
+    size_t used = 0;
+    std::string arena;          // piece bytes
+    std::vector<int32_t> pool;  // token ids
+    void reset(size_t capacity) {
+        slots.assign(capacity, Slot{});
+        used = 0;
+        arena.clear();
+        pool.clear();
+    }
+};
+
 struct TokenizerWorkspace::Impl {
     pcre2_match_data* match = nullptr;
     pcre2_match_context* context = nullptr;
     pcre2_jit_stack* jit_stack = nullptr;
-    struct Hash {
-        using is_transparent = void;
-        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-    };
-    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, Hash, std::equal_to<>> cache;  // piece -> (offset, count) in pool
-    std::vector<int32_t> pool;
-    std::vector<int32_t> scratch;
+    WordCache cache;
 };
+
+uint64_t tokenizer_hash_bytes(std::string_view bytes) {
+    const char* p = bytes.data();
+    size_t n = bytes.size();
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
+    while (n >= 8) {
+        uint64_t v;
+        std::memcpy(&v, p, 8);
+        h = (h ^ v) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t v = 0;
+    std::memcpy(&v, p, n);
+    h = (h ^ v) * 0x94d049bb133111ebull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return h == FlatTable64::kEmpty ? h - 1 : h;
+}
+
+static inline uint64_t mix64(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    return k;
+}
+
+static void flat_init(FlatTable64& t, size_t entries) {
+    size_t cap = 16;
+    while (cap < entries * 2) cap <<= 1;
+    t.keys.assign(cap, FlatTable64::kEmpty);
+    t.values.assign(cap, 0);
+    t.mask = cap - 1;
+}
+
+// Insert unless the key is present (the first value wins). Returns false when it was present.
+static bool flat_insert(FlatTable64& t, uint64_t key, uint64_t value) {
+    for (uint64_t i = mix64(key) & t.mask;; i = (i + 1) & t.mask) {
+        if (t.keys[i] == key) return false;
+        if (t.keys[i] == FlatTable64::kEmpty) {
+            t.keys[i] = key;
+            t.values[i] = value;
+            return true;
+        }
+    }
+}
+
+static inline bool flat_find(const FlatTable64& t, uint64_t key, uint64_t& value) {
+    for (uint64_t i = mix64(key) & t.mask;; i = (i + 1) & t.mask) {
+        uint64_t k = t.keys[i];
+        if (k == key) {
+            value = t.values[i];
+            return true;
+        }
+        if (k == FlatTable64::kEmpty) return false;
+    }
+}
 
 TokenizerWorkspace::TokenizerWorkspace() : impl(std::make_unique<Impl>()) {
     impl->match = pcre2_match_data_create(4, nullptr);
@@ -169,7 +242,7 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
     if (!mf) fail("tokenizer: cannot open {}", merges_path);
     std::string line;
     int64_t line_no = 0, rank = 0;
-    tok.merges.reserve(60000);
+    flat_init(tok.merges, 60000);
     while (std::getline(mf, line)) {
         line_no++;
         if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -182,10 +255,23 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
         if (ia == id_of.end() || ib == id_of.end() || im == id_of.end())
             fail("tokenizer: {}:{}: merge \"{}\" uses a token missing from {}", merges_path, line_no, line, vocab_json_path);
         uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
-        tok.merges.emplace(key, (uint64_t(rank) << 32) | uint32_t(im->second));  // first (lowest) rank wins
+        flat_insert(tok.merges, key, (uint64_t(rank) << 32) | uint32_t(im->second));  // first (lowest) rank wins
         rank++;
     }
     if (rank == 0) fail("tokenizer: {} holds no merges", merges_path);
+    // Whole-piece lookup: a piece whose bytes are a token is that token (tiktoken does the same).
+    // Hash collisions are harmless: a hit is verified against the token's bytes, and probing goes on.
+    flat_init(tok.whole, tok.token_bytes.size());
+    for (size_t id = 0; id < tok.token_bytes.size(); id++) {
+        if (int32_t(id) == tok.eot || tok.token_bytes[id].empty()) continue;
+        uint64_t h = tokenizer_hash_bytes(tok.token_bytes[id]);
+        for (uint64_t i = mix64(h) & tok.whole.mask;; i = (i + 1) & tok.whole.mask)
+            if (tok.whole.keys[i] == FlatTable64::kEmpty) {
+                tok.whole.keys[i] = h;
+                tok.whole.values[i] = id;
+                break;
+            }
+    }
     tok.regex = compile_gpt2_regex();
     return tok;
 }
@@ -193,11 +279,20 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
 // ---- byte-pair merging
 
 static inline bool lookup_merge(const Tokenizer& tok, int32_t left, int32_t right, uint32_t& rank, int32_t& merged) {
-    auto it = tok.merges.find((uint64_t(uint32_t(left)) << 32) | uint32_t(right));
-    if (it == tok.merges.end()) return false;
-    rank = uint32_t(it->second >> 32);
-    merged = int32_t(it->second & 0xFFFFFFFFu);
+    uint64_t v;
+    if (!flat_find(tok.merges, (uint64_t(uint32_t(left)) << 32) | uint32_t(right), v)) return false;
+    rank = uint32_t(v >> 32);
+    merged = int32_t(v & 0xFFFFFFFFu);
     return true;
+}
+
+// The id of the token whose bytes are exactly piece, or -1.
+static inline int32_t lookup_whole(const Tokenizer& tok, std::string_view piece, uint64_t h) {
+    for (uint64_t i = mix64(h) & tok.whole.mask;; i = (i + 1) & tok.whole.mask) {
+        uint64_t k = tok.whole.keys[i];
+        if (k == FlatTable64::kEmpty) return -1;
+        if (k == h && tok.token_bytes[tok.whole.values[i]] == piece) return int32_t(tok.whole.values[i]);
+    }
 }
 
 static constexpr uint32_t kNoRank = 0xFFFFFFFFu;
@@ -316,32 +411,66 @@ std::vector<std::string_view> tokenizer_pieces(const Tokenizer& tok, std::string
     return pieces;
 }
 
-static void encode_ordinary(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out, TokenizerWorkspace& ws) {
-    auto& w = *ws.impl;
-    for_each_piece(tok, text, ws, [&](std::string_view piece) {
-        if (piece.size() == 1) {
-            out.push_back(tok.byte_token[static_cast<unsigned char>(piece[0])]);
-            return;
-        }
-        if (piece.size() > 128) {  // long pieces are rare; caching them would only cost memory
-            tokenizer_bpe(tok, piece, out);
-            return;
-        }
-        auto it = w.cache.find(piece);
-        if (it != w.cache.end()) {
-            out.insert(out.end(), w.pool.begin() + it->second.first, w.pool.begin() + it->second.first + it->second.second);
-            return;
-        }
-        if (w.cache.size() >= ws.max_cache_entries) {
-            w.cache.clear();
-            w.pool.clear();
-        }
-        size_t before = out.size();
+// One piece: a single byte; a whole token; a cached word; else byte-pair merging (then cached).
+static void encode_piece(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out, TokenizerWorkspace& ws) {
+    if (piece.size() == 1) {
+        out.push_back(tok.byte_token[static_cast<unsigned char>(piece[0])]);
+        return;
+    }
+    if (piece.size() > 128) {  // long pieces are rare; caching them would only cost memory
         tokenizer_bpe(tok, piece, out);
-        uint32_t offset = static_cast<uint32_t>(w.pool.size());
-        w.pool.insert(w.pool.end(), out.begin() + before, out.end());
-        w.cache.emplace(std::string(piece), std::make_pair(offset, uint32_t(out.size() - before)));
-    });
+        return;
+    }
+    const uint64_t h = tokenizer_hash_bytes(piece);
+    int32_t whole = lookup_whole(tok, piece, h);
+    if (whole >= 0) {
+        out.push_back(whole);
+        return;
+    }
+    WordCache& c = ws.impl->cache;
+    if (c.slots.empty()) c.reset(1 << 16);
+    uint64_t mask = c.slots.size() - 1;
+    uint64_t i = mix64(h) & mask;
+    for (;; i = (i + 1) & mask) {
+        const WordCache::Slot& s = c.slots[i];
+        if (s.hash == FlatTable64::kEmpty) break;
+        if (s.hash == h && s.bytes == piece.size() && std::memcmp(c.arena.data() + s.bytes_offset, piece.data(), piece.size()) == 0) {
+            out.insert(out.end(), c.pool.begin() + s.ids_offset, c.pool.begin() + s.ids_offset + s.ids);
+            return;
+        }
+    }
+    size_t before = out.size();
+    tokenizer_bpe(tok, piece, out);
+    if (c.used >= ws.max_cache_entries) {  // bounded memory: start over
+        c.reset(c.slots.size());
+        mask = c.slots.size() - 1;
+        for (i = mix64(h) & mask; c.slots[i].hash != FlatTable64::kEmpty; i = (i + 1) & mask) {}
+    } else if (2 * (c.used + 1) > c.slots.size()) {  // grow to keep the load under one half
+        std::vector<WordCache::Slot> old;
+        old.swap(c.slots);
+        c.slots.assign(old.size() * 2, WordCache::Slot{});
+        mask = c.slots.size() - 1;
+        for (const auto& s : old) {
+            if (s.hash == FlatTable64::kEmpty) continue;
+            uint64_t j = mix64(s.hash) & mask;
+            while (c.slots[j].hash != FlatTable64::kEmpty) j = (j + 1) & mask;
+            c.slots[j] = s;
+        }
+        for (i = mix64(h) & mask; c.slots[i].hash != FlatTable64::kEmpty; i = (i + 1) & mask) {}
+    }
+    WordCache::Slot& s = c.slots[i];
+    s.hash = h;
+    s.bytes_offset = uint32_t(c.arena.size());
+    s.bytes = uint16_t(piece.size());
+    s.ids_offset = uint32_t(c.pool.size());
+    s.ids = uint16_t(out.size() - before);
+    c.arena.append(piece);
+    c.pool.insert(c.pool.end(), out.begin() + before, out.end());
+    c.used++;
+}
+
+static void encode_ordinary(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out, TokenizerWorkspace& ws) {
+    for_each_piece(tok, text, ws, [&](std::string_view piece) { encode_piece(tok, piece, out, ws); });
 }
 
 void tokenizer_encode(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out, TokenizerWorkspace& ws,

@@ -17,12 +17,25 @@ inline constexpr std::string_view kEndOfTextText = "<|endoftext|>";
 
 struct TokenizerRegex;  // compiled PCRE2 pattern (tokenizer.cpp)
 
+/// Open-addressing hash table from uint64 keys to uint64 values: linear probing, power-of-two
+/// capacity, key ~0 marks an empty slot. Flat so a lookup is one or two cache lines.
+struct FlatTable64 {
+    static constexpr uint64_t kEmpty = ~uint64_t(0);
+    std::vector<uint64_t> keys;    // (capacity)
+    std::vector<uint64_t> values;  // (capacity)
+    uint64_t mask = 0;             // capacity - 1
+};
+
+/// 64-bit hash of a byte string (never FlatTable64::kEmpty).
+uint64_t tokenizer_hash_bytes(std::string_view bytes);
+
 /// A loaded GPT-2 vocabulary. Immutable after tokenizer_load, so one Tokenizer is shared by all
 /// threads; each thread brings its own TokenizerWorkspace to tokenizer_encode.
 struct Tokenizer {
     std::vector<std::string> token_bytes;            // (vocab_size) raw bytes of each token id
     int32_t byte_token[256] = {};                    // token id of each single byte
-    std::unordered_map<uint64_t, uint64_t> merges;   // (left id << 32 | right id) -> (rank << 32 | merged id)
+    FlatTable64 merges;                              // (left id << 32 | right id) -> (rank << 32 | merged id)
+    FlatTable64 whole;                               // hash of token bytes -> id (a piece that is one token, as tiktoken)
     int32_t eot = kEndOfText;                        // id of <|endoftext|>, -1 when the vocab lacks it
     std::shared_ptr<TokenizerRegex> regex;           // GPT-2's pre-tokenization pattern, JIT-compiled
     std::string source;                              // the files it was loaded from, for messages
@@ -40,7 +53,7 @@ struct TokenizerWorkspace {
 
     struct Impl;
     std::unique_ptr<Impl> impl;
-    size_t max_cache_entries = 1 << 20;
+    size_t max_cache_entries = 1 << 20;  // the cache (~100 bytes an entry) is emptied when it holds this many
 };
 
 /// Load a GPT-2 vocabulary from dir: encoder.json + vocab.bpe (OpenAI's files) or vocab.json +
