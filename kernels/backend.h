@@ -97,7 +97,7 @@ struct RouterShape {
 /// caller makes noise_offset distinct per microbatch (e.g. microbatch * n_tokens * n_experts) and
 /// tensor distinct per MoE block. noise_std = 0 disables noise (eval, tests).
 struct RouterOptions {
-    float noise_std = 0.0f;       // 0.5 in training (the paper)
+    float noise_std = 0.0f;  // 0.5 in training (the paper)
     uint64_t seed = 0;
     uint32_t step = 0;
     uint32_t tensor = 0;
@@ -135,16 +135,21 @@ struct Backend {
     /// weight (out_features, in_features)^T, + out when accumulate. No bias (design.md).
     void matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight, int64_t n_rows, int64_t in_features,
                         int64_t out_features, bool accumulate = false) {
-        matmul(out, inp, weight, MatmulShape{n_rows, out_features, in_features, false, true, 1.0f, accumulate ? 1.0f : 0.0f});
+        matmul(out, inp, weight,
+               MatmulShape{n_rows, out_features, in_features, false, true, 1.0f, accumulate ? 1.0f : 0.0f});
     }
 
     /// Linear layer backward. dinp (n_rows, in_features) = dout (n_rows, out_features) · weight
     /// (overwritten, or += when accumulate_dinp; skipped when dinp is null); dweight (out_features,
     /// in_features) += dout^T · inp (always accumulates; skipped when null).
-    void matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout, ConstTensorRef inp, ConstTensorRef weight,
-                         int64_t n_rows, int64_t in_features, int64_t out_features, bool accumulate_dinp = false) {
-        if (dinp) matmul(dinp, dout, weight, MatmulShape{n_rows, in_features, out_features, false, false, 1.0f, accumulate_dinp ? 1.0f : 0.0f});
-        if (dweight) matmul(dweight, dout, inp, MatmulShape{out_features, in_features, n_rows, true, false, 1.0f, 1.0f});
+    void matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout, ConstTensorRef inp,
+                         ConstTensorRef weight, int64_t n_rows, int64_t in_features, int64_t out_features,
+                         bool accumulate_dinp = false) {
+        if (dinp)
+            matmul(dinp, dout, weight,
+                   MatmulShape{n_rows, in_features, out_features, false, false, 1.0f, accumulate_dinp ? 1.0f : 0.0f});
+        if (dweight)
+            matmul(dweight, dout, inp, MatmulShape{out_features, in_features, n_rows, true, false, 1.0f, 1.0f});
     }
 
     // ---- embedding
@@ -158,8 +163,8 @@ struct Backend {
     /// Embedding backward, deterministic (fixed summation order, no atomics): dwte[tokens[b,t]] +=
     /// dout[b,t]; dwpe[t] += Σ_b dout[b,t]. dout (batch, seq_len, C) bf16; dwte (vocab_rows, C),
     /// dwpe (>= seq_len, C), bf16 or fp32, accumulated. Either gradient may be null (skipped).
-    virtual void embedding_backward(TensorRef dwte, TensorRef dwpe, const bf16* dout, const int32_t* tokens, int64_t batch,
-                                    int64_t seq_len, int64_t channels, int64_t vocab_rows) = 0;
+    virtual void embedding_backward(TensorRef dwte, TensorRef dwpe, const bf16* dout, const int32_t* tokens,
+                                    int64_t batch, int64_t seq_len, int64_t channels, int64_t vocab_rows) = 0;
 
     // ---- LayerNorm (with bias, fp32 parameters)
 
@@ -205,9 +210,9 @@ struct Backend {
     /// assignments per expert; balance_loss = α·E·Σ_i p̄_i·f_i (p̄ the mean of probs over tokens,
     /// f_i = counts_i / (n·k)); z_loss = coef·mean_t(logsumexp(clean logits_t)^2). mean_probs (E)
     /// fp32 p̄ is optional (null: skipped), for metrics. Errors: top_k < 1 or > E.
-    virtual void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts, float* balance_loss,
-                                    float* z_loss, float* mean_probs, const float* logits, const RouterShape& s,
-                                    const RouterOptions& o) = 0;
+    virtual void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts,
+                                    float* balance_loss, float* z_loss, float* mean_probs, const float* logits,
+                                    const RouterShape& s, const RouterOptions& o) = 0;
 
     /// Gradient to the clean logits, overwritten: dlogits (n_tokens, E) fp32 from dgates
     /// (n_tokens, k) fp32 (through the renormalization and the softmax; the top-k choice is

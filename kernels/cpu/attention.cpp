@@ -78,7 +78,8 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
     // One task per (batch, KV head): it owns dk/dv of that head and sums over its query heads.
 #pragma omp parallel if (B * H * Tn * Tn * D > kParallelMinWork)
     {
-        std::vector<float> dkf(static_cast<size_t>(Tn * D)), dvf(static_cast<size_t>(Tn * D)), p(static_cast<size_t>(Tn)), dp(static_cast<size_t>(Tn));
+        std::vector<float> dkf(static_cast<size_t>(Tn * D)), dvf(static_cast<size_t>(Tn * D)),
+            p(static_cast<size_t>(Tn)), dp(static_cast<size_t>(Tn));
         std::vector<float> qf(static_cast<size_t>(D)), gf(static_cast<size_t>(D)), dqf(static_cast<size_t>(D));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t bg = 0; bg < B * KV; ++bg) {

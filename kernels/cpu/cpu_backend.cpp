@@ -13,7 +13,9 @@ namespace {
 struct CpuBackend final : Backend {
     const char* name() const override { return "cpu"; }
 
-    void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s) override { cpu::matmul(c, a, b, s); }
+    void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s) override {
+        cpu::matmul(c, a, b, s);
+    }
 
     void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int64_t batch,
                            int64_t seq_len, int64_t channels, int64_t vocab_rows) override {
@@ -91,7 +93,9 @@ struct CpuBackend final : Backend {
         cpu::moe_combine_backward(dys, dgates, dout, ys, gates, copy_to_sorted, n_tokens, top_k, channels);
     }
 
-    void residual_forward(bf16* out, const bf16* a, const bf16* b, int64_t n) override { cpu::residual_forward(out, a, b, n); }
+    void residual_forward(bf16* out, const bf16* a, const bf16* b, int64_t n) override {
+        cpu::residual_forward(out, a, b, n);
+    }
     void accumulate(TensorRef dst, ConstTensorRef src, int64_t n) override { cpu::accumulate(dst, src, n); }
     void scale(TensorRef x, float factor, int64_t n) override { cpu::scale(x, factor, n); }
     void zero(TensorRef x, int64_t n) override { cpu::zero(x, n); }
@@ -107,9 +111,7 @@ struct CpuBackend final : Backend {
         const float scale = n_tokens > 0 ? dloss / float(n_tokens) : 0.0f;
         cpu::cross_entropy_backward_scaled(dlogits, logits, targets, scale, n_tokens, vocab_size, padded_vocab_size);
     }
-    int64_t lm_head_workspace_bytes(const ClassifierShape& s) const override {
-        return cpu::lm_head_workspace_bytes(s);
-    }
+    int64_t lm_head_workspace_bytes(const ClassifierShape& s) const override { return cpu::lm_head_workspace_bytes(s); }
     void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
                                ConstTensorRef wte, const int32_t* targets, float dloss, const ClassifierShape& s,
                                void* workspace) override {

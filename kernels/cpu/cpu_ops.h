@@ -48,7 +48,7 @@ inline ConstTensorRef offset(ConstTensorRef t, int64_t elems) {
 /// e^x < 2^-125, negligible against a softmax denominator >= 1). Source: Cephes expf.c.
 inline float exp_nonpos_f32(float x) {
     const float xc = x < -87.0f ? -87.0f : x;  // a select, not std::max: keeps loops vectorizable
-    const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+    const float magic = 12582912.0f;           // 1.5 * 2^23: adding it rounds to an integer
     const float k = (xc * 1.44269504088896341f + magic) - magic;
     float r = xc - k * 0.693359375f;
     r = r - k * -2.12194440e-4f;

@@ -82,7 +82,8 @@ void cross_entropy_forward(float* losses, const float* logits, const int32_t* ta
     check_args("cross_entropy_forward", targets, n_tokens, vocab_size, padded_vocab_size);
 #pragma omp parallel for schedule(static) if (n_tokens * padded_vocab_size > kParallelMinWork)
     for (int64_t i = 0; i < n_tokens; ++i)
-        losses[i] = float(xent_row(nullptr, logits + i * padded_vocab_size, targets[i], vocab_size, padded_vocab_size, 0.0f));
+        losses[i] =
+            float(xent_row(nullptr, logits + i * padded_vocab_size, targets[i], vocab_size, padded_vocab_size, 0.0f));
 }
 
 void cross_entropy_backward_scaled(float* dlogits, const float* logits, const int32_t* targets, float grad_scale,
@@ -95,8 +96,8 @@ void cross_entropy_backward_scaled(float* dlogits, const float* logits, const in
 }
 
 /// Forward and backward of one chunk in one pass: losses (m), logits overwritten by their gradient.
-static void cross_entropy_fused(float* losses, float* logits, const int32_t* targets, float grad_scale, int64_t m, int64_t V,
-                         int64_t Vp) {
+static void cross_entropy_fused(float* losses, float* logits, const int32_t* targets, float grad_scale, int64_t m,
+                                int64_t V, int64_t Vp) {
 #pragma omp parallel for schedule(static) if (m * Vp > kParallelMinWork)
     for (int64_t i = 0; i < m; ++i)
         losses[i] = float(xent_row(logits + i * Vp, logits + i * Vp, targets[i], V, Vp, grad_scale));
@@ -110,7 +111,8 @@ int64_t lm_head_chunk_tokens(const ClassifierShape& s) {
 
 int64_t lm_head_workspace_bytes(const ClassifierShape& s) {
     // chunk logits + the embedding widened to fp32 once + an fp32 accumulator for its gradient
-    return (lm_head_chunk_tokens(s) * s.padded_vocab_size + 2 * s.padded_vocab_size * s.d_model) * int64_t(sizeof(float));
+    return (lm_head_chunk_tokens(s) * s.padded_vocab_size + 2 * s.padded_vocab_size * s.d_model) *
+           int64_t(sizeof(float));
 }
 
 void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,

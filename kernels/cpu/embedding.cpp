@@ -98,9 +98,13 @@ void embedding_backward(TensorRef dwte, TensorRef dwpe, const T* dout, const int
     }
 }
 
-template void embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t);
-template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int64_t, int64_t, int64_t, int64_t);
-template void embedding_backward<bf16>(TensorRef, TensorRef, const bf16*, const int32_t*, int64_t, int64_t, int64_t, int64_t);
-template void embedding_backward<float>(TensorRef, TensorRef, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t);
+template void embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, int64_t, int64_t, int64_t,
+                                      int64_t);
+template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int64_t, int64_t, int64_t,
+                                       int64_t);
+template void embedding_backward<bf16>(TensorRef, TensorRef, const bf16*, const int32_t*, int64_t, int64_t, int64_t,
+                                       int64_t);
+template void embedding_backward<float>(TensorRef, TensorRef, const float*, const int32_t*, int64_t, int64_t, int64_t,
+                                        int64_t);
 
 }  // namespace skew::cpu

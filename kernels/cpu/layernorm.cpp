@@ -90,8 +90,10 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
     }
 }
 
-template void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const float*, const float*, int64_t, int64_t, float);
-template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t, float);
+template void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const float*, const float*, int64_t, int64_t,
+                                      float);
+template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t,
+                                       int64_t, float);
 template void layernorm_backward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const float*, const float*,
                                        const float*, int64_t, int64_t, bool);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,

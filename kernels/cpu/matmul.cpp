@@ -70,7 +70,8 @@ void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& 
     // k-panels: bound the widened copies of bf16 operands to about 16M floats.
     const bool widen_a = a.type == ScalarType::BF16, widen_b = b.type == ScalarType::BF16;
     int64_t kb = k;
-    if ((widen_a || widen_b) && (m + n) * k > (int64_t(1) << 24)) kb = std::max<int64_t>(64, (int64_t(1) << 24) / (m + n));
+    if ((widen_a || widen_b) && (m + n) * k > (int64_t(1) << 24))
+        kb = std::max<int64_t>(64, (int64_t(1) << 24) / (m + n));
     std::vector<float> a_tmp, b_tmp;
     for (int64_t k0 = 0; k0 < k; k0 += kb) {
         const int64_t k1 = std::min(k, k0 + kb), kw = k1 - k0;

@@ -69,7 +69,8 @@ void moe_matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight
         if (rows < 0) fail("moe_matmul_forward: offsets decrease at expert {}", e);
         if (rows == 0) continue;
         matmul(offset(out, r0 * out_features), offset(inp, r0 * in_features),
-               offset(weight, e * out_features * in_features), MatmulShape{rows, out_features, in_features, false, true});
+               offset(weight, e * out_features * in_features),
+               MatmulShape{rows, out_features, in_features, false, true});
     }
 }
 
@@ -87,7 +88,8 @@ void moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout,
                    MatmulShape{rows, in_features, out_features, false, false, 1.0f, accumulate_dinp ? 1.0f : 0.0f});
         if (dweight)
             matmul(offset(dweight, e * out_features * in_features), offset(dout, r0 * out_features),
-                   offset(inp, r0 * in_features), MatmulShape{out_features, in_features, rows, true, false, 1.0f, 1.0f});
+                   offset(inp, r0 * in_features),
+                   MatmulShape{out_features, in_features, rows, true, false, 1.0f, 1.0f});
     }
 }
 

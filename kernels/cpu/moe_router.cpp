@@ -106,8 +106,8 @@ void moe_router_backward(float* dlogits, const float* dgates, const float* logit
     // d balance / d p[t, e] = α·E·f_e / n (f constant); d z / d logit[t, e] = coef·2·lse_t·q[t, e] / n.
     std::vector<float> dbal(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e)
-        dbal[size_t(e)] = float(double(d_balance) * o.balance_alpha * double(E) * (double(counts[e]) / double(n * K)) /
-                                double(n));
+        dbal[size_t(e)] =
+            float(double(d_balance) * o.balance_alpha * double(E) * (double(counts[e]) / double(n * K)) / double(n));
     const double zs = double(d_z) * o.z_coef * 2.0 / double(n);
 #pragma omp parallel if (n * E > kParallelMinWork)
     {

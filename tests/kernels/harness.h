@@ -3,7 +3,6 @@
 // mean squared error used to compare a backend's output with the CPU reference (GPU tests reuse it).
 #pragma once
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -12,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
 #include "engine/error.h"
+#include "kernels/backend.h"
 #include "kernels/common/bf16.h"
 
 namespace skew::test {

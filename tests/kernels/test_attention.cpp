@@ -23,7 +23,8 @@ std::vector<double> ref_attention(const std::vector<float>& q, const std::vector
                 for (int64_t j = 0; j <= t; ++j) {
                     double d = 0.0;
                     for (int64_t c = 0; c < D; ++c)
-                        d += double(q[size_t(((b * T + t) * H + h) * D + c)]) * k[size_t(((b * T + j) * KV + g) * D + c)];
+                        d += double(q[size_t(((b * T + t) * H + h) * D + c)]) *
+                             k[size_t(((b * T + j) * KV + g) * D + c)];
                     sc[size_t(j)] = d / std::sqrt(double(D));
                     mx = std::max(mx, sc[size_t(j)]);
                 }
@@ -41,7 +42,8 @@ std::vector<double> ref_attention(const std::vector<float>& q, const std::vector
 
 TEST_CASE("attention matches a double reference with query head h reading KV head h / (n_heads / n_kv_heads)") {
     const AttentionShape s{2, 5, 4, 2, 3};
-    const int64_t nq = s.batch * s.seq_len * s.n_heads * s.head_dim, nkv = s.batch * s.seq_len * s.n_kv_heads * s.head_dim;
+    const int64_t nq = s.batch * s.seq_len * s.n_heads * s.head_dim,
+                  nkv = s.batch * s.seq_len * s.n_kv_heads * s.head_dim;
     const auto q = random_vector(nq, 1, -2.0f, 2.0f), k = random_vector(nkv, 2, -2.0f, 2.0f), v = random_vector(nkv, 3);
     std::vector<float> out(static_cast<size_t>(nq)), lse(size_t(s.batch * s.n_heads * s.seq_len));
     cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
@@ -70,7 +72,8 @@ TEST_CASE("attention is causal: a position never reads later keys or values") {
 
 TEST_CASE("attention gradients match finite differences and K/V gradients sum over the query group") {
     const AttentionShape s{2, 4, 4, 2, 3};
-    const int64_t nq = s.batch * s.seq_len * s.n_heads * s.head_dim, nkv = s.batch * s.seq_len * s.n_kv_heads * s.head_dim;
+    const int64_t nq = s.batch * s.seq_len * s.n_heads * s.head_dim,
+                  nkv = s.batch * s.seq_len * s.n_kv_heads * s.head_dim;
     auto q = random_vector(nq, 7), k = random_vector(nkv, 8), v = random_vector(nkv, 9);
     const auto r = random_vector(nq, 10);
     auto loss = [&] {
@@ -121,7 +124,8 @@ TEST_CASE("attention gradients match finite differences and K/V gradients sum ov
 TEST_CASE("attention in bf16 matches the fp32 path") {
     auto be = make_cpu_backend();
     const AttentionShape s{2, 16, 4, 2, 8};
-    const int64_t nq = s.batch * s.seq_len * s.n_heads * s.head_dim, nkv = s.batch * s.seq_len * s.n_kv_heads * s.head_dim;
+    const int64_t nq = s.batch * s.seq_len * s.n_heads * s.head_dim,
+                  nkv = s.batch * s.seq_len * s.n_kv_heads * s.head_dim;
     const auto q = round_to_bf16(random_vector(nq, 11)), k = round_to_bf16(random_vector(nkv, 12)),
                v = round_to_bf16(random_vector(nkv, 13)), g = round_to_bf16(random_vector(nq, 14));
     std::vector<float> out(static_cast<size_t>(nq)), lse(size_t(s.batch * s.n_heads * s.seq_len));

@@ -11,7 +11,8 @@ using namespace skew::test;
 namespace {
 
 // Per-token loss in double over the first V columns.
-std::vector<double> ref_losses(const std::vector<float>& logits, const std::vector<int32_t>& tgt, int64_t V, int64_t Vp) {
+std::vector<double> ref_losses(const std::vector<float>& logits, const std::vector<int32_t>& tgt, int64_t V,
+                               int64_t Vp) {
     std::vector<double> out(tgt.size());
     for (size_t i = 0; i < tgt.size(); ++i) {
         double mx = -1e300, sum = 0.0;

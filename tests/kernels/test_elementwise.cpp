@@ -12,8 +12,8 @@ TEST_CASE("residual add sums in fp32 and rounds once") {
     const std::vector<bf16> a{f32_to_bf16(1.0f), f32_to_bf16(256.0f)}, b{f32_to_bf16(1.0f / 512), f32_to_bf16(1.0f)};
     std::vector<bf16> out(2);
     be->residual_forward(out.data(), a.data(), b.data(), 2);
-    REQUIRE(bf16_to_f32(out[0]) == 1.0f);    // 1 + 2^-9 rounds to 1 (half an ulp below)
-    REQUIRE(bf16_to_f32(out[1]) == 256.0f);  // 257 ties to even (256)
+    REQUIRE(bf16_to_f32(out[0]) == 1.0f);                       // 1 + 2^-9 rounds to 1 (half an ulp below)
+    REQUIRE(bf16_to_f32(out[1]) == 256.0f);                     // 257 ties to even (256)
     be->residual_forward(out.data(), out.data(), a.data(), 2);  // aliasing allowed
     REQUIRE(bf16_to_f32(out[0]) == 2.0f);
 }
@@ -43,8 +43,8 @@ TEST_CASE("global grad norm sums squares over many buffers in double and clippin
     for (float x : a) ref += double(x) * x;
     for (bf16 x : b16) ref += double(bf16_to_f32(x)) * bf16_to_f32(x);
     for (float x : c) ref += double(x) * x;
-    const std::vector<BufferRef> bufs{{a.data(), int64_t(a.size())}, {b16.data(), int64_t(b16.size())},
-                                      {c.data(), int64_t(c.size())}};
+    const std::vector<BufferRef> bufs{
+        {a.data(), int64_t(a.size())}, {b16.data(), int64_t(b16.size())}, {c.data(), int64_t(c.size())}};
     const double ss = be->sum_squares(bufs);
     REQUIRE(ss == Approx(ref).epsilon(1e-12));
     REQUIRE(be->sum_squares(bufs) == ss);  // deterministic

@@ -55,7 +55,8 @@ TEST_CASE("layernorm in bf16 matches the fp32 path") {
     const auto x = round_to_bf16(random_vector(N * C, 6, -2.0f, 2.0f));
     const auto g = round_to_bf16(random_vector(N * C, 7));
     const auto w = random_vector(C, 8, 0.5f, 1.5f), b = random_vector(C, 9);
-    std::vector<float> out(size_t(N * C)), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N)), dx(size_t(N * C));
+    std::vector<float> out(size_t(N * C)), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N)),
+        dx(size_t(N * C));
     std::vector<float> dw(size_t(C), 0.0f), db(size_t(C), 0.0f), dw16(dw), db16(db);
     cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
     cpu::layernorm_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(), N,

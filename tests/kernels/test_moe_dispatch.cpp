@@ -33,7 +33,8 @@ struct Plan {
 };
 
 Plan dispatch(const std::vector<int32_t>& idx, int64_t n, int64_t k, int64_t E) {
-    Plan p{std::vector<int64_t>(size_t(n * k)), std::vector<int64_t>(size_t(n * k)), std::vector<int64_t>(size_t(E + 1))};
+    Plan p{std::vector<int64_t>(size_t(n * k)), std::vector<int64_t>(size_t(n * k)),
+           std::vector<int64_t>(size_t(E + 1))};
     cpu::moe_dispatch(p.sorted_to_copy.data(), p.copy_to_sorted.data(), p.offsets.data(), idx.data(), n, k, E);
     return p;
 }
@@ -121,8 +122,8 @@ TEST_CASE("grouped expert matmul in bf16 matches one matmul per expert") {
         std::vector<bf16> y(size_t(rows * F)), dxe(size_t(rows * C));
         std::vector<float> dwe(size_t(F * C), 0.0f);
         be->matmul_forward(y.data(), xs.data() + r0 * C, w.data() + e * F * C, rows, C, F);
-        be->matmul_backward(dxe.data(), dwe.data(), g.data() + r0 * F, xs.data() + r0 * C, w.data() + e * F * C, rows, C,
-                            F);
+        be->matmul_backward(dxe.data(), dwe.data(), g.data() + r0 * F, xs.data() + r0 * C, w.data() + e * F * C, rows,
+                            C, F);
         for (int64_t i = 0; i < rows * F; ++i) REQUIRE(ys[size_t(r0 * F + i)].bits == y[size_t(i)].bits);
         for (int64_t i = 0; i < rows * C; ++i) REQUIRE(dxs[size_t(r0 * C + i)].bits == dxe[size_t(i)].bits);
         for (int64_t i = 0; i < F * C; ++i) REQUIRE(dw[size_t(e * F * C + i)] == dwe[size_t(i)]);
