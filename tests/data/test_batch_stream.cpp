@@ -114,3 +114,13 @@ TEST_CASE("llm.c shard names are found by split") {
     CHECK(token_split_open(dir.string(), "val").tokens == 5);
     fs::remove_all(dir);
 }
+
+TEST_CASE("a shard written by llm.c's write_datafile loads unchanged") {
+    // tests/fixtures/data/llmc/tiny_val_000000.bin was written with the logic of llm.c's
+    // dev/data/data_common.py (numpy int32 header, uint16 tokens): "<eot>Hello world! This is a test.<eot>The quick brown fox."
+    TokenSplit split = token_split_open(std::string(SKEW_SOURCE_DIR) + "/tests/fixtures/data/llmc", "val");
+    REQUIRE(split.tokens == 15);
+    std::vector<int32_t> tokens(15);
+    token_split_read(split, 0, 15, tokens.data());
+    CHECK(tokens == std::vector<int32_t>{50256, 15496, 995, 0, 770, 318, 257, 1332, 13, 50256, 464, 2068, 7586, 21831, 13});
+}
