@@ -68,12 +68,16 @@ std::vector<BufferSpec> activation_buffers(const Config& cfg, int64_t microbatch
         s.add("act.ffn_act", bf, {N, m.d_ff}, F, BW);
     }
     if (has_moe) {
+        // Routing of one MoE block. int64 buffers (counts, offsets, permutations: the ops' 64-bit
+        // indices) are declared as pairs of int32 words, since the plan has no int64 dtype.
         s.add("act.router_logits", f32, {N, E}, F, BW);
         s.add("act.router_probs", f32, {N, E}, F, BW);
         s.add("act.topk_idx", i32, {N, k}, F, BW);
         s.add("act.topk_gate", f32, {N, k}, F, BW);
-        s.add("act.expert_offsets", i32, {E + 1}, F, BW);
-        s.add("act.moe_perm", i32, {NK}, F, BW);
+        s.add("act.router_counts", i32, {E, 2}, F, BW);
+        s.add("act.expert_offsets", i32, {E + 1, 2}, F, BW);
+        s.add("act.moe_sorted_to_copy", i32, {NK, 2}, F, BW);
+        s.add("act.moe_copy_to_sorted", i32, {NK, 2}, F, BW);
         s.add("act.moe_in", bf, {NK, d}, F, BW);
         s.add("act.moe_h1", bf, {NK, m.d_expert}, F, BW);
         s.add("act.moe_h2", bf, {NK, m.d_expert}, F, BW);
@@ -85,11 +89,19 @@ std::vector<BufferSpec> activation_buffers(const Config& cfg, int64_t microbatch
     s.add("act.final_ln_out", bf, {N, d}, H, H);
     s.add("act.final_ln_mean", f32, {N}, H, H);
     s.add("act.final_ln_rstd", f32, {N}, H, H);
-    s.add("act.logits", f32, {std::min(N, LOGITS_CHUNK_TOKENS), m.padded_vocab_size}, H, H);
+    // act.logits is also the workspace of the backend's fused LM head + cross-entropy: the CPU
+    // backend adds the embedding widened to fp32 and an fp32 accumulator for its gradient (2·Vp·d);
+    // on other backends the model falls back to chunked matmul + cross-entropy ops in this slot.
+    const int64_t head_extra = cfg.runtime.backend == "cpu" ? 2 * m.padded_vocab_size * d : 0;
+    s.add("act.logits", f32, {std::min(N, LOGITS_CHUNK_TOKENS) * m.padded_vocab_size + head_extra}, H, H);
+    s.add("act.losses", f32, {N}, H, H);  // per-token cross-entropy (nats)
     s.add("act.d_final_ln_out", bf, {N, d}, H, H);
 
     // Backward: the residual-stream gradient (fp32) and the gradients of one block's slots.
+    // The attention projection and FFN outputs are written straight into the next block's input
+    // (or act.final_input) and the residual added in place, so they need no slots of their own.
     s.add("act.d_stream", f32, {N, d}, H, BW);
+    s.add("act.d_resid", bf, {N, d}, H, BW);  // bf16 LayerNorm input gradient, added into d_stream
     s.add("act.d_ln_out", bf, {N, d}, BW, BW);
     s.add("act.d_q", bf, {N, qd}, BW, BW);
     s.add("act.d_k", bf, {N, kvd}, BW, BW);
@@ -102,6 +114,7 @@ std::vector<BufferSpec> activation_buffers(const Config& cfg, int64_t microbatch
     }
     if (has_moe) {
         s.add("act.d_router_logits", f32, {N, E}, BW, BW);
+        s.add("act.d_topk_gate", f32, {N, k}, BW, BW);
         s.add("act.d_moe_out", bf, {NK, d}, BW, BW);
         s.add("act.d_moe_h1", bf, {NK, m.d_expert}, BW, BW);
         s.add("act.d_moe_h2", bf, {NK, m.d_expert}, BW, BW);

@@ -1,0 +1,480 @@
+// The MoE transformer's forward and backward over the Backend ops (design.md "The data path";
+// paper Section 4): per-block activation checkpointing (forward keeps block inputs, backward
+// recomputes each block with the same router noise), loss = LM + Σ_MoE (balance + z), each / accum.
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/error.h"
+#include "kernels/common/philox.h"
+
+namespace skew {
+namespace {
+
+ScalarType scalar_of(DType t) { return t == DType::BF16 ? ScalarType::BF16 : ScalarType::F32; }
+
+ParamRef bind_param(const ParamTable& table, Arena& arena, const std::string& name) {
+    const ParamInfo* p = table.find(name);
+    if (!p) fail("model: parameter '{}' is not in the parameter table", name);
+    ParamRef r;
+    r.info = p;
+    r.weight = arena.ptr("weight." + name);
+    const int gi = arena.plan->find("grad." + name);
+    if (gi < 0) fail("model: the memory plan has no gradient buffer 'grad.{}'", name);
+    r.grad = TensorRef(arena.ptr(gi), scalar_of(arena.plan->buffers[size_t(gi)].dtype));
+    return r;
+}
+
+// A slot of the plan with at least `bytes` bytes; throws naming it when missing or too small.
+void* slot(Arena& arena, const std::string& name, int64_t bytes) {
+    const int i = arena.plan->find(name);
+    if (i < 0) fail("model: the memory plan has no activation slot '{}'", name);
+    const int64_t have = arena.plan->buffers[size_t(i)].bytes();
+    if (have < bytes) fail("model: activation slot '{}' holds {} bytes, the model needs {}", name, have, bytes);
+    return arena.ptr(i);
+}
+
+template <class T>
+T* slot_t(Arena& arena, const std::string& name, int64_t numel) {
+    return static_cast<T*>(slot(arena, name, numel * int64_t(sizeof(T))));
+}
+
+// Shapes of one microbatch.
+struct Dims {
+    int64_t B, T, N, d, hd, qd, kvd, H, KV, ff, E, k, NK, de, V, Vp;
+};
+
+Dims dims_of(const Model& m) {
+    const ModelConfig& c = m.cfg->model;
+    Dims x{};
+    x.B = m.microbatch;
+    x.T = m.seq_len;
+    x.N = x.B * x.T;
+    x.d = c.d_model;
+    x.hd = c.head_dim();
+    x.H = c.n_heads;
+    x.KV = c.n_kv_heads;
+    x.qd = x.H * x.hd;
+    x.kvd = x.KV * x.hd;
+    x.ff = c.d_ff;
+    x.E = c.n_experts;
+    x.k = c.top_k;
+    x.NK = x.N * x.k;
+    x.de = c.d_expert;
+    x.V = c.vocab_size;
+    x.Vp = c.padded_vocab_size;
+    return x;
+}
+
+// Router options of MoE block `blk` for microbatch `mb` at `step`.
+RouterOptions router_options(const Model& m, const BlockParams& blk, int64_t mb, uint32_t step, bool noise) {
+    const ModelConfig& c = m.cfg->model;
+    const Dims x = dims_of(m);
+    RouterOptions o;
+    o.noise_std = noise ? float(c.router_noise_std) : 0.0f;
+    o.seed = uint64_t(m.cfg->train.seed);
+    o.step = step;
+    o.tensor = blk.router.info->index;
+    o.noise_offset = uint64_t(mb) * uint64_t(x.N) * uint64_t(x.E);
+    o.balance_alpha = float(c.balance_loss_coef);
+    o.z_coef = float(c.z_loss_coef);
+    return o;
+}
+
+// ---- one block, forward (also the recompute of the backward)
+
+// Runs block `bi` from its saved input. When `out` is non-null the block output (N, d) is written
+// there (the next block's input); the recompute passes null and stops after the last activation
+// the backward reads. Fills *stats for MoE blocks when non-null.
+void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, bool noise, MoeStats* stats) {
+    Backend& be = *m.backend;
+    ActSlots& a = m.act;
+    const BlockParams& p = m.blocks[size_t(bi)];
+    const Dims x = dims_of(m);
+    const float eps = float(m.cfg->model.layernorm_eps);
+    const bf16* inp = a.block_input[size_t(bi)];
+
+    // attention sub-block: resid1 = inp + wo · attn(LN1(inp))
+    be.layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, inp, static_cast<const float*>(p.ln1_w.weight),
+                         static_cast<const float*>(p.ln1_b.weight), x.N, x.d, eps);
+    be.matmul_forward(a.q, a.ln1_out, p.wq.w(), x.N, x.d, x.qd);
+    be.matmul_forward(a.k, a.ln1_out, p.wk.w(), x.N, x.d, x.kvd);
+    be.matmul_forward(a.v, a.ln1_out, p.wv.w(), x.N, x.d, x.kvd);
+    const AttentionShape as{x.B, x.T, x.H, x.KV, x.hd};
+    be.attention_forward(a.attn_out, a.attn_lse, a.q, a.k, a.v, as);
+    be.matmul_forward(a.resid1, a.attn_out, p.wo.w(), x.N, x.qd, x.d);
+    be.residual_forward(a.resid1, a.resid1, inp, x.N * x.d);
+
+    // FFN sub-block: out = resid1 + FFN(LN2(resid1))
+    be.layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.resid1, static_cast<const float*>(p.ln2_w.weight),
+                         static_cast<const float*>(p.ln2_b.weight), x.N, x.d, eps);
+    if (!p.moe) {
+        be.matmul_forward(a.ffn_h1, a.ln2_out, p.ffn_w1.w(), x.N, x.d, x.ff);
+        be.matmul_forward(a.ffn_h2, a.ln2_out, p.ffn_w2.w(), x.N, x.d, x.ff);
+        be.swiglu_forward(a.ffn_act, a.ffn_h1, a.ffn_h2, x.N * x.ff);
+        if (!out) return;
+        be.matmul_forward(out, a.ffn_act, p.ffn_w3.w(), x.N, x.ff, x.d);
+    } else {
+        // router (fp32): clean logits = LN2(resid1) · Wr^T, then noise, softmax, top-k, aux losses
+        be.matmul_forward(a.router_logits, a.ln2_out, p.router.w(), x.N, x.d, x.E);
+        const RouterShape rs{x.N, x.E, x.k};
+        const RouterOptions ro = router_options(m, p, mb, step, noise);
+        float* bal = a.scalars + 2;
+        float* z = a.scalars + 3;
+        be.moe_router_forward(a.router_probs, a.topk_idx, a.topk_gate, a.router_counts, bal, z, nullptr,
+                              a.router_logits, rs, ro);
+        if (stats) {
+            stats->block = int(bi);
+            stats->counts.assign(a.router_counts, a.router_counts + x.E);
+            stats->balance_loss = *bal;
+            stats->z_loss = *z;
+        }
+        // dropless dispatch -> expert SwiGLU (grouped matmuls) -> weighted combine
+        be.moe_dispatch(a.sorted_to_copy, a.copy_to_sorted, a.expert_offsets, a.topk_idx, x.N, x.k, x.E);
+        be.moe_gather_forward(a.moe_in, a.ln2_out, a.sorted_to_copy, x.N, x.k, x.d);
+        be.moe_matmul_forward(a.moe_h1, a.moe_in, p.expert_w1.w(), a.expert_offsets, x.E, x.d, x.de);
+        be.moe_matmul_forward(a.moe_h2, a.moe_in, p.expert_w2.w(), a.expert_offsets, x.E, x.d, x.de);
+        be.swiglu_forward(a.moe_act, a.moe_h1, a.moe_h2, x.NK * x.de);
+        be.moe_matmul_forward(a.moe_out, a.moe_act, p.expert_w3.w(), a.expert_offsets, x.E, x.de, x.d);
+        if (!out) return;
+        be.moe_combine_forward(out, a.moe_out, a.topk_gate, a.copy_to_sorted, x.N, x.k, x.d);
+    }
+    be.residual_forward(out, out, a.resid1, x.N * x.d);
+}
+
+// ---- one block, backward (after block_forward(..., out = nullptr) recomputed its activations)
+
+// d_stream (N, d) fp32 holds dL/d(block output) on entry and dL/d(block input) on return.
+void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise, float loss_weight) {
+    Backend& be = *m.backend;
+    ActSlots& a = m.act;
+    const BlockParams& p = m.blocks[size_t(bi)];
+    const Dims x = dims_of(m);
+    const float* lnw2 = static_cast<const float*>(p.ln2_w.weight);
+    const float* lnw1 = static_cast<const float*>(p.ln1_w.weight);
+
+    // FFN sub-block: d_ln_out = dFFN/d(LN2 out)^T · g
+    if (!p.moe) {
+        be.matmul_backward(a.d_ffn_act, p.ffn_w3.grad, a.d_stream, a.ffn_act, p.ffn_w3.w(), x.N, x.ff, x.d);
+        be.swiglu_backward(a.d_ffn_h1, a.d_ffn_h2, a.d_ffn_act, a.ffn_h1, a.ffn_h2, x.N * x.ff);
+        be.matmul_backward(a.d_ln_out, p.ffn_w1.grad, a.d_ffn_h1, a.ln2_out, p.ffn_w1.w(), x.N, x.d, x.ff);
+        be.matmul_backward(a.d_ln_out, p.ffn_w2.grad, a.d_ffn_h2, a.ln2_out, p.ffn_w2.w(), x.N, x.d, x.ff, true);
+    } else {
+        be.convert(a.d_resid, a.d_stream, x.N * x.d);  // combine backward reads a bf16 dout
+        be.moe_combine_backward(a.d_moe_out, a.d_topk_gate, a.d_resid, a.moe_out, a.topk_gate, a.copy_to_sorted, x.N,
+                                x.k, x.d);
+        be.moe_matmul_backward(a.d_moe_act, p.expert_w3.grad, a.d_moe_out, a.moe_act, p.expert_w3.w(),
+                               a.expert_offsets, x.E, x.de, x.d);
+        be.swiglu_backward(a.d_moe_h1, a.d_moe_h2, a.d_moe_act, a.moe_h1, a.moe_h2, x.NK * x.de);
+        be.moe_matmul_backward(a.d_moe_in, p.expert_w1.grad, a.d_moe_h1, a.moe_in, p.expert_w1.w(), a.expert_offsets,
+                               x.E, x.d, x.de);
+        be.moe_matmul_backward(a.d_moe_in, p.expert_w2.grad, a.d_moe_h2, a.moe_in, p.expert_w2.w(), a.expert_offsets,
+                               x.E, x.d, x.de, true);
+        be.moe_gather_backward(a.d_ln_out, a.d_moe_in, a.copy_to_sorted, x.N, x.k, x.d);
+        // router: gates, balance and z-loss (each weighted loss_weight = 1/accum) to the logits
+        const RouterShape rs{x.N, x.E, x.k};
+        const RouterOptions ro = router_options(m, p, mb, step, noise);
+        be.moe_router_backward(a.d_router_logits, a.d_topk_gate, a.router_logits, a.router_probs, a.topk_idx,
+                               a.topk_gate, a.router_counts, loss_weight, loss_weight, rs, ro);
+        be.matmul_backward(a.d_ln_out, p.router.grad, a.d_router_logits, a.ln2_out, p.router.w(), x.N, x.d, x.E, true);
+    }
+    be.layernorm_backward(a.d_resid, static_cast<float*>(p.ln2_w.grad.data), static_cast<float*>(p.ln2_b.grad.data),
+                          a.d_ln_out, a.resid1, lnw2, a.ln2_mean, a.ln2_rstd, x.N, x.d);
+    be.accumulate(a.d_stream, a.d_resid, x.N * x.d);  // g = d resid1
+
+    // attention sub-block
+    be.matmul_backward(a.d_attn_out, p.wo.grad, a.d_stream, a.attn_out, p.wo.w(), x.N, x.qd, x.d);
+    const AttentionShape as{x.B, x.T, x.H, x.KV, x.hd};
+    be.attention_backward(a.d_q, a.d_k, a.d_v, a.d_attn_out, a.q, a.k, a.v, a.attn_out, a.attn_lse, as);
+    be.matmul_backward(a.d_ln_out, p.wq.grad, a.d_q, a.ln1_out, p.wq.w(), x.N, x.d, x.qd);
+    be.matmul_backward(a.d_ln_out, p.wk.grad, a.d_k, a.ln1_out, p.wk.w(), x.N, x.d, x.kvd, true);
+    be.matmul_backward(a.d_ln_out, p.wv.grad, a.d_v, a.ln1_out, p.wv.w(), x.N, x.d, x.kvd, true);
+    be.layernorm_backward(a.d_resid, static_cast<float*>(p.ln1_w.grad.data), static_cast<float*>(p.ln1_b.grad.data),
+                          a.d_ln_out, a.block_input[size_t(bi)], lnw1, a.ln1_mean, a.ln1_rstd, x.N, x.d);
+    be.accumulate(a.d_stream, a.d_resid, x.N * x.d);  // g = d block input
+}
+
+void check_batch(const Model& m, const int32_t* tokens, const int32_t* targets) {
+    const Dims x = dims_of(m);
+    for (int64_t i = 0; i < x.N; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= x.Vp)
+            fail("model: token {} at position {} is outside the embedding table [0, {})", tokens[i], i, x.Vp);
+        if (targets[i] < 0 || targets[i] >= x.V)
+            fail("model: target {} at position {} is outside the vocabulary [0, {})", targets[i], i, x.V);
+    }
+}
+
+// Tied LM head + cross-entropy over the padded vocabulary (mean over the microbatch's tokens, into
+// *mean_loss); with `backward`, d_final_ln_out = dL/d(final LN out) and grad.embed.tokens +=,
+// weighted loss_weight. Uses the backend's fused op when its workspace fits act.logits, else
+// chunks of act.logits through matmul + cross_entropy_forward/backward.
+void lm_head(Model& m, float* mean_loss, bool backward, float loss_weight) {
+    Backend& be = *m.backend;
+    ActSlots& a = m.act;
+    const Dims x = dims_of(m);
+    const ClassifierShape cs{x.N, x.d, x.V, x.Vp};
+    if (a.fused_head) {
+        if (backward)
+            be.lm_head_cross_entropy(mean_loss, a.losses, a.d_final_ln_out, m.wte.grad, a.final_ln_out, m.wte.w(),
+                                     a.targets, loss_weight, cs, a.logits);
+        else
+            be.lm_head_cross_entropy(mean_loss, a.losses, nullptr, nullptr, a.final_ln_out, m.wte.w(), a.targets, 0.0f,
+                                     cs, a.logits);
+        return;
+    }
+    const int64_t chunk = std::max<int64_t>(1, a.logits_bytes / (x.Vp * int64_t(sizeof(float))));
+    for (int64_t i0 = 0; i0 < x.N; i0 += chunk) {
+        const int64_t n = std::min(chunk, x.N - i0);
+        const bf16* xc = a.final_ln_out + i0 * x.d;
+        be.matmul_forward(a.logits, xc, m.wte.w(), n, x.d, x.Vp);
+        be.cross_entropy_forward(a.losses + i0, a.logits, a.targets + i0, n, x.V, x.Vp);
+        if (!backward) continue;
+        // per-token weight loss_weight / N: the op divides by its own n
+        be.cross_entropy_backward(a.logits, a.logits, a.targets + i0, loss_weight * float(n) / float(x.N), n, x.V, x.Vp);
+        be.matmul(a.d_final_ln_out + i0 * x.d, a.logits, m.wte.w(), MatmulShape{n, x.d, x.Vp});
+        be.matmul(m.wte.grad, a.logits, xc, MatmulShape{x.Vp, x.d, n, true, false, 1.0f, 1.0f});
+    }
+    double total = 0.0;
+    for (int64_t i = 0; i < x.N; ++i) total += a.losses[i];
+    *mean_loss = float(total / double(x.N));
+}
+
+// Forward through the embedding and every block (block inputs kept), then the final LayerNorm and
+// the LM head + cross-entropy; with `backward`, the head's gradient lands in d_stream.
+LossParts forward_and_head(Model& m, const int32_t* tokens, const int32_t* targets, int64_t mb, uint32_t step,
+                           bool noise, bool backward, float loss_weight) {
+    Backend& be = *m.backend;
+    ActSlots& a = m.act;
+    const Dims x = dims_of(m);
+    check_batch(m, tokens, targets);
+    std::memcpy(a.tokens, tokens, size_t(x.N) * sizeof(int32_t));
+    std::memcpy(a.targets, targets, size_t(x.N) * sizeof(int32_t));
+
+    LossParts lp;
+    be.embedding_forward(a.block_input[0], a.tokens, static_cast<const bf16*>(m.wte.weight),
+                         static_cast<const bf16*>(m.wpe.weight), x.B, x.T, x.d, x.Vp);
+    const int64_t nb = int64_t(m.blocks.size());
+    for (int64_t bi = 0; bi < nb; ++bi) {
+        bf16* out = bi + 1 < nb ? a.block_input[size_t(bi + 1)] : a.final_input;
+        MoeStats st;
+        block_forward(m, bi, out, mb, step, noise, m.blocks[size_t(bi)].moe ? &st : nullptr);
+        if (m.blocks[size_t(bi)].moe) {
+            lp.balance_loss += st.balance_loss;
+            lp.z_loss += st.z_loss;
+            lp.moe.push_back(std::move(st));
+        }
+    }
+
+    // head: final LayerNorm -> tied LM head -> cross-entropy over the padded vocabulary
+    be.layernorm_forward(a.final_ln_out, a.final_ln_mean, a.final_ln_rstd, a.final_input,
+                         static_cast<const float*>(m.lnf_w.weight), static_cast<const float*>(m.lnf_b.weight), x.N, x.d,
+                         float(m.cfg->model.layernorm_eps));
+    if (!m.probe_rows.empty()) {
+        lp.probe_logits.resize(m.probe_rows.size() * size_t(x.Vp));
+        for (size_t r = 0; r < m.probe_rows.size(); ++r) {
+            const int64_t row = m.probe_rows[r];
+            if (row < 0 || row >= x.N) fail("model: probe row {} is outside the microbatch's {} tokens", row, x.N);
+            be.matmul_forward(a.logits, a.final_ln_out + row * x.d, m.wte.w(), 1, x.d, x.Vp);
+            std::memcpy(lp.probe_logits.data() + r * size_t(x.Vp), a.logits, size_t(x.Vp) * sizeof(float));
+        }
+    }
+    float* mean_loss = a.scalars + 0;
+    lm_head(m, mean_loss, backward, loss_weight);
+    if (backward) {
+        be.layernorm_backward(a.d_resid, static_cast<float*>(m.lnf_w.grad.data), static_cast<float*>(m.lnf_b.grad.data),
+                              a.d_final_ln_out, a.final_input, static_cast<const float*>(m.lnf_w.weight),
+                              a.final_ln_mean, a.final_ln_rstd, x.N, x.d);
+        be.convert(a.d_stream, a.d_resid, x.N * x.d);
+    }
+    lp.lm_loss = *mean_loss;
+    lp.total = lp.lm_loss + lp.balance_loss + lp.z_loss;
+    return lp;
+}
+
+}  // namespace
+
+Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backend& backend) {
+    if (!arena.plan) fail("model: the arena has no memory plan");
+    const ModelConfig& c = cfg.model;
+    if (c.head_dim() * c.n_heads != c.d_model)
+        fail("model: d_model {} is not n_heads {} x head_dim", c.d_model, c.n_heads);
+    Model m;
+    m.cfg = &cfg;
+    m.table = &table;
+    m.arena = &arena;
+    m.backend = &backend;
+    m.microbatch = arena.plan->microbatch;
+    m.seq_len = arena.plan->seq_len;
+    if (m.seq_len > c.max_seq_len) fail("model: seq_len {} exceeds max_seq_len {}", m.seq_len, c.max_seq_len);
+
+    for (const ParamInfo& p : table.params) m.params.push_back(bind_param(table, arena, p.name));
+    auto P = [&](const std::string& name) { return bind_param(table, arena, name); };
+    m.wte = P("embed.tokens");
+    m.wpe = P("embed.positions");
+    for (int64_t b = 0; b < c.n_blocks; ++b) {
+        const std::string pre = "blocks." + std::to_string(b) + ".";
+        BlockParams bp;
+        bp.ln1_w = P(pre + "ln1.weight");
+        bp.ln1_b = P(pre + "ln1.bias");
+        bp.wq = P(pre + "attn.wq");
+        bp.wk = P(pre + "attn.wk");
+        bp.wv = P(pre + "attn.wv");
+        bp.wo = P(pre + "attn.wo");
+        bp.ln2_w = P(pre + "ln2.weight");
+        bp.ln2_b = P(pre + "ln2.bias");
+        bp.moe = c.is_moe_block(b);
+        if (bp.moe) {
+            bp.router = P(pre + "moe.router.weight");
+            bp.expert_w1 = P(pre + "moe.experts.w1");
+            bp.expert_w2 = P(pre + "moe.experts.w2");
+            bp.expert_w3 = P(pre + "moe.experts.w3");
+            bp.moe_index = int(m.n_moe_blocks++);
+        } else {
+            bp.ffn_w1 = P(pre + "ffn.w1");
+            bp.ffn_w2 = P(pre + "ffn.w2");
+            bp.ffn_w3 = P(pre + "ffn.w3");
+        }
+        m.blocks.push_back(bp);
+    }
+    m.lnf_w = P("final_ln.weight");
+    m.lnf_b = P("final_ln.bias");
+
+    const Dims x = dims_of(m);
+    ActSlots& a = m.act;
+    a.tokens = slot_t<int32_t>(arena, "act.tokens", x.N);
+    a.targets = slot_t<int32_t>(arena, "act.targets", x.N);
+    for (int64_t b = 0; b < c.n_blocks; ++b)
+        a.block_input.push_back(slot_t<bf16>(arena, "act.block_input." + std::to_string(b), x.N * x.d));
+    a.final_input = slot_t<bf16>(arena, "act.final_input", x.N * x.d);
+    a.ln1_out = slot_t<bf16>(arena, "act.ln1_out", x.N * x.d);
+    a.ln1_mean = slot_t<float>(arena, "act.ln1_mean", x.N);
+    a.ln1_rstd = slot_t<float>(arena, "act.ln1_rstd", x.N);
+    a.q = slot_t<bf16>(arena, "act.q", x.N * x.qd);
+    a.k = slot_t<bf16>(arena, "act.k", x.N * x.kvd);
+    a.v = slot_t<bf16>(arena, "act.v", x.N * x.kvd);
+    a.attn_lse = slot_t<float>(arena, "act.attn_lse", x.B * x.H * x.T);
+    a.attn_out = slot_t<bf16>(arena, "act.attn_out", x.N * x.qd);
+    a.resid1 = slot_t<bf16>(arena, "act.resid1", x.N * x.d);
+    a.ln2_out = slot_t<bf16>(arena, "act.ln2_out", x.N * x.d);
+    a.ln2_mean = slot_t<float>(arena, "act.ln2_mean", x.N);
+    a.ln2_rstd = slot_t<float>(arena, "act.ln2_rstd", x.N);
+    const bool has_moe = m.n_moe_blocks > 0, has_dense = m.n_moe_blocks < c.n_blocks;
+    if (has_dense) {
+        a.ffn_h1 = slot_t<bf16>(arena, "act.ffn_h1", x.N * x.ff);
+        a.ffn_h2 = slot_t<bf16>(arena, "act.ffn_h2", x.N * x.ff);
+        a.ffn_act = slot_t<bf16>(arena, "act.ffn_act", x.N * x.ff);
+        a.d_ffn_h1 = slot_t<bf16>(arena, "act.d_ffn_h1", x.N * x.ff);
+        a.d_ffn_h2 = slot_t<bf16>(arena, "act.d_ffn_h2", x.N * x.ff);
+        a.d_ffn_act = slot_t<bf16>(arena, "act.d_ffn_act", x.N * x.ff);
+    }
+    if (has_moe) {
+        a.router_logits = slot_t<float>(arena, "act.router_logits", x.N * x.E);
+        a.router_probs = slot_t<float>(arena, "act.router_probs", x.N * x.E);
+        a.topk_idx = slot_t<int32_t>(arena, "act.topk_idx", x.N * x.k);
+        a.topk_gate = slot_t<float>(arena, "act.topk_gate", x.N * x.k);
+        a.router_counts = slot_t<int64_t>(arena, "act.router_counts", x.E);
+        a.expert_offsets = slot_t<int64_t>(arena, "act.expert_offsets", x.E + 1);
+        a.sorted_to_copy = slot_t<int64_t>(arena, "act.moe_sorted_to_copy", x.NK);
+        a.copy_to_sorted = slot_t<int64_t>(arena, "act.moe_copy_to_sorted", x.NK);
+        a.moe_in = slot_t<bf16>(arena, "act.moe_in", x.NK * x.d);
+        a.moe_h1 = slot_t<bf16>(arena, "act.moe_h1", x.NK * x.de);
+        a.moe_h2 = slot_t<bf16>(arena, "act.moe_h2", x.NK * x.de);
+        a.moe_act = slot_t<bf16>(arena, "act.moe_act", x.NK * x.de);
+        a.moe_out = slot_t<bf16>(arena, "act.moe_out", x.NK * x.d);
+        a.d_router_logits = slot_t<float>(arena, "act.d_router_logits", x.N * x.E);
+        a.d_topk_gate = slot_t<float>(arena, "act.d_topk_gate", x.N * x.k);
+        a.d_moe_out = slot_t<bf16>(arena, "act.d_moe_out", x.NK * x.d);
+        a.d_moe_h1 = slot_t<bf16>(arena, "act.d_moe_h1", x.NK * x.de);
+        a.d_moe_h2 = slot_t<bf16>(arena, "act.d_moe_h2", x.NK * x.de);
+        a.d_moe_act = slot_t<bf16>(arena, "act.d_moe_act", x.NK * x.de);
+        a.d_moe_in = slot_t<bf16>(arena, "act.d_moe_in", x.NK * x.d);
+    }
+    a.final_ln_out = slot_t<bf16>(arena, "act.final_ln_out", x.N * x.d);
+    a.final_ln_mean = slot_t<float>(arena, "act.final_ln_mean", x.N);
+    a.final_ln_rstd = slot_t<float>(arena, "act.final_ln_rstd", x.N);
+    const ClassifierShape cs{x.N, x.d, x.V, x.Vp};
+    a.logits = static_cast<float*>(slot(arena, "act.logits", x.Vp * int64_t(sizeof(float))));
+    a.logits_bytes = arena.plan->buffers[size_t(arena.plan->find("act.logits"))].bytes();
+    a.fused_head = backend.lm_head_workspace_bytes(cs) <= a.logits_bytes;
+    a.losses = slot_t<float>(arena, "act.losses", x.N);
+    a.d_final_ln_out = slot_t<bf16>(arena, "act.d_final_ln_out", x.N * x.d);
+    a.d_stream = slot_t<float>(arena, "act.d_stream", x.N * x.d);
+    a.d_resid = slot_t<bf16>(arena, "act.d_resid", x.N * x.d);
+    a.d_ln_out = slot_t<bf16>(arena, "act.d_ln_out", x.N * x.d);
+    a.d_q = slot_t<bf16>(arena, "act.d_q", x.N * x.qd);
+    a.d_k = slot_t<bf16>(arena, "act.d_k", x.N * x.kvd);
+    a.d_v = slot_t<bf16>(arena, "act.d_v", x.N * x.kvd);
+    a.d_attn_out = slot_t<bf16>(arena, "act.d_attn_out", x.N * x.qd);
+    a.scalars = slot_t<float>(arena, "ws.scalars", 8);
+    return m;
+}
+
+void model_init(Model& m, uint64_t seed) {
+    const ModelConfig& c = m.cfg->model;
+    const PhiloxKey key{seed, PHILOX_STREAM_INIT};
+    const double out_std = c.init_std / std::sqrt(2.0 * double(c.n_blocks));
+    std::vector<float> host;
+    for (const ParamRef& p : m.params) {
+        const ParamInfo& info = *p.info;
+        const int64_t n = info.numel();
+        host.assign(size_t(n), 0.0f);
+        switch (info.role) {
+            case Role::NORM_WEIGHT: std::fill(host.begin(), host.end(), 1.0f); break;
+            case Role::NORM_BIAS:
+            case Role::ROUTER: break;  // zero
+            default: {
+                const bool out_proj =
+                    info.role == Role::ATTN_O || info.role == Role::FFN_W3 || info.role == Role::EXPERT_W3;
+                const float std = float(out_proj ? out_std : c.init_std);
+#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
+                for (int64_t i = 0; i < n; ++i) host[size_t(i)] = std * philox_normal(key, 0, info.index, uint64_t(i));
+            }
+        }
+        m.backend->convert(TensorRef(p.weight, scalar_of(info.dtype)), ConstTensorRef(host.data()), n);
+    }
+}
+
+void model_zero_grads(Model& m) {
+    for (const ParamRef& p : m.params) m.backend->zero(p.grad, p.numel());
+}
+
+LossParts model_forward_backward(Model& m, const int32_t* tokens, const int32_t* targets, int64_t microbatch_index,
+                                 uint32_t step, int64_t accum_steps, bool training) {
+    if (accum_steps < 1) fail("model: accum_steps must be >= 1 (got {})", accum_steps);
+    if (microbatch_index < 0) fail("model: negative microbatch index {}", microbatch_index);
+    const float w = 1.0f / float(accum_steps);
+    LossParts lp = forward_and_head(m, tokens, targets, microbatch_index, step, training, true, w);
+    // backward in reverse, recomputing each block from its saved input (same router noise)
+    for (int64_t bi = int64_t(m.blocks.size()) - 1; bi >= 0; --bi) {
+        block_forward(m, bi, nullptr, microbatch_index, step, training, nullptr);
+        block_backward(m, bi, microbatch_index, step, training, w);
+    }
+    const Dims x = dims_of(m);
+    m.backend->convert(m.act.d_resid, m.act.d_stream, x.N * x.d);
+    m.backend->embedding_backward(m.wte.grad, m.wpe.grad, m.act.d_resid, m.act.tokens, x.B, x.T, x.d, x.Vp);
+    return lp;
+}
+
+LossParts model_eval(Model& m, const int32_t* tokens, const int32_t* targets) {
+    return forward_and_head(m, tokens, targets, 0, 0, false, false, 0.0f);
+}
+
+double model_grad_norm(Model& m) {
+    std::vector<BufferRef> bufs;
+    bufs.reserve(m.params.size());
+    for (const ParamRef& p : m.params) bufs.push_back(BufferRef{ConstTensorRef(p.grad), p.numel()});
+    return std::sqrt(m.backend->sum_squares(bufs));
+}
+
+double model_clip_gradients(Model& m, double max_norm) {
+    const double norm = model_grad_norm(m);
+    if (max_norm <= 0.0 || !std::isfinite(norm)) return norm;
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0)
+        for (const ParamRef& p : m.params) m.backend->scale(p.grad, float(coef), p.numel());
+    return norm;
+}
+
+}  // namespace skew

@@ -1,0 +1,169 @@
+// The MoE transformer of design.md ("The paper's model"; paper Section 4), written once against the
+// Backend ops interface: embedding + positions, per block pre-LayerNorm GQA attention and a dense
+// SwiGLU FFN or a top-k MoE, final LayerNorm, tied LM head, cross-entropy + balance loss + z-loss.
+// Per-block activation checkpointing: the forward keeps each block's input, the backward recomputes.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/arena.h"
+#include "engine/config.h"
+#include "engine/param_table.h"
+#include "kernels/backend.h"
+
+namespace skew {
+
+/// One parameter's weight and gradient in the arena, with its table entry.
+struct ParamRef {
+    const ParamInfo* info = nullptr;
+    void* weight = nullptr;  // info->shape, info->dtype
+    TensorRef grad;          // info->shape; bf16 or fp32 per runtime.grad_dtype (fp32 for fp32 params)
+    int64_t numel() const { return info->numel(); }
+    ConstTensorRef w() const { return ConstTensorRef(weight, info->dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32); }
+};
+
+/// The parameters of one transformer block. Dense blocks fill ffn_*, MoE blocks router/expert_*.
+struct BlockParams {
+    ParamRef ln1_w, ln1_b;          // (d_model) fp32
+    ParamRef wq;                    // (n_heads*head_dim, d_model) bf16
+    ParamRef wk, wv;                // (n_kv_heads*head_dim, d_model) bf16
+    ParamRef wo;                    // (d_model, n_heads*head_dim) bf16
+    ParamRef ln2_w, ln2_b;          // (d_model) fp32
+    bool moe = false;
+    ParamRef ffn_w1, ffn_w2;        // (d_ff, d_model) bf16
+    ParamRef ffn_w3;                // (d_model, d_ff) bf16
+    ParamRef router;                // (n_experts, d_model) fp32
+    ParamRef expert_w1, expert_w2;  // (n_experts, d_expert, d_model) bf16
+    ParamRef expert_w3;             // (n_experts, d_model, d_expert) bf16
+    int moe_index = -1;             // position among the MoE blocks (routing stats), -1 for dense
+};
+
+/// The activation slots of one microbatch (names "act.<slot>" of engine/activation_plan.cpp).
+/// N = microbatch * seq_len tokens, NK = N * top_k token copies.
+struct ActSlots {
+    int32_t* tokens = nullptr;                // (B, T)
+    int32_t* targets = nullptr;               // (B, T)
+    std::vector<bf16*> block_input;           // n_blocks x (N, d_model), kept FORWARD..BACKWARD
+    bf16* final_input = nullptr;              // (N, d_model)
+    bf16* ln1_out = nullptr;                  // (N, d_model)
+    float *ln1_mean = nullptr, *ln1_rstd = nullptr;  // (N)
+    bf16* q = nullptr;                        // (N, n_heads*head_dim)
+    bf16 *k = nullptr, *v = nullptr;          // (N, n_kv_heads*head_dim)
+    float* attn_lse = nullptr;                // (B, n_heads, T)
+    bf16* attn_out = nullptr;                 // (N, n_heads*head_dim)
+    bf16* resid1 = nullptr;                   // (N, d_model)
+    bf16* ln2_out = nullptr;                  // (N, d_model)
+    float *ln2_mean = nullptr, *ln2_rstd = nullptr;  // (N)
+    bf16 *ffn_h1 = nullptr, *ffn_h2 = nullptr, *ffn_act = nullptr;  // (N, d_ff)
+    float *router_logits = nullptr, *router_probs = nullptr;        // (N, E)
+    int32_t* topk_idx = nullptr;              // (N, k)
+    float* topk_gate = nullptr;               // (N, k)
+    int64_t* router_counts = nullptr;         // (E)
+    int64_t* expert_offsets = nullptr;        // (E + 1)
+    int64_t *sorted_to_copy = nullptr, *copy_to_sorted = nullptr;  // (NK)
+    bf16* moe_in = nullptr;                   // (NK, d_model)
+    bf16 *moe_h1 = nullptr, *moe_h2 = nullptr, *moe_act = nullptr;  // (NK, d_expert)
+    bf16* moe_out = nullptr;                  // (NK, d_model)
+    bf16* final_ln_out = nullptr;             // (N, d_model)
+    float *final_ln_mean = nullptr, *final_ln_rstd = nullptr;  // (N)
+    float* logits = nullptr;                  // LM head workspace: (chunk, padded_vocab) fp32 logits
+    int64_t logits_bytes = 0;                 // its size in bytes
+    bool fused_head = false;                  // the backend's fused LM head fits act.logits
+    float* losses = nullptr;                  // (N) per-token cross-entropy
+    bf16* d_final_ln_out = nullptr;           // (N, d_model)
+    float* d_stream = nullptr;                // (N, d_model) fp32 residual-stream gradient
+    bf16* d_resid = nullptr;                  // (N, d_model) bf16 scratch for LayerNorm dinp
+    bf16* d_ln_out = nullptr;                 // (N, d_model)
+    bf16 *d_q = nullptr, *d_k = nullptr, *d_v = nullptr, *d_attn_out = nullptr;
+    bf16 *d_ffn_h1 = nullptr, *d_ffn_h2 = nullptr, *d_ffn_act = nullptr;  // (N, d_ff)
+    float* d_router_logits = nullptr;         // (N, E)
+    float* d_topk_gate = nullptr;             // (N, k)
+    bf16 *d_moe_out = nullptr, *d_moe_in = nullptr;                 // (NK, d_model)
+    bf16 *d_moe_h1 = nullptr, *d_moe_h2 = nullptr, *d_moe_act = nullptr;  // (NK, d_expert)
+    float* scalars = nullptr;                 // ws.scalars (64) fp32: loss outputs of the ops
+};
+
+/// A view of the model over an allocated arena: weights, gradients and activation slots by name
+/// from the memory plan, and the backend that runs the ops. Owns nothing; the Config, ParamTable,
+/// Arena and Backend must outlive it.
+struct Model {
+    const Config* cfg = nullptr;
+    const ParamTable* table = nullptr;
+    Arena* arena = nullptr;
+    Backend* backend = nullptr;
+    int64_t microbatch = 0;  // sequences per forward/backward (the plan's)
+    int64_t seq_len = 0;     // T
+    ParamRef wte;            // (padded_vocab_size, d_model) bf16, tied LM head
+    ParamRef wpe;            // (max_seq_len, d_model) bf16
+    std::vector<BlockParams> blocks;
+    ParamRef lnf_w, lnf_b;   // (d_model) fp32
+    std::vector<ParamRef> params;  // every parameter, in table order
+    ActSlots act;
+    int64_t n_moe_blocks = 0;
+    std::vector<int64_t> probe_rows;  // token rows (b*T + t) whose logits a forward copies out (tests)
+};
+
+/// The routing statistics of one MoE block for one forward pass.
+struct MoeStats {
+    int block = -1;               // transformer block index
+    std::vector<int64_t> counts;  // (E) token copies routed to each expert
+    float balance_loss = 0.0f;    // α·E·Σ p̄_i f_i, not divided by accum steps
+    float z_loss = 0.0f;          // coef·mean(lse^2), not divided by accum steps
+};
+
+/// Loss parts of one microbatch (each the microbatch's own mean, NOT divided by accum steps) and
+/// the routing stats. total = lm_loss + Σ (balance + z) over MoE blocks.
+struct LossParts {
+    double lm_loss = 0.0;       // mean cross-entropy over the microbatch's tokens (nats)
+    double balance_loss = 0.0;  // Σ over MoE blocks
+    double z_loss = 0.0;        // Σ over MoE blocks
+    double total = 0.0;
+    std::vector<MoeStats> moe;  // one per MoE block, in block order
+    std::vector<float> probe_logits;  // (probe_rows.size(), padded_vocab_size) fp32 logits of Model::probe_rows
+};
+
+/// Bind the model to an arena allocated from a plan built with the same Config and ParamTable
+/// (engine/memory_plan.h). The plan's microbatch and seq_len fix the shapes. Throws skew::Error
+/// when a buffer is missing, a slot is too small (e.g. the backend's LM-head workspace) or
+/// d_model is not n_heads * head_dim.
+Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backend& backend);
+
+/// Initialize every weight (design.md, "The paper's model"): linear and embedding weights
+/// N(0, init_std); attn.wo, ffn.w3 and experts.w3 N(0, init_std / sqrt(2 n_blocks)); the router
+/// zero; LayerNorm weight 1, bias 0. Element i of parameter p draws philox_normal(seed,
+/// PHILOX_STREAM_INIT, step 0, tensor p.index, element i), so every backend initializes alike.
+/// bf16 weights are rounded to nearest even. Host staging: the arena must be host-addressable
+/// until the backend gains an upload op.
+void model_init(Model& m, uint64_t seed);
+
+/// Set every gradient buffer to zero (once per optimizer step, before the microbatches).
+void model_zero_grads(Model& m);
+
+/// One microbatch of training: forward through every block keeping only the block inputs, the
+/// head (final LayerNorm, tied LM head, cross-entropy), then backward block by block, recomputing
+/// each block from its saved input with the same router noise. Loss weight 1/accum_steps on every
+/// part (LM, balance, z), so gradients of `accum_steps` microbatches sum to the batch gradient.
+/// Gradients ACCUMULATE into the arena's grad.* buffers.
+/// tokens, targets: (microbatch, seq_len) int32 host arrays; tokens in [0, padded_vocab_size),
+/// targets in [0, vocab_size). microbatch_index: position of this microbatch in the step (keys
+/// the router noise: token t of microbatch m draws at offset (m·N + t)·E, so 1×B and 4×B/4 see
+/// the same noise). step: optimizer step (Philox counter). training=false: no router noise.
+/// Returns the unscaled loss parts. Errors: a token or target out of range (skew::Error).
+LossParts model_forward_backward(Model& m, const int32_t* tokens, const int32_t* targets, int64_t microbatch_index,
+                                 uint32_t step, int64_t accum_steps, bool training = true);
+
+/// Forward only (no noise, no gradients): the loss parts of one microbatch, e.g. for validation
+/// (perplexity = exp of the mean LM loss over batches). Shapes as model_forward_backward.
+LossParts model_eval(Model& m, const int32_t* tokens, const int32_t* targets);
+
+/// Global gradient norm sqrt(Σ over every grad.* buffer of Σ g²), accumulated in double.
+/// Non-finite gradients give a non-finite result.
+double model_grad_norm(Model& m);
+
+/// Clip gradients to global norm max_norm (PyTorch clip_grad_norm_: scale by
+/// max_norm / (norm + 1e-6) when that is below 1). Returns the norm before clipping.
+/// max_norm <= 0 disables clipping (the norm is still returned).
+double model_clip_gradients(Model& m, double max_norm);
+
+}  // namespace skew
