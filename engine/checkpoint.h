@@ -1,0 +1,156 @@
+// Checkpoints and durable files (design.md, "Errors, not crashes": a checkpoint on disk is never
+// left half-written). Weights and optimizer state are safetensors files (header JSON + raw
+// little-endian data, readable by PyTorch's `safetensors`); the trainer's scalars are a JSON file.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/arena.h"
+#include "engine/param_table.h"
+
+namespace skew {
+
+// ---- tensors in memory
+
+/// A named tensor in host or device memory: what a safetensors file stores or a fault check scans.
+struct TensorRef {
+    std::string name;            // name in the file / in messages
+    DType dtype = DType::F32;
+    std::vector<int64_t> shape;  // row-major
+    void* data = nullptr;        // host pointer, or device pointer when device == CUDA
+    ArenaDevice device = ArenaDevice::HOST;
+
+    int64_t numel() const;
+    int64_t bytes() const { return numel() * dtype_bytes(dtype); }
+};
+
+/// The weights of an arena as tensors named by the parameter table ("blocks.1.moe.router"), in
+/// table order: the plan's "weight.<param>" buffers with the prefix removed.
+std::vector<TensorRef> weight_tensors(const Arena& arena);
+
+/// The plan buffers of one kind (GRAD, STATE, ...), named exactly as the plan names them
+/// ("grad.<param>", "state.<param>.<kind>"), in plan order.
+std::vector<TensorRef> buffer_tensors(const Arena& arena, BufferKind kind);
+
+/// Copy `bytes` bytes starting `offset` bytes into t's data to host memory dst (cudaMemcpy for a
+/// CUDA tensor). Throws skew::Error naming the tensor on a range outside it or a CUDA failure.
+void copy_tensor_to_host(void* dst, const TensorRef& t, int64_t offset, int64_t bytes);
+
+/// The reverse: host memory src into t's data at `offset`.
+void copy_tensor_from_host(const TensorRef& t, int64_t offset, const void* src, int64_t bytes);
+
+// ---- durable files
+
+/// Write `bytes` to `path` so that a reader sees either the old file or the whole new one: write
+/// to a hidden temporary in the same folder (".<name>.tmp-<pid>"), fsync it, rename it over path,
+/// fsync the folder. Creates missing parent folders. Throws skew::Error naming path and the OS
+/// error; the temporary is removed on failure.
+void write_file_atomic(const std::string& path, std::string_view bytes);
+
+/// fsync a folder so that renames and creations inside it are durable. Throws skew::Error.
+void fsync_directory(const std::string& dir);
+
+/// Testing hook: called before every chunk a durable writer puts into a file, with the final path
+/// and the byte offset about to be written. A hook that throws simulates a failed write (disk full);
+/// one that calls _exit simulates a crash. Pass nullptr to remove it. Not thread-safe.
+using WriteHook = std::function<void(const std::string& path, int64_t offset)>;
+void set_write_hook_for_testing(WriteHook hook);
+
+// ---- safetensors
+
+/// Safetensors dtype string of a DType: "BF16", "F32", "I32", "U16".
+const char* safetensors_dtype(DType t);
+
+/// One tensor entry of a safetensors header; offsets are bytes relative to the data region.
+struct SafetensorsEntry {
+    std::string name;
+    DType dtype = DType::F32;
+    std::vector<int64_t> shape;
+    int64_t begin = 0;
+    int64_t end = 0;
+};
+
+/// A validated safetensors header.
+struct SafetensorsHeader {
+    std::string path;
+    int64_t file_bytes = 0;
+    int64_t data_start = 0;  // 8 + header length
+    std::vector<SafetensorsEntry> tensors;  // in data order
+    std::map<std::string, std::string> metadata;  // "__metadata__"
+
+    /// The entry of that name, or nullptr.
+    const SafetensorsEntry* find(const std::string& name) const;
+};
+
+/// Write tensors (in the given order, contiguous, header padded with spaces to 8 bytes) and the
+/// string metadata to `path` durably (as write_file_atomic). Device tensors are staged through a
+/// bounded host buffer. Throws skew::Error naming the file.
+void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+/// Read and validate the header of `path`: 8-byte little-endian length within the file, JSON that
+/// parses to an object, each entry with a known dtype, a shape and data_offsets of exactly
+/// numel * dtype bytes inside the file, entries tiling the data region with no gap, overlap or
+/// trailing bytes. Throws skew::Error naming the file and what is wrong.
+SafetensorsHeader read_safetensors_header(const std::string& path);
+
+/// Load `path` into `tensors`: every tensor must be in the file with the same dtype and shape,
+/// and the file may hold no other tensor. Returns the metadata. Throws skew::Error naming the file
+/// and the tensor (missing, extra, dtype or shape mismatch, unreadable).
+std::map<std::string, std::string> read_safetensors_into(const std::string& path, const std::vector<TensorRef>& tensors);
+
+// ---- checkpoints
+
+/// The trainer's scalars, saved next to the tensors (trainer_state.json). RNG needs no state of its
+/// own: every draw is Philox keyed by (seed, stream, step, tensor, element), so seed and step
+/// reproduce it.
+struct TrainerState {
+    int64_t step = 0;            // optimizer steps completed (the next step is step + 1)
+    std::string optimizer;       // OptimizerConfig::name
+    int64_t data_position = 0;   // index of the next training batch (BatchStream::position)
+    int64_t seed = 0;            // train.seed
+    int64_t skipped_steps = 0;   // steps skipped for a NaN/inf so far
+    double best_val_loss = std::numeric_limits<double>::infinity();  // lowest validation loss so far
+    int64_t best_val_step = 0;   // the step it was reached at (0: no evaluation yet)
+    int64_t tokens_seen = 0;     // training tokens consumed so far
+    double train_seconds = 0;    // time spent in training steps so far (for the summary's mean tokens/s)
+    std::string config_hash;     // config_hash(resolved config) of the run that wrote it
+    nlohmann::json extra = nlohmann::json::object();  // optimizer scalars that live outside the arena
+};
+
+/// trainer_state.json's content; non-finite best_val_loss is written as null.
+nlohmann::json trainer_state_to_json(const TrainerState& s);
+
+/// Parse trainer_state.json content; `source` names the file in errors (missing key, wrong type).
+TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string& source);
+
+/// FNV-1a 64-bit hash of the resolved config text, as 16 hex digits.
+std::string config_hash(std::string_view resolved_yaml);
+
+/// RUNDIR/checkpoints/<optimizer>/<which>, which is "last" or "best".
+std::string checkpoint_dir(const std::string& run_dir, const std::string& optimizer, const std::string& which);
+
+/// Save a checkpoint to folder `dir`: model.safetensors (weights, parameter-table names),
+/// optimizer.safetensors (the plan's state buffers, plan names), trainer_state.json; both tensor
+/// files carry the step in their metadata. The files are written into a hidden temporary sibling
+/// folder, fsynced, and swapped in with one rename (renameat2 RENAME_EXCHANGE), so `dir` always
+/// holds one complete checkpoint, old or new. Throws skew::Error naming the file; `dir` is then
+/// left as it was.
+void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerState& state);
+
+/// Whether `dir` holds a checkpoint (its trainer_state.json exists).
+bool checkpoint_exists(const std::string& dir);
+
+/// Load the checkpoint in `dir` into the arena's weights and state and return the trainer state.
+/// Refuses, with a skew::Error naming the file and the problem, a missing or corrupt file, a
+/// tensor missing or extra or with another shape or dtype than the plan, a state file of another
+/// optimizer, or files of different steps.
+TrainerState load_checkpoint(const std::string& dir, const Arena& arena);
+
+}  // namespace skew

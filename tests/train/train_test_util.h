@@ -1,0 +1,129 @@
+// Shared helpers of the train tests: a tiny MoE config, its plan and a host arena filled with
+// deterministic finite values, scratch folders, and running a command line.
+#pragma once
+#include <sys/wait.h>
+
+#include <bit>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "engine/arena.h"
+#include "engine/config.h"
+#include "engine/memory_plan.h"
+#include "engine/param_table.h"
+
+namespace train_test {
+
+/// A model small enough to checkpoint in milliseconds: 2 blocks (dense, MoE of 4 experts), GQA 2/1.
+inline const char* TINY_YAML = R"(model:
+  vocab_size: 100
+  padded_vocab_size: 128
+  d_model: 16
+  n_blocks: 2
+  moe_blocks: [1]
+  n_heads: 2
+  n_kv_heads: 1
+  d_ff: 32
+  max_seq_len: 16
+  n_experts: 4
+  d_expert: 16
+  top_k: 2
+train:
+  optimizers: [skewadam, adamw]
+  steps: 20
+  batch_size: 4
+  seq_len: 8
+  microbatch: 2
+runtime:
+  backend: cpu
+  workspace_gib: 0
+)";
+
+/// Config, table, plan and arena for one optimizer, kept together (the arena points at the plan).
+struct Run {
+    skew::Config cfg;
+    skew::ParamTable table;
+    skew::MemoryPlan plan;
+    skew::Arena arena;
+};
+
+inline std::unique_ptr<Run> make_run(const std::string& optimizer = "skewadam") {
+    auto r = std::make_unique<Run>();
+    r->cfg = skew::load_config_text(TINY_YAML, "tiny-test.yaml");
+    r->table = skew::build_param_table(r->cfg.model);
+    const skew::OptimizerConfig* opt = r->cfg.find_optimizer(optimizer);
+    r->plan = skew::build_memory_plan(r->cfg, r->table, *opt, r->cfg.train.microbatch);
+    r->arena = skew::allocate_host_arena(r->plan);
+    return r;
+}
+
+/// Fill every weight and state buffer with finite values derived from `seed` (bf16 and fp32 bit
+/// patterns with exponents well inside the finite range).
+inline void fill(Run& r, uint32_t seed) {
+    uint32_t x = seed * 2654435761u + 12345u;
+    auto next = [&] {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        return x;
+    };
+    for (size_t i = 0; i < r.plan.buffers.size(); ++i) {
+        const auto& b = r.plan.buffers[i];
+        if (b.kind != skew::BufferKind::WEIGHT && b.kind != skew::BufferKind::STATE && b.kind != skew::BufferKind::GRAD) continue;
+        char* p = static_cast<char*>(r.arena.ptr(int(i)));
+        for (int64_t e = 0; e < b.numel(); ++e) {
+            float v = float(int32_t(next() % 20001) - 10000) * 1e-4f;
+            uint32_t bits = std::bit_cast<uint32_t>(v);
+            if (b.dtype == skew::DType::BF16) {
+                uint16_t h = uint16_t(bits >> 16);
+                std::memcpy(p + 2 * e, &h, 2);
+            } else {
+                std::memcpy(p + 4 * e, &bits, 4);
+            }
+        }
+    }
+}
+
+/// A fresh empty folder under the system temp folder.
+inline std::string scratch(const std::string& name) {
+    auto d = std::filesystem::temp_directory_path() / ("skew-train-test-" + std::to_string(::getpid()) + "-" + name);
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    return d.string();
+}
+
+inline std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+inline void write_file(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+struct Output {
+    int status;
+    std::string text;
+};
+
+/// Run a shell command, capturing stdout and stderr together.
+inline Output shell(const std::string& cmd) {
+    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+    std::string out;
+    if (!p) return {-1, out};
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    int st = pclose(p);
+    return Output{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+}  // namespace train_test
