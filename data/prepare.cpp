@@ -1,5 +1,5 @@
-// The preparation pipeline: read a chunk of records (one thread), parse + split + tokenize them in
-// parallel (OpenMP, one tokenizer workspace per thread), append them in input order to the train and
+// The preparation pipeline: read chunks of records on a helper thread, parse + split + tokenize each
+// chunk in parallel (OpenMP, one tokenizer workspace per thread), append them in input order to the train and
 // val shard writers, rotate shards at shard_tokens, then write manifest.json (design.md "Data").
 #include "data/prepare.h"
 
@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <future>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -99,7 +100,7 @@ std::string human_duration(double seconds) {
 void draw_progress(int64_t documents, int64_t consumed, int64_t total, int64_t text_bytes, double seconds, bool final) {
     double frac = total > 0 ? double(consumed) / double(total) : 1.0;
     double mbps = seconds > 0 ? double(text_bytes) / 1e6 / seconds : 0.0;
-    double eta = frac > 0 ? seconds * (1.0 - frac) / frac : -1;
+    double eta = frac > 0.01 && seconds > 1.0 ? seconds * (1.0 - frac) / frac : -1;  // unknown until a little is done
     const int width = 24;
     int filled = int(frac * width + 0.5);
     std::string bar = std::string(size_t(std::min(filled, width)), '#') + std::string(size_t(width - std::min(filled, width)), '.');
@@ -146,27 +147,40 @@ PrepareSummary prepare_run(const PrepareOptions& o) {
     const bool tty = o.progress && isatty(fileno(stderr));
     auto last_draw = std::chrono::steady_clock::now();
 
-    std::vector<DocumentRecord> chunk;
+    // A chunk of records and, for each, how far into the input files the reader was after it (for the ETA).
+    struct Chunk {
+        std::vector<DocumentRecord> records;
+        std::vector<int64_t> consumed;
+    };
+    // Reads the next chunk; false when the input is exhausted. Runs on a helper thread while the
+    // previous chunk is tokenized, so at most two chunks are in memory.
+    auto read_chunk = [&reader, &o](Chunk& c) {
+        c.records.clear();
+        c.consumed.clear();
+        int64_t bytes = 0;
+        while (bytes < o.chunk_bytes) {
+            c.records.emplace_back();
+            if (!document_reader_next(reader, c.records.back())) {
+                c.records.pop_back();
+                return false;
+            }
+            bytes += int64_t(c.records.back().raw.size());
+            c.consumed.push_back(reader.consumed_file_bytes);
+        }
+        return true;
+    };
+    const int64_t total_file_bytes = reader.total_file_bytes;
+    Chunk chunk, next;
     std::vector<std::vector<int32_t>> tokens;
     std::vector<std::string> errors;
     std::vector<char> is_train;
-    bool more = true;
-    while (more) {
-        // 1. Read a bounded chunk of records.
-        chunk.clear();
-        int64_t chunk_bytes = 0;
-        while (chunk_bytes < o.chunk_bytes) {
-            chunk.emplace_back();
-            if (!document_reader_next(reader, chunk.back())) {
-                chunk.pop_back();
-                more = false;
-                break;
-            }
-            chunk_bytes += int64_t(chunk.back().raw.size());
-        }
-        if (chunk.empty()) break;
-        // 2. Parse, split and tokenize in parallel.
-        const int64_t n = int64_t(chunk.size());
+    bool more = read_chunk(chunk);
+    while (!chunk.records.empty()) {
+        std::future<bool> prefetch;
+        if (more) prefetch = std::async(std::launch::async, read_chunk, std::ref(next));
+        // Parse, split and tokenize in parallel.
+        const auto& records = chunk.records;
+        const int64_t n = int64_t(records.size());
         tokens.assign(size_t(n), {});
         errors.assign(size_t(n), {});
         is_train.assign(size_t(n), 0);
@@ -176,9 +190,9 @@ PrepareSummary prepare_run(const PrepareOptions& o) {
         for (int64_t i = 0; i < n; i++) {
             try {
                 std::string parsed;
-                const std::string* text = &chunk[i].raw;
-                if (chunk[i].is_json) {
-                    if (!document_parse(chunk[i], o.field, parsed, errors[i])) continue;
+                const std::string* text = &records[i].raw;
+                if (records[i].is_json) {
+                    if (!document_parse(records[i], o.field, parsed, errors[i])) continue;
                     text = &parsed;
                 }
                 text_bytes[i] = int64_t(text->size());
@@ -190,10 +204,10 @@ PrepareSummary prepare_run(const PrepareOptions& o) {
             }
         }
         if (failure) std::rethrow_exception(failure);
-        // 3. Append in input order.
+        // Append in input order.
         const int32_t eot = tok.eot;
         for (int64_t i = 0; i < n; i++) {
-            const auto& rec = chunk[i];
+            const auto& rec = records[i];
             if (!errors[i].empty()) {
                 const std::string& path = reader.sources[rec.source].path;
                 if (!o.skip_bad_lines) fail("prepare: {}:{}: {} (use --bad-lines skip to skip such lines)", path, rec.line, errors[i]);
@@ -208,18 +222,23 @@ PrepareSummary prepare_run(const PrepareOptions& o) {
             out.documents++;
             summary.bytes += text_bytes[i];
             std::vector<int32_t>().swap(tokens[i]);
+            if (tty && (i % 256 == 0 || i == n - 1)) {
+                auto now = std::chrono::steady_clock::now();
+                if (now - last_draw > std::chrono::milliseconds(200)) {
+                    draw_progress(train.documents + val.documents, chunk.consumed[i], total_file_bytes, summary.bytes,
+                                  std::chrono::duration<double>(now - t0).count(), false);
+                    last_draw = now;
+                }
+            }
         }
-        auto now = std::chrono::steady_clock::now();
-        if (tty && (now - last_draw > std::chrono::milliseconds(200) || !more)) {
-            draw_progress(train.documents + val.documents, reader.consumed_file_bytes, reader.total_file_bytes, summary.bytes,
-                          std::chrono::duration<double>(now - t0).count(), false);
-            last_draw = now;
-        }
+        if (!more) break;  // nothing was prefetched: that was the last chunk
+        more = prefetch.get();
+        std::swap(chunk, next);
     }
     split_close(train);
     split_close(val);
     summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (tty) draw_progress(train.documents + val.documents, reader.total_file_bytes, reader.total_file_bytes, summary.bytes,
+    if (tty) draw_progress(train.documents + val.documents, total_file_bytes, total_file_bytes, summary.bytes,
                            summary.seconds, true);
     if (summary.bad_lines > 10) spdlog::warn("prepare: {} bad lines skipped in all ({} shown)", summary.bad_lines, 10);
 

@@ -19,7 +19,7 @@ struct PrepareOptions {
     bool allow_special = false;                  // "<|endoftext|>" inside a document becomes 50256
     int threads = 0;                             // tokenizer threads; 0 = all cores
     int64_t shard_tokens = 100'000'000;          // tokens per shard file (llm.c's default size)
-    int64_t chunk_bytes = 32ll << 20;            // text held in memory at once (bounded memory)
+    int64_t chunk_bytes = 8ll << 20;             // text per chunk; two chunks are in memory at once
     bool progress = true;                        // progress bar on stderr when it is a terminal
 };
 
