@@ -19,14 +19,14 @@ void adafactor_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamP
         float* V = need_state(s, StateKind::SECOND_FULL);
         const int64_t n = p.numel();
         double sumsq = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sumsq)
+#pragma omp parallel for schedule(static) reduction(+ : sumsq) if(n >= OPTIM_PARALLEL_MIN)
         for (int64_t i = 0; i < n; ++i) {
             float v = V[i];
             float u = adafactor_full_element(grad_at(s, i), v, b, omb, eps1);
             sumsq += double(u) * double(u);
         }
         const float clip = std::fmax(1.0f, float(std::sqrt(sumsq / double(n)) / opt.update_clip));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
         for (int64_t i = 0; i < n; ++i) {
             float u = adafactor_full_element(grad_at(s, i), V[i], b, omb, eps1) / clip;
             store_update(s, wb, i, u);
@@ -51,14 +51,14 @@ void adafactor_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamP
         const float rm = float(rsum / double(ms.rows));
         const int64_t base = e * ms.rows * ms.cols, n = ms.rows * ms.cols;
         double sumsq = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sumsq)
+#pragma omp parallel for schedule(static) reduction(+ : sumsq) if(n >= OPTIM_PARALLEL_MIN)
         for (int64_t i = 0; i < n; ++i) {
             int64_t r = i / ms.cols, c = i - r * ms.cols;
             float u = adafactor_factored_element(grad_at(s, base + i), Re[r], rm, Ce[c]);
             sumsq += double(u) * double(u);
         }
         const float clip = std::fmax(1.0f, float(std::sqrt(sumsq / double(n)) / opt.update_clip));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
         for (int64_t i = 0; i < n; ++i) {
             int64_t r = i / ms.cols, c = i - r * ms.cols;
             float u = adafactor_factored_element(grad_at(s, base + i), Re[r], rm, Ce[c]) / clip;

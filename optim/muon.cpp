@@ -62,7 +62,7 @@ void muon_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy
     for (int64_t e = 0; e < ms.count; ++e) {
         const int64_t base = e * ms.rows * ms.cols, n = ms.rows * ms.cols;
         // Momentum and the matrix to orthogonalize (transposed if tall).
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
         for (int64_t i = 0; i < n; ++i) {
             float u0 = muon_momentum_element(grad_at(s, base + i), Bm[base + i], mu, opt.ema_momentum, opt.nesterov);
             if (transpose) {
@@ -73,7 +73,7 @@ void muon_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy
             }
         }
         newton_schulz(X.data(), a, b, opt.ns_steps, A, B, Y);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
         for (int64_t i = 0; i < n; ++i) {
             int64_t r = i / ms.cols, c = i - r * ms.cols;
             float o = transpose ? X[size_t(c * ms.rows + r)] : X[size_t(i)];

@@ -13,6 +13,9 @@
 
 namespace skew::optim_detail {
 
+/// Loops over fewer elements than this run on one thread (a parallel region costs more).
+constexpr int64_t OPTIM_PARALLEL_MIN = 1 << 15;
+
 /// Gradient element i (relative to the slot's view) as fp32.
 inline float grad_at(const ParamSlot& s, int64_t i) {
     return s.grad_dtype == DType::F32 ? static_cast<const float*>(s.grad)[i]

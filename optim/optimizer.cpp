@@ -303,7 +303,7 @@ namespace optim_detail {
 void factored_means(const ParamSlot& s, int64_t e, int64_t rows, int64_t cols, float add, double* rowmean,
                     double* colmean) {
     const int64_t base = e * rows * cols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(rows * cols >= OPTIM_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; ++r) {
         double acc = 0;
         for (int64_t c = 0; c < cols; ++c) {
@@ -314,7 +314,7 @@ void factored_means(const ParamSlot& s, int64_t e, int64_t rows, int64_t cols, f
     }
     const int64_t CB = 256;  // column block: each thread sweeps all rows of its block (row-major reads)
     const int64_t nblk = (cols + CB - 1) / CB;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(rows * cols >= OPTIM_PARALLEL_MIN)
     for (int64_t b = 0; b < nblk; ++b) {
         int64_t c0 = b * CB, c1 = std::min(cols, c0 + CB);
         double acc[256] = {};

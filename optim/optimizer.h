@@ -98,9 +98,10 @@ struct HostOptimState {
 };
 void allocate_host_state(const OptimizerConfig& opt, std::span<ParamSlot> params, HostOptimState& storage);
 
-/// Bind each slot's state pointers to the arena buffers the memory plan names
-/// (optimizer_state_buffers: "state.<param>.<kind>"). `params[i].info` must be table.params[i]'s.
-/// Throws skew::Error when the plan lacks a state the optimizer needs or its size differs.
+/// Bind each slot's state pointers to the arena's STATE buffers (the plan the arena was laid out
+/// with; optimizer_state_buffers: "state.<param>.<kind>"). `params[i].info` must be table.params[i]'s.
+/// Throws skew::Error when the plan lacks a state the optimizer needs, holds state it does not use
+/// (a plan built for another optimizer), or a size differs.
 void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena,
                       std::span<ParamSlot> params);
 

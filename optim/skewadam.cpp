@@ -57,14 +57,14 @@ void skewadam_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPo
                 return num / rowscale[size_t(r)] / colscale[size_t(c)];
             };
             double sumsq = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sumsq)
+#pragma omp parallel for schedule(static) reduction(+ : sumsq) if(n >= OPTIM_PARALLEL_MIN)
             for (int64_t i = 0; i < n; ++i) {
                 float m_new = 0;
                 float u = update(i, m_new);
                 sumsq += double(u) * double(u);
             }
             const float clip = std::fmax(1.0f, float(std::sqrt(sumsq / double(n)) / opt.update_clip));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
             for (int64_t i = 0; i < n; ++i) {
                 float m_new = 0;
                 float u = update(i, m_new) / clip;
@@ -92,14 +92,14 @@ void skewadam_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPo
         return num / skewadam_full_denom(g, v_new, b2, omb2, eps);
     };
     double sumsq = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sumsq)
+#pragma omp parallel for schedule(static) reduction(+ : sumsq) if(n >= OPTIM_PARALLEL_MIN)
     for (int64_t i = 0; i < n; ++i) {
         float m_new = 0, v_new = 0;
         float u = update(i, m_new, v_new);
         sumsq += double(u) * double(u);
     }
     const float clip = std::fmax(1.0f, float(std::sqrt(sumsq / double(n)) / opt.update_clip));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
     for (int64_t i = 0; i < n; ++i) {
         float m_new = 0, v_new = 0;
         float u = update(i, m_new, v_new) / clip;

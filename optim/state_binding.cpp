@@ -12,8 +12,16 @@ void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const
     if (params.size() != table.params.size())
         fail("optimizer '{}': {} parameter slots for a table of {} parameters", opt.name, params.size(),
              table.params.size());
+    // The state buffers the arena was laid out with (its plan), else the plan's closed form.
+    std::vector<BufferSpec> state_bufs;
+    if (arena.plan) {
+        for (const BufferSpec& b : arena.plan->buffers)
+            if (b.kind == BufferKind::STATE) state_bufs.push_back(b);
+    } else {
+        state_bufs = optimizer_state_buffers(opt, table);
+    }
     for (ParamSlot& s : params) s.state.fill(nullptr);
-    for (const BufferSpec& b : optimizer_state_buffers(opt, table)) {
+    for (const BufferSpec& b : state_bufs) {
         if (b.param < 0 || size_t(b.param) >= params.size())
             fail("optimizer '{}': plan buffer '{}' names no parameter", opt.name, b.name);
         if (b.dtype != DType::F32) fail("optimizer '{}': plan buffer '{}' is not fp32", opt.name, b.name);
@@ -31,7 +39,7 @@ void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const
         }
     }
     // Sizes: the plan's buffer of each kind must hold exactly what the optimizer touches.
-    for (const BufferSpec& b : optimizer_state_buffers(opt, table)) {
+    for (const BufferSpec& b : state_bufs) {
         bool found = false;
         for (const StateSlotSpec& spec : optimizer_param_state(opt, table.params[size_t(b.param)]))
             if (spec.kind == b.state) {
