@@ -1,0 +1,90 @@
+// CUDA optimizer kernels, the GPU twins of optim/*.cpp: one fused kernel per tier kind that reads the
+// weight, gradient and state once and writes them once (SkewAdam Algorithm 1, AdamW, Lion, Adafactor,
+// Muon's momentum and write), the factored row/column reductions and the update-RMS reduction as
+// separate deterministic kernels, and Muon's Newton-Schulz on cuBLAS. Per-element math:
+// kernels/common/optim_math.h; write-back: kernels/common/rounding.h. Pointers are device memory;
+// element counts and offsets are 64-bit.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace skew::cuda {
+
+/// How a tensor is written back (the CPU's optim_detail::WriteBack): W <- round(W*keep - lr*U) for
+/// bf16 weights with `rounding` (RoundingMode: 0 stochastic, 1 dithered, 2 nearest), exact for fp32;
+/// premultiply rounds W*keep to nearest first (the paper's trainer). Noise: Philox(seed, ROUNDING,
+/// step, tensor, element).
+struct OptimWrite {
+    uint8_t rounding = 0;
+    bool premultiply = false;
+    float keep = 1.0f;
+    float lr = 0.0f;
+    uint64_t seed = 0;
+    uint32_t step = 0;
+    uint32_t tensor = 0;
+};
+
+/// A parameter tensor on the device: weight (bf16 or fp32) and gradient (bf16 or fp32), numel
+/// elements as n_mat matrices of rows x cols (a vector: n_mat 1, rows 1, cols numel).
+struct OptimTensor {
+    void* weight = nullptr;
+    bool weight_f32 = false;
+    const void* grad = nullptr;
+    bool grad_f32 = false;
+    int64_t n_mat = 1, rows = 1, cols = 1;
+    int64_t numel() const { return n_mat * rows * cols; }
+};
+
+/// The second-moment kind of a SkewAdam/Adafactor update kernel.
+enum OptimUpdateKind : int {
+    OPTIM_SKEWADAM_FACTORED = 0,  // D_ij = sqrt(max(R_i/Rbar, eps)) sqrt(max(C_j, eps))
+    OPTIM_SKEWADAM_FULL = 1,      // D = sqrt(max(V, eps)), V updated
+    OPTIM_SKEWADAM_NONE = 2,      // D = 1
+    OPTIM_ADAFACTOR_FACTORED = 3, // U = G rsqrt(R_i/mean R) rsqrt(C_j)
+    OPTIM_ADAFACTOR_FULL = 4,     // U = G rsqrt(V), V updated with G^2 + eps1
+};
+
+/// Scalars and state of one SkewAdam / Adafactor step on one tensor.
+struct OptimUpdate {
+    int kind = OPTIM_SKEWADAM_FACTORED;
+    float* R = nullptr;     // (n_mat, rows) factored row EMA
+    float* C = nullptr;     // (n_mat, cols) factored column EMA
+    float* M = nullptr;     // (numel) fp32 momentum or nullptr (SkewAdam tiers without momentum)
+    float* V = nullptr;     // (numel) full second moment (FULL kinds)
+    float b1 = 0.9f, omb1 = 0.1f, b2 = 0.999f, omb2 = 0.001f;
+    float coef = 1.0f;      // sqrt(1-b2^t)/(1-b1^t) with momentum, sqrt(1-b2^t) without (SkewAdam)
+    float eps = 1e-8f;      // SkewAdam eps clamp; Adafactor eps1 (added to G^2)
+    float clip_threshold = 1.0f;
+};
+
+/// Device scratch (bytes) optim_skewadam_adafactor_step needs for a tensor: row/column sums, the
+/// per-matrix normalizer and clip, per-block RMS partials. 256-byte aligned pieces.
+int64_t optim_update_scratch_bytes(const OptimTensor& t);
+
+/// One SkewAdam or Adafactor step on the device: [factored kinds] row and column means of
+/// G^2 (+eps1) and the R, C EMA with the per-matrix Rbar (one block per matrix); the per-matrix sum
+/// of U^2 (fixed partition, deterministic); the per-matrix clip max(1, RMS/threshold); then one fused
+/// pass reading W, G, M, V and writing W, M, V. Throws skew::Error on a launch failure.
+void optim_skewadam_adafactor_step(const OptimTensor& t, const OptimUpdate& u, const OptimWrite& w, void* scratch,
+                                   cudaStream_t stream);
+
+/// AdamW, one fused pass (PyTorch semantics): m, v (numel fp32) updated; U = (m/bc1)/(sqrt(v)/sqrt(bc2)+eps).
+void optim_adamw_step(const OptimTensor& t, float* m, float* v, float b1, float b2, float inv_bc1, float inv_sqrt_bc2,
+                      float eps, const OptimWrite& w, cudaStream_t stream);
+
+/// Lion, one fused pass: U = sign(b1 m + (1-b1) g), m <- b2 m + (1-b2) g.
+void optim_lion_step(const OptimTensor& t, float* m, float b1, float b2, const OptimWrite& w, cudaStream_t stream);
+
+/// Device scratch (bytes) optim_muon_step needs for matrices of rows x cols (X, A, B, Y, norm).
+int64_t optim_muon_scratch_bytes(int64_t rows, int64_t cols);
+
+/// Muon on every matrix of t: momentum (sum or EMA form, optional Nesterov) into an fp32 copy
+/// (transposed when tall), Frobenius normalization, `ns_steps` Newton-Schulz iterations
+/// (3.4445, -4.7750, 2.0315) with cublasSgemm on `handle` (bound to `stream`), then the fused write
+/// W <- round(W*keep - lr*scale*O). B: (numel) fp32 momentum.
+void optim_muon_step(const OptimTensor& t, float* B, float mu, bool ema, bool nesterov, int64_t ns_steps,
+                     float shape_scale, const OptimWrite& w, void* scratch, cublasHandle_t handle, cudaStream_t stream);
+
+}  // namespace skew::cuda
