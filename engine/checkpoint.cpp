@@ -165,7 +165,7 @@ bool parse_dtype(const std::string& s, DType* out) {
     return false;
 }
 
-void check_range(const TensorRef& t, int64_t offset, int64_t bytes) {
+void check_range(const NamedTensor& t, int64_t offset, int64_t bytes) {
     if (offset < 0 || bytes < 0 || offset + bytes > t.bytes())
         fail("tensor '{}': byte range [{}, {}) outside its {} bytes", t.name, offset, offset + bytes, t.bytes());
 }
@@ -178,26 +178,26 @@ std::string strip_prefix(const std::string& s, const std::string& prefix) {
 
 // ---- tensors in memory
 
-int64_t TensorRef::numel() const { return product(shape); }
+int64_t NamedTensor::numel() const { return product(shape); }
 
-std::vector<TensorRef> buffer_tensors(const Arena& arena, BufferKind kind) {
+std::vector<NamedTensor> buffer_tensors(const Arena& arena, BufferKind kind) {
     if (!arena.plan) fail("checkpoint: the arena has no memory plan");
-    std::vector<TensorRef> out;
+    std::vector<NamedTensor> out;
     const auto& bufs = arena.plan->buffers;
     for (size_t i = 0; i < bufs.size(); ++i) {
         if (bufs[i].kind != kind) continue;
-        out.push_back(TensorRef{bufs[i].name, bufs[i].dtype, bufs[i].shape, arena.ptr(int(i)), arena.device});
+        out.push_back(NamedTensor{bufs[i].name, bufs[i].dtype, bufs[i].shape, arena.ptr(int(i)), arena.device});
     }
     return out;
 }
 
-std::vector<TensorRef> weight_tensors(const Arena& arena) {
-    std::vector<TensorRef> out = buffer_tensors(arena, BufferKind::WEIGHT);
+std::vector<NamedTensor> weight_tensors(const Arena& arena) {
+    std::vector<NamedTensor> out = buffer_tensors(arena, BufferKind::WEIGHT);
     for (auto& t : out) t.name = strip_prefix(t.name, "weight.");
     return out;
 }
 
-void copy_tensor_to_host(void* dst, const TensorRef& t, int64_t offset, int64_t bytes) {
+void copy_tensor_to_host(void* dst, const NamedTensor& t, int64_t offset, int64_t bytes) {
     check_range(t, offset, bytes);
     const char* src = static_cast<const char*>(t.data) + offset;
     if (t.device == ArenaDevice::HOST) {
@@ -212,7 +212,7 @@ void copy_tensor_to_host(void* dst, const TensorRef& t, int64_t offset, int64_t 
 #endif
 }
 
-void copy_tensor_from_host(const TensorRef& t, int64_t offset, const void* src, int64_t bytes) {
+void copy_tensor_from_host(const NamedTensor& t, int64_t offset, const void* src, int64_t bytes) {
     check_range(t, offset, bytes);
     char* dst = static_cast<char*>(t.data) + offset;
     if (t.device == ArenaDevice::HOST) {
@@ -264,7 +264,7 @@ const SafetensorsEntry* SafetensorsHeader::find(const std::string& name) const {
     return nullptr;
 }
 
-void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
     nlohmann::json header = nlohmann::json::object();
     if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -374,9 +374,9 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
     return h;
 }
 
-std::map<std::string, std::string> read_safetensors_into(const std::string& path, const std::vector<TensorRef>& tensors) {
+std::map<std::string, std::string> read_safetensors_into(const std::string& path, const std::vector<NamedTensor>& tensors) {
     SafetensorsHeader h = read_safetensors_header(path);
-    std::map<std::string, const TensorRef*> want;
+    std::map<std::string, const NamedTensor*> want;
     for (const auto& t : tensors) want[t.name] = &t;
     for (const auto& e : h.tensors)
         if (!want.count(e.name)) fail("{}: holds tensor '{}' that the plan does not have (another model or optimizer?)", path, e.name);

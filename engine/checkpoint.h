@@ -19,7 +19,7 @@ namespace skew {
 // ---- tensors in memory
 
 /// A named tensor in host or device memory: what a safetensors file stores or a fault check scans.
-struct TensorRef {
+struct NamedTensor {
     std::string name;            // name in the file / in messages
     DType dtype = DType::F32;
     std::vector<int64_t> shape;  // row-major
@@ -32,18 +32,18 @@ struct TensorRef {
 
 /// The weights of an arena as tensors named by the parameter table ("blocks.1.moe.router"), in
 /// table order: the plan's "weight.<param>" buffers with the prefix removed.
-std::vector<TensorRef> weight_tensors(const Arena& arena);
+std::vector<NamedTensor> weight_tensors(const Arena& arena);
 
 /// The plan buffers of one kind (GRAD, STATE, ...), named exactly as the plan names them
 /// ("grad.<param>", "state.<param>.<kind>"), in plan order.
-std::vector<TensorRef> buffer_tensors(const Arena& arena, BufferKind kind);
+std::vector<NamedTensor> buffer_tensors(const Arena& arena, BufferKind kind);
 
 /// Copy `bytes` bytes starting `offset` bytes into t's data to host memory dst (cudaMemcpy for a
 /// CUDA tensor). Throws skew::Error naming the tensor on a range outside it or a CUDA failure.
-void copy_tensor_to_host(void* dst, const TensorRef& t, int64_t offset, int64_t bytes);
+void copy_tensor_to_host(void* dst, const NamedTensor& t, int64_t offset, int64_t bytes);
 
 /// The reverse: host memory src into t's data at `offset`.
-void copy_tensor_from_host(const TensorRef& t, int64_t offset, const void* src, int64_t bytes);
+void copy_tensor_from_host(const NamedTensor& t, int64_t offset, const void* src, int64_t bytes);
 
 // ---- durable files
 
@@ -91,7 +91,7 @@ struct SafetensorsHeader {
 /// Write tensors (in the given order, contiguous, header padded with spaces to 8 bytes) and the
 /// string metadata to `path` durably (as write_file_atomic). Device tensors are staged through a
 /// bounded host buffer. Throws skew::Error naming the file.
-void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 /// Read and validate the header of `path`: 8-byte little-endian length within the file, JSON that
@@ -103,7 +103,7 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 /// Load `path` into `tensors`: every tensor must be in the file with the same dtype and shape,
 /// and the file may hold no other tensor. Returns the metadata. Throws skew::Error naming the file
 /// and the tensor (missing, extra, dtype or shape mismatch, unreadable).
-std::map<std::string, std::string> read_safetensors_into(const std::string& path, const std::vector<TensorRef>& tensors);
+std::map<std::string, std::string> read_safetensors_into(const std::string& path, const std::vector<NamedTensor>& tensors);
 
 // ---- checkpoints
 

@@ -261,7 +261,7 @@ TEST_CASE("a tensor with another shape or dtype than the plan is refused naming 
     const std::string path = dir + "/model.safetensors";
     const std::map<std::string, std::string> meta = {{"step", "1"}};
     auto tensors = weight_tensors(r->arena);
-    auto q = std::find_if(tensors.begin(), tensors.end(), [](const TensorRef& t) { return t.shape.size() == 2 && t.shape[0] != t.shape[1]; });
+    auto q = std::find_if(tensors.begin(), tensors.end(), [](const NamedTensor& t) { return t.shape.size() == 2 && t.shape[0] != t.shape[1]; });
     REQUIRE(q != tensors.end());
     std::swap(q->shape[0], q->shape[1]);  // same bytes, transposed shape
     write_safetensors(path, tensors, meta);
@@ -269,7 +269,7 @@ TEST_CASE("a tensor with another shape or dtype than the plan is refused naming 
                Catch::Contains(path) && Catch::Contains("tensor '" + q->name + "' has shape") && Catch::Contains("in the plan"));
 
     tensors = weight_tensors(r->arena);
-    auto ln = std::find_if(tensors.begin(), tensors.end(), [](const TensorRef& t) { return t.dtype == DType::F32; });
+    auto ln = std::find_if(tensors.begin(), tensors.end(), [](const NamedTensor& t) { return t.dtype == DType::F32; });
     REQUIRE(ln != tensors.end());
     ln->dtype = DType::I32;  // same bytes, another dtype
     write_safetensors(path, tensors, meta);
@@ -289,7 +289,7 @@ TEST_CASE("a missing or an extra tensor is refused naming it") {
     CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }), Catch::Contains(path) && Catch::Contains("missing tensor '" + dropped + "'"));
     tensors = weight_tensors(r->arena);
     float extra = 1.0f;
-    tensors.push_back(TensorRef{"blocks.9.surprise", DType::F32, {1}, &extra});
+    tensors.push_back(NamedTensor{"blocks.9.surprise", DType::F32, {1}, &extra});
     write_safetensors(path, tensors, meta);
     CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }), Catch::Contains("holds tensor 'blocks.9.surprise' that the plan does not have"));
 }

@@ -1,0 +1,108 @@
+// Finite checks over named buffers (bit tests on the exponent field, bf16 and fp32) and the
+// skip-count policy for NaN/inf steps (train.max_skipped_steps).
+#include "engine/faults.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+namespace skew {
+
+namespace {
+
+constexpr int64_t SCAN_CHUNK = int64_t(16) << 20;  // bytes staged per device copy
+
+std::vector<int64_t> unravel(int64_t index, const std::vector<int64_t>& shape) {
+    std::vector<int64_t> c(shape.size(), 0);
+    for (size_t d = shape.size(); d-- > 0;) {
+        if (shape[d] > 0) {
+            c[d] = index % shape[d];
+            index /= shape[d];
+        }
+    }
+    return c;
+}
+
+// First non-finite element of n elements at p, or -1.
+int64_t scan(const void* p, int64_t n, DType t, double* value) {
+    if (t == DType::BF16) {
+        const uint16_t* u = static_cast<const uint16_t*>(p);
+        for (int64_t i = 0; i < n; ++i)
+            if ((u[i] & 0x7f80u) == 0x7f80u) {
+                *value = double(std::bit_cast<float>(uint32_t(u[i]) << 16));
+                return i;
+            }
+    } else if (t == DType::F32) {
+        const uint32_t* u = static_cast<const uint32_t*>(p);
+        for (int64_t i = 0; i < n; ++i)
+            if ((u[i] & 0x7f800000u) == 0x7f800000u) {
+                *value = double(std::bit_cast<float>(u[i]));
+                return i;
+            }
+    }
+    return -1;
+}
+
+std::string number(double v) { return std::isnan(v) ? "nan" : std::isinf(v) ? (v > 0 ? "inf" : "-inf") : fmt::format("{:.6g}", v); }
+
+}  // namespace
+
+std::optional<NonFinite> first_non_finite(const std::vector<NamedTensor>& tensors) {
+    std::vector<char> staging;
+    for (const auto& t : tensors) {
+        if (t.dtype != DType::BF16 && t.dtype != DType::F32) continue;
+        const int64_t esize = dtype_bytes(t.dtype), n = t.numel();
+        double value = 0;
+        if (t.device == ArenaDevice::HOST) {
+            int64_t i = scan(t.data, n, t.dtype, &value);
+            if (i >= 0) return NonFinite{t.name, i, unravel(i, t.shape), value};
+            continue;
+        }
+        const int64_t per_chunk = SCAN_CHUNK / esize;
+        staging.resize(size_t(std::min(n, per_chunk) * esize));
+        for (int64_t start = 0; start < n; start += per_chunk) {
+            const int64_t m = std::min(per_chunk, n - start);
+            copy_tensor_to_host(staging.data(), t, start * esize, m * esize);
+            int64_t i = scan(staging.data(), m, t.dtype, &value);
+            if (i >= 0) return NonFinite{t.name, start + i, unravel(start + i, t.shape), value};
+        }
+    }
+    return std::nullopt;
+}
+
+std::optional<FaultReport> check_step_finite(int64_t step, double loss, double grad_norm,
+                                             const std::vector<NamedTensor>& tensors, SkipPolicy& policy) {
+    if (std::isfinite(loss) && std::isfinite(grad_norm)) return std::nullopt;
+    FaultReport r;
+    r.step = step;
+    r.loss = loss;
+    r.grad_norm = grad_norm;
+    r.first = first_non_finite(tensors);
+    policy.skipped += 1;
+    r.skipped = policy.skipped;
+    r.max_skipped = policy.max_skipped;
+    r.action = policy.skipped <= policy.max_skipped ? FaultAction::SKIP : FaultAction::STOP;
+    return r;
+}
+
+std::string fault_message(const FaultReport& r) {
+    std::string what = std::isfinite(r.loss) ? fmt::format("non-finite grad norm ({}), loss {}", number(r.grad_norm), number(r.loss))
+                                             : fmt::format("non-finite loss ({}), grad norm {}", number(r.loss), number(r.grad_norm));
+    std::string where;
+    if (r.first) {
+        std::string coords;
+        for (size_t i = 0; i < r.first->coords.size(); ++i) coords += (i ? ", " : "") + std::to_string(r.first->coords[i]);
+        where = fmt::format("first non-finite tensor {}[{}] = {}", r.first->tensor, coords, number(r.first->value));
+    } else {
+        where = "no scanned tensor holds a non-finite value (the loss itself overflowed)";
+    }
+    std::string action = r.action == FaultAction::SKIP
+                             ? fmt::format("step skipped ({} of {} allowed)", r.skipped, r.max_skipped)
+                             : fmt::format("stopping: {} non-finite steps exceed train.max_skipped_steps = {}", r.skipped, r.max_skipped);
+    return fmt::format("step {}: {}; {}; {}", r.step, what, where, action);
+}
+
+}  // namespace skew

@@ -1,0 +1,375 @@
+// Run metrics: metrics_<optimizer>.json (history + summary, written atomically) and the per-step
+// JSONL log (whole-line appends, trimmed to the checkpoint's step on resume). Field meanings:
+// docs/training.md; what the paper reports from them: Table 1, Figures 2-3, Appendix C.
+#include "engine/metrics.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/checkpoint.h"
+#include "engine/error.h"
+
+namespace skew {
+
+namespace {
+
+nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json yaml_to_json(const YAML::Node& n) {
+    if (n.IsMap()) {
+        nlohmann::json j = nlohmann::json::object();
+        for (const auto& kv : n) j[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+        return j;
+    }
+    if (n.IsSequence()) {
+        nlohmann::json j = nlohmann::json::array();
+        for (const auto& v : n) j.push_back(yaml_to_json(v));
+        return j;
+    }
+    if (n.IsNull()) return nullptr;
+    const std::string s = n.Scalar();
+    if (n.Tag() == "!") return s;  // quoted in the YAML: a string
+    if (s == "true") return true;
+    if (s == "false") return false;
+    if (!s.empty()) {
+        char* end = nullptr;
+        errno = 0;
+        long long i = std::strtoll(s.c_str(), &end, 10);
+        if (*end == '\0' && errno == 0) return int64_t(i);
+        double d = std::strtod(s.c_str(), &end);
+        if (*end == '\0') return d;
+    }
+    return s;
+}
+
+std::string read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("{}: cannot open: {}", path, std::strerror(errno));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// Typed field access with errors that name the file and key.
+struct Fields {
+    const nlohmann::json& j;
+    const std::string& source;
+    const nlohmann::json& need(const char* key) const {
+        if (!j.contains(key)) fail("{}: missing key '{}'", source, key);
+        return j[key];
+    }
+    int64_t integer(const char* key) const {
+        const auto& v = need(key);
+        if (!v.is_number_integer()) fail("{}: '{}' must be an integer, got {}", source, key, v.dump());
+        return v.get<int64_t>();
+    }
+    double number(const char* key) const {  // null reads as NaN ("not measured")
+        const auto& v = need(key);
+        if (v.is_null()) return NO_VALUE;
+        if (!v.is_number()) fail("{}: '{}' must be a number or null, got {}", source, key, v.dump());
+        return v.get<double>();
+    }
+    std::string text(const char* key) const {
+        const auto& v = need(key);
+        if (!v.is_string()) fail("{}: '{}' must be a string, got {}", source, key, v.dump());
+        return v.get<std::string>();
+    }
+    bool boolean(const char* key) const {
+        const auto& v = need(key);
+        if (!v.is_boolean()) fail("{}: '{}' must be true or false, got {}", source, key, v.dump());
+        return v.get<bool>();
+    }
+};
+
+}  // namespace
+
+nlohmann::json config_to_json(const std::string& resolved_yaml) {
+    try {
+        return yaml_to_json(YAML::Load(resolved_yaml));
+    } catch (const YAML::Exception& e) {
+        fail("resolved config does not parse as YAML: {}", e.what());
+    }
+}
+
+RunMetrics make_run_metrics(const Config& cfg, const OptimizerConfig& opt, const MemoryPlan& plan) {
+    RunMetrics m;
+    m.optimizer = opt.name;
+    m.type = opt.type;
+    m.config = cfg.resolved_yaml.empty() ? nlohmann::json::object() : config_to_json(cfg.resolved_yaml);
+    m.param_count = plan.param_count;
+    m.state_bytes = plan.state_bytes;
+    m.paper_state_bytes = plan.paper_state_bytes;
+    m.plan_peak_bytes = plan.peak_bytes;
+    return m;
+}
+
+void add_eval(RunMetrics& m, const EvalRecord& e) {
+    m.history.push_back(e);
+    m.peak_memory_bytes = std::max(m.peak_memory_bytes, e.peak_memory_bytes);
+}
+
+void truncate_history(RunMetrics& m, int64_t step) {
+    std::erase_if(m.history, [&](const EvalRecord& e) { return e.step > step; });
+    m.peak_memory_bytes = 0;
+    for (const auto& e : m.history) m.peak_memory_bytes = std::max(m.peak_memory_bytes, e.peak_memory_bytes);
+}
+
+MetricsSummary summarize(const std::vector<EvalRecord>& history, const RunTotals& totals) {
+    MetricsSummary s;
+    s.steps = totals.steps;
+    s.skipped_steps = totals.skipped_steps;
+    s.total_tokens = totals.tokens;
+    s.train_seconds = totals.train_seconds;
+    s.wall_seconds = totals.wall_seconds;
+    s.mean_tokens_per_sec = totals.train_seconds > 0 ? double(totals.tokens) / totals.train_seconds : NO_VALUE;
+    if (!history.empty()) {
+        s.final_val_ppl = history.back().val_ppl;
+        s.final_balance_loss = history.back().val_balance_loss;
+    }
+    for (const auto& e : history)
+        if (std::isfinite(e.val_ppl) && !(e.val_ppl >= s.best_val_ppl)) {  // first of equal bests
+            s.best_val_ppl = e.val_ppl;
+            s.best_val_step = e.step;
+        }
+    return s;
+}
+
+nlohmann::json metrics_to_json(const RunMetrics& m) {
+    nlohmann::json hist = nlohmann::json::array();
+    for (const auto& e : m.history)
+        hist.push_back({
+            {"step", e.step},
+            {"train_lm_loss", number_or_null(e.train_lm_loss)},
+            {"aux_loss", number_or_null(e.aux_loss)},
+            {"balance_loss", number_or_null(e.balance_loss)},
+            {"z_loss", number_or_null(e.z_loss)},
+            {"val_loss", number_or_null(e.val_loss)},
+            {"val_ppl", number_or_null(e.val_ppl)},
+            {"val_balance_loss", number_or_null(e.val_balance_loss)},
+            {"tokens_per_sec", number_or_null(e.tokens_per_sec)},
+            {"peak_memory_bytes", e.peak_memory_bytes},
+            {"lr", number_or_null(e.lr)},
+            {"grad_norm", number_or_null(e.grad_norm)},
+        });
+    const MetricsSummary& s = m.summary;
+    return {
+        {"optimizer", m.optimizer},
+        {"type", m.type},
+        {"config", m.config},
+        {"param_count", m.param_count},
+        {"state_bytes", m.state_bytes},
+        {"state_gib", double(m.state_bytes) / GIB},
+        {"paper_state_bytes", m.paper_state_bytes},
+        {"paper_state_gib", double(m.paper_state_bytes) / GIB},
+        {"plan_peak_bytes", m.plan_peak_bytes},
+        {"peak_memory_bytes", m.peak_memory_bytes},
+        {"peak_memory_gib", double(m.peak_memory_bytes) / GIB},
+        {"history", hist},
+        {"summary",
+         {
+             {"final_val_ppl", number_or_null(s.final_val_ppl)},
+             {"best_val_ppl", number_or_null(s.best_val_ppl)},
+             {"best_val_step", s.best_val_step},
+             {"final_balance_loss", number_or_null(s.final_balance_loss)},
+             {"mean_tokens_per_sec", number_or_null(s.mean_tokens_per_sec)},
+             {"total_tokens", s.total_tokens},
+             {"train_seconds", s.train_seconds},
+             {"wall_seconds", s.wall_seconds},
+             {"steps", s.steps},
+             {"skipped_steps", s.skipped_steps},
+         }},
+    };
+}
+
+RunMetrics metrics_from_json(const nlohmann::json& j, const std::string& source) {
+    if (!j.is_object()) fail("{}: not a JSON object", source);
+    Fields f{j, source};
+    RunMetrics m;
+    m.optimizer = f.text("optimizer");
+    m.type = f.text("type");
+    m.config = f.need("config");
+    m.param_count = f.integer("param_count");
+    m.state_bytes = f.integer("state_bytes");
+    m.paper_state_bytes = f.integer("paper_state_bytes");
+    m.plan_peak_bytes = f.integer("plan_peak_bytes");
+    m.peak_memory_bytes = f.integer("peak_memory_bytes");
+    const auto& hist = f.need("history");
+    if (!hist.is_array()) fail("{}: 'history' must be a list", source);
+    for (size_t i = 0; i < hist.size(); ++i) {
+        std::string where = fmt::format("{}: history[{}]", source, i);
+        if (!hist[i].is_object()) fail("{}: not an object", where);
+        Fields h{hist[i], where};
+        EvalRecord e;
+        e.step = h.integer("step");
+        e.train_lm_loss = h.number("train_lm_loss");
+        e.aux_loss = h.number("aux_loss");
+        e.balance_loss = h.number("balance_loss");
+        e.z_loss = h.number("z_loss");
+        e.val_loss = h.number("val_loss");
+        e.val_ppl = h.number("val_ppl");
+        e.val_balance_loss = h.number("val_balance_loss");
+        e.tokens_per_sec = h.number("tokens_per_sec");
+        e.peak_memory_bytes = h.integer("peak_memory_bytes");
+        e.lr = h.number("lr");
+        e.grad_norm = h.number("grad_norm");
+        m.history.push_back(e);
+    }
+    const auto& sj = f.need("summary");
+    if (!sj.is_object()) fail("{}: 'summary' must be an object", source);
+    std::string where = source + ": summary";
+    Fields s{sj, where};
+    m.summary.final_val_ppl = s.number("final_val_ppl");
+    m.summary.best_val_ppl = s.number("best_val_ppl");
+    m.summary.best_val_step = s.integer("best_val_step");
+    m.summary.final_balance_loss = s.number("final_balance_loss");
+    m.summary.mean_tokens_per_sec = s.number("mean_tokens_per_sec");
+    m.summary.total_tokens = s.integer("total_tokens");
+    m.summary.train_seconds = s.number("train_seconds");
+    m.summary.wall_seconds = s.number("wall_seconds");
+    m.summary.steps = s.integer("steps");
+    m.summary.skipped_steps = s.integer("skipped_steps");
+    return m;
+}
+
+std::string metrics_path(const std::string& run_dir, const std::string& optimizer) {
+    return (std::filesystem::path(run_dir) / ("metrics_" + optimizer + ".json")).string();
+}
+
+void write_metrics(const std::string& run_dir, const RunMetrics& m) {
+    write_file_atomic(metrics_path(run_dir, m.optimizer), metrics_to_json(m).dump(2) + "\n");
+}
+
+RunMetrics read_metrics(const std::string& path) {
+    std::string text = read_text(path);
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        fail("{}: not valid JSON: {}", path, e.what());
+    }
+    return metrics_from_json(j, path);
+}
+
+// ---- per-step JSONL log
+
+std::string step_log_path(const std::string& run_dir, const std::string& optimizer) {
+    return (std::filesystem::path(run_dir) / ("steps_" + optimizer + ".jsonl")).string();
+}
+
+nlohmann::json step_record_to_json(const StepRecord& r) {
+    return {
+        {"step", r.step},
+        {"lr", number_or_null(r.lr)},
+        {"lm_loss", number_or_null(r.lm_loss)},
+        {"balance_loss", number_or_null(r.balance_loss)},
+        {"z_loss", number_or_null(r.z_loss)},
+        {"grad_norm", number_or_null(r.grad_norm)},
+        {"tokens_per_sec", number_or_null(r.tokens_per_sec)},
+        {"skipped", r.skipped},
+    };
+}
+
+StepRecord step_record_from_json(const nlohmann::json& j, const std::string& source) {
+    if (!j.is_object()) fail("{}: not a JSON object", source);
+    Fields f{j, source};
+    StepRecord r;
+    r.step = f.integer("step");
+    r.lr = f.number("lr");
+    r.lm_loss = f.number("lm_loss");
+    r.balance_loss = f.number("balance_loss");
+    r.z_loss = f.number("z_loss");
+    r.grad_norm = f.number("grad_norm");
+    r.tokens_per_sec = f.number("tokens_per_sec");
+    r.skipped = f.boolean("skipped");
+    return r;
+}
+
+namespace {
+
+// The complete lines of a log with their records; a partial last line (no newline) is dropped.
+std::vector<std::pair<std::string, StepRecord>> read_lines(const std::string& path) {
+    std::vector<std::pair<std::string, StepRecord>> out;
+    std::string text = read_text(path);
+    size_t pos = 0;
+    int64_t line_no = 0;
+    while (pos < text.size()) {
+        size_t nl = text.find('\n', pos);
+        if (nl == std::string::npos) break;  // interrupted mid-line: not a record
+        ++line_no;
+        std::string line = text.substr(pos, nl - pos);
+        pos = nl + 1;
+        if (line.empty()) continue;
+        std::string where = fmt::format("{}:{}", path, line_no);
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception& e) {
+            fail("{}: not valid JSON: {}", where, e.what());
+        }
+        out.emplace_back(std::move(line), step_record_from_json(j, where));
+    }
+    return out;
+}
+
+}  // namespace
+
+StepLog::StepLog(StepLog&& o) noexcept : path(std::move(o.path)), fd(o.fd) { o.fd = -1; }
+StepLog& StepLog::operator=(StepLog&& o) noexcept {
+    if (this != &o) {
+        if (fd >= 0) ::close(fd);
+        path = std::move(o.path);
+        fd = o.fd;
+        o.fd = -1;
+    }
+    return *this;
+}
+StepLog::~StepLog() {
+    if (fd >= 0) ::close(fd);
+}
+
+StepLog open_step_log(const std::string& path, int64_t keep_through) {
+    std::string kept;
+    if (std::filesystem::exists(path) && keep_through > 0)
+        for (const auto& [line, rec] : read_lines(path))
+            if (rec.step <= keep_through) kept += line + "\n";
+    write_file_atomic(path, kept);
+    StepLog log;
+    log.path = path;
+    log.fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (log.fd < 0) fail("{}: cannot open for appending: {}", path, std::strerror(errno));
+    return log;
+}
+
+void append_step(StepLog& log, const StepRecord& r) {
+    if (log.fd < 0) fail("{}: step log is not open", log.path);
+    const std::string line = step_record_to_json(r).dump() + "\n";
+    for (;;) {
+        ssize_t w = ::write(log.fd, line.data(), line.size());
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) fail("{}: cannot append step {}: {}", log.path, r.step, std::strerror(errno));
+        if (size_t(w) != line.size()) fail("{}: short write appending step {} (disk full?)", log.path, r.step);
+        return;
+    }
+}
+
+void sync_step_log(StepLog& log) {
+    if (log.fd >= 0 && ::fsync(log.fd) != 0) fail("{}: fsync failed: {}", log.path, std::strerror(errno));
+}
+
+std::vector<StepRecord> read_step_log(const std::string& path) {
+    std::vector<StepRecord> out;
+    for (auto& [line, rec] : read_lines(path)) out.push_back(rec);
+    return out;
+}
+
+}  // namespace skew

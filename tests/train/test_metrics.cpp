@@ -1,0 +1,235 @@
+// Run metrics: metrics_<optimizer>.json holds the fields the report and plots read, round-trips
+// exactly, is written atomically; the per-step JSONL log survives an interruption and is trimmed to
+// the checkpoint's step on resume.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "engine/checkpoint.h"
+#include "engine/error.h"
+#include "engine/metrics.h"
+#include "train_test_util.h"
+
+using namespace skew;
+using namespace train_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+EvalRecord eval_at(int64_t step, double ppl) {
+    EvalRecord e;
+    e.step = step;
+    e.train_lm_loss = 5.0 + 1.0 / double(step);
+    e.balance_loss = 0.0501;
+    e.z_loss = 0.0003;
+    e.aux_loss = e.balance_loss + e.z_loss;
+    e.val_loss = std::log(ppl);
+    e.val_ppl = ppl;
+    e.val_balance_loss = 0.0502 + 1e-4 * double(step);
+    e.tokens_per_sec = 1000.0 + double(step);
+    e.peak_memory_bytes = 1000 * step;
+    e.lr = 3e-4 / double(step);
+    e.grad_norm = 0.7;
+    return e;
+}
+
+StepRecord step_at(int64_t s) {
+    StepRecord r;
+    r.step = s;
+    r.lr = 1e-4 * double(s);
+    r.lm_loss = 10.0 / double(s);
+    r.balance_loss = 0.05;
+    r.z_loss = 1e-4;
+    r.grad_norm = 1.0 / 3.0;
+    r.tokens_per_sec = 12345.678;
+    return r;
+}
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("metrics JSON carries the plan's analytic state, the history and the summary") {
+    auto r = make_run("skewadam");
+    RunMetrics m = make_run_metrics(r->cfg, *r->cfg.find_optimizer("skewadam"), r->plan);
+    CHECK(m.optimizer == "skewadam");
+    CHECK(m.type == "skewadam");
+    CHECK(m.state_bytes == r->plan.state_bytes);
+    CHECK(m.paper_state_bytes == r->plan.paper_state_bytes);
+    CHECK(m.plan_peak_bytes == r->plan.peak_bytes);
+    CHECK(m.config["model"]["d_model"] == 16);
+    CHECK(m.config["train"]["optimizers"] == nlohmann::json({"skewadam", "adamw"}));
+    CHECK(m.config["runtime"]["backend"] == "cpu");
+    CHECK(m.config["optimizers"]["skewadam"]["lr"].is_number_float());
+
+    add_eval(m, eval_at(10, 300.0));
+    add_eval(m, eval_at(20, 200.0));
+    add_eval(m, eval_at(30, 250.0));
+    CHECK(m.peak_memory_bytes == 30000);
+    RunTotals t{30, 1, 30 * 256, 12.0, 20.0};
+    m.summary = summarize(m.history, t);
+    CHECK(m.summary.final_val_ppl == 250.0);
+    CHECK(m.summary.best_val_ppl == 200.0);
+    CHECK(m.summary.best_val_step == 20);
+    CHECK(m.summary.final_balance_loss == eval_at(30, 0).val_balance_loss);
+    CHECK(m.summary.mean_tokens_per_sec == Approx(640.0));
+    CHECK(m.summary.skipped_steps == 1);
+
+    nlohmann::json j = metrics_to_json(m);
+    for (const char* key : {"optimizer", "type", "config", "state_bytes", "state_gib", "paper_state_bytes", "paper_state_gib",
+                            "plan_peak_bytes", "peak_memory_bytes", "peak_memory_gib", "history", "summary"})
+        CHECK(j.contains(key));
+    for (const char* key : {"step", "train_lm_loss", "aux_loss", "balance_loss", "z_loss", "val_loss", "val_ppl", "val_balance_loss",
+                            "tokens_per_sec", "peak_memory_bytes", "lr", "grad_norm"})
+        CHECK(j["history"][0].contains(key));
+    CHECK(j["state_gib"].get<double>() == double(r->plan.state_bytes) / GIB);
+    CHECK(j["history"].size() == 3);
+}
+
+TEST_CASE("metrics files round-trip every number exactly and unmeasured values as null") {
+    const std::string dir = scratch("metrics-roundtrip");
+    RunMetrics m;
+    m.optimizer = "lion";
+    m.type = "lion";
+    m.config = {{"train", {{"steps", 30}}}};
+    m.state_bytes = 123456789;
+    m.paper_state_bytes = 123456789;
+    add_eval(m, eval_at(10, 1.0 / 3.0));
+    EvalRecord e = eval_at(20, 2.0);
+    e.val_balance_loss = NO_VALUE;  // not measured
+    e.grad_norm = std::numeric_limits<double>::infinity();
+    add_eval(m, e);
+    m.summary = summarize(m.history, RunTotals{20, 0, 640, 0.0, 1.0});
+    write_metrics(dir, m);
+    const std::string path = metrics_path(dir, "lion");
+    CHECK(fs::path(path).filename() == "metrics_lion.json");
+    auto raw = nlohmann::json::parse(read_file(path));
+    CHECK(raw["history"][1]["val_balance_loss"].is_null());
+    CHECK(raw["history"][1]["grad_norm"].is_null());
+    CHECK(raw["summary"]["mean_tokens_per_sec"].is_null());  // no training time recorded
+    RunMetrics back = read_metrics(path);
+    CHECK(metrics_to_json(back) == metrics_to_json(m));
+    CHECK(back.history[0].val_ppl == 1.0 / 3.0);
+    CHECK(std::isnan(back.history[1].val_balance_loss));
+    // Nothing but the file itself in the run folder: the temporary was renamed.
+    CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}) == 1);
+}
+
+TEST_CASE("a metrics file with a missing key or bad JSON is refused naming the file and key") {
+    const std::string dir = scratch("metrics-bad");
+    const std::string path = dir + "/metrics_x.json";
+    write_file(path, "{\"optimizer\": \"x\",");
+    CHECK_THAT(error_of([&] { read_metrics(path); }), Catch::Contains(path) && Catch::Contains("not valid JSON"));
+    RunMetrics m;
+    m.optimizer = "x";
+    add_eval(m, eval_at(10, 100));
+    auto j = metrics_to_json(m);
+    j["history"][0].erase("val_ppl");
+    write_file(path, j.dump());
+    CHECK_THAT(error_of([&] { read_metrics(path); }), Catch::Contains(path + ": history[0]: missing key 'val_ppl'"));
+    j = metrics_to_json(m);
+    j["summary"]["steps"] = "many";
+    write_file(path, j.dump());
+    CHECK_THAT(error_of([&] { read_metrics(path); }), Catch::Contains("summary: 'steps' must be an integer"));
+    CHECK_THAT(error_of([&] { read_metrics(dir + "/absent.json"); }), Catch::Contains("absent.json: cannot open"));
+}
+
+TEST_CASE("a resume drops the evaluations after the checkpoint's step") {
+    RunMetrics m;
+    add_eval(m, eval_at(10, 300));
+    add_eval(m, eval_at(20, 200));
+    add_eval(m, eval_at(30, 100));
+    truncate_history(m, 20);
+    REQUIRE(m.history.size() == 2);
+    CHECK(m.history.back().step == 20);
+    CHECK(m.peak_memory_bytes == 20000);
+}
+
+TEST_CASE("the step log holds one JSON object per step with the documented fields") {
+    const std::string dir = scratch("steplog");
+    const std::string path = step_log_path(dir, "adamw");
+    CHECK(fs::path(path).filename() == "steps_adamw.jsonl");
+    {
+        StepLog log = open_step_log(path, 0);
+        for (int64_t s = 1; s <= 3; ++s) append_step(log, step_at(s));
+        StepRecord skipped = step_at(4);
+        skipped.lm_loss = NO_VALUE;
+        skipped.grad_norm = NO_VALUE;
+        skipped.skipped = true;
+        append_step(log, skipped);
+        sync_step_log(log);
+    }
+    std::string text = read_file(path);
+    CHECK(std::count(text.begin(), text.end(), '\n') == 4);
+    auto first = nlohmann::json::parse(text.substr(0, text.find('\n')));
+    for (const char* key : {"step", "lr", "lm_loss", "balance_loss", "z_loss", "grad_norm", "tokens_per_sec", "skipped"})
+        CHECK(first.contains(key));
+    auto recs = read_step_log(path);
+    REQUIRE(recs.size() == 4);
+    CHECK(recs[1].lr == step_at(2).lr);
+    CHECK(recs[2].grad_norm == 1.0 / 3.0);
+    CHECK(recs[3].skipped);
+    CHECK(std::isnan(recs[3].lm_loss));
+}
+
+TEST_CASE("an interrupted step log loses only its partial last line and resumes at the checkpoint") {
+    const std::string dir = scratch("steplog-resume");
+    const std::string path = step_log_path(dir, "muon");
+    {
+        StepLog log = open_step_log(path, 0);
+        for (int64_t s = 1; s <= 7; ++s) append_step(log, step_at(s));
+    }
+    // The process died in the middle of writing step 8's line.
+    std::string line8 = step_record_to_json(step_at(8)).dump();
+    write_file(path, read_file(path) + line8.substr(0, line8.size() / 2));
+    auto recs = read_step_log(path);
+    CHECK(recs.size() == 7);
+    // Resume from the checkpoint at step 5: steps 6 and 7 will be run again.
+    {
+        StepLog log = open_step_log(path, 5);
+        for (int64_t s = 6; s <= 8; ++s) append_step(log, step_at(s));
+    }
+    recs = read_step_log(path);
+    REQUIRE(recs.size() == 8);
+    for (int64_t i = 0; i < 8; ++i) CHECK(recs[size_t(i)].step == i + 1);
+    // The resumed log is byte-identical to an uninterrupted one.
+    const std::string clean = dir + "/clean.jsonl";
+    {
+        StepLog log = open_step_log(clean, 0);
+        for (int64_t s = 1; s <= 8; ++s) append_step(log, step_at(s));
+    }
+    CHECK(read_file(path) == read_file(clean));
+    // A new run (keep_through 0) starts the log afresh.
+    { StepLog log = open_step_log(path, 0); }
+    CHECK(read_file(path).empty());
+}
+
+TEST_CASE("a corrupt complete line in the step log is refused naming the file and line") {
+    const std::string dir = scratch("steplog-bad");
+    const std::string path = dir + "/steps_x.jsonl";
+    write_file(path, step_record_to_json(step_at(1)).dump() + "\n{not json}\n");
+    CHECK_THAT(error_of([&] { read_step_log(path); }), Catch::Contains(path + ":2: not valid JSON"));
+    CHECK_THAT(error_of([&] { open_step_log(path, 5); }), Catch::Contains(path + ":2"));
+}
+
+TEST_CASE("the resolved config converts to typed JSON") {
+    auto j = config_to_json("a:\n  i: 42\n  f: 0.0003\n  e: 1e-08\n  b: true\n  s: runs/x\n  q: \"7\"\n  l: [x, y]\n");
+    CHECK(j["a"]["i"] == 42);
+    CHECK(j["a"]["f"] == 0.0003);
+    CHECK(j["a"]["e"] == 1e-08);
+    CHECK(j["a"]["b"] == true);
+    CHECK(j["a"]["s"] == "runs/x");
+    CHECK(j["a"]["q"] == "7");
+    CHECK(j["a"]["l"] == nlohmann::json({"x", "y"}));
+    CHECK_THROWS_AS(config_to_json("a: [1, 2"), Error);
+}
