@@ -1,0 +1,159 @@
+// Optimizer step benchmark on the CPU (issue 4, "Performance"): step time per parameter for every
+// built-in optimizer on a small representative parameter set, the bytes each step moves per
+// parameter, and the state size of each optimizer for the paper's model (from the memory plan).
+// Usage: bench_optim [--reps N] [--scale S] [--out FILE]; prints JSON tagged with the git commit.
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/memory_plan.h"
+#include "engine/param_table.h"
+#include "kernels/common/bf16.h"
+#include "kernels/common/philox.h"
+#include "optim/optimizer.h"
+
+using namespace skew;
+
+static std::string shell(const std::string& cmd) {
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    pclose(p);
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    return out;
+}
+
+static ParamInfo param(const std::string& name, std::vector<int64_t> shape, DType dt, Tier tier, Role role, uint32_t idx) {
+    ParamInfo p;
+    p.name = name;
+    p.shape = std::move(shape);
+    p.dtype = dt;
+    p.tier = tier;
+    p.role = role;
+    p.index = idx;
+    return p;
+}
+
+int main(int argc, char** argv) {
+    int reps = 5;
+    int64_t scale = 1;  // multiplies d (1: d = 1024)
+    std::string out_path;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+        else if (a == "--scale" && i + 1 < argc) scale = std::atoll(argv[++i]);
+        else if (a == "--out" && i + 1 < argc) out_path = argv[++i];
+        else {
+            std::fprintf(stderr, "usage: bench_optim [--reps N] [--scale S] [--out FILE]\n");
+            return 2;
+        }
+    }
+    const int64_t d = 1024 * scale;
+    // A backbone matrix, an expert stack, the router and two norm vectors: the paper's tiers in miniature.
+    std::deque<ParamInfo> infos;
+    infos.push_back(param("blocks.0.attn.q", {d, d}, DType::BF16, Tier::BACKBONE, Role::ATTN_Q, 0));
+    infos.push_back(param("blocks.0.ln1.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, 1));
+    infos.push_back(param("blocks.0.ln1.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, 2));
+    infos.push_back(param("blocks.1.moe.router", {128, d}, DType::F32, Tier::ROUTER, Role::ROUTER, 3));
+    infos.push_back(param("blocks.1.moe.experts.w1", {8, d / 2, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 4));
+    int64_t total = 0;
+    for (const auto& p : infos) total += p.numel();
+
+    std::vector<std::vector<uint16_t>> w16(infos.size());
+    std::vector<std::vector<float>> w32(infos.size()), g32(infos.size());
+    std::vector<std::vector<uint16_t>> g16(infos.size());
+    for (size_t t = 0; t < infos.size(); ++t) {
+        const int64_t n = infos[t].numel();
+        if (infos[t].dtype == DType::BF16) {
+            w16[t].resize(size_t(n));
+            g16[t].resize(size_t(n));
+            for (int64_t i = 0; i < n; ++i) {
+                w16[t][size_t(i)] = f32_to_bf16(philox_normal(PhiloxKey{1, 1}, 0, uint32_t(t), uint64_t(i)) * 0.02f).bits;
+                g16[t][size_t(i)] = f32_to_bf16(philox_normal(PhiloxKey{2, 1}, 0, uint32_t(t), uint64_t(i)) * 1e-3f).bits;
+            }
+        } else {
+            w32[t].resize(size_t(n));
+            g32[t].resize(size_t(n));
+            for (int64_t i = 0; i < n; ++i) {
+                w32[t][size_t(i)] = 1.0f;
+                g32[t][size_t(i)] = philox_normal(PhiloxKey{2, 1}, 0, uint32_t(t), uint64_t(i)) * 1e-3f;
+            }
+        }
+    }
+
+    ParamTable paper = build_param_table(ModelConfig{});
+    nlohmann::json rows = nlohmann::json::array();
+    for (const std::string& name : builtin_optimizer_names()) {
+        OptimizerConfig opt = builtin_optimizer(name);
+        std::vector<ParamSlot> slots;
+        for (size_t t = 0; t < infos.size(); ++t) {
+            ParamSlot s;
+            s.info = &infos[t];
+            const bool bf = infos[t].dtype == DType::BF16;
+            s.weight = bf ? static_cast<void*>(w16[t].data()) : static_cast<void*>(w32[t].data());
+            s.grad = bf ? static_cast<const void*>(g16[t].data()) : static_cast<const void*>(g32[t].data());
+            s.grad_dtype = bf ? DType::BF16 : DType::F32;
+            slots.push_back(s);
+        }
+        HostOptimState state;
+        allocate_host_state(opt, slots, state);
+        optimizer_step(opt, slots, OptimStep{1, opt.lr, 42});  // warm-up (GaLore: the projection's SVD)
+        auto t0 = std::chrono::steady_clock::now();
+        for (int r = 0; r < reps; ++r) optimizer_step(opt, slots, OptimStep{2 + r, opt.lr, 42});
+        double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+        double bytes = 0;  // bytes moved per step over the bench set
+        for (size_t t = 0; t < infos.size(); ++t)
+            bytes += optimizer_bytes_per_param(opt, infos[t], slots[t].grad_dtype) * double(infos[t].numel());
+        double paper_bytes = 0;  // weighted over the paper's model, bf16 grads for bf16 weights
+        for (const ParamInfo& p : paper.params)
+            paper_bytes += optimizer_bytes_per_param(opt, p, p.dtype) * double(p.numel());
+        int64_t state_bytes = optimizer_state_bytes(opt, paper);
+        nlohmann::json row;
+        row["optimizer"] = name;
+        row["type"] = opt.type;
+        row["step_seconds"] = sec;
+        row["ns_per_param"] = sec * 1e9 / double(total);
+        row["bytes_per_param"] = bytes / double(total);
+        row["paper_model_bytes_per_param"] = paper_bytes / double(paper.total_numel());
+        row["effective_gb_per_s"] = bytes / sec / 1e9;
+        row["paper_state_gib"] = double(state_bytes) / GIB;
+        row["paper_state_gib_plan"] = [&] {
+            int64_t b = 0;
+            for (const BufferSpec& s : optimizer_state_buffers(opt, paper)) b += s.bytes();
+            return double(b) / GIB;
+        }();
+        rows.push_back(row);
+        std::fprintf(stderr, "%-26s %8.2f ns/param %6.2f B/param (paper model %5.2f) state %6.2f GiB\n", name.c_str(),
+                     sec * 1e9 / double(total), bytes / double(total), paper_bytes / double(paper.total_numel()),
+                     double(state_bytes) / GIB);
+    }
+    nlohmann::json result;
+    result["bench"] = "optim";
+    result["backend"] = "cpu";
+    result["commit"] = shell("git rev-parse HEAD 2>/dev/null");
+    result["dirty"] = !shell("git status --porcelain -- optim kernels/common bench 2>/dev/null").empty();
+    result["date"] = shell("date -u +%Y-%m-%dT%H:%M:%SZ");
+    result["threads"] = omp_get_max_threads();
+    result["params"] = total;
+    result["reps"] = reps;
+    result["d"] = d;
+    result["optimizers"] = rows;
+    if (!out_path.empty()) {
+        std::ofstream(out_path) << result.dump(2) << "\n";
+        std::printf("wrote %s\n", out_path.c_str());
+    } else {
+        std::printf("%s\n", result.dump(2).c_str());
+    }
+    return 0;
+}
