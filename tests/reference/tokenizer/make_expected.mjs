@@ -33,6 +33,7 @@ const cases = [
   ["digits", ["1234567890 3.14159 1,000,000 2026-11-29 0x1F 1e10 ١٢٣ ² 4½ 007"]],
   ["punctuation", ["Hello!!! ... ??? (parens) [brackets] {braces} <tags> @user #hash $100 50% a&b *bold* _u_ ~t~ `code` --- ==="]],
   ["unicode whitespace", ["a\u00a0b\u3000c\u2028d\u0085e\u2009f \u00a0 g\u000bh\u000ci"]],
+  ["next line and bom", ["x \u0085y and \u0085\u0085 z\u0085 \ufeffw \u180e v\u2028 u"]],
   ["endoftext literal", ["before<|endoftext|>after <|endoftext|>"]],
   ["code", ["def f(x):\n    if x > 0:\n        return x ** 2  # square\n    return -x\n\n\nprint(f(3))\n"]],
   ["long word", [random_word(10000, 7)]],
