@@ -103,6 +103,14 @@ BatchStream batch_stream_make(const TokenSplit& split, int64_t batch_size, int64
     return s;
 }
 
+void batch_stream_require(const BatchStream& stream, int64_t batches, const std::string& purpose) {
+    if (!stream.split) fail("data: batch stream used before batch_stream_make");
+    if (stream.num_batches < batches)
+        fail("data: {} needs {} distinct batches of {} x {} tokens, but split {} holds {} tokens, only {} batches; "
+             "prepare more text or lower the count", purpose, batches, stream.batch_size, stream.seq_len, stream.split->name,
+             stream.split->tokens, stream.num_batches);
+}
+
 void batch_stream_get(const BatchStream& stream, int64_t index, int32_t* x, int32_t* y) {
     if (!stream.split) fail("data: batch stream used before batch_stream_make");
     if (index < 0) fail("data: batch index {} must be non-negative", index);

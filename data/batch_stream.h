@@ -44,6 +44,11 @@ struct BatchStream {
 /// when the split holds fewer than B*T + 1 tokens.
 BatchStream batch_stream_make(const TokenSplit& split, int64_t batch_size, int64_t seq_len, int64_t position = 0);
 
+/// Throw skew::Error, naming the split, its token count and both batch counts, unless the stream
+/// holds at least `batches` distinct batches (so that many batches never repeat: the paper's
+/// single epoch of training steps, or a fixed set of eval_batches validation batches).
+void batch_stream_require(const BatchStream& stream, int64_t batches, const std::string& purpose);
+
 /// Fill x and y, each (B, T) int32 row-major, with batch `index`: x[b][t] = s[o + b*T + t],
 /// y[b][t] = s[o + b*T + t + 1], o = (index % num_batches) * B*T. Past the last batch the stream
 /// wraps to batch 0 (a new epoch, same order).

@@ -102,6 +102,10 @@ TEST_CASE("a split with fewer tokens than one batch is an error with both number
     CHECK_NOTHROW(batch_stream_make(split, 3, 21));  // 63 + 1 = 64 fits exactly
     CHECK_THROWS_WITH(batch_stream_make(split, 4, 16), Catch::Contains("64 tokens") && Catch::Contains("65"));
     CHECK_THROWS_WITH(token_split_open(dir.string(), "train"), Catch::Contains("no train shards"));
+    BatchStream stream = batch_stream_make(split, 1, 9);  // (64 - 1) / 9 = 7 distinct batches
+    CHECK_NOTHROW(batch_stream_require(stream, 7, "eval_batches"));
+    CHECK_THROWS_WITH(batch_stream_require(stream, 8, "eval_batches"),
+                      Catch::Contains("needs 8") && Catch::Contains("only 7") && Catch::Contains("64 tokens"));
     fs::remove_all(dir);
 }
 
