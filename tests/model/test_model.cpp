@@ -277,3 +277,32 @@ TEST_CASE("bad batches are errors, not crashes", "[model]") {
     CHECK_THROWS_AS(model_forward_backward(m, tokens.data(), targets.data(), 0, 0, 1, true), Error);
     CHECK_THROWS_AS(model_forward_backward(m, targets.data(), targets.data(), 0, 0, 0, true), Error);
 }
+
+TEST_CASE("the chunked LM head (when the backend's fused workspace does not fit) gives the fused head's result",
+          "[model]") {
+    // runtime.backend=auto plans act.logits without the CPU head's extra workspace, so the model
+    // falls back to matmul + cross-entropy ops over chunks of act.logits.
+    auto fused = make_test_model(TINY_YAML, {"runtime.grad_dtype=fp32"}, 8);
+    auto chunked = make_test_model(TINY_YAML, {"runtime.grad_dtype=fp32", "runtime.backend=auto"}, 8);
+    REQUIRE(fused->model.act.fused_head);
+    REQUIRE_FALSE(chunked->model.act.fused_head);
+    const int64_t N = 8 * fused->cfg.train.seq_len;
+    const std::vector<int32_t> stream = lcg_tokens(N + 1, fused->cfg.model.vocab_size, 6);
+    LossParts a, b;
+    for (TestModel* t : {fused.get(), chunked.get()}) {
+        model_init(t->model, 42);
+        randomize_router(t->model, 0.3f);
+        model_zero_grads(t->model);
+        (t == fused.get() ? a : b) = model_forward_backward(t->model, stream.data(), stream.data() + 1, 0, 3, 2, true);
+    }
+    CHECK(b.lm_loss == Approx(a.lm_loss).epsilon(1e-5));
+    CHECK(b.total == Approx(a.total).epsilon(1e-5));
+    for (size_t i = 0; i < fused->model.params.size(); ++i) {
+        const double e = rel_err(grad_host(chunked->model.params[i]), grad_host(fused->model.params[i]));
+        INFO(fused->model.params[i].info->name << " rel err " << e);
+        CHECK(e <= 1e-3);
+    }
+    LossParts ea = model_eval(fused->model, stream.data(), stream.data() + 1);
+    LossParts eb = model_eval(chunked->model, stream.data(), stream.data() + 1);
+    CHECK(eb.lm_loss == Approx(ea.lm_loss).epsilon(1e-5));
+}
