@@ -489,8 +489,14 @@ void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerSt
     make_dirs(parent, target.string());
     const std::string base = target.filename().string();
 
-    // Remove temporaries a crashed save left behind (hidden names, never read).
+    // A save interrupted between the fallback path's two renames left only <dir>.old: put it back.
     std::error_code ec;
+    const std::string old_dir = target.string() + ".old";
+    if (!fs::exists(target) && fs::exists(fs::path(old_dir) / STATE_FILE)) {
+        if (::rename(old_dir.c_str(), target.c_str()) != 0) fail("{}: cannot restore {}: {}", target.string(), old_dir, os_error());
+        fsync_directory(parent);
+    }
+    // Remove what a crashed save left behind (hidden temporaries, a superseded .old; never read).
     for (const auto& entry : fs::directory_iterator(parent, ec)) {
         std::string n = entry.path().filename().string();
         if (n.starts_with(fmt::format(".{}.tmp-", base)) || n == base + ".old") fs::remove_all(entry.path(), ec);
@@ -510,7 +516,7 @@ void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerSt
                 if (errno != EINVAL && errno != ENOSYS)
                     fail("{}: cannot swap in the new checkpoint: {}", target.string(), os_error());
                 // File system without RENAME_EXCHANGE: two renames; load_checkpoint falls back to .old.
-                const std::string old = target.string() + ".old";
+                const std::string& old = old_dir;
                 if (::rename(target.c_str(), old.c_str()) != 0) fail("{}: cannot move the old checkpoint aside: {}", target.string(), os_error());
                 if (::rename(temp.c_str(), target.c_str()) != 0) fail("{}: cannot move the new checkpoint in: {}", target.string(), os_error());
                 fsync_directory(parent);

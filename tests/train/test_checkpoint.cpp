@@ -362,3 +362,17 @@ TEST_CASE("the config hash is stable and tells configs apart") {
     CHECK(config_hash("train:\n  steps: 10\n") == config_hash("train:\n  steps: 10\n"));
     CHECK(config_hash("train:\n  steps: 10\n") != config_hash("train:\n  steps: 11\n"));
 }
+
+TEST_CASE("a save interrupted between the fallback renames is recovered from <dir>.old") {
+    auto r = make_run();
+    std::string dir = saved_checkpoint(*r, "old-recovery");
+    const std::string before = snapshot(*r);
+    fs::rename(dir, dir + ".old");  // the state after `rename(last, last.old)` and a crash
+    fill(*r, 2);
+    CHECK(load_checkpoint(dir, r->arena).step == 1);
+    CHECK(snapshot(*r) == before);
+    fill(*r, 3);
+    save_checkpoint(dir, r->arena, state_at(2));
+    CHECK(visible(fs::path(dir).parent_path().string()) == std::vector<std::string>{"last"});
+    CHECK(load_checkpoint(dir, r->arena).step == 2);
+}
