@@ -1,0 +1,173 @@
+// The CUDA optimizer step: resolves each parameter's policy exactly as the CPU step does
+// (optim/optimizer.cpp) and calls the fused kernels of kernels/cuda/optim_kernels.cu
+// (paper Algorithm 1; research/optimizers.md §2-§5).
+#if defined(SKEW_HAVE_CUDA)
+#include "optim/optimizer_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/error.h"
+#include "kernels/cuda/optim_kernels.h"
+#include "optim/optim_internal.h"
+
+namespace skew {
+
+namespace {
+
+cuda::OptimTensor device_tensor(const ParamSlot& s) {
+    const ParamInfo& p = *s.info;
+    optim_detail::MatrixShape ms = optim_detail::matrix_shape(p);
+    cuda::OptimTensor t;
+    t.weight = s.weight;
+    t.weight_f32 = p.dtype == DType::F32;
+    t.grad = s.grad;
+    t.grad_f32 = s.grad_dtype == DType::F32;
+    t.n_mat = ms.count;
+    t.rows = ms.rows;
+    t.cols = ms.cols;
+    return t;
+}
+
+cuda::OptimWrite device_write(const optim_detail::WriteBack& wb) {
+    cuda::OptimWrite w;
+    w.rounding = uint8_t(wb.mode);
+    w.premultiply = wb.premultiply;
+    w.keep = wb.keep;
+    w.lr = wb.lr;
+    w.seed = wb.seed;
+    w.step = wb.step;
+    w.tensor = wb.tensor;
+    return w;
+}
+
+int64_t slot_scratch(const OptimizerConfig& opt, const ParamSlot& s) {
+    ParamPolicy pol = param_policy(opt, *s.info);
+    cuda::OptimTensor t = device_tensor(s);
+    switch (pol.kind) {
+        case OptimizerKind::SKEWADAM:
+        case OptimizerKind::ADAFACTOR:
+            if (pol.second_moment != SecondMomentKind::FACTORED) {  // launched as one 1 x numel W
+                t.n_mat = 1;
+                t.rows = 1;
+                t.cols = s.info->numel();
+            }
+            return cuda::optim_update_scratch_bytes(t);
+        case OptimizerKind::MUON:
+            return pol.muon_adam ? 0 : cuda::optim_muon_scratch_bytes(t.rows, t.cols);
+        default:
+            return 0;
+    }
+}
+
+}  // namespace
+
+int64_t optimizer_cuda_scratch_bytes(const OptimizerConfig& opt, std::span<const ParamSlot> params) {
+    int64_t need = 0;
+    for (const ParamSlot& s : params) need = std::max(need, slot_scratch(opt, s));
+    return need;
+}
+
+void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params, const OptimStep& step,
+                         const CudaOptimContext& ctx) {
+    using namespace optim_detail;
+    if (step.t < 1) fail("optimizer '{}': step t must be >= 1 (got {})", opt.name, step.t);
+    const double t = double(step.t);
+    for (const ParamSlot& s : params) {
+        if (!s.info) fail("optimizer '{}': a parameter slot has no ParamInfo", opt.name);
+        if (!s.grad) continue;
+        require_whole(s, "the CUDA step");
+        const ParamInfo& p = *s.info;
+        ParamPolicy pol = param_policy(opt, p);
+        if (slot_scratch(opt, s) > ctx.scratch_bytes)
+            fail("optimizer '{}': tensor '{}' needs {} bytes of scratch, {} given", opt.name, p.name, slot_scratch(opt, s),
+                 ctx.scratch_bytes);
+        cuda::OptimTensor dt = device_tensor(s);
+        switch (pol.kind) {
+            case OptimizerKind::SKEWADAM:
+            case OptimizerKind::ADAFACTOR: {
+                cuda::OptimUpdate u;
+                u.clip_threshold = float(opt.update_clip);
+                if (pol.kind == OptimizerKind::SKEWADAM) {
+                    const double bc1 = 1.0 - std::pow(opt.beta1, t), bc2 = 1.0 - std::pow(opt.beta2, t);
+                    const bool momentum = pol.momentum == MomentumKind::FP32;
+                    const bool has_second = pol.second_moment != SecondMomentKind::NONE;
+                    u.kind = pol.second_moment == SecondMomentKind::FACTORED ? cuda::OPTIM_SKEWADAM_FACTORED
+                             : pol.second_moment == SecondMomentKind::FULL   ? cuda::OPTIM_SKEWADAM_FULL
+                                                                             : cuda::OPTIM_SKEWADAM_NONE;
+                    u.coef = float((has_second ? std::sqrt(bc2) : 1.0) / (momentum ? bc1 : 1.0));
+                    u.M = momentum ? need_state(s, StateKind::MOMENTUM) : nullptr;
+                    u.b1 = float(opt.beta1);
+                    u.omb1 = float(1.0 - opt.beta1);
+                    u.b2 = float(opt.beta2);
+                    u.omb2 = float(1.0 - opt.beta2);
+                    u.eps = float(opt.eps);
+                } else {
+                    const double beta_t = adafactor_beta2(step.t, opt.decay_rate);
+                    u.kind = pol.second_moment == SecondMomentKind::FACTORED ? cuda::OPTIM_ADAFACTOR_FACTORED
+                                                                             : cuda::OPTIM_ADAFACTOR_FULL;
+                    u.b2 = float(beta_t);
+                    u.omb2 = float(1.0 - beta_t);
+                    u.eps = float(opt.eps1);
+                }
+                if (pol.second_moment == SecondMomentKind::FACTORED) {
+                    u.R = need_state(s, StateKind::SECOND_ROW);
+                    u.C = need_state(s, StateKind::SECOND_COL);
+                } else if (pol.second_moment == SecondMomentKind::FULL) {
+                    u.V = need_state(s, StateKind::SECOND_FULL);
+                    dt.n_mat = 1;  // the whole tensor is one W (one RMS clip)
+                    dt.rows = 1;
+                    dt.cols = p.numel();
+                } else {
+                    dt.n_mat = 1;
+                    dt.rows = 1;
+                    dt.cols = p.numel();
+                }
+                WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
+                cuda::optim_skewadam_adafactor_step(dt, u, device_write(wb), ctx.scratch, ctx.stream);
+                break;
+            }
+            case OptimizerKind::ADAMW: {
+                const float inv_bc1 = float(1.0 / (1.0 - std::pow(opt.beta1, t)));
+                const float inv_sqrt_bc2 = float(1.0 / std::sqrt(1.0 - std::pow(opt.beta2, t)));
+                WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
+                cuda::optim_adamw_step(dt, need_state(s, StateKind::MOMENTUM), need_state(s, StateKind::SECOND_FULL),
+                                       float(opt.beta1), float(opt.beta2), inv_bc1, inv_sqrt_bc2, float(opt.eps),
+                                       device_write(wb), ctx.stream);
+                break;
+            }
+            case OptimizerKind::LION: {
+                WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
+                cuda::optim_lion_step(dt, need_state(s, StateKind::MOMENTUM), float(opt.beta1), float(opt.beta2),
+                                      device_write(wb), ctx.stream);
+                break;
+            }
+            case OptimizerKind::MUON: {
+                if (pol.muon_adam) {
+                    const double lr_adam = opt.lr > 0 ? opt.adam_lr * step.lr / opt.lr : 0.0;
+                    const float inv_bc1 = float(1.0 / (1.0 - std::pow(opt.beta1, t)));
+                    const float inv_sqrt_bc2 = float(1.0 / std::sqrt(1.0 - std::pow(opt.beta2, t)));
+                    WriteBack wb = make_write_back(opt, s, step, lr_adam, step.lr, 0.0);
+                    cuda::optim_adamw_step(dt, need_state(s, StateKind::ADAM_M), need_state(s, StateKind::ADAM_V),
+                                           float(opt.beta1), float(opt.beta2), inv_bc1, inv_sqrt_bc2, float(opt.eps),
+                                           device_write(wb), ctx.stream);
+                    break;
+                }
+                const float shape_scale =
+                    opt.shape_scale ? float(std::sqrt(std::fmax(1.0, double(dt.rows) / double(dt.cols)))) : 1.0f;
+                WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
+                cuda::optim_muon_step(dt, need_state(s, StateKind::MOMENTUM), float(opt.muon_momentum), opt.ema_momentum,
+                                      opt.nesterov, opt.ns_steps, shape_scale, device_write(wb), ctx.scratch, ctx.cublas,
+                                      ctx.stream);
+                break;
+            }
+            case OptimizerKind::GALORE:
+            case OptimizerKind::GALORE_PAPER:
+                fail("optimizer '{}': GaLore runs on the CPU backend only (tensor '{}'); use runtime.backend: cpu",
+                     opt.name, p.name);
+        }
+    }
+}
+
+}  // namespace skew
+#endif
