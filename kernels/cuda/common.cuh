@@ -1,0 +1,71 @@
+// Device helpers shared by every CUDA kernel of skew: bf16/fp32 loads and stores that round exactly
+// as the CPU twins do (kernels/common/bf16.h), deterministic warp and block reductions, and grid
+// sizing with 64-bit element counts. Included by .cu files only.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/common/bf16.h"
+
+namespace skew::cuda {
+
+// ---- element access (fp32 math, one rounding on store, as the CPU backend's load/store)
+
+__device__ __forceinline__ float ld(bf16 x) { return bf16_to_f32(x); }
+__device__ __forceinline__ float ld(float x) { return x; }
+__device__ __forceinline__ void st(bf16* p, float v) { *p = f32_to_bf16(v); }
+__device__ __forceinline__ void st(float* p, float v) { *p = v; }
+
+// ---- reductions: fixed shuffle trees, so results do not depend on timing
+
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+/// smem: at least 32 elements of T. Deterministic. Contains __syncthreads: call from all threads.
+template <class T>
+__device__ T block_sum(T v, T* smem) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  // smem may still be read by a previous call
+    if (lane == 0) smem[warp] = v;
+    __syncthreads();
+    T r = lane < n_warps ? smem[lane] : T(0);
+    return warp_sum(r);
+}
+
+/// Max over the block (same contract as block_sum).
+__device__ inline float block_max(float v, float* smem) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) smem[warp] = v;
+    __syncthreads();
+    float r = lane < n_warps ? smem[lane] : -INFINITY;
+    return warp_max(r);
+}
+
+// ---- launch sizing
+
+/// Blocks for a grid-stride loop over n elements with `threads` per block (at least 1, capped so
+/// the grid stays a few waves deep; the kernels loop with 64-bit indices).
+inline unsigned grid_for(int64_t n, int threads) {
+    const int64_t b = (n + threads - 1) / threads;
+    return unsigned(std::clamp<int64_t>(b, 1, int64_t(1) << 20));
+}
+
+/// Global thread index and stride of a 1-D grid-stride loop, 64-bit.
+__device__ __forceinline__ int64_t thread_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
+
+}  // namespace skew::cuda

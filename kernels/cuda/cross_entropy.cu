@@ -1,0 +1,191 @@
+// CUDA cross-entropy over the padded vocabulary, and the fused tied LM head that runs it in token
+// chunks (design.md: padded vocabulary 50,304, tied head; llm.c fused_classifier.cuh). One block per
+// token row; block reductions are fixed trees, so losses are deterministic. CPU twin:
+// kernels/cpu/cross_entropy.cpp.
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
+
+namespace skew::cuda {
+
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int64_t kChunkLogits = int64_t(1) << 25;  // fp32 logits per chunk of the fused head (128 MiB)
+
+// Row log-sum-exp over the first V columns (max subtracted); every thread gets it.
+__device__ float row_lse(const float* __restrict__ x, int64_t V, float* smem) {
+    float mx = -INFINITY;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, x[v]);
+    mx = block_max(mx, smem);
+    float s = 0.0f;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += expf(x[v] - mx);
+    s = block_sum(s, smem);
+    return mx + logf(s);
+}
+
+__global__ void cross_entropy_forward_kernel(float* __restrict__ losses, const float* __restrict__ logits,
+                                             const int32_t* __restrict__ targets, int64_t V, int64_t Vp,
+                                             int* error_word) {
+    __shared__ float smem[32];
+    const int64_t i = blockIdx.x;
+    const float* x = logits + i * Vp;
+    const float lse = row_lse(x, V, smem);
+    if (threadIdx.x == 0) {
+        const int32_t t = targets[i];
+        if (t < 0 || t >= V) {
+            if (error_word) atomicOr(error_word, CUDA_ERR_TARGET_RANGE);
+            losses[i] = NAN;
+        } else {
+            losses[i] = lse - x[t];
+        }
+    }
+}
+
+// dlogits = scale·(softmax - onehot), 0 in the padding; optional per-token loss. dlogits may alias
+// logits (TD = float): every read of the row happens before the reductions' last barrier.
+template <class TD>
+__global__ void cross_entropy_backward_kernel(TD* dlogits, float* losses, const float* logits,
+                                              const int32_t* __restrict__ targets, float scale, int64_t V, int64_t Vp,
+                                              int* error_word) {
+    __shared__ float smem[32];
+    const int64_t i = blockIdx.x;
+    const float* x = logits + i * Vp;
+    const int32_t t = targets[i];
+    const bool bad = t < 0 || t >= V;
+    const float x_target = bad ? 0.0f : x[t];  // read before any write of the row
+    const float lse = row_lse(x, V, smem);
+    if (threadIdx.x == 0) {
+        if (bad && error_word) atomicOr(error_word, CUDA_ERR_TARGET_RANGE);
+        if (losses) losses[i] = bad ? NAN : lse - x_target;
+    }
+    TD* d = dlogits + i * Vp;
+    for (int64_t v = threadIdx.x; v < Vp; v += blockDim.x) {
+        float g = 0.0f;
+        if (v < V) g = scale * (expf(x[v] - lse) - (v == t ? 1.0f : 0.0f));
+        st(d + v, g);
+    }
+}
+
+__global__ void mean_loss_kernel(float* __restrict__ mean_loss, const float* __restrict__ losses, int64_t n) {
+    __shared__ double smem[32];
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += double(losses[i]);
+    acc = block_sum(acc, smem);
+    if (threadIdx.x == 0) *mean_loss = float(acc / double(n));
+}
+
+void check_vocab(const char* op, int64_t n, int64_t V, int64_t Vp) {
+    check_nonneg(op, n);
+    if (V <= 0 || Vp < V) throw_op_error(op, "vocab_size must be positive and at most padded_vocab_size");
+}
+
+int64_t align256(int64_t x) { return (x + 255) / 256 * 256; }
+
+bool bf16_path(ConstTensorRef x, ConstTensorRef wte) {
+    return x.type == ScalarType::BF16 && wte.type == ScalarType::BF16;
+}
+
+}  // namespace
+
+// ---- launchers
+
+void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n_tokens,
+                           int64_t vocab_size, int64_t padded_vocab_size, int* error_word, cudaStream_t stream) {
+    check_vocab("cross_entropy_forward", n_tokens, vocab_size, padded_vocab_size);
+    if (n_tokens == 0) return;
+    cross_entropy_forward_kernel<<<unsigned(n_tokens), kThreads, 0, stream>>>(losses, logits, targets, vocab_size,
+                                                                             padded_vocab_size, error_word);
+    cuda_check_kernel("cross_entropy_forward_kernel");
+}
+
+void cross_entropy_backward_scaled(float* dlogits, const float* logits, const int32_t* targets, float grad_scale,
+                                   int64_t n_tokens, int64_t vocab_size, int64_t padded_vocab_size, int* error_word,
+                                   cudaStream_t stream) {
+    check_vocab("cross_entropy_backward", n_tokens, vocab_size, padded_vocab_size);
+    if (n_tokens == 0) return;
+    cross_entropy_backward_kernel<float><<<unsigned(n_tokens), kThreads, 0, stream>>>(
+        dlogits, nullptr, logits, targets, grad_scale, vocab_size, padded_vocab_size, error_word);
+    cuda_check_kernel("cross_entropy_backward_kernel");
+}
+
+int64_t lm_head_chunk_tokens(const ClassifierShape& s) {
+    int64_t chunk = kChunkLogits / std::max<int64_t>(1, s.padded_vocab_size);
+    if (chunk >= 64) chunk = chunk / 64 * 64;
+    chunk = std::max<int64_t>(1, chunk);
+    return std::min(chunk, std::max<int64_t>(1, s.n_tokens));
+}
+
+int64_t lm_head_workspace_bytes(const ClassifierShape& s) {
+    const int64_t chunk = lm_head_chunk_tokens(s), Vp = s.padded_vocab_size;
+    // fp32 logits | bf16 dlogits | fp32 dwte accumulator | per-token losses
+    return align256(chunk * Vp * 4) + align256(chunk * Vp * 2) + align256(Vp * s.d_model * 4) +
+           align256(std::max<int64_t>(1, s.n_tokens) * 4);
+}
+
+void lm_head_cross_entropy(Matmul& mm, float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
+                           ConstTensorRef wte, const int32_t* targets, float dloss, const ClassifierShape& s,
+                           void* workspace, int* error_word, cudaStream_t stream) {
+    const int64_t n = s.n_tokens, C = s.d_model, V = s.vocab_size, Vp = s.padded_vocab_size;
+    check_vocab("lm_head_cross_entropy", n, V, Vp);
+    check_nonneg("lm_head_cross_entropy d_model", C);
+    if (n == 0) {
+        if (mean_loss) cuda_check(cudaMemsetAsync(mean_loss, 0, sizeof(float), stream));
+        return;
+    }
+    if (!workspace) throw_op_error("lm_head_cross_entropy", "null workspace (size from lm_head_workspace_bytes)");
+    const int64_t chunk = lm_head_chunk_tokens(s);
+    char* base = static_cast<char*>(workspace);
+    float* logits = reinterpret_cast<float*>(base);  // (chunk, Vp)
+    base += align256(chunk * Vp * 4);
+    bf16* dlogits16 = reinterpret_cast<bf16*>(base);  // (chunk, Vp), bf16 path
+    base += align256(chunk * Vp * 2);
+    float* dwte32 = reinterpret_cast<float*>(base);  // (Vp, C), bf16 dwte
+    base += align256(Vp * C * 4);
+    float* local_losses = reinterpret_cast<float*>(base);  // (n)
+    if (!losses) losses = local_losses;
+
+    const bool backward = dx || dwte;
+    const bool use_bf16 = bf16_path(x, wte);
+    TensorRef dw = dwte;
+    if (dwte && dwte.type == ScalarType::BF16) {
+        zero(TensorRef(dwte32), Vp * C, stream);
+        dw = TensorRef(dwte32);
+    }
+    const float scale = dloss / float(n);
+    const int64_t xb = scalar_type_bytes(x.type);
+    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+        const int64_t m = std::min(chunk, n - i0);
+        const ConstTensorRef xc(static_cast<const char*>(x.data) + i0 * C * xb, x.type);
+        mm.run(TensorRef(logits), xc, wte, MatmulShape{m, Vp, C, false, true}, stream);
+        if (!backward) {
+            cross_entropy_forward_kernel<<<unsigned(m), kThreads, 0, stream>>>(losses + i0, logits, targets + i0, V, Vp,
+                                                                              error_word);
+            cuda_check_kernel("cross_entropy_forward_kernel");
+            continue;
+        }
+        TensorRef dlog = use_bf16 ? TensorRef(dlogits16) : TensorRef(logits);
+        if (use_bf16)
+            cross_entropy_backward_kernel<bf16><<<unsigned(m), kThreads, 0, stream>>>(
+                dlogits16, losses + i0, logits, targets + i0, scale, V, Vp, error_word);
+        else
+            cross_entropy_backward_kernel<float><<<unsigned(m), kThreads, 0, stream>>>(
+                logits, losses + i0, logits, targets + i0, scale, V, Vp, error_word);
+        cuda_check_kernel("cross_entropy_backward_kernel");
+        if (dx) {
+            const TensorRef dxc(static_cast<char*>(dx.data) + i0 * C * scalar_type_bytes(dx.type), dx.type);
+            mm.run(dxc, dlog, wte, MatmulShape{m, C, Vp}, stream);
+        }
+        if (dw) mm.run(dw, dlog, xc, MatmulShape{Vp, C, m, true, false, 1.0f, 1.0f}, stream);
+    }
+    if (dwte && dwte.type == ScalarType::BF16) accumulate(dwte, ConstTensorRef(static_cast<const float*>(dwte32)), Vp * C, stream);
+    if (mean_loss) {
+        mean_loss_kernel<<<1, 1024, 0, stream>>>(mean_loss, losses, n);
+        cuda_check_kernel("mean_loss_kernel");
+    }
+}
+
+}  // namespace skew::cuda

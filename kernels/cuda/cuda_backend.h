@@ -1,0 +1,123 @@
+// The CUDA backend: the Backend interface (kernels/backend.h) on one GPU, forwarding every op to
+// the launchers of kernels/cuda/<op>.h on one stream (design.md, "Two backends, one model"). The
+// CPU backend (kernels/cpu/) is its reference; tests/gpu/ holds every op to it.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "kernels/backend.h"
+
+namespace skew::cuda {
+
+class Matmul;
+class GroupedMatmul;
+
+/// Backend on CUDA device `device`. All tensor pointers are device memory (the arena); ops are
+/// asynchronous on stream(); host-returning ops (sum_squares) and the grouped matmul's offset copy
+/// synchronize. Index errors found by kernels (token, target, expert out of range) are recorded in
+/// a device error word and thrown by check_errors() (called by sum_squares and synchronize()).
+class CudaBackend final : public Backend {
+public:
+    /// Select `device`, create the stream, cuBLASLt handle and error word. Throws skew::Error when
+    /// there is no such device ("no CUDA device" with a hint).
+    explicit CudaBackend(int device = 0);
+    ~CudaBackend() override;
+    CudaBackend(const CudaBackend&) = delete;
+    CudaBackend& operator=(const CudaBackend&) = delete;
+
+    const char* name() const override { return "cuda"; }
+
+    /// The stream every op runs on (blocking with respect to the legacy default stream).
+    cudaStream_t stream() const { return stream_; }
+    /// Wait for all queued work, then check_errors().
+    void synchronize();
+    /// Throw skew::Error naming what the kernels found (and clear the word). Synchronizes.
+    void check_errors();
+    /// Use caller-owned device memory (e.g. an arena buffer) as the cuBLASLt workspace.
+    void set_matmul_workspace(void* workspace, int64_t bytes);
+    /// The matrix-product wrapper and the grouped expert matmul (benchmarks).
+    Matmul& matmul_impl() { return *mm_; }
+    GroupedMatmul& grouped_matmul() { return *grouped_; }
+    /// Bytes of backend-owned scratch currently allocated (outside the arena; grows on demand).
+    int64_t scratch_bytes() const { return scratch_bytes_; }
+
+    void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s) override;
+
+    void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int64_t batch,
+                           int64_t seq_len, int64_t channels, int64_t vocab_rows) override;
+    void embedding_backward(TensorRef dwte, TensorRef dwpe, const bf16* dout, const int32_t* tokens, int64_t batch,
+                            int64_t seq_len, int64_t channels, int64_t vocab_rows) override;
+
+    void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const float* weight, const float* bias,
+                           int64_t n_rows, int64_t channels, float eps) override;
+    void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                            const float* weight, const float* mean, const float* rstd, int64_t n_rows, int64_t channels,
+                            bool accumulate_dinp) override;
+
+    void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                           const AttentionShape& s) override;
+    void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                            const bf16* out, const float* lse, const AttentionShape& s) override;
+
+    void swiglu_forward(bf16* h, const bf16* a, const bf16* b, int64_t n) override;
+    void swiglu_backward(bf16* da, bf16* db, const bf16* dh, const bf16* a, const bf16* b, int64_t n) override;
+
+    void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts, float* balance_loss,
+                            float* z_loss, float* mean_probs, const float* logits, const RouterShape& s,
+                            const RouterOptions& o) override;
+    void moe_router_backward(float* dlogits, const float* dgates, const float* logits, const float* probs,
+                             const int32_t* expert_idx, const float* gates, const int64_t* counts, float d_balance,
+                             float d_z, const RouterShape& s, const RouterOptions& o) override;
+
+    void moe_dispatch(int64_t* sorted_to_copy, int64_t* copy_to_sorted, int64_t* offsets, const int32_t* expert_idx,
+                      int64_t n_tokens, int64_t top_k, int64_t n_experts) override;
+    void moe_gather_forward(bf16* xs, const bf16* x, const int64_t* sorted_to_copy, int64_t n_tokens, int64_t top_k,
+                            int64_t channels) override;
+    void moe_gather_backward(bf16* dx, const bf16* dxs, const int64_t* copy_to_sorted, int64_t n_tokens, int64_t top_k,
+                             int64_t channels, bool accumulate) override;
+    void moe_matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight, const int64_t* offsets,
+                            int64_t n_experts, int64_t in_features, int64_t out_features) override;
+    void moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout, ConstTensorRef inp,
+                             ConstTensorRef weight, const int64_t* offsets, int64_t n_experts, int64_t in_features,
+                             int64_t out_features, bool accumulate_dinp) override;
+    void moe_combine_forward(bf16* out, const bf16* ys, const float* gates, const int64_t* copy_to_sorted,
+                             int64_t n_tokens, int64_t top_k, int64_t channels) override;
+    void moe_combine_backward(bf16* dys, float* dgates, const bf16* dout, const bf16* ys, const float* gates,
+                              const int64_t* copy_to_sorted, int64_t n_tokens, int64_t top_k,
+                              int64_t channels) override;
+
+    void residual_forward(bf16* out, const bf16* a, const bf16* b, int64_t n) override;
+    void accumulate(TensorRef dst, ConstTensorRef src, int64_t n) override;
+    void scale(TensorRef x, float factor, int64_t n) override;
+    void zero(TensorRef x, int64_t n) override;
+    void convert(TensorRef dst, ConstTensorRef src, int64_t n) override;
+    double sum_squares(std::span<const BufferRef> buffers) override;
+
+    void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n_tokens,
+                               int64_t vocab_size, int64_t padded_vocab_size) override;
+    void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss,
+                                int64_t n_tokens, int64_t vocab_size, int64_t padded_vocab_size) override;
+    int64_t lm_head_workspace_bytes(const ClassifierShape& s) const override;
+    void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
+                               ConstTensorRef wte, const int32_t* targets, float dloss, const ClassifierShape& s,
+                               void* workspace) override;
+
+private:
+    /// Device scratch of at least `bytes` (16-byte aligned), grown (after a sync) when too small.
+    void* scratch(int64_t bytes);
+
+    int device_ = 0;
+    cudaStream_t stream_ = nullptr;
+    int* error_word_ = nullptr;  // device
+    void* scratch_ = nullptr;
+    int64_t scratch_bytes_ = 0;
+    std::unique_ptr<Matmul> mm_;
+    std::unique_ptr<GroupedMatmul> grouped_;
+};
+
+/// The CUDA backend on `device` (throws skew::Error when no GPU is visible).
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+
+}  // namespace skew::cuda

@@ -1,0 +1,229 @@
+// cuBLASLt wrapper for every dense matrix product of the CUDA backend (design.md: bf16 storage, fp32
+// accumulation; router in fp32). Host code only, compiled by the host compiler; the dtype widening
+// it sometimes needs runs on the device through elementwise.h's convert. Source of the pattern:
+// llm.c llmc/matmul.cuh (descriptors, top-1 heuristic, 16-byte alignment, fp32 compute).
+#include "kernels/cuda/matmul.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "engine/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
+
+namespace skew::cuda {
+
+namespace {
+
+constexpr int64_t kDefaultWorkspace = int64_t(32) << 20;
+
+cudaDataType_t cuda_type(ScalarType t) { return t == ScalarType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// Largest power of two (<= 16) dividing the address: cuBLASLt's alignment preference.
+uint32_t pointer_alignment(const void* p) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    uint32_t al = 16;
+    while (al > 1 && (a % al) != 0) al >>= 1;
+    return al;
+}
+
+struct Key {
+    int64_t m, n, k;
+    bool ta, tb, beta_nonzero;
+    int at, bt, ct;
+    uint32_t align_a, align_b, align_c;
+    auto tie() const { return std::tie(m, n, k, ta, tb, beta_nonzero, at, bt, ct, align_a, align_b, align_c); }
+    bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+// Descriptors and the chosen algorithm of one cached shape.
+struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+};
+
+}  // namespace
+
+struct Matmul::Impl {
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;
+    int64_t workspace_bytes = 0;
+    bool owns_workspace = false;
+    std::map<Key, Plan> plans;
+    // fp32 widening buffers for dtype combinations cuBLASLt does not take
+    float* widen = nullptr;
+    int64_t widen_elems = 0;
+
+    ~Impl() {
+        for (auto& [k, p] : plans) {
+            cublasLtMatrixLayoutDestroy(p.la);
+            cublasLtMatrixLayoutDestroy(p.lb);
+            cublasLtMatrixLayoutDestroy(p.lc);
+            cublasLtMatmulDescDestroy(p.desc);
+        }
+        if (owns_workspace && workspace) cudaFree(workspace);
+        if (widen) cudaFree(widen);
+        if (handle) cublasLtDestroy(handle);
+    }
+
+    float* widen_buffer(int64_t elems) {
+        if (elems > widen_elems) {
+            if (widen) {
+                cuda_check(cudaDeviceSynchronize());  // queued products may still read the old buffer
+                cuda_check(cudaFree(widen));
+            }
+            widen = nullptr;
+            cuda_check(cudaMalloc(reinterpret_cast<void**>(&widen), size_t(elems) * sizeof(float)));
+            widen_elems = elems;
+        }
+        return widen;
+    }
+
+    const Plan& plan_for(const Key& key) {
+        auto it = plans.find(key);
+        if (it != plans.end()) return it->second;
+        Plan p;
+        // Row-major C (m, n) is column-major C^T (n, m) = op(B)^T · op(A)^T: cuBLASLt's "A" is our B
+        // and its "B" is our A, each with the transpose flag of the row-major operand.
+        const cudaDataType_t at = cudaDataType_t(key.at), bt = cudaDataType_t(key.bt), ct = cudaDataType_t(key.ct);
+        cublas_check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        const cublasOperation_t op_lt_a = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // our B
+        const cublasOperation_t op_lt_b = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // our A
+        cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof(op_lt_a)));
+        cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof(op_lt_b)));
+        // Stored column-major shapes: our B row-major (k, n) -> col-major (n, k), ld n; (n, k) -> (k, n), ld k.
+        if (key.tb)
+            cublas_check(cublasLtMatrixLayoutCreate(&p.la, bt, uint64_t(key.k), uint64_t(key.n), key.k));
+        else
+            cublas_check(cublasLtMatrixLayoutCreate(&p.la, bt, uint64_t(key.n), uint64_t(key.k), key.n));
+        // our A row-major (m, k) -> col-major (k, m), ld k; (k, m) -> (m, k), ld m.
+        if (key.ta)
+            cublas_check(cublasLtMatrixLayoutCreate(&p.lb, at, uint64_t(key.m), uint64_t(key.k), key.m));
+        else
+            cublas_check(cublasLtMatrixLayoutCreate(&p.lb, at, uint64_t(key.k), uint64_t(key.m), key.k));
+        cublas_check(cublasLtMatrixLayoutCreate(&p.lc, ct, uint64_t(key.n), uint64_t(key.m), key.n));
+
+        cublasLtMatmulPreference_t pref = nullptr;
+        cublas_check(cublasLtMatmulPreferenceCreate(&pref));
+        const uint64_t ws = uint64_t(workspace_bytes);
+        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_b,
+                                                          sizeof(uint32_t)));
+        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_a,
+                                                          sizeof(uint32_t)));
+        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c,
+                                                          sizeof(uint32_t)));
+        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c,
+                                                          sizeof(uint32_t)));
+        cublasLtMatmulHeuristicResult_t result{};
+        int found = 0;
+        const cublasStatus_t st =
+            cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &result, &found);
+        cublasLtMatmulPreferenceDestroy(pref);
+        if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+            cublasLtMatrixLayoutDestroy(p.la);
+            cublasLtMatrixLayoutDestroy(p.lb);
+            cublasLtMatrixLayoutDestroy(p.lc);
+            cublasLtMatmulDescDestroy(p.desc);
+            fail("matmul: cuBLASLt has no algorithm for m {} n {} k {} trans_a {} trans_b {} (A {}, B {}, C {}; "
+                 "alignment {}/{}/{} bytes; status {})",
+                 key.m, key.n, key.k, key.ta, key.tb, key.at == CUDA_R_16BF ? "bf16" : "fp32",
+                 key.bt == CUDA_R_16BF ? "bf16" : "fp32", key.ct == CUDA_R_16BF ? "bf16" : "fp32", key.align_a,
+                 key.align_b, key.align_c, int(st));
+        }
+        p.algo = result.algo;
+        return plans.emplace(key, p).first->second;
+    }
+
+    // Run one product whose dtypes cuBLASLt takes: (bf16, bf16) -> bf16|fp32, or (fp32, fp32) -> fp32.
+    void run_native(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s, cudaStream_t stream) {
+        const Key key{s.m, s.n, s.k, s.trans_a, s.trans_b, s.beta != 0.0f, int(cuda_type(a.type)), int(cuda_type(b.type)),
+                      int(cuda_type(c.type)), pointer_alignment(a.data), pointer_alignment(b.data),
+                      pointer_alignment(c.data)};
+        const Plan& p = plan_for(key);
+        const float alpha = s.alpha, beta = s.beta;
+        cublas_check(cublasLtMatmul(handle, p.desc, &alpha, b.data, p.la, a.data, p.lb, &beta, c.data, p.lc, c.data, p.lc,
+                                    &p.algo, workspace, size_t(workspace_bytes), stream));
+    }
+};
+
+Matmul::Matmul() : impl_(std::make_unique<Impl>()) {
+    cublas_check(cublasLtCreate(&impl_->handle));
+    cuda_check(cudaMalloc(&impl_->workspace, size_t(kDefaultWorkspace)));
+    impl_->workspace_bytes = kDefaultWorkspace;
+    impl_->owns_workspace = true;
+}
+
+Matmul::~Matmul() = default;
+
+void Matmul::set_workspace(void* workspace, int64_t bytes) {
+    if (bytes < 0) fail("matmul: negative workspace size {}", bytes);
+    if (impl_->owns_workspace && impl_->workspace) {
+        cuda_check(cudaDeviceSynchronize());
+        cuda_check(cudaFree(impl_->workspace));
+    }
+    impl_->workspace = workspace;
+    impl_->workspace_bytes = workspace ? bytes : 0;
+    impl_->owns_workspace = false;
+    // Algorithms were chosen for the old workspace size: choose again.
+    for (auto& [k, p] : impl_->plans) {
+        cublasLtMatrixLayoutDestroy(p.la);
+        cublasLtMatrixLayoutDestroy(p.lb);
+        cublasLtMatrixLayoutDestroy(p.lc);
+        cublasLtMatmulDescDestroy(p.desc);
+    }
+    impl_->plans.clear();
+}
+
+int64_t Matmul::cached_shapes() const { return int64_t(impl_->plans.size()); }
+
+void Matmul::run(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s, cudaStream_t stream) {
+    const int64_t m = s.m, n = s.n, k = s.k;
+    check_nonneg("matmul m", m);
+    check_nonneg("matmul n", n);
+    check_nonneg("matmul k", k);
+    if (m == 0 || n == 0) return;
+    if (!c.data) fail("matmul: null output for a {}x{} product", m, n);
+    if (k > 0 && (!a.data || !b.data)) fail("matmul: null operand for a {}x{}x{} product", m, n, k);
+    if (k == 0) {  // empty reduction: C = beta * C
+        if (s.beta == 0.0f)
+            zero(c, m * n, stream);
+        else if (s.beta != 1.0f)
+            scale(c, s.beta, m * n, stream);
+        return;
+    }
+    const bool ab_bf16 = a.type == ScalarType::BF16 && b.type == ScalarType::BF16;
+    const bool ab_f32 = a.type == ScalarType::F32 && b.type == ScalarType::F32;
+    if (ab_bf16 || (ab_f32 && c.type == ScalarType::F32)) {
+        impl_->run_native(c, a, b, s, stream);
+        return;
+    }
+    // Widen bf16 operands (and a bf16 C) to fp32, multiply in fp32, round C once.
+    const int64_t na = a.type == ScalarType::BF16 ? m * k : 0, nb = b.type == ScalarType::BF16 ? k * n : 0;
+    const int64_t nc = c.type == ScalarType::BF16 ? m * n : 0;
+    float* buf = impl_->widen_buffer(std::max<int64_t>(1, na + nb + nc));
+    ConstTensorRef a32 = a, b32 = b;
+    if (na) {
+        convert(TensorRef(buf), a, na, stream);
+        a32 = ConstTensorRef(static_cast<const float*>(buf));
+    }
+    if (nb) {
+        convert(TensorRef(buf + na), b, nb, stream);
+        b32 = ConstTensorRef(static_cast<const float*>(buf + na));
+    }
+    if (nc) {
+        float* c32 = buf + na + nb;
+        if (s.beta != 0.0f) convert(TensorRef(c32), c, nc, stream);
+        impl_->run_native(TensorRef(c32), a32, b32, s, stream);
+        convert(c, ConstTensorRef(static_cast<const float*>(c32)), nc, stream);
+    } else {
+        impl_->run_native(c, a32, b32, s, stream);
+    }
+}
+
+}  // namespace skew::cuda

@@ -1,0 +1,24 @@
+// NVTX ranges (header-only nvtx3) so Nsight Systems shows every phase by name: forward and backward
+// per block, optimizer per tier. `NvtxRange r("block 1 moe forward");` pushes now, pops at scope end.
+#pragma once
+#include <nvtx3/nvToolsExt.h>
+
+namespace skew::cuda {
+
+/// RAII NVTX range: pushed by the constructor, popped by the destructor (same thread). The name is
+/// copied by NVTX, so a temporary string's c_str() is fine.
+struct NvtxRange {
+    explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
+    ~NvtxRange() { nvtxRangePop(); }
+    NvtxRange(const NvtxRange&) = delete;
+    NvtxRange& operator=(const NvtxRange&) = delete;
+};
+
+}  // namespace skew::cuda
+
+#define SKEW_NVTX_CONCAT2(a, b) a##b
+#define SKEW_NVTX_CONCAT(a, b) SKEW_NVTX_CONCAT2(a, b)
+/// A range named `name` covering the rest of the enclosing scope.
+#define SKEW_NVTX_RANGE(name) ::skew::cuda::NvtxRange SKEW_NVTX_CONCAT(skew_nvtx_range_, __LINE__)(name)
+/// A range named after the enclosing function (llm.c's NVTX_RANGE_FN).
+#define SKEW_NVTX_RANGE_FN() SKEW_NVTX_RANGE(__func__)

@@ -1,0 +1,46 @@
+// CUDA SwiGLU activation forward and backward (design.md, "The paper's model"), elementwise with
+// the activation formulas of kernels/common/activations.h. CPU twin: kernels/cpu/swiglu.cpp.
+#include "kernels/common/activations.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/swiglu.h"
+
+namespace skew::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void swiglu_forward_kernel(bf16* __restrict__ h, const bf16* __restrict__ a, const bf16* __restrict__ b,
+                                      int64_t n) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) st(h + i, silu_f32(ld(a[i])) * ld(b[i]));
+}
+
+__global__ void swiglu_backward_kernel(bf16* __restrict__ da, bf16* __restrict__ db, const bf16* __restrict__ dh,
+                                       const bf16* __restrict__ a, const bf16* __restrict__ b, int64_t n) {
+    for (int64_t i = thread_index(); i < n; i += grid_stride()) {
+        const float av = ld(a[i]), bv = ld(b[i]), g = ld(dh[i]);
+        st(db + i, g * silu_f32(av));
+        st(da + i, g * bv * silu_grad_f32(av));
+    }
+}
+
+}  // namespace
+
+// ---- launchers
+
+void swiglu_forward(bf16* h, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
+    check_nonneg("swiglu_forward n", n);
+    if (n == 0) return;
+    swiglu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(h, a, b, n);
+    cuda_check_kernel("swiglu_forward_kernel");
+}
+
+void swiglu_backward(bf16* da, bf16* db, const bf16* dh, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
+    check_nonneg("swiglu_backward n", n);
+    if (n == 0) return;
+    swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(da, db, dh, a, b, n);
+    cuda_check_kernel("swiglu_backward_kernel");
+}
+
+}  // namespace skew::cuda

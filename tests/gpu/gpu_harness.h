@@ -1,0 +1,72 @@
+// GPU test helpers: skip with a message when no CUDA device is visible, device buffers that copy
+// to and from host vectors, and the one shared CUDA backend. Every GPU test runs an op on the CPU
+// backend and on the CUDA backend with the same inputs and compares by normalized MSE
+// (tests/kernels/harness.h) against a stated per-op limit.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_info.h"
+#include "tests/kernels/harness.h"
+
+namespace skew::test {
+
+/// Skip the current test (Catch2 v2: WARN and return) when no CUDA device is visible.
+#define SKEW_REQUIRE_GPU()                                                               \
+    do {                                                                                 \
+        if (skew::cuda::device_count() == 0) {                                           \
+            WARN("no CUDA device visible: GPU test skipped (runs on a GPU machine: bench/gpu_check.sh)"); \
+            return;                                                                      \
+        }                                                                                \
+    } while (0)
+
+/// The CUDA backend shared by all GPU tests of the executable (created on first use).
+inline cuda::CudaBackend& gpu() {
+    static std::unique_ptr<cuda::CudaBackend> be = std::make_unique<cuda::CudaBackend>(0);
+    return *be;
+}
+
+/// A device copy of a host vector; get() synchronizes the backend (and checks its error word).
+template <class T>
+struct Dev {
+    T* p = nullptr;
+    size_t n = 0;
+    explicit Dev(size_t count) : n(count) {
+        cuda_check(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, n) * sizeof(T)));
+        cuda_check(cudaMemset(p, 0, std::max<size_t>(1, n) * sizeof(T)));
+    }
+    explicit Dev(const std::vector<T>& h) : Dev(h.size()) {
+        if (n) cuda_check(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    ~Dev() { cudaFree(p); }
+    Dev(const Dev&) = delete;
+    Dev& operator=(const Dev&) = delete;
+    std::vector<T> get() const {
+        gpu().synchronize();
+        std::vector<T> h(n);
+        if (n) cuda_check(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+        return h;
+    }
+};
+
+/// Widen for comparison.
+inline std::vector<float> f32(const std::vector<bf16>& v) { return to_f32(v); }
+inline std::vector<float> f32(const std::vector<float>& v) { return v; }
+
+/// Require the GPU result to be within `limit` normalized MSE of the CPU result.
+template <class A, class B>
+void require_close(const std::string& name, const std::vector<A>& gpu_out, const std::vector<B>& cpu_out, double limit) {
+    const auto g = f32(gpu_out), c = f32(cpu_out);
+    require_nmse(name, g, c, limit);
+}
+
+/// bf16 vector of n values uniform in [lo, hi).
+inline std::vector<bf16> random_bf16(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    return to_bf16(random_vector(n, seed, lo, hi));
+}
+
+}  // namespace skew::test

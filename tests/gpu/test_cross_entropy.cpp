@@ -1,0 +1,69 @@
+// GPU tests of the cross-entropy over the padded vocabulary and of the fused tied LM head against
+// the CPU backend: losses, dlogits (padding columns zero), large logits, several token chunks, bf16
+// and fp32 gradients of the embedding.
+#include "tests/gpu/gpu_harness.h"
+
+using namespace skew;
+using namespace skew::test;
+
+TEST_CASE("gpu cross-entropy forward and backward match the CPU, padding masked") {
+    SKEW_REQUIRE_GPU();
+    auto cpu = cpu_backend();
+    const int64_t n = 67, V = 1000, Vp = 1024;
+    auto logits = random_normal(n * Vp, 1, 3.0f);
+    for (int64_t i = 0; i < n; ++i) logits[static_cast<size_t>(i * Vp + 7)] += 200.0f;  // large logits stay finite
+    std::vector<int32_t> tg(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) tg[static_cast<size_t>(i)] = int32_t((i * 37) % V);
+    std::vector<float> losses(static_cast<size_t>(n)), dl(static_cast<size_t>(n * Vp));
+    Dev<float> glog(logits), glosses(losses.size()), gdl(dl.size());
+    Dev<int32_t> gtg(tg);
+    cpu->cross_entropy_forward(losses.data(), logits.data(), tg.data(), n, V, Vp);
+    gpu().cross_entropy_forward(glosses.p, glog.p, gtg.p, n, V, Vp);
+    require_close("ce losses", glosses.get(), losses, 1e-10);
+    cpu->cross_entropy_backward(dl.data(), logits.data(), tg.data(), 0.5f, n, V, Vp);
+    gpu().cross_entropy_backward(gdl.p, glog.p, gtg.p, 0.5f, n, V, Vp);
+    require_close("ce dlogits", gdl.get(), dl, 1e-9);
+    // in place (dlogits aliasing logits)
+    gpu().cross_entropy_backward(glog.p, glog.p, gtg.p, 0.5f, n, V, Vp);
+    require_close("ce dlogits in place", glog.get(), dl, 1e-9);
+}
+
+TEST_CASE("gpu fused LM head + cross-entropy matches the CPU over several chunks") {
+    SKEW_REQUIRE_GPU();
+    auto cpu = cpu_backend();
+    const ClassifierShape s{3000, 64, 50257, 50304};  // 3000 tokens: several chunks of the GPU head
+    const int64_t n = s.n_tokens, C = s.d_model, Vp = s.padded_vocab_size;
+    const auto x = random_bf16(n * C, 1), wte = to_bf16(random_normal(Vp * C, 2, 0.5f));
+    std::vector<int32_t> tg(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) tg[static_cast<size_t>(i)] = int32_t((i * 7919) % s.vocab_size);
+    Dev<bf16> gx(x), gwte(wte);
+    Dev<int32_t> gtg(tg);
+    std::vector<uint8_t> cws(static_cast<size_t>(cpu->lm_head_workspace_bytes(s)));
+    Dev<uint8_t> gws(static_cast<size_t>(gpu().lm_head_workspace_bytes(s)));
+    for (int bf16grad = 0; bf16grad < 2; ++bf16grad) {
+        float mean = 0.0f;
+        std::vector<float> losses(static_cast<size_t>(n)), dwte_f(static_cast<size_t>(Vp * C), 0.0f);
+        std::vector<bf16> dx(static_cast<size_t>(n * C)), dwte_b(static_cast<size_t>(Vp * C), bf16{0});
+        Dev<float> gmean(1), glosses(losses.size()), gdwte_f(dwte_f);
+        Dev<bf16> gdx(dx.size()), gdwte_b(dwte_b);
+        const TensorRef cdw = bf16grad ? TensorRef(dwte_b.data()) : TensorRef(dwte_f.data());
+        const TensorRef gdw = bf16grad ? TensorRef(gdwte_b.p) : TensorRef(gdwte_f.p);
+        cpu->lm_head_cross_entropy(&mean, losses.data(), dx.data(), cdw, x.data(), wte.data(), tg.data(), 1.0f, s,
+                                   cws.data());
+        gpu().lm_head_cross_entropy(gmean.p, glosses.p, gdx.p, gdw, gx.p, gwte.p, gtg.p, 1.0f, s, gws.p);
+        INFO("dwte " << (bf16grad ? "bf16" : "fp32"));
+        const float gm = gmean.get()[0];
+        CHECK(std::fabs(gm - mean) <= 1e-4f * std::fabs(mean));
+        require_close("lm head losses", glosses.get(), losses, 1e-8);
+        // the GPU rounds dlogits to bf16 before the two backward products (tensor cores)
+        require_close("lm head dx", gdx.get(), dx, 1e-4);
+        if (bf16grad) require_close("lm head dwte bf16", gdwte_b.get(), dwte_b, 1e-4);
+        else require_close("lm head dwte fp32", gdwte_f.get(), dwte_f, 1e-4);
+    }
+    // forward only
+    float mean = 0.0f;
+    Dev<float> gmean(1);
+    cpu->lm_head_cross_entropy(&mean, nullptr, nullptr, nullptr, x.data(), wte.data(), tg.data(), 1.0f, s, cws.data());
+    gpu().lm_head_cross_entropy(gmean.p, nullptr, nullptr, nullptr, gx.p, gwte.p, gtg.p, 1.0f, s, gws.p);
+    CHECK(std::fabs(gmean.get()[0] - mean) <= 1e-4f * std::fabs(mean));
+}
