@@ -84,15 +84,16 @@ std::string fixture(const std::string& name) {
 // the reference (the projection scale <g, ref>/<ref, ref> is within 2.5% of 1, either side), so a wrong
 // equation (O(1) error) or a systematic factor (scale off by > 3%) fails. The fixture's weights are
 // drawn so no token sits within 0.04 of a top-k tie in router logits (make_golden.py, MIN_MARGIN).
-constexpr double LOSS_REL = 2e-3;    // LM, balance, z loss
+constexpr double LOSS_REL = 3e-3;    // LM, balance, total loss (z: 5x, a square of the lse)
 constexpr double LOGITS_REL = 2e-2;  // ||logits - ref|| / ||ref|| over the probed rows
 constexpr double GRAD_REL = 5e-2;    // ||g - ref|| / ||ref|| per parameter tensor
+constexpr double GRAD_REL_BF16 = 6e-2;  // the same with bf16 gradient buffers (one more rounding)
 constexpr double GRAD_SCALE = 3e-2;  // |<g, ref> / <ref, ref> - 1| per parameter tensor
 
-void run_golden(const std::string& variant, bool noise) {
+void run_golden(const std::string& variant, bool noise, const std::string& grad_dtype = "fp32") {
     auto in = read_records(fixture("golden_inputs.bin"));
     auto ref = read_records(fixture("golden_" + variant + ".bin"));
-    auto t = make_test_model(GOLDEN_YAML, {}, 2);
+    auto t = make_test_model(GOLDEN_YAML, {"runtime.grad_dtype=" + grad_dtype}, 2);
     Model& m = t->model;
     const ModelConfig& c = t->cfg.model;
     const std::vector<double> want_cfg = {double(c.vocab_size), double(c.padded_vocab_size), double(c.d_model),
@@ -154,10 +155,10 @@ void run_golden(const std::string& variant, bool noise) {
         if (std::getenv("SKEW_GOLDEN_VERBOSE"))
             std::fprintf(stderr, "%s %s rel err %.5f scale %.5f\n", variant.c_str(), p.info->name.c_str(), e, scale);
         INFO("grad." << p.info->name << " rel err " << e << ", scale " << scale << " (|ref| max " << max_abs(g) << ")");
-        CHECK(e <= GRAD_REL);
+        CHECK(e <= (grad_dtype == "fp32" ? GRAD_REL : GRAD_REL_BF16));
         CHECK(std::fabs(scale - 1.0) <= GRAD_SCALE);
     }
-    WARN("golden " << variant << ": worst gradient error " << worst << " (" << worst_name << "), logits " << logit_err
+    WARN("golden " << variant << " (" << grad_dtype << " gradients)" << ": worst gradient error " << worst << " (" << worst_name << "), logits " << logit_err
                    << ", lm " << lp.lm_loss << " vs " << loss[0]);
 }
 
@@ -169,4 +170,8 @@ TEST_CASE("the model matches the PyTorch reference with router noise off", "[mod
 
 TEST_CASE("the model matches the PyTorch reference with router noise on (same Philox stream)", "[model][golden]") {
     run_golden("noise_on", true);
+}
+
+TEST_CASE("the model matches the PyTorch reference with bf16 gradient buffers (the paper's)", "[model][golden]") {
+    run_golden("noise_on", true, "bf16");
 }
