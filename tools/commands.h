@@ -10,6 +10,7 @@ void register_plan_command(CLI::App& app);      // cmd_plan.cpp: memory-budget d
 void register_config_command(CLI::App& app);    // cmd_config.cpp: print the resolved config / reference
 void register_prepare_command(CLI::App& app);   // cmd_prepare.cpp: text -> token shards
 void register_tokenize_command(CLI::App& app);  // cmd_tokenize.cpp: encode/decode stdin
+void register_train_command(CLI::App& app);     // cmd_train.cpp: config-driven training
 void register_report_command(CLI::App& app);    // cmd_report.cpp: Table 1 and per-eval perplexity of a run
 
 }  // namespace skew::tools

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
     skew::tools::register_config_command(app);
     skew::tools::register_prepare_command(app);
     skew::tools::register_tokenize_command(app);
+    skew::tools::register_train_command(app);
     skew::tools::register_report_command(app);
 
     try {

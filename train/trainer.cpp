@@ -1,0 +1,304 @@
+// The training loop (paper Section 4 and Appendix E): every optimizer starts from the same
+// initialization (Philox-keyed by the run seed) and reads the same batches in the same order
+// (batch i of the training split at step i + 1); see trainer.h for what a run writes.
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "data/batch_stream.h"
+#include "engine/arena.h"
+#include "engine/checkpoint.h"
+#include "engine/error.h"
+#include "engine/faults.h"
+#include "engine/memory_plan.h"
+#include "engine/metrics.h"
+#include "engine/param_table.h"
+#include "engine/schedule.h"
+#include "engine/signals.h"
+#include "engine/status_line.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "optim/optimizer.h"
+
+namespace skew {
+namespace {
+
+namespace fs = std::filesystem;
+using data::BatchStream;
+using data::TokenSplit;
+using data::batch_stream_get;
+using data::batch_stream_make;
+using data::batch_stream_next;
+using data::token_split_open;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// Peak resident memory of this process in bytes (the CPU backend's "peak memory").
+int64_t peak_rss_bytes() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return int64_t(u.ru_maxrss) * 1024;
+}
+
+std::unique_ptr<Backend> make_backend(const Config& cfg) {
+    const std::string& b = cfg.runtime.backend;
+    if (b == "cpu" || b == "auto") return make_cpu_backend();
+    fail("{}: runtime.backend: '{}' — the CUDA training path is not wired into `skew train` yet (docs/gpu-status.md); "
+         "use runtime.backend=cpu", cfg.source, b);
+}
+
+struct Batches {
+    TokenSplit train;
+    TokenSplit val;
+};
+
+/// Validation loss over the fixed validation batches: mean over batches of each batch's mean LM
+/// loss (design.md, "Training protocol"), and the mean balance loss (no router noise).
+struct EvalResult {
+    double val_loss = 0;
+    double val_balance_loss = 0;
+};
+
+EvalResult evaluate(Model& model, const BatchStream& val, int64_t eval_batches, int64_t batch_size, int64_t mb,
+                    int64_t seq_len, std::vector<int32_t>& x, std::vector<int32_t>& y) {
+    EvalResult r;
+    const int64_t accum = batch_size / mb;
+    for (int64_t i = 0; i < eval_batches; ++i) {
+        batch_stream_get(val, i, x.data(), y.data());
+        double lm = 0, bal = 0;
+        for (int64_t m = 0; m < accum; ++m) {
+            LossParts p = model_eval(model, x.data() + m * mb * seq_len, y.data() + m * mb * seq_len);
+            lm += p.lm_loss / double(accum);
+            bal += p.balance_loss / double(accum);
+        }
+        r.val_loss += lm / double(eval_batches);
+        r.val_balance_loss += bal / double(eval_batches);
+    }
+    return r;
+}
+
+TrainResult train_one(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, const Batches& data,
+                      const TrainOptions& opts, Backend& backend) {
+    const TrainConfig& tc = cfg.train;
+    const int64_t B = tc.batch_size, T = tc.seq_len;
+    const int64_t mb = tc.microbatch > 0 ? tc.microbatch : B;
+    const int64_t accum = B / mb;
+    MemoryPlan plan = build_memory_plan(cfg, table, opt, mb);
+    spdlog::info("{}: plan {:.3f} GiB (state {:.3f} GiB), microbatch {} x {} tokens, {} accumulation steps", opt.name,
+                 double(plan.peak_bytes) / GIB, double(plan.state_bytes) / GIB, mb, T, accum);
+    Arena arena = allocate_host_arena(plan);
+    Model model = model_bind(cfg, table, arena, backend);
+
+    std::vector<ParamSlot> slots(table.params.size());
+    for (size_t i = 0; i < slots.size(); ++i) {
+        slots[i].info = &table.params[i];
+        slots[i].weight = model.params[i].weight;
+        slots[i].grad = model.params[i].grad.data;
+        slots[i].grad_dtype = model.params[i].grad.type == ScalarType::BF16 ? DType::BF16 : DType::F32;
+    }
+    bind_arena_state(opt, table, arena, slots);
+
+    const std::string run_dir = opts.run_dir;
+    const std::string last_dir = checkpoint_dir(run_dir, opt.name, "last");
+    const std::string best_dir = checkpoint_dir(run_dir, opt.name, "best");
+    const std::string hash = config_hash(cfg.resolved_yaml);
+
+    TrainerState state;
+    state.optimizer = opt.name;
+    state.seed = tc.seed;
+    state.config_hash = hash;
+    RunMetrics metrics = make_run_metrics(cfg, opt, plan);
+    if (opts.resume && checkpoint_exists(last_dir)) {
+        state = load_checkpoint(last_dir, arena);
+        if (state.config_hash != hash)
+            fail("{}: the checkpoint was written by a run with another config (hash {} vs {}); resume with the run's own "
+                 "config.yaml", last_dir, state.config_hash, hash);
+        if (fs::exists(metrics_path(run_dir, opt.name))) {
+            metrics = read_metrics(metrics_path(run_dir, opt.name));
+            truncate_history(metrics, state.step);
+        }
+        spdlog::info("{}: resuming from step {} ({})", opt.name, state.step, last_dir);
+    } else {
+        model_init(model, uint64_t(tc.seed));
+    }
+    if (state.step >= tc.steps) {
+        spdlog::info("{}: already finished ({} steps)", opt.name, state.step);
+        return TrainResult{opt.name, state.step, metrics.summary.final_val_ppl, false};
+    }
+
+    StepLog log = open_step_log(step_log_path(run_dir, opt.name), state.step);
+    BatchStream train = batch_stream_make(data.train, B, T, state.data_position);
+    BatchStream val = batch_stream_make(data.val, B, T, 0);
+    if (val.num_batches < tc.eval_batches)
+        fail("{}: the validation split holds {} distinct batches of {} x {} tokens, fewer than train.eval_batches = {}; "
+             "lower train.eval_batches or prepare more validation text", cfg.data.dir, val.num_batches, B, T,
+             tc.eval_batches);
+    std::vector<int32_t> x(size_t(B * T)), y(size_t(B * T));
+    const int64_t warmup = warmup_steps(tc.steps, tc.warmup_frac);
+    SkipPolicy policy{tc.max_skipped_steps, state.skipped_steps};
+    StatusLine status = make_status_line(state.step, tc.log_every, opts.force_plain_log);
+    int64_t optimizer_t = state.extra.value("optimizer_t", state.step - state.skipped_steps);
+    double last_val_ppl = std::nan("");
+    double since_eval_seconds = 0;
+    int64_t since_eval_tokens = 0;
+    const auto run_start = Clock::now();
+    const double wall_before = metrics.summary.wall_seconds;
+    bool stopped = false;
+
+    auto checkpoint = [&](const std::string& dir) {
+        state.extra["optimizer_t"] = optimizer_t;
+        sync_step_log(log);
+        save_checkpoint(dir, arena, state);
+    };
+
+    for (int64_t step = state.step + 1; step <= tc.steps; ++step) {
+        const auto t0 = Clock::now();
+        const double lr = cosine_lr(opt.lr, step, tc.steps, warmup, tc.min_lr_frac);
+        batch_stream_next(train, x.data(), y.data());
+        model_zero_grads(model);
+        double lm = 0, bal = 0, z = 0;
+        for (int64_t m = 0; m < accum; ++m) {
+            LossParts p = model_forward_backward(model, x.data() + m * mb * T, y.data() + m * mb * T, m, uint32_t(step),
+                                                 accum, true);
+            lm += p.lm_loss / double(accum);
+            bal += p.balance_loss / double(accum);
+            z += p.z_loss / double(accum);
+        }
+        const double loss = lm + bal + z;
+        const double grad_norm = tc.grad_clip > 0 ? model_clip_gradients(model, tc.grad_clip) : model_grad_norm(model);
+        StepRecord rec;
+        rec.step = step;
+        rec.lr = lr;
+        rec.lm_loss = lm;
+        rec.balance_loss = bal;
+        rec.z_loss = z;
+        rec.grad_norm = grad_norm;
+        if (auto fault = check_step_finite(step, loss, grad_norm, buffer_tensors(arena, BufferKind::GRAD), policy)) {
+            rec.skipped = true;
+            state.skipped_steps = policy.skipped;
+            if (fault->action == FaultAction::STOP) {
+                append_step(log, rec);
+                checkpoint(last_dir);
+                fail("{}: {}; stopped with the checkpoint of step {} in {}", opt.name, fault_message(*fault), state.step,
+                     last_dir);
+            }
+            status_message(status, fmt::format("{}: {}", opt.name, fault_message(*fault)));
+        } else {
+            ++optimizer_t;
+            OptimStep os;
+            os.t = optimizer_t;
+            os.lr = lr;
+            os.seed = uint64_t(tc.seed);
+            optimizer_step(opt, slots, os);
+        }
+        const double dt = seconds_since(t0);
+        rec.tokens_per_sec = double(B * T) / dt;
+        append_step(log, rec);
+        state.step = step;
+        state.data_position = train.position;
+        state.tokens_seen += B * T;
+        state.train_seconds += dt;
+        since_eval_seconds += dt;
+        since_eval_tokens += B * T;
+
+        const bool last_step = step == tc.steps;
+        if (step % tc.eval_every == 0 || last_step) {
+            EvalResult ev = evaluate(model, val, tc.eval_batches, B, mb, T, x, y);
+            EvalRecord e;
+            e.step = step;
+            e.train_lm_loss = lm;
+            e.aux_loss = bal + z;
+            e.balance_loss = bal;
+            e.z_loss = z;
+            e.val_loss = ev.val_loss;
+            e.val_ppl = std::exp(ev.val_loss);
+            e.val_balance_loss = ev.val_balance_loss;
+            e.tokens_per_sec = double(since_eval_tokens) / since_eval_seconds;
+            e.peak_memory_bytes = peak_rss_bytes();
+            e.lr = lr;
+            e.grad_norm = grad_norm;
+            add_eval(metrics, e);
+            since_eval_seconds = 0;
+            since_eval_tokens = 0;
+            last_val_ppl = e.val_ppl;
+            status_message(status, fmt::format("{} step {}: val loss {:.4f}, val ppl {:.2f}, balance {:.5f}", opt.name, step,
+                                               e.val_loss, e.val_ppl, e.val_balance_loss));
+            RunTotals totals{state.step, state.skipped_steps, state.tokens_seen, state.train_seconds,
+                             wall_before + seconds_since(run_start)};
+            metrics.summary = summarize(metrics.history, totals);
+            write_metrics(run_dir, metrics);
+            if (std::isfinite(ev.val_loss) && ev.val_loss < state.best_val_loss) {
+                state.best_val_loss = ev.val_loss;
+                state.best_val_step = step;
+                checkpoint(best_dir);
+            }
+        }
+        Progress pr;
+        pr.optimizer = opt.name;
+        pr.step = step;
+        pr.total_steps = tc.steps;
+        pr.loss = loss;
+        pr.val_ppl = last_val_ppl;
+        pr.tokens_per_sec = rec.tokens_per_sec;
+        pr.lr = lr;
+        status_update(status, pr);
+
+        const bool stop = stop_requested() || (opts.stop_after_step > 0 && step >= opts.stop_after_step);
+        if (step % tc.checkpoint_every == 0 || last_step || stop) checkpoint(last_dir);
+        if (stop && !last_step) {
+            stopped = true;
+            status_message(status, fmt::format("{}: stopped after step {}; checkpoint in {} (continue with skew train --resume {})",
+                                               opt.name, step, last_dir, run_dir));
+            break;
+        }
+    }
+    status_finish(status);
+    RunTotals totals{state.step, state.skipped_steps, state.tokens_seen, state.train_seconds,
+                     wall_before + seconds_since(run_start)};
+    metrics.summary = summarize(metrics.history, totals);
+    write_metrics(run_dir, metrics);
+    sync_step_log(log);
+    return TrainResult{opt.name, state.step, metrics.summary.final_val_ppl, stopped};
+}
+
+}  // namespace
+
+std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) {
+    if (cfg.runtime.threads > 0) omp_set_num_threads(int(cfg.runtime.threads));
+    ParamTable table = build_param_table(cfg.model);
+    Batches data{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
+    fs::create_directories(opts.run_dir);
+    write_file_atomic((fs::path(opts.run_dir) / "config.yaml").string(), cfg.resolved_yaml + "\n");
+    const fs::path manifest = fs::path(cfg.data.dir) / "manifest.json";
+    if (fs::exists(manifest)) {
+        std::ifstream in(manifest, std::ios::binary);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        write_file_atomic((fs::path(opts.run_dir) / "manifest.json").string(), text);
+    }
+    std::unique_ptr<Backend> backend = make_backend(cfg);
+    install_stop_handlers();
+    std::vector<TrainResult> results;
+    try {
+        for (const OptimizerConfig& opt : cfg.optimizers) {
+            results.push_back(train_one(cfg, table, opt, data, opts, *backend));
+            if (results.back().stopped) break;
+        }
+    } catch (...) {
+        restore_stop_handlers();
+        throw;
+    }
+    restore_stop_handlers();
+    return results;
+}
+
+}  // namespace skew

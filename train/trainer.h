@@ -1,0 +1,34 @@
+// The training loop of `skew train` (paper Section 4, Appendix E): one initialization and one
+// batch sequence shared by every optimizer of the run (the matched protocol), cosine schedule with
+// warmup, microbatching with gradient accumulation, global grad-norm clipping, evaluation on fixed
+// validation batches, metrics, checkpoints, resume, NaN/inf skipping and a clean stop on signals.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+
+namespace skew {
+
+struct TrainOptions {
+    std::string run_dir;     // output folder (runtime.out_dir unless --out)
+    bool resume = false;     // continue the run in run_dir from its last checkpoints
+    bool force_plain_log = false;  // plain log lines even on a terminal
+    int64_t stop_after_step = 0;   // testing/debugging: stop cleanly (checkpoint) after this step; 0 = off
+};
+
+/// What one optimizer's run ended with.
+struct TrainResult {
+    std::string optimizer;
+    int64_t steps_done = 0;
+    double final_val_ppl = 0;
+    bool stopped = false;  // interrupted by a signal (or stop_after_step) with a checkpoint
+};
+
+/// Train every optimizer of cfg.train.optimizers in turn (paper Appendix E). Writes into
+/// opts.run_dir: config.yaml (resolved), manifest.json (the shards'), metrics_<opt>.json,
+/// steps_<opt>.jsonl, checkpoints/<opt>/{last,best}/. Throws skew::Error on bad data, a plan that
+/// does not fit, a corrupt checkpoint on resume, or too many non-finite steps.
+std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts);
+
+}  // namespace skew
