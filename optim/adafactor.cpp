@@ -26,11 +26,8 @@ void adafactor_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamP
             sumsq += double(u) * double(u);
         }
         const float clip = std::fmax(1.0f, float(std::sqrt(sumsq / double(n)) / opt.update_clip));
-#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
-        for (int64_t i = 0; i < n; ++i) {
-            float u = adafactor_full_element(grad_at(s, i), V[i], b, omb, eps1) / clip;
-            store_update(s, wb, i, u);
-        }
+        for_each_write(s, wb, 0, n,
+                       [&](int64_t i) { return adafactor_full_element(grad_at(s, i), V[i], b, omb, eps1) / clip; });
         return;
     }
 
@@ -58,12 +55,10 @@ void adafactor_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamP
             sumsq += double(u) * double(u);
         }
         const float clip = std::fmax(1.0f, float(std::sqrt(sumsq / double(n)) / opt.update_clip));
-#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
-        for (int64_t i = 0; i < n; ++i) {
-            int64_t r = i / ms.cols, c = i - r * ms.cols;
-            float u = adafactor_factored_element(grad_at(s, base + i), Re[r], rm, Ce[c]) / clip;
-            store_update(s, wb, base + i, u);
-        }
+        for_each_write(s, wb, base, base + n, [&](int64_t j) {
+            int64_t i = j - base, r = i / ms.cols, c = i - r * ms.cols;
+            return adafactor_factored_element(grad_at(s, j), Re[r], rm, Ce[c]) / clip;
+        });
     }
 }
 

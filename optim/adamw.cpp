@@ -16,11 +16,9 @@ void adam_elementwise(const OptimizerConfig& opt, const ParamSlot& s, float* m, 
     const float feps = float(eps);
     const WriteBack wb = make_write_back(opt, s, step, lr_update, step.lr, wd);
     const int64_t n = slot_count(s);
-#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; ++i) {
-        float u = adamw_element(grad_at(s, i), m[i], v[i], fb1, fomb1, fb2, fomb2, inv_bc1, inv_sqrt_bc2, feps);
-        store_update(s, wb, i, u);
-    }
+    for_each_write(s, wb, 0, n, [&](int64_t i) {
+        return adamw_element(grad_at(s, i), m[i], v[i], fb1, fomb1, fb2, fomb2, inv_bc1, inv_sqrt_bc2, feps);
+    });
 }
 
 void adamw_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step) {

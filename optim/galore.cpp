@@ -185,8 +185,7 @@ void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPoli
             if (tall) gemm(false, false, m, n, r, N.data(), Pe, Nf.data());  // N P
             else gemm(false, false, m, n, r, Pe, N.data(), Nf.data());       // P N
         }
-#pragma omp parallel for schedule(static) if(m * n >= OPTIM_PARALLEL_MIN)
-        for (int64_t i = 0; i < m * n; ++i) store_update(s, wb, base + i, Nf[size_t(i)]);
+        for_each_write(s, wb, base, base + m * n, [&](int64_t j) { return Nf[size_t(j - base)]; });
     }
 }
 

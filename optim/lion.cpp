@@ -10,11 +10,7 @@ void lion_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy
     const float b2 = float(opt.beta2), omb2 = float(1.0 - opt.beta2);
     const WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
     const int64_t n = slot_count(s);
-#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; ++i) {
-        float u = lion_element(grad_at(s, i), m[i], b1, omb1, b2, omb2);
-        store_update(s, wb, i, u);
-    }
+    for_each_write(s, wb, 0, n, [&](int64_t i) { return lion_element(grad_at(s, i), m[i], b1, omb1, b2, omb2); });
 }
 
 }  // namespace skew::optim_detail

@@ -73,12 +73,11 @@ void muon_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy
             }
         }
         newton_schulz(X.data(), a, b, opt.ns_steps, A, B, Y);
-#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
-        for (int64_t i = 0; i < n; ++i) {
-            int64_t r = i / ms.cols, c = i - r * ms.cols;
+        for_each_write(s, wb, base, base + n, [&](int64_t j) {
+            int64_t i = j - base, r = i / ms.cols, c = i - r * ms.cols;
             float o = transpose ? X[size_t(c * ms.rows + r)] : X[size_t(i)];
-            store_update(s, wb, base + i, o * shape_scale);
-        }
+            return o * shape_scale;
+        });
     }
 }
 

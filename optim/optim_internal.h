@@ -2,6 +2,7 @@
 // dtype, the one write-back (decay fused in fp32 or the trainer's bf16 premultiply, then the
 // configured rounding; research/optimizers.md §9), per-algorithm entry points.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -77,6 +78,47 @@ inline void store_update(const ParamSlot& s, const WriteBack& wb, int64_t i, flo
         x = optim_decayed_target(w32, wb.keep, wb.lr, u);
     }
     w[i] = bf16_write_back(x, wb.mode, wb.seed, wb.step, wb.tensor, uint64_t(wb.element_base + i));
+}
+
+/// store_update with the rounding word r already drawn (for loops that draw one Philox block per
+/// four elements); r is ignored for nearest rounding and fp32 weights.
+inline void store_update_bits(const ParamSlot& s, const WriteBack& wb, int64_t i, float u, uint32_t r) {
+    if (s.info->dtype == DType::F32 || wb.mode == ROUNDING_NEAREST) {
+        store_update(s, wb, i, u);
+        return;
+    }
+    bf16* w = static_cast<bf16*>(s.weight);
+    float w32 = bf16_to_f32(w[i]);
+    float x;
+    if (wb.premultiply) {
+        float decayed = wb.keep == 1.0f ? w32 : bf16_to_f32(f32_to_bf16(w32 * wb.keep));
+        x = decayed - wb.lr * u;
+    } else {
+        x = optim_decayed_target(w32, wb.keep, wb.lr, u);
+    }
+    w[i] = wb.mode == ROUNDING_STOCHASTIC ? bf16_round_stochastic(x, r) : bf16_round_dithered(x, r);
+}
+
+/// For i in [begin, end) (view-relative): u = body(i), then W[i] <- round(W*keep - lr*u). OpenMP over
+/// groups of four tensor elements so that one Philox block serves four elements; the noise of
+/// element e is word e % 4 of block e / 4, exactly rounding_bits(seed, step, tensor, e).
+template <class F>
+void for_each_write(const ParamSlot& s, const WriteBack& wb, int64_t begin, int64_t end, F&& body) {
+    if (end <= begin) return;
+    const int64_t base = wb.element_base;
+    const int64_t g0 = (base + begin) >> 2, g1 = (base + end + 3) >> 2;
+    const bool draw = s.info->dtype == DType::BF16 && wb.mode != ROUNDING_NEAREST;
+    const PhiloxKey key{wb.seed, PHILOX_STREAM_ROUNDING};
+#pragma omp parallel for schedule(static) if(end - begin >= OPTIM_PARALLEL_MIN)
+    for (int64_t g = g0; g < g1; ++g) {
+        Philox4 blk{{0, 0, 0, 0}};
+        if (draw) blk = philox_block(key, wb.step, wb.tensor, uint64_t(g));
+        const int64_t lo = std::max(begin, g * 4 - base), hi = std::min(end, g * 4 + 4 - base);
+        for (int64_t i = lo; i < hi; ++i) {
+            float u = body(i);
+            store_update_bits(s, wb, i, u, blk.v[(base + i) & 3]);
+        }
+    }
 }
 
 /// Number of elements the slot covers (its view or the whole tensor).

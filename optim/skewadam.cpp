@@ -64,13 +64,12 @@ void skewadam_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPo
                 sumsq += double(u) * double(u);
             }
             const float clip = std::fmax(1.0f, float(std::sqrt(sumsq / double(n)) / opt.update_clip));
-#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
-            for (int64_t i = 0; i < n; ++i) {
+            for_each_write(s, wb, base, base + n, [&](int64_t j) {
                 float m_new = 0;
-                float u = update(i, m_new) / clip;
-                if (momentum) M[base + i] = m_new;
-                store_update(s, wb, base + i, u);
-            }
+                float u = update(j - base, m_new) / clip;
+                if (momentum) M[j] = m_new;
+                return u;
+            });
         }
         return;
     }
@@ -99,14 +98,13 @@ void skewadam_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPo
         sumsq += double(u) * double(u);
     }
     const float clip = std::fmax(1.0f, float(std::sqrt(sumsq / double(n)) / opt.update_clip));
-#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; ++i) {
+    for_each_write(s, wb, 0, n, [&](int64_t i) {
         float m_new = 0, v_new = 0;
         float u = update(i, m_new, v_new) / clip;
         if (momentum) M[i] = m_new;
         if (V) V[i] = v_new;
-        store_update(s, wb, i, u);
-    }
+        return u;
+    });
 }
 
 }  // namespace skew::optim_detail
