@@ -409,6 +409,13 @@ std::map<std::string, std::string> read_safetensors_into(const std::string& path
 
 // ---- checkpoints
 
+bool record_validation(TrainerState& s, int64_t step, double val_loss) {
+    if (!std::isfinite(val_loss) || !(val_loss < s.best_val_loss)) return false;
+    s.best_val_loss = val_loss;
+    s.best_val_step = step;
+    return true;
+}
+
 nlohmann::json trainer_state_to_json(const TrainerState& s) {
     nlohmann::json j = {
         {"step", s.step},

@@ -124,6 +124,10 @@ struct TrainerState {
     nlohmann::json extra = nlohmann::json::object();  // optimizer scalars that live outside the arena
 };
 
+/// Record an evaluation's validation loss: when it is finite and lower than s.best_val_loss, set
+/// best_val_loss and best_val_step and return true (the loop then saves the `best` checkpoint).
+bool record_validation(TrainerState& s, int64_t step, double val_loss);
+
 /// trainer_state.json's content; non-finite best_val_loss is written as null.
 nlohmann::json trainer_state_to_json(const TrainerState& s);
 

@@ -124,6 +124,14 @@ void truncate_history(RunMetrics& m, int64_t step) {
     for (const auto& e : m.history) m.peak_memory_bytes = std::max(m.peak_memory_bytes, e.peak_memory_bytes);
 }
 
+int64_t process_peak_rss_bytes() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.starts_with("VmHWM:")) return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;  // "VmHWM:  1234 kB"
+    return 0;
+}
+
 MetricsSummary summarize(const std::vector<EvalRecord>& history, const RunTotals& totals) {
     MetricsSummary s;
     s.steps = totals.steps;

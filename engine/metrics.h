@@ -96,6 +96,10 @@ void add_eval(RunMetrics& m, const EvalRecord& e);
 /// peak_memory_bytes over what remains.
 void truncate_history(RunMetrics& m, int64_t step);
 
+/// Peak resident memory of this process in bytes (VmHWM of /proc/self/status): the measured peak on
+/// the CPU backend. 0 where /proc is not available.
+int64_t process_peak_rss_bytes();
+
 /// The summary of a history and the loop's totals.
 MetricsSummary summarize(const std::vector<EvalRecord>& history, const RunTotals& totals);
 

@@ -376,3 +376,15 @@ TEST_CASE("a save interrupted between the fallback renames is recovered from <di
     CHECK(visible(fs::path(dir).parent_path().string()) == std::vector<std::string>{"last"});
     CHECK(load_checkpoint(dir, r->arena).step == 2);
 }
+
+TEST_CASE("only a lower finite validation loss makes a new best checkpoint") {
+    TrainerState s;
+    CHECK(record_validation(s, 10, 5.0));
+    CHECK(s.best_val_step == 10);
+    CHECK(!record_validation(s, 20, 5.0));   // equal is not better
+    CHECK(!record_validation(s, 30, std::nan("")));
+    CHECK(!record_validation(s, 40, 6.0));
+    CHECK(record_validation(s, 50, 4.5));
+    CHECK(s.best_val_loss == 4.5);
+    CHECK(s.best_val_step == 50);
+}

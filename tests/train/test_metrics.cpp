@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "engine/checkpoint.h"
@@ -232,4 +233,14 @@ TEST_CASE("the resolved config converts to typed JSON") {
     CHECK(j["a"]["q"] == "7");
     CHECK(j["a"]["l"] == nlohmann::json({"x", "y"}));
     CHECK_THROWS_AS(config_to_json("a: [1, 2"), Error);
+}
+
+TEST_CASE("the process's peak resident memory is measured and covers memory it touched") {
+    const int64_t before = process_peak_rss_bytes();
+    CHECK(before > 0);
+    std::vector<char> big(size_t(96) << 20);
+    std::memset(big.data(), 1, big.size());
+    CHECK(process_peak_rss_bytes() >= int64_t(96) << 20);
+    CHECK(process_peak_rss_bytes() >= before);
+    CHECK(big[12345] == 1);
 }
