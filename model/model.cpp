@@ -15,6 +15,19 @@ namespace {
 
 ScalarType scalar_of(DType t) { return t == DType::BF16 ? ScalarType::BF16 : ScalarType::F32; }
 
+// The model's only host <-> backend-memory transfers: the batch in, loss scalars, routing counts
+// and probe logits out, initial weights in. The Backend interface has no copy op yet, so these are
+// host memcpy (right for the CPU backend); a device backend needs them to become backend copies.
+void to_backend(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void from_backend(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+
+template <class T>
+T read_scalar(const T* p) {
+    T v;
+    from_backend(&v, p, sizeof(T));
+    return v;
+}
+
 ParamRef bind_param(const ParamTable& table, Arena& arena, const std::string& name) {
     const ParamInfo* p = table.find(name);
     if (!p) fail("model: parameter '{}' is not in the parameter table", name);
@@ -127,9 +140,10 @@ void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, b
                               a.router_logits, rs, ro);
         if (stats) {
             stats->block = int(bi);
-            stats->counts.assign(a.router_counts, a.router_counts + x.E);
-            stats->balance_loss = *bal;
-            stats->z_loss = *z;
+            stats->counts.resize(size_t(x.E));
+            from_backend(stats->counts.data(), a.router_counts, size_t(x.E) * sizeof(int64_t));
+            stats->balance_loss = read_scalar(bal);
+            stats->z_loss = read_scalar(z);
         }
         // dropless dispatch -> expert SwiGLU (grouped matmuls) -> weighted combine
         be.moe_dispatch(a.sorted_to_copy, a.copy_to_sorted, a.expert_offsets, a.topk_idx, x.N, x.k, x.E);
@@ -236,9 +250,12 @@ void lm_head(Model& m, float* mean_loss, bool backward, float loss_weight) {
         be.matmul(a.d_final_ln_out + i0 * x.d, a.logits, m.wte.w(), MatmulShape{n, x.d, x.Vp});
         be.matmul(m.wte.grad, a.logits, xc, MatmulShape{x.Vp, x.d, n, true, false, 1.0f, 1.0f});
     }
+    std::vector<float> losses(size_t(x.N));
+    from_backend(losses.data(), a.losses, losses.size() * sizeof(float));
     double total = 0.0;
-    for (int64_t i = 0; i < x.N; ++i) total += a.losses[i];
-    *mean_loss = float(total / double(x.N));
+    for (float l : losses) total += l;
+    const float mean = float(total / double(x.N));
+    to_backend(mean_loss, &mean, sizeof(float));
 }
 
 // Forward through the embedding and every block (block inputs kept), then the final LayerNorm and
@@ -249,8 +266,8 @@ LossParts forward_and_head(Model& m, const int32_t* tokens, const int32_t* targe
     ActSlots& a = m.act;
     const Dims x = dims_of(m);
     check_batch(m, tokens, targets);
-    std::memcpy(a.tokens, tokens, size_t(x.N) * sizeof(int32_t));
-    std::memcpy(a.targets, targets, size_t(x.N) * sizeof(int32_t));
+    to_backend(a.tokens, tokens, size_t(x.N) * sizeof(int32_t));
+    to_backend(a.targets, targets, size_t(x.N) * sizeof(int32_t));
 
     LossParts lp;
     be.embedding_forward(a.block_input[0], a.tokens, static_cast<const bf16*>(m.wte.weight),
@@ -277,7 +294,7 @@ LossParts forward_and_head(Model& m, const int32_t* tokens, const int32_t* targe
             const int64_t row = m.probe_rows[r];
             if (row < 0 || row >= x.N) fail("model: probe row {} is outside the microbatch's {} tokens", row, x.N);
             be.matmul_forward(a.logits, a.final_ln_out + row * x.d, m.wte.w(), 1, x.d, x.Vp);
-            std::memcpy(lp.probe_logits.data() + r * size_t(x.Vp), a.logits, size_t(x.Vp) * sizeof(float));
+            from_backend(lp.probe_logits.data() + r * size_t(x.Vp), a.logits, size_t(x.Vp) * sizeof(float));
         }
     }
     float* mean_loss = a.scalars + 0;
@@ -288,7 +305,7 @@ LossParts forward_and_head(Model& m, const int32_t* tokens, const int32_t* targe
                               a.final_ln_mean, a.final_ln_rstd, x.N, x.d);
         be.convert(a.d_stream, a.d_resid, x.N * x.d);
     }
-    lp.lm_loss = *mean_loss;
+    lp.lm_loss = read_scalar(mean_loss);
     lp.total = lp.lm_loss + lp.balance_loss + lp.z_loss;
     return lp;
 }
@@ -416,6 +433,7 @@ void model_init(Model& m, uint64_t seed) {
     const PhiloxKey key{seed, PHILOX_STREAM_INIT};
     const double out_std = c.init_std / std::sqrt(2.0 * double(c.n_blocks));
     std::vector<float> host;
+    std::vector<bf16> host16;
     for (const ParamRef& p : m.params) {
         const ParamInfo& info = *p.info;
         const int64_t n = info.numel();
@@ -432,7 +450,14 @@ void model_init(Model& m, uint64_t seed) {
                 for (int64_t i = 0; i < n; ++i) host[size_t(i)] = std * philox_normal(key, 0, info.index, uint64_t(i));
             }
         }
-        m.backend->convert(TensorRef(p.weight, scalar_of(info.dtype)), ConstTensorRef(host.data()), n);
+        if (info.dtype == DType::BF16) {
+            host16.resize(size_t(n));
+#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
+            for (int64_t i = 0; i < n; ++i) host16[size_t(i)] = f32_to_bf16(host[size_t(i)]);
+            to_backend(p.weight, host16.data(), size_t(n) * sizeof(bf16));
+        } else {
+            to_backend(p.weight, host.data(), size_t(n) * sizeof(float));
+        }
     }
 }
 
