@@ -18,13 +18,10 @@ void adafactor_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamP
     if (pol.second_moment == SecondMomentKind::FULL) {
         float* V = need_state(s, StateKind::SECOND_FULL);
         const int64_t n = p.numel();
-        double sumsq = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sumsq) if(n >= OPTIM_PARALLEL_MIN)
-        for (int64_t i = 0; i < n; ++i) {
+        const double sumsq = sum_of_squares(n, [&](int64_t i) {
             float v = V[i];
-            float u = adafactor_full_element(grad_at(s, i), v, b, omb, eps1);
-            sumsq += double(u) * double(u);
-        }
+            return adafactor_full_element(grad_at(s, i), v, b, omb, eps1);
+        });
         const float clip = std::fmax(1.0f, float(std::sqrt(sumsq / double(n)) / opt.update_clip));
         for_each_write(s, wb, 0, n,
                        [&](int64_t i) { return adafactor_full_element(grad_at(s, i), V[i], b, omb, eps1) / clip; });
@@ -47,13 +44,10 @@ void adafactor_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamP
         for (int64_t c = 0; c < ms.cols; ++c) Ce[c] = optim_ema(Ce[c], float(cmean[size_t(c)]), b, omb);
         const float rm = float(rsum / double(ms.rows));
         const int64_t base = e * ms.rows * ms.cols, n = ms.rows * ms.cols;
-        double sumsq = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sumsq) if(n >= OPTIM_PARALLEL_MIN)
-        for (int64_t i = 0; i < n; ++i) {
+        const double sumsq = sum_of_squares(n, [&](int64_t i) {
             int64_t r = i / ms.cols, c = i - r * ms.cols;
-            float u = adafactor_factored_element(grad_at(s, base + i), Re[r], rm, Ce[c]);
-            sumsq += double(u) * double(u);
-        }
+            return adafactor_factored_element(grad_at(s, base + i), Re[r], rm, Ce[c]);
+        });
         const float clip = std::fmax(1.0f, float(std::sqrt(sumsq / double(n)) / opt.update_clip));
         for_each_write(s, wb, base, base + n, [&](int64_t j) {
             int64_t i = j - base, r = i / ms.cols, c = i - r * ms.cols;

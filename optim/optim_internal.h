@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "engine/error.h"
 #include "kernels/common/bf16.h"
@@ -119,6 +120,28 @@ void for_each_write(const ParamSlot& s, const WriteBack& wb, int64_t begin, int6
             store_update_bits(s, wb, i, u, blk.v[(base + i) & 3]);
         }
     }
+}
+
+/// Sum over i in [0, n) of f(i)^2 in double, over fixed chunks of 4096 elements summed in order:
+/// the same value for any thread count (a resumed run on another machine clips identically).
+template <class F>
+double sum_of_squares(int64_t n, F&& f) {
+    constexpr int64_t CHUNK = 4096;
+    const int64_t nch = (n + CHUNK - 1) / CHUNK;
+    std::vector<double> part(static_cast<size_t>(nch), 0.0);
+#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
+    for (int64_t c = 0; c < nch; ++c) {
+        double acc = 0;
+        const int64_t hi = std::min(n, (c + 1) * CHUNK);
+        for (int64_t i = c * CHUNK; i < hi; ++i) {
+            double u = double(f(i));
+            acc += u * u;
+        }
+        part[size_t(c)] = acc;
+    }
+    double total = 0;
+    for (double v : part) total += v;
+    return total;
 }
 
 /// Number of elements the slot covers (its view or the whole tensor).

@@ -56,13 +56,10 @@ void skewadam_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPo
                 }
                 return num / rowscale[size_t(r)] / colscale[size_t(c)];
             };
-            double sumsq = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sumsq) if(n >= OPTIM_PARALLEL_MIN)
-            for (int64_t i = 0; i < n; ++i) {
+            const double sumsq = sum_of_squares(n, [&](int64_t i) {
                 float m_new = 0;
-                float u = update(i, m_new);
-                sumsq += double(u) * double(u);
-            }
+                return update(i, m_new);
+            });
             const float clip = std::fmax(1.0f, float(std::sqrt(sumsq / double(n)) / opt.update_clip));
             for_each_write(s, wb, base, base + n, [&](int64_t j) {
                 float m_new = 0;
@@ -90,13 +87,10 @@ void skewadam_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPo
         v_new = V[i];
         return num / skewadam_full_denom(g, v_new, b2, omb2, eps);
     };
-    double sumsq = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sumsq) if(n >= OPTIM_PARALLEL_MIN)
-    for (int64_t i = 0; i < n; ++i) {
+    const double sumsq = sum_of_squares(n, [&](int64_t i) {
         float m_new = 0, v_new = 0;
-        float u = update(i, m_new, v_new);
-        sumsq += double(u) * double(u);
-    }
+        return update(i, m_new, v_new);
+    });
     const float clip = std::fmax(1.0f, float(std::sqrt(sumsq / double(n)) / opt.update_clip));
     for_each_write(s, wb, 0, n, [&](int64_t i) {
         float m_new = 0, v_new = 0;

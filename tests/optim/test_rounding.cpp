@@ -119,6 +119,16 @@ TEST_CASE("dithered rounding is biased toward zero at binade edges (research 9.2
         // About 2^-10 of |w| toward zero, as the issue states.
         CHECK(std::fabs(bias * double(u) / double(x) * 1024.0) > 0.9);
     }
+    // Small updates are amplified: for representable w = 1.25 (m = 1.25) and delta = 0.1u,
+    // E[new] - w = 2 delta / m = 0.16u (exact stochastic rounding: 0.1u).
+    {
+        const float u = ulp_bf16(1.25f), x = 1.25f + 0.1f * u;
+        Stats d = draw_mean(x, n, 4, dith);
+        INFO("gain: mean step / u = " << (d.mean - 1.25) / double(u));
+        CHECK(std::fabs((d.mean - 1.25) / double(u) - 0.16) < 0.01);
+        Stats s = draw_mean(x, n, 4, sr);
+        CHECK(std::fabs((s.mean - 1.25) / double(u) - 0.1) < 0.01);
+    }
     // A representable value with a zero update moves with probability (m-1)/m (1/3 at m = 1.5).
     int64_t moved = 0;
     for (int64_t i = 0; i < n; ++i) moved += bf16_round_dithered(1.5f, rounding_bits(9, 1, 0, uint64_t(i))).bits != f32_to_bf16(1.5f).bits;
