@@ -331,38 +331,56 @@ static void bpe_small(const Tokenizer& tok, std::string_view piece, std::vector<
     out.insert(out.end(), ids, ids + count);
 }
 
-// Long pieces: a doubly linked list of symbols and a min-heap of (rank, position) with lazy deletion.
+// Long pieces: a doubly linked list of symbols and a binary min-heap of (rank, position) with lazy
+// deletion: an entry is stale when its left or right symbol has changed since it was pushed.
 static void bpe_heap(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out) {
-    const int64_t n = static_cast<int64_t>(piece.size());
-    struct Node { int32_t id; int64_t prev, next; };
-    std::vector<Node> nodes(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; i++) nodes[i] = {tok.byte_token[static_cast<unsigned char>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1};
-    struct Entry { uint32_t rank; int64_t pos; int32_t left, right, merged; };
-    auto later = [](const Entry& a, const Entry& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
-    std::priority_queue<Entry, std::vector<Entry>, decltype(later)> heap(later);
-    auto push = [&](int64_t pos) {
-        if (pos < 0) return;
-        int64_t nx = nodes[pos].next;
-        if (nx < 0) return;
+    const int32_t n = static_cast<int32_t>(piece.size());
+    std::vector<int32_t> id(static_cast<size_t>(n)), next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; i++) {
+        id[i] = tok.byte_token[static_cast<unsigned char>(piece[i])];
+        prev[i] = i - 1;
+        next[i] = i + 1 < n ? i + 1 : -1;
+    }
+    struct Entry { uint64_t key; int32_t left, right; };  // key = rank << 32 | position: leftmost lowest rank first
+    auto later = [](const Entry& a, const Entry& b) { return a.key > b.key; };
+    std::vector<Entry> heap;
+    heap.reserve(static_cast<size_t>(n));
+    auto entry = [&](int32_t pos, Entry& e) {
+        if (pos < 0 || next[pos] < 0) return false;
         uint32_t rank;
         int32_t merged;
-        if (lookup_merge(tok, nodes[pos].id, nodes[nx].id, rank, merged)) heap.push({rank, pos, nodes[pos].id, nodes[nx].id, merged});
+        if (!lookup_merge(tok, id[pos], id[next[pos]], rank, merged)) return false;
+        e = {(uint64_t(rank) << 32) | uint32_t(pos), id[pos], id[next[pos]]};
+        return true;
     };
-    for (int64_t i = 0; i + 1 < n; i++) push(i);
+    Entry e;
+    for (int32_t i = 0; i + 1 < n; i++)
+        if (entry(i, e)) heap.push_back(e);
+    std::make_heap(heap.begin(), heap.end(), later);
+    auto push = [&](int32_t pos) {
+        if (entry(pos, e)) {
+            heap.push_back(e);
+            std::push_heap(heap.begin(), heap.end(), later);
+        }
+    };
     while (!heap.empty()) {
-        Entry e = heap.top();
-        heap.pop();
-        Node& node = nodes[e.pos];
-        if (node.id != e.left || node.next < 0 || nodes[node.next].id != e.right) continue;  // stale
-        int64_t right = node.next;
-        node.id = e.merged;
-        node.next = nodes[right].next;
-        if (node.next >= 0) nodes[node.next].prev = e.pos;
-        nodes[right].id = -1;
-        push(node.prev);
-        push(e.pos);
+        std::pop_heap(heap.begin(), heap.end(), later);
+        Entry top = heap.back();
+        heap.pop_back();
+        const int32_t pos = int32_t(top.key & 0xFFFFFFFFu);
+        const int32_t right = next[pos];
+        if (id[pos] != top.left || right < 0 || id[right] != top.right) continue;  // stale
+        uint32_t rank = 0;
+        int32_t merged = -1;
+        lookup_merge(tok, top.left, top.right, rank, merged);  // present: the entry was made from it
+        id[pos] = merged;
+        next[pos] = next[right];
+        if (next[pos] >= 0) prev[next[pos]] = pos;
+        id[right] = -1;
+        push(prev[pos]);
+        push(pos);
     }
-    for (int64_t i = 0; i >= 0; i = nodes[i].next) out.push_back(nodes[i].id);
+    for (int32_t i = 0; i >= 0; i = next[i]) out.push_back(id[i]);
 }
 
 void tokenizer_bpe(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out) {

@@ -53,7 +53,7 @@ struct TokenizerWorkspace {
 
     struct Impl;
     std::unique_ptr<Impl> impl;
-    size_t max_cache_entries = 1 << 20;  // the cache (~100 bytes an entry) is emptied when it holds this many
+    size_t max_cache_entries = 1 << 18;  // emptied when it holds this many words (~60 bytes each, ~16 MB)
 };
 
 /// Load a GPT-2 vocabulary from dir: encoder.json + vocab.bpe (OpenAI's files) or vocab.json +
