@@ -24,6 +24,12 @@ __device__ __forceinline__ int tile_valid(int64_t T, int64_t row0) {
     return T - row0 < kTile ? int(T - row0) : kTile;
 }
 
+// Whether lane owns dimension lane + 32c of a head of D dims (all lanes do when D % 32 == 0).
+template <int D>
+__device__ __forceinline__ bool dim_ok(int lane, int c) {
+    return D % 32 == 0 || lane + 32 * c < D;
+}
+
 // Dot product of two bf16 rows of length D held in shared memory (4-byte aligned), fp32.
 template <int D>
 __device__ __forceinline__ float dot_rows(const bf16* a, const bf16* b) {
@@ -58,7 +64,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
     attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
                              const bf16* __restrict__ k, const bf16* __restrict__ v, int64_t T, int64_t H, int64_t KV,
                              float scale) {
-    constexpr int S = D + 2, C = D / 32;
+    constexpr int S = D + 2, C = (D + 31) / 32;
     __shared__ __align__(16) bf16 sQ[kTile * S], sK[kTile * S], sV[kTile * S];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
@@ -98,7 +104,8 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
             for (int jj = 0; jj < kTile; ++jj) {
                 const float pj = __shfl_sync(0xffffffffu, p, jj);
 #pragma unroll
-                for (int c = 0; c < C; ++c) acc[i][c] += pj * ld(sV[jj * S + lane + 32 * c]);
+                for (int c = 0; c < C; ++c)
+                    if (dim_ok<D>(lane, c)) acc[i][c] += pj * ld(sV[jj * S + lane + 32 * c]);
             }
         }
     }
@@ -110,7 +117,8 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
         const float inv = 1.0f / l[i];
         bf16* o = out + ((b * T + t) * H + h) * D;
 #pragma unroll
-        for (int c = 0; c < C; ++c) st(o + lane + 32 * c, acc[i][c] * inv);
+        for (int c = 0; c < C; ++c)
+            if (dim_ok<D>(lane, c)) st(o + lane + 32 * c, acc[i][c] * inv);
         if (lse && lane == 0) lse[(b * H + h) * T + t] = m[i] + logf(l[i]);
     }
 }
@@ -136,7 +144,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
     attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const bf16* __restrict__ q,
                                  const bf16* __restrict__ k, const bf16* __restrict__ v, const float* __restrict__ lse,
                                  const float* __restrict__ dvec, int64_t T, int64_t H, int64_t KV, float scale) {
-    constexpr int S = D + 2, C = D / 32;
+    constexpr int S = D + 2, C = (D + 31) / 32;
     __shared__ __align__(16) bf16 sQ[kTile * S], sG[kTile * S], sK[kTile * S], sV[kTile * S];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
@@ -175,7 +183,8 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
             for (int jj = 0; jj < kTile; ++jj) {
                 const float dsj = __shfl_sync(0xffffffffu, ds, jj);
 #pragma unroll
-                for (int c = 0; c < C; ++c) acc[i][c] += dsj * ld(sK[jj * S + lane + 32 * c]);
+                for (int c = 0; c < C; ++c)
+                    if (dim_ok<D>(lane, c)) acc[i][c] += dsj * ld(sK[jj * S + lane + 32 * c]);
             }
         }
     }
@@ -185,7 +194,8 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
         if (r >= q_valid) continue;
         bf16* o = dq + ((b * T + q0 + r) * H + h) * D;
 #pragma unroll
-        for (int c = 0; c < C; ++c) st(o + lane + 32 * c, acc[i][c]);
+        for (int c = 0; c < C; ++c)
+            if (dim_ok<D>(lane, c)) st(o + lane + 32 * c, acc[i][c]);
     }
 }
 
@@ -197,7 +207,7 @@ __global__ void __launch_bounds__(kKvWarps * 32)
                                    const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                                    const float* __restrict__ lse, const float* __restrict__ dvec, int64_t T, int64_t H,
                                    int64_t KV, float scale) {
-    constexpr int S = D + 2, C = D / 32, RW = kTile / kKvWarps;  // query rows per warp in the score phase
+    constexpr int S = D + 2, C = (D + 31) / 32, RW = kTile / kKvWarps;  // query rows per warp in the score phase
     __shared__ __align__(16) bf16 sQ[kTile * S], sG[kTile * S], sK[kTile * S], sV[kTile * S];
     __shared__ float sP[kTile][kTile + 1], sDS[kTile][kTile + 1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -242,6 +252,7 @@ __global__ void __launch_bounds__(kKvWarps * 32)
                     const float p = sP[i][key], ds = sDS[i][key];
 #pragma unroll
                     for (int c = 0; c < C; ++c) {
+                        if (!dim_ok<D>(lane, c)) continue;
                         adv[jj][c] += p * ld(sG[i * S + lane + 32 * c]);
                         adk[jj][c] += ds * ld(sQ[i * S + lane + 32 * c]);
                     }
@@ -256,10 +267,21 @@ __global__ void __launch_bounds__(kKvWarps * 32)
         const int64_t row = ((b * T + j0 + key) * KV + g) * D;
 #pragma unroll
         for (int c = 0; c < C; ++c) {
+            if (!dim_ok<D>(lane, c)) continue;
             st(dk + row + lane + 32 * c, adk[jj][c]);
             st(dv + row + lane + 32 * c, adv[jj][c]);
         }
     }
+}
+
+template <int D>
+void attention_backward_launch(dim3 grid_kv, dim3 grid_q, bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
+                               const bf16* k, const bf16* v, const float* lse, const float* dvec, int64_t T, int64_t H,
+                               int64_t KV, float scale, cudaStream_t stream) {
+    attention_backward_dkdv_kernel<D><<<grid_kv, kKvWarps * 32, 0, stream>>>(dk, dv, dout, q, k, v, lse, dvec, T, H, KV,
+                                                                             scale);
+    cuda_check_kernel("attention_backward_dkdv_kernel");
+    attention_backward_dq_kernel<D><<<grid_q, kFwdWarps * 32, 0, stream>>>(dq, dout, q, k, v, lse, dvec, T, H, KV, scale);
 }
 
 void check_shape(const char* op, const AttentionShape& s) {
@@ -269,14 +291,16 @@ void check_shape(const char* op, const AttentionShape& s) {
         throw_op_error(op, "n_heads, n_kv_heads and head_dim must be positive");
     if (s.n_heads % s.n_kv_heads != 0) throw_op_error(op, "n_heads is not a multiple of n_kv_heads");
     if (!attention_supports_head_dim(s.head_dim))
-        throw_op_error(op, "the CUDA attention kernels take head_dim 64 or 128 only");
+        throw_op_error(op, "the CUDA attention kernels take head_dim 16, 32, 64 or 128 only");
 }
 
 }  // namespace
 
 // ---- launchers
 
-bool attention_supports_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+bool attention_supports_head_dim(int64_t head_dim) {
+    return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
 
 void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttentionShape& s,
                        cudaStream_t stream) {
@@ -285,10 +309,12 @@ void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, cons
     if (B == 0 || T == 0) return;
     const float scale = 1.0f / std::sqrt(float(s.head_dim));
     const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(B * H));
-    if (s.head_dim == 64)
-        attention_forward_kernel<64><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale);
-    else
-        attention_forward_kernel<128><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale);
+    switch (s.head_dim) {
+        case 16: attention_forward_kernel<16><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale); break;
+        case 32: attention_forward_kernel<32><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale); break;
+        case 64: attention_forward_kernel<64><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale); break;
+        default: attention_forward_kernel<128><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale);
+    }
     cuda_check_kernel("attention_forward_kernel");
 }
 
@@ -309,18 +335,11 @@ void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf
     cuda_check_kernel("attention_dvec_kernel");
     const unsigned tiles = unsigned((T + kTile - 1) / kTile);
     const dim3 grid_kv(tiles, unsigned(B * KV)), grid_q(tiles, unsigned(B * H));
-    if (D == 64) {
-        attention_backward_dkdv_kernel<64><<<grid_kv, kKvWarps * 32, 0, stream>>>(dk, dv, dout, q, k, v, lse, dvec, T, H,
-                                                                                  KV, scale);
-        cuda_check_kernel("attention_backward_dkdv_kernel");
-        attention_backward_dq_kernel<64><<<grid_q, kFwdWarps * 32, 0, stream>>>(dq, dout, q, k, v, lse, dvec, T, H, KV,
-                                                                                scale);
-    } else {
-        attention_backward_dkdv_kernel<128><<<grid_kv, kKvWarps * 32, 0, stream>>>(dk, dv, dout, q, k, v, lse, dvec, T,
-                                                                                   H, KV, scale);
-        cuda_check_kernel("attention_backward_dkdv_kernel");
-        attention_backward_dq_kernel<128><<<grid_q, kFwdWarps * 32, 0, stream>>>(dq, dout, q, k, v, lse, dvec, T, H, KV,
-                                                                                 scale);
+    switch (D) {
+        case 16: attention_backward_launch<16>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream); break;
+        case 32: attention_backward_launch<32>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream); break;
+        case 64: attention_backward_launch<64>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream); break;
+        default: attention_backward_launch<128>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream);
     }
     cuda_check_kernel("attention_backward_dq_kernel");
 }

@@ -1,6 +1,6 @@
 // CUDA causal grouped-query attention, flash-style (design.md: 32 query heads share 8 KV heads,
 // head dim 128): tiles of Q, K, V in shared memory, online softmax, the log-sum-exp saved for the
-// backward, scores recomputed there. head_dim 64 and 128. CPU twin: kernels/cpu/attention.cpp;
+// backward, scores recomputed there. head_dim 16, 32 (tiny.yaml), 64 and 128 (the paper). CPU twin: kernels/cpu/attention.cpp;
 // semantics and layouts: AttentionShape and Backend::attention_* in kernels/backend.h.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -11,11 +11,11 @@
 
 namespace skew::cuda {
 
-/// True when the CUDA kernels take this head_dim (64 or 128).
+/// True when the CUDA kernels take this head_dim (16, 32, 64 or 128).
 bool attention_supports_head_dim(int64_t head_dim);
 
 /// out (B, T, H, D) bf16 = softmax(q·k^T/sqrt(D) + causal mask)·v; lse (B, H, T) fp32 (nullable).
-/// Errors: n_heads not a multiple of n_kv_heads, head_dim not 64 or 128.
+/// Errors: n_heads not a multiple of n_kv_heads, head_dim not 16, 32, 64 or 128.
 void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttentionShape& s,
                        cudaStream_t stream);
 

@@ -1,5 +1,5 @@
-// GPU tests of the flash-style causal GQA attention against the CPU reference: head_dim 64 and
-// 128, grouped KV heads (4 query heads per KV head, and 1), sequence lengths that are not a
+// GPU tests of the flash-style causal GQA attention against the CPU reference: head_dim 16, 32,
+// 64 and 128, grouped KV heads (4 query heads per KV head, and 1), sequence lengths that are not a
 // multiple of the 32-row tile. Outputs and gradients are bf16: normalized MSE <= 1e-4.
 #include "tests/gpu/gpu_harness.h"
 
@@ -47,6 +47,12 @@ TEST_CASE("gpu attention matches the CPU for head_dim 128 (the paper's) and plai
     check_attention(AttentionShape{1, 130, 4, 1, 128}, 11);
     check_attention(AttentionShape{2, 32, 2, 2, 128}, 21);
     check_attention(AttentionShape{1, 1, 2, 1, 64}, 31);
+}
+
+TEST_CASE("gpu attention matches the CPU for the small head dims of tiny.yaml (16) and 32") {
+    SKEW_REQUIRE_GPU();
+    check_attention(AttentionShape{2, 32, 4, 2, 16}, 41);
+    check_attention(AttentionShape{1, 45, 4, 4, 32}, 51);
 }
 
 TEST_CASE("gpu attention rejects a head_dim it has no kernel for") {
