@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "data/shard.h"
 #include "engine/error.h"
@@ -69,6 +71,19 @@ TokenSplit token_split_open(const std::string& dir, const std::string& split) {
     if (paths.empty()) fail("data: no {} shards (*{}_*.bin) in {}; run `skew prepare --out {}`", split, split, dir, dir);
     std::sort(paths.begin(), paths.end());
     return token_split_open_files(paths, split);
+}
+
+bool token_split_check_manifest(const std::string& dir, const std::string& separator) {
+    std::string path = (std::filesystem::path(dir) / "manifest.json").string();
+    std::ifstream f(path);
+    if (!f) return false;
+    auto m = nlohmann::json::parse(f, nullptr, false);
+    if (m.is_discarded() || !m.is_object()) fail("data: {} is not valid JSON; re-run `skew prepare --out {}`", path, dir);
+    std::string prepared = m.value("separator", "");
+    if (prepared != separator)
+        fail("data: the config says data.separator: {}, but the shards in {} were prepared with separator {} ({}); "
+             "re-run `skew prepare --separator {}` or change data.separator", separator, dir, prepared, path, separator);
+    return true;
 }
 
 void token_split_read(const TokenSplit& split, int64_t start, int64_t count, int32_t* out) {

@@ -111,6 +111,9 @@ TEST_CASE("prepare with separator none concatenates documents with nothing betwe
     }
     CHECK(read_split(o.out_dir, "train") == expect);
     CHECK(token_split_open(o.out_dir, "val").tokens == 0);
+    CHECK(token_split_check_manifest(o.out_dir, "none"));
+    CHECK_THROWS_WITH(token_split_check_manifest(o.out_dir, "eot"), Catch::Contains("separator none"));
+    CHECK_FALSE(token_split_check_manifest((d / "in").string(), "eot"));  // no manifest: nothing to check
     fs::remove_all(d);
 }
 
