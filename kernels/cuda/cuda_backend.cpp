@@ -80,6 +80,23 @@ void CudaBackend::check_errors() {
     fail("CUDA backend: kernels found{} (error word {:#x})", what, word);
 }
 
+void CudaBackend::copy_to_device(void* dst, const void* src, int64_t bytes) {
+    check_nonneg("copy_to_device bytes", bytes);
+    if (bytes == 0) return;
+    // Pageable sources are staged before the call returns; pinned ones are read asynchronously.
+    cuda_check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream_));
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, src) == cudaSuccess && attr.type == cudaMemoryTypeHost)
+        cuda_check(cudaStreamSynchronize(stream_));
+    cudaGetLastError();
+}
+
+void CudaBackend::copy_to_host(void* dst, const void* src, int64_t bytes) {
+    check_nonneg("copy_to_host bytes", bytes);
+    if (bytes > 0) cuda_check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+}
+
 void CudaBackend::set_matmul_workspace(void* workspace, int64_t bytes) { mm_->set_workspace(workspace, bytes); }
 
 void CudaBackend::matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s) {

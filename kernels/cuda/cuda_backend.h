@@ -40,6 +40,10 @@ public:
     /// The matrix-product wrapper and the grouped expert matmul (benchmarks).
     Matmul& matmul_impl() { return *mm_; }
     GroupedMatmul& grouped_matmul() { return *grouped_; }
+    /// Copy `bytes` from host memory to device memory, stream-ordered (returns once src may be reused).
+    void copy_to_device(void* dst, const void* src, int64_t bytes);
+    /// Copy `bytes` from device memory to host memory; synchronizes the stream, then check_errors().
+    void copy_to_host(void* dst, const void* src, int64_t bytes);
     /// Bytes of backend-owned scratch currently allocated (outside the arena; grows on demand).
     int64_t scratch_bytes() const { return scratch_bytes_; }
 

@@ -1,6 +1,7 @@
 // NVTX ranges (header-only nvtx3) so Nsight Systems shows every phase by name: forward and backward
 // per block, optimizer per tier. `NvtxRange r("block 1 moe forward");` pushes now, pops at scope end.
 #pragma once
+#include <cuda_profiler_api.h>
 #include <nvtx3/nvToolsExt.h>
 
 namespace skew::cuda {
@@ -13,6 +14,11 @@ struct NvtxRange {
     NvtxRange(const NvtxRange&) = delete;
     NvtxRange& operator=(const NvtxRange&) = delete;
 };
+
+/// Start / stop the profiler's capture range (`nsys profile --capture-range=cudaProfilerApi`):
+/// the trainer's --profile-steps A:B calls start before step A and stop after step B.
+inline void profiler_start() { cudaProfilerStart(); }
+inline void profiler_stop() { cudaProfilerStop(); }
 
 }  // namespace skew::cuda
 

@@ -208,3 +208,13 @@ TEST_CASE("gpu embedding reports a token outside the vocabulary") {
     CHECK_THROWS_AS(gpu().synchronize(), skew::Error);
     CHECK_NOTHROW(gpu().synchronize());  // the word is cleared after reporting
 }
+
+TEST_CASE("gpu copies to and from the device round-trip through the backend's stream") {
+    SKEW_REQUIRE_GPU();
+    const auto x = random_vector(4099, 1);
+    Dev<float> d(x.size());
+    gpu().copy_to_device(d.p, x.data(), int64_t(x.size() * sizeof(float)));
+    std::vector<float> back(x.size());
+    gpu().copy_to_host(back.data(), d.p, int64_t(back.size() * sizeof(float)));
+    CHECK(back == x);
+}
