@@ -21,6 +21,7 @@ void register_train_command(CLI::App& app) {
         std::string resume;
         bool plain = false;
         int64_t stop_after = 0;
+        int64_t inject_nan = 0;
     };
     auto a = std::make_shared<Args>();
     CLI::App* cmd = app.add_subcommand("train", "Train each optimizer in turn from one initialization on identical batches");
@@ -32,12 +33,16 @@ void register_train_command(CLI::App& app) {
     cmd->add_flag("--plain", a->plain, "Plain log lines even on a terminal (no live status line)");
     cmd->add_option("--stop-after", a->stop_after, "Stop cleanly with a checkpoint after this step (as SIGINT would)")
         ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--debug-inject-nan", a->inject_nan, "Testing: put a NaN into the router's gradient at this step")
+        ->check(CLI::NonNegativeNumber)
+        ->group("Debug");
     cmd->callback([a] {
         std::vector<std::string> overrides = a->overrides;
         if (!a->optimizers.empty()) overrides.push_back("train.optimizers=[" + a->optimizers + "]");
         TrainOptions opts;
         opts.force_plain_log = a->plain;
         opts.stop_after_step = a->stop_after;
+        opts.inject_nan_step = a->inject_nan;
         Config cfg;
         if (!a->resume.empty()) {
             if (!a->config.empty()) fail("--resume {}: give either a config or --resume, not both (the run's config.yaml is used)", a->resume);

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <omp.h>
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
 
 #include <chrono>
 #include <cmath>
@@ -43,18 +42,23 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-/// Peak resident memory of this process in bytes (the CPU backend's "peak memory").
-int64_t peak_rss_bytes() {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    return int64_t(u.ru_maxrss) * 1024;
-}
-
 std::unique_ptr<Backend> make_backend(const Config& cfg) {
     const std::string& b = cfg.runtime.backend;
     if (b == "cpu" || b == "auto") return make_cpu_backend();
     fail("{}: runtime.backend: '{}' — the CUDA training path is not wired into `skew train` yet (docs/gpu-status.md); "
          "use runtime.backend=cpu", cfg.source, b);
+}
+
+/// Testing hook (--debug-inject-nan): element 0 of the last MoE block's router gradient (or the
+/// last parameter's gradient in a dense model) becomes NaN, as a numerical fault would leave it.
+void inject_nan_gradient(Model& m) {
+    const ParamRef* target = &m.params.back();
+    for (const ParamRef& p : m.params)
+        if (p.info->role == Role::ROUTER) target = &p;
+    if (target->grad.type == ScalarType::F32)
+        static_cast<float*>(target->grad.data)[0] = std::nanf("");
+    else
+        static_cast<bf16*>(target->grad.data)[0] = f32_to_bf16(std::nanf(""));
 }
 
 struct Batches {
@@ -174,6 +178,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             bal += p.balance_loss / double(accum);
             z += p.z_loss / double(accum);
         }
+        if (step == opts.inject_nan_step) inject_nan_gradient(model);
         const double loss = lm + bal + z;
         const double grad_norm = tc.grad_clip > 0 ? model_clip_gradients(model, tc.grad_clip) : model_grad_norm(model);
         StepRecord rec;
@@ -224,7 +229,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             e.val_ppl = std::exp(ev.val_loss);
             e.val_balance_loss = ev.val_balance_loss;
             e.tokens_per_sec = double(since_eval_tokens) / since_eval_seconds;
-            e.peak_memory_bytes = peak_rss_bytes();
+            e.peak_memory_bytes = process_peak_rss_bytes();
             e.lr = lr;
             e.grad_norm = grad_norm;
             add_eval(metrics, e);

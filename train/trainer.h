@@ -15,6 +15,7 @@ struct TrainOptions {
     bool resume = false;     // continue the run in run_dir from its last checkpoints
     bool force_plain_log = false;  // plain log lines even on a terminal
     int64_t stop_after_step = 0;   // testing/debugging: stop cleanly (checkpoint) after this step; 0 = off
+    int64_t inject_nan_step = 0;   // testing: write a NaN into the router's gradient at this step; 0 = off
 };
 
 /// What one optimizer's run ended with.
