@@ -105,6 +105,11 @@ void allocate_host_state(const OptimizerConfig& opt, std::span<ParamSlot> params
 void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena,
                       std::span<ParamSlot> params);
 
+/// Slots for every parameter of `table` over the arena: weight "weight.<param>", gradient
+/// "grad.<param>" (its dtype from the plan) and the state bound by bind_arena_state. The arena must
+/// have been allocated from a plan for `opt`; throws skew::Error naming a missing buffer.
+std::vector<ParamSlot> arena_param_slots(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena);
+
 /// Write every state tensor (param name, kind, numel, raw fp32 little-endian) to `out`; bit-exact.
 void save_optimizer_state(std::ostream& out, const OptimizerConfig& opt, std::span<const ParamSlot> params);
 

@@ -53,4 +53,20 @@ void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const
     }
 }
 
+std::vector<ParamSlot> arena_param_slots(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena) {
+    if (!arena.plan) fail("optimizer '{}': the arena has no memory plan", opt.name);
+    std::vector<ParamSlot> slots(table.params.size());
+    for (size_t i = 0; i < slots.size(); ++i) {
+        const ParamInfo& p = table.params[i];
+        const int g = arena.plan->find("grad." + p.name);
+        if (g < 0) fail("optimizer '{}': the memory plan has no gradient buffer for '{}'", opt.name, p.name);
+        slots[i].info = &p;
+        slots[i].weight = arena.ptr("weight." + p.name);
+        slots[i].grad = arena.ptr(g);
+        slots[i].grad_dtype = arena.plan->buffers[size_t(g)].dtype;
+    }
+    bind_arena_state(opt, table, arena, slots);
+    return slots;
+}
+
 }  // namespace skew

@@ -1,5 +1,5 @@
-// Helpers for the optimizer tests: hand-built parameters (no engine .cpp needed), their weights,
-// gradients and host state, and hand-built optimizer configs matching the paper's presets.
+// Helpers for the optimizer tests: hand-built parameters (no model needed), their weights,
+// gradients and host optimizer state.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -61,29 +61,5 @@ struct TensorSet {
         else w32[t][size_t(i)] = x;
     }
 };
-
-/// A SkewAdam-family config by hand (the paper's Table 3 presets), independent of builtin_optimizer.
-inline OptimizerConfig skewadam_config(const std::string& variant = "skewadam") {
-    OptimizerConfig c;
-    c.name = variant;
-    c.type = "skewadam";
-    c.tiers[size_t(Tier::BACKBONE)] = {MomentumKind::FP32, SecondMomentKind::FACTORED, 0.05};
-    c.tiers[size_t(Tier::EXPERTS)] = {MomentumKind::NONE, SecondMomentKind::FACTORED, 0.05};
-    c.tiers[size_t(Tier::ROUTER)] = {MomentumKind::NONE, SecondMomentKind::FULL, 0.0};
-    if (variant == "skewadam-expert-momentum") c.tiers[size_t(Tier::EXPERTS)].momentum = MomentumKind::FP32;
-    if (variant == "skewadam-factored-router") c.tiers[size_t(Tier::ROUTER)].second_moment = SecondMomentKind::FACTORED;
-    if (variant == "uniform") {
-        c.tiers[size_t(Tier::EXPERTS)].momentum = MomentumKind::FP32;
-        c.tiers[size_t(Tier::ROUTER)] = {MomentumKind::FP32, SecondMomentKind::FACTORED, 0.0};
-    }
-    return c;
-}
-
-inline OptimizerConfig simple_config(const std::string& type) {
-    OptimizerConfig c;
-    c.name = type;
-    c.type = type;
-    return c;
-}
 
 }  // namespace skew::test

@@ -352,13 +352,10 @@ TEST_CASE("state bound from the arena: one step on a small model through the pla
         opt.rank = 8;
         MemoryPlan plan = build_memory_plan(cfg, table, opt, 1);
         Arena arena = allocate_host_arena(plan);
-        std::vector<ParamSlot> slots(table.params.size());
+        std::vector<ParamSlot> slots = arena_param_slots(opt, table, arena);
         for (size_t i = 0; i < slots.size(); ++i) {
             const ParamInfo& p = table.params[i];
-            slots[i].info = &p;
-            slots[i].weight = arena.ptr("weight." + p.name);
-            slots[i].grad = arena.ptr("grad." + p.name);
-            slots[i].grad_dtype = plan.buffers[size_t(plan.find("grad." + p.name))].dtype;
+            CHECK(slots[i].weight == arena.ptr("weight." + p.name));
             // Small nonzero gradients so every path runs.
             void* gp = arena.ptr("grad." + p.name);
             for (int64_t k = 0; k < p.numel(); ++k) {
@@ -367,7 +364,6 @@ TEST_CASE("state bound from the arena: one step on a small model through the pla
                 else static_cast<bf16*>(gp)[k] = f32_to_bf16(gv);
             }
         }
-        bind_arena_state(opt, table, arena, slots);
         REQUIRE_NOTHROW(optimizer_step(opt, slots, OptimStep{1, 1e-3, 42}));
         OptimizerConfig other = builtin_optimizer(std::string(name) == "adamw" ? "lion" : "adamw");
         if (other.type != opt.type) CHECK_THROWS_AS(bind_arena_state(other, table, arena, slots), skew::Error);
