@@ -163,7 +163,8 @@ double model_grad_norm(Model& m);
 
 /// Clip gradients to global norm max_norm (PyTorch clip_grad_norm_: scale by
 /// max_norm / (norm + 1e-6) when that is below 1). Returns the norm before clipping.
-/// max_norm <= 0 disables clipping (the norm is still returned).
+/// max_norm <= 0 disables clipping (the norm is still returned). A non-finite norm scales nothing
+/// and is returned as is, for the caller to skip the step.
 double model_clip_gradients(Model& m, double max_norm);
 
 }  // namespace skew
