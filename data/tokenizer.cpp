@@ -10,8 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <queue>
-#include <sstream>
+#include <unordered_map>
 
 #include "engine/error.h"
 
