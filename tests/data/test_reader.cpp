@@ -12,8 +12,8 @@
 using namespace skew::data;
 namespace fs = std::filesystem;
 
-static fs::path corpus_dir() {
-    fs::path d = fs::temp_directory_path() / "skew_test_reader";
+static fs::path corpus_dir(const std::string& name) {  // one folder per test case: ctest -j runs them at once
+    fs::path d = fs::temp_directory_path() / ("skew_test_reader_" + name);
     fs::remove_all(d);
     fs::create_directories(d / "sub");
     std::ofstream(d / "a.txt", std::ios::binary) << "First document.\nStill the first.\n";
@@ -28,7 +28,7 @@ static fs::path corpus_dir() {
 }
 
 TEST_CASE("a directory yields its .txt .jsonl and .gz files in sorted order") {
-    fs::path d = corpus_dir();
+    fs::path d = corpus_dir("dir");
     auto files = expand_inputs({d.string()});
     REQUIRE(files.size() == 3);
     CHECK(fs::path(files[0]).filename() == "a.txt");
@@ -46,7 +46,7 @@ TEST_CASE("a directory yields its .txt .jsonl and .gz files in sorted order") {
 }
 
 TEST_CASE("globs and explicit files are read and a pattern matching nothing is an error") {
-    fs::path d = corpus_dir();
+    fs::path d = corpus_dir("glob");
     CHECK(read_documents({(d / "*.txt").string()}).size() == 1);
     CHECK(read_documents({(d / "sub" / "b.jsonl").string(), (d / "a.txt").string()}).size() == 4);
     CHECK_THROWS_WITH(read_documents({(d / "*.nothing").string()}), Catch::Contains("matches no"));
