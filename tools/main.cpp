@@ -3,12 +3,22 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
+    // OpenMP (libgomp) reads OMP_WAIT_POLICY when it loads, before main. Its default spin-wait
+    // fights OpenBLAS's own threads and costs 2-10x on small machines; unless the user chose a
+    // policy, run again once with "passive" (measured in bench/README.md).
+    if (!std::getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        execv("/proc/self/exe", argv);  // returns only on failure: then carry on as we are
+    }
     CLI::App app{"skew: train mixture-of-experts language models with tiered optimizer state"};
     app.require_subcommand(1);
     std::string log_level = "info";

@@ -37,6 +37,8 @@ using data::TokenSplit;
 using data::batch_stream_get;
 using data::batch_stream_make;
 using data::batch_stream_next;
+using data::batch_stream_require;
+using data::token_split_check_manifest;
 using data::token_split_open;
 using Clock = std::chrono::steady_clock;
 
@@ -143,10 +145,10 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
     StepLog log = open_step_log(step_log_path(run_dir, opt.name), state.step);
     BatchStream train = batch_stream_make(data.train, B, T, state.data_position);
     BatchStream val = batch_stream_make(data.val, B, T, 0);
-    if (val.num_batches < tc.eval_batches)
-        fail("{}: the validation split holds {} distinct batches of {} x {} tokens, fewer than train.eval_batches = {}; "
-             "lower train.eval_batches or prepare more validation text", cfg.data.dir, val.num_batches, B, T,
-             tc.eval_batches);
+    batch_stream_require(val, tc.eval_batches, "train.eval_batches validation batches");
+    if (train.num_batches < tc.steps)
+        spdlog::warn("{}: the training split holds {} distinct batches of {} x {} tokens for {} steps: batches repeat "
+                     "(the paper's protocol is one epoch without repeats)", cfg.data.dir, train.num_batches, B, T, tc.steps);
     std::vector<int32_t> x(size_t(B * T)), y(size_t(B * T));
     const int64_t warmup = warmup_steps(tc.steps, tc.warmup_frac);
     SkipPolicy policy{tc.max_skipped_steps, state.skipped_steps};
@@ -281,6 +283,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
 std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) {
     if (cfg.runtime.threads > 0) omp_set_num_threads(int(cfg.runtime.threads));
     ParamTable table = build_param_table(cfg.model);
+    token_split_check_manifest(cfg.data.dir, cfg.data.separator);
     Batches data{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
     fs::create_directories(opts.run_dir);
     write_file_atomic((fs::path(opts.run_dir) / "config.yaml").string(), cfg.resolved_yaml + "\n");

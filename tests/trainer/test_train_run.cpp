@@ -196,5 +196,6 @@ TEST_CASE("bad train inputs are refused with a message") {
     Run big = run(train_args("--set train.eval_batches=1000 --set train.steps=1 --optimizers skewadam --out " + work_dir() +
                              "/big"));
     CHECK(big.status == 1);
-    CHECK(big.output.find("fewer than train.eval_batches = 1000") != std::string::npos);
+    CHECK(big.output.find("train.eval_batches") != std::string::npos);
+    CHECK(big.output.find("1000") != std::string::npos);
 }
