@@ -162,6 +162,8 @@ void run_golden(const std::string& name) {
 }  // namespace
 
 TEST_CASE("golden: SkewAdam (Algorithm 1) matches the torch reference") { run_golden("skewadam"); }
+TEST_CASE("golden: SkewAdam expert-momentum policy matches the torch reference") { run_golden("skewadam-expert-momentum"); }
+TEST_CASE("golden: SkewAdam factored-router policy matches the torch reference") { run_golden("skewadam-factored-router"); }
 TEST_CASE("golden: SkewAdam uniform policy matches the torch reference") { run_golden("uniform"); }
 TEST_CASE("golden: AdamW matches the torch reference") { run_golden("adamw"); }
 TEST_CASE("golden: Lion matches the torch reference") { run_golden("lion"); }

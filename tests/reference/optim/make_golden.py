@@ -78,6 +78,12 @@ CONFIGS = {
     "skewadam": dict(type="skewadam", lr=0.02, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.1,
                      tiers={"backbone": ["fp32", "factored", 0.1], "experts": ["none", "factored", 0.1],
                             "router": ["none", "full", 0.0]}),
+    "skewadam-expert-momentum": dict(type="skewadam", lr=0.02, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.1,
+                                     tiers={"backbone": ["fp32", "factored", 0.1], "experts": ["fp32", "factored", 0.1],
+                                            "router": ["none", "full", 0.0]}),
+    "skewadam-factored-router": dict(type="skewadam", lr=0.02, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.1,
+                                     tiers={"backbone": ["fp32", "factored", 0.1], "experts": ["none", "factored", 0.1],
+                                            "router": ["none", "factored", 0.0]}),
     "uniform": dict(type="skewadam", lr=0.02, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.1,
                     tiers={"backbone": ["fp32", "factored", 0.1], "experts": ["fp32", "factored", 0.1],
                            "router": ["fp32", "factored", 0.0]}),
@@ -365,7 +371,8 @@ def galore(cfg, w, grads):
     return st
 
 
-RUN = {"skewadam": skewadam, "uniform": skewadam, "adamw": adamw, "lion": lion, "muon": muon, "muon-kj": muon,
+RUN = {"skewadam": skewadam, "skewadam-expert-momentum": skewadam, "skewadam-factored-router": skewadam,
+       "uniform": skewadam, "adamw": adamw, "lion": lion, "muon": muon, "muon-kj": muon,
        "adafactor": adafactor, "galore": galore, "galore-paper": galore}
 
 
