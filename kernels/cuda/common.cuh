@@ -18,6 +18,28 @@ __device__ __forceinline__ float ld(float x) { return x; }
 __device__ __forceinline__ void st(bf16* p, float v) { *p = f32_to_bf16(v); }
 __device__ __forceinline__ void st(float* p, float v) { *p = v; }
 
+// ---- 16-byte vectors of 8 bf16 (one LDG.128 / STG.128 per thread on memory-bound kernels)
+
+struct alignas(16) Bf16x8 {
+    bf16 v[8];
+};
+
+__device__ __forceinline__ Bf16x8 load8(const bf16* p) {
+    Bf16x8 r;
+    *reinterpret_cast<uint4*>(&r) = *reinterpret_cast<const uint4*>(p);
+    return r;
+}
+
+__device__ __forceinline__ void store8(bf16* p, const Bf16x8& r) {
+    *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(&r);
+}
+
+/// True when every pointer is 16-byte aligned (null pointers count as aligned).
+template <class... P>
+inline bool aligned16(const P*... p) {
+    return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+}
+
 // ---- reductions: fixed shuffle trees, so results do not depend on timing
 
 template <class T>

@@ -120,32 +120,34 @@ TEST_CASE("gpu dispatch reports an expert index out of range") {
     CHECK_THROWS_AS(gpu().synchronize(), skew::Error);
 }
 
-TEST_CASE("gpu gather and combine forward and backward match the CPU") {
+TEST_CASE("gpu gather and combine forward and backward match the CPU (vector and scalar paths)") {
     SKEW_REQUIRE_GPU();
     auto cpu = cpu_backend();
-    const int64_t n = 333, K = 2, E = 12, C = 72;
-    const auto idx = uneven_expert_idx(n, K, E, 5);
-    std::vector<int64_t> s2c(static_cast<size_t>(n * K)), c2s(static_cast<size_t>(n * K)), off(static_cast<size_t>(E + 1));
-    cpu->moe_dispatch(s2c.data(), c2s.data(), off.data(), idx.data(), n, K, E);
-    Dev<int64_t> gs2c(s2c), gc2s(c2s);
-    const auto x = random_bf16(n * C, 1), ys = random_bf16(n * K * C, 2), dout = random_bf16(n * C, 3);
-    const auto dxs = random_bf16(n * K * C, 4);
-    const auto gates = random_vector(n * K, 5, 0.0f, 1.0f);
-    Dev<bf16> gx(x), gys(ys), gdout(dout), gdxs(dxs);
-    Dev<float> ggates(gates);
+    for (const int64_t C : {72, 36}) {  // C % 8 == 0 takes the 16-byte path
+        INFO("channels " << C);
+        const int64_t n = 333, K = 2, E = 12;
+        const auto idx = uneven_expert_idx(n, K, E, 5);
+        std::vector<int64_t> s2c(static_cast<size_t>(n * K)), c2s(static_cast<size_t>(n * K)), off(static_cast<size_t>(E + 1));
+        cpu->moe_dispatch(s2c.data(), c2s.data(), off.data(), idx.data(), n, K, E);
+        Dev<int64_t> gs2c(s2c), gc2s(c2s);
+        const auto x = random_bf16(n * C, 1), ys = random_bf16(n * K * C, 2), dout = random_bf16(n * C, 3);
+        const auto dxs = random_bf16(n * K * C, 4);
+        const auto gates = random_vector(n * K, 5, 0.0f, 1.0f);
+        Dev<bf16> gx(x), gys(ys), gdout(dout), gdxs(dxs);
+        Dev<float> ggates(gates);
 
-    std::vector<bf16> xs(static_cast<size_t>(n * K * C));
-    Dev<bf16> gxs(xs.size());
-    cpu->moe_gather_forward(xs.data(), x.data(), s2c.data(), n, K, C);
-    gpu().moe_gather_forward(gxs.p, gx.p, gs2c.p, n, K, C);
-    require_close("gather forward", gxs.get(), xs, 1e-12);
+        std::vector<bf16> xs(static_cast<size_t>(n * K * C));
+        Dev<bf16> gxs(xs.size());
+        cpu->moe_gather_forward(xs.data(), x.data(), s2c.data(), n, K, C);
+        gpu().moe_gather_forward(gxs.p, gx.p, gs2c.p, n, K, C);
+        require_close("gather forward", gxs.get(), xs, 1e-12);
 
-    for (int acc = 0; acc < 2; ++acc) {
-        std::vector<bf16> dx = random_bf16(n * C, 6);
-        Dev<bf16> gdx(dx);
-        cpu->moe_gather_backward(dx.data(), dxs.data(), c2s.data(), n, K, C, acc);
-        gpu().moe_gather_backward(gdx.p, gdxs.p, gc2s.p, n, K, C, acc);
-        require_close("gather backward", gdx.get(), dx, 1e-12);
+        for (int acc = 0; acc < 2; ++acc) {
+            std::vector<bf16> dx = random_bf16(n * C, 6);
+            Dev<bf16> gdx(dx);
+            cpu->moe_gather_backward(dx.data(), dxs.data(), c2s.data(), n, K, C, acc);
+            gpu().moe_gather_backward(gdx.p, gdxs.p, gc2s.p, n, K, C, acc);
+            require_close("gather backward", gdx.get(), dx, 1e-12);
     }
 
     std::vector<bf16> out(static_cast<size_t>(n * C));
@@ -162,6 +164,7 @@ TEST_CASE("gpu gather and combine forward and backward match the CPU") {
     gpu().moe_combine_backward(gdys.p, gdg.p, gdout.p, gys.p, ggates.p, gc2s.p, n, K, C);
     require_close("combine backward dys", gdys.get(), dys, 1e-12);
     require_close("combine backward dgates", gdg.get(), dg, 1e-9);
+    }
 }
 
 TEST_CASE("gpu grouped expert matmul matches the CPU; empty experts get no gradient") {
