@@ -8,13 +8,14 @@
 #include <cstdint>
 
 #include "kernels/common/hd.h"
+#include "kernels/common/rounding.h"
 
 namespace skew {
 
 /// 1/sqrt(x) (HF Adafactor's rsqrt); plain division on the host so CPU results are reproducible.
 SKEW_HD float optim_rsqrt(float x) {
 #if defined(__CUDA_ARCH__)
-    return rsqrtf(x);
+    return __fdiv_rn(1.0f, __fsqrt_rn(x));  // as the host: correctly rounded sqrt, then divide
 #else
     return 1.0f / sqrtf(x);
 #endif
@@ -22,11 +23,13 @@ SKEW_HD float optim_rsqrt(float x) {
 
 /// Exponential moving average s <- beta*s + (1-beta)*x (one_minus_beta passed so the caller
 /// controls its rounding, e.g. computed in double).
-SKEW_HD float optim_ema(float s, float x, float beta, float one_minus_beta) { return beta * s + one_minus_beta * x; }
+SKEW_HD float optim_ema(float s, float x, float beta, float one_minus_beta) {
+    return rn_add(rn_mul(beta, s), rn_mul(one_minus_beta, x));
+}
 
 /// The value rounded back to bf16 (or stored exactly for fp32 params) with decay fused in fp32:
 /// w * keep - lr * u, keep = 1 - lr*wd (design.md "Weight decay"). With keep = 1 it is plain w - lr*u.
-SKEW_HD float optim_decayed_target(float w, float keep, float lr, float u) { return w * keep - lr * u; }
+SKEW_HD float optim_decayed_target(float w, float keep, float lr, float u) { return rn_sub(rn_mul(w, keep), rn_mul(lr, u)); }
 
 /// Position (matrix, row, col) of flat element i of a stack of (rows x cols) matrices, 64-bit.
 struct MatrixCoord {
@@ -46,10 +49,10 @@ SKEW_HD MatrixCoord optim_matrix_coord(int64_t i, int64_t rows, int64_t cols) {
 /// inv_bc1 = 1/(1-b1^t), inv_sqrt_bc2 = 1/sqrt(1-b2^t). Also Muon's internal Adam.
 SKEW_HD float adamw_element(float g, float& m, float& v, float b1, float omb1, float b2, float omb2, float inv_bc1,
                             float inv_sqrt_bc2, float eps) {
-    m = b1 * m + omb1 * g;
-    v = b2 * v + omb2 * (g * g);
-    float denom = sqrtf(v) * inv_sqrt_bc2 + eps;
-    return (m * inv_bc1) / denom;
+    m = optim_ema(m, g, b1, omb1);
+    v = optim_ema(v, rn_mul(g, g), b2, omb2);
+    float denom = rn_add(rn_mul(sqrtf(v), inv_sqrt_bc2), eps);
+    return rn_mul(m, inv_bc1) / denom;
 }
 
 // ---- Lion (Chen et al. 2023 Alg. 2; lucidrains/automl, research §3)
@@ -59,8 +62,8 @@ SKEW_HD float optim_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f :
 
 /// One Lion element: returns U = sign(b1 m + (1-b1) g) (old m), then m <- b2 m + (1-b2) g.
 SKEW_HD float lion_element(float g, float& m, float b1, float omb1, float b2, float omb2) {
-    float c = b1 * m + omb1 * g;
-    m = b2 * m + omb2 * g;
+    float c = optim_ema(m, g, b1, omb1);
+    m = optim_ema(m, g, b2, omb2);
     return optim_sign(c);
 }
 
@@ -69,13 +72,13 @@ SKEW_HD float lion_element(float g, float& m, float b1, float omb1, float b2, fl
 /// Numerator with fp32 momentum (backbone tier): m <- b1 m + (1-b1) g; returns coef * m with
 /// coef = sqrt(1-b2^t)/(1-b1^t).
 SKEW_HD float skewadam_numerator_momentum(float g, float& m, float b1, float omb1, float coef) {
-    m = b1 * m + omb1 * g;
-    return coef * m;
+    m = optim_ema(m, g, b1, omb1);
+    return rn_mul(coef, m);
 }
 
 /// Full second moment (router tier, vectors): v <- b2 v + (1-b2) g^2; returns D = sqrt(max(v, eps)).
 SKEW_HD float skewadam_full_denom(float g, float& v, float b2, float omb2, float eps) {
-    v = b2 * v + omb2 * (g * g);
+    v = optim_ema(v, rn_mul(g, g), b2, omb2);
     return sqrtf(fmaxf(v, eps));
 }
 
@@ -95,13 +98,13 @@ inline double adafactor_beta2(int64_t t, double decay_rate) { return 1.0 - std::
 
 /// Unfactored (vectors): v <- b v + (1-b)(g^2 + eps1); returns U = g * rsqrt(v).
 SKEW_HD float adafactor_full_element(float g, float& v, float b, float omb, float eps1) {
-    v = b * v + omb * (g * g + eps1);
-    return g * optim_rsqrt(v);
+    v = optim_ema(v, rn_add(rn_mul(g, g), eps1), b, omb);
+    return rn_mul(g, optim_rsqrt(v));
 }
 
 /// Factored: U = g * rsqrt(R_i / mean(R)) * rsqrt(C_j) (HF `_approx_sq_grad`).
 SKEW_HD float adafactor_factored_element(float g, float r, float rmean, float c) {
-    return g * optim_rsqrt(r / rmean) * optim_rsqrt(c);
+    return rn_mul(rn_mul(g, optim_rsqrt(r / rmean)), optim_rsqrt(c));
 }
 
 // ---- Muon momentum (research §4; design.md "Muon")
@@ -111,11 +114,11 @@ SKEW_HD float adafactor_factored_element(float g, float r, float rmean, float c)
 /// g + mu B (sum form) / g + mu (B - g) (EMA form).
 SKEW_HD float muon_momentum_element(float g, float& b, float mu, bool ema, bool nesterov) {
     if (ema) {
-        b = b + (1.0f - mu) * (g - b);
-        return nesterov ? g + mu * (b - g) : b;
+        b = rn_add(b, rn_mul(1.0f - mu, rn_sub(g, b)));
+        return nesterov ? rn_add(g, rn_mul(mu, rn_sub(b, g))) : b;
     }
-    b = mu * b + g;
-    return nesterov ? g + mu * b : b;
+    b = rn_add(rn_mul(mu, b), g);
+    return nesterov ? rn_add(g, rn_mul(mu, b)) : b;
 }
 
 // ---- GaLore subspace Adam (research §6)
@@ -124,9 +127,9 @@ SKEW_HD float muon_momentum_element(float g, float& b, float mu, bool ema, bool 
 /// N = m / (sqrt(v) + eps) (eps on the uncorrected sqrt(v)); the caller scales by
 /// lr*sqrt(bc2)/bc1 (reference form) or lr (paper form).
 SKEW_HD float galore_adam_element(float g, float& m, float& v, float b1, float omb1, float b2, float omb2, float eps) {
-    m = b1 * m + omb1 * g;
-    v = b2 * v + omb2 * (g * g);
-    return m / (sqrtf(v) + eps);
+    m = optim_ema(m, g, b1, omb1);
+    v = optim_ema(v, rn_mul(g, g), b2, omb2);
+    return m / rn_add(sqrtf(v), eps);
 }
 
 }  // namespace skew

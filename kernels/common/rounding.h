@@ -11,6 +11,31 @@
 
 namespace skew {
 
+/// fp32 multiply, add and subtract rounded on their own (no fused multiply-add on the device), so the
+/// CPU loops and the CUDA kernels compute bit-identical values from identical inputs (the host build
+/// is ISO C++, which does not contract).
+SKEW_HD float rn_mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+SKEW_HD float rn_add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+SKEW_HD float rn_sub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+
 /// Write-back modes, matching skew::Rounding in engine/config.h (kernels do not include engine/).
 enum RoundingMode : uint8_t { ROUNDING_STOCHASTIC = 0, ROUNDING_DITHERED = 1, ROUNDING_NEAREST = 2 };
 
@@ -41,8 +66,8 @@ SKEW_HD bf16 bf16_round_stochastic(float x, uint32_t r) {
 SKEW_HD bf16 bf16_round_dithered(float x, uint32_t r) {
     if ((f32_bits(x) & 0x7F800000u) == 0x7F800000u) return f32_to_bf16(x);  // NaN, inf
     float a = fabsf(x) * 0.0078125f;  // 2^-7 |x|
-    float xi = (u32_to_uniform(r) - 0.5f) * a;
-    return f32_to_bf16(x + xi);
+    float xi = rn_mul(u32_to_uniform(r) - 0.5f, a);
+    return f32_to_bf16(rn_add(x, xi));
 }
 
 /// Round-to-nearest-even (the plain cast, as torch's copy_ into bf16).

@@ -32,8 +32,8 @@ __device__ __forceinline__ void store_weight(bf16* w, int64_t i, float u, const 
     float w32 = bf16_to_f32(w[i]);
     float x;
     if (wb.premultiply) {
-        float decayed = wb.keep == 1.0f ? w32 : bf16_to_f32(f32_to_bf16(w32 * wb.keep));
-        x = decayed - wb.lr * u;
+        float decayed = wb.keep == 1.0f ? w32 : bf16_to_f32(f32_to_bf16(rn_mul(w32, wb.keep)));
+        x = rn_sub(decayed, rn_mul(wb.lr, u));
     } else {
         x = optim_decayed_target(w32, wb.keep, wb.lr, u);
     }
