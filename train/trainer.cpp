@@ -105,14 +105,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
     Arena arena = allocate_host_arena(plan);
     Model model = model_bind(cfg, table, arena, backend);
 
-    std::vector<ParamSlot> slots(table.params.size());
-    for (size_t i = 0; i < slots.size(); ++i) {
-        slots[i].info = &table.params[i];
-        slots[i].weight = model.params[i].weight;
-        slots[i].grad = model.params[i].grad.data;
-        slots[i].grad_dtype = model.params[i].grad.type == ScalarType::BF16 ? DType::BF16 : DType::F32;
-    }
-    bind_arena_state(opt, table, arena, slots);
+    std::vector<ParamSlot> slots = arena_param_slots(opt, table, arena);
 
     const std::string run_dir = opts.run_dir;
     const std::string last_dir = checkpoint_dir(run_dir, opt.name, "last");
