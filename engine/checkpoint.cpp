@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -474,12 +475,13 @@ TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string&
 }
 
 std::string config_hash(std::string_view resolved_yaml) {
-    uint64_t h = 14695981039346656037ull;
-    for (unsigned char c : resolved_yaml) {
-        h ^= c;
-        h *= 1099511628211ull;
-    }
-    return fmt::format("{:016x}", h);
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (EVP_Digest(resolved_yaml.data(), resolved_yaml.size(), digest, &len, EVP_sha256(), nullptr) != 1)
+        fail("config hash: OpenSSL SHA-256 failed");
+    std::string hex;
+    for (unsigned int i = 0; i < 8 && i < len; ++i) hex += fmt::format("{:02x}", digest[i]);
+    return hex;
 }
 
 std::string checkpoint_dir(const std::string& run_dir, const std::string& optimizer, const std::string& which) {

@@ -134,7 +134,7 @@ nlohmann::json trainer_state_to_json(const TrainerState& s);
 /// Parse trainer_state.json content; `source` names the file in errors (missing key, wrong type).
 TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string& source);
 
-/// FNV-1a 64-bit hash of the resolved config text, as 16 hex digits.
+/// The first 64 bits of the SHA-256 (OpenSSL EVP) of the resolved config text, as 16 hex digits.
 std::string config_hash(std::string_view resolved_yaml);
 
 /// RUNDIR/checkpoints/<optimizer>/<which>, which is "last" or "best".
