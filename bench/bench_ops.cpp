@@ -12,21 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "kernels/backend.h"
 
 using namespace skew;
 
-static std::string shell(const std::string& cmd) {
-    std::string out;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    pclose(p);
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    return out;
-}
+using skew::bench::shell;
 
 // Best-of-reps milliseconds of fn() (one warm-up call first).
 static double time_ms(int reps, const std::function<void()>& fn) {

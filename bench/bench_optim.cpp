@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "engine/config.h"
 #include "engine/memory_plan.h"
 #include "engine/param_table.h"
@@ -22,17 +23,7 @@
 
 using namespace skew;
 
-static std::string shell(const std::string& cmd) {
-    std::string out;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    pclose(p);
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    return out;
-}
+using skew::bench::shell;
 
 static ParamInfo param(const std::string& name, std::vector<int64_t> shape, DType dt, Tier tier, Role role, uint32_t idx) {
     ParamInfo p;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/error.h"
@@ -53,16 +54,7 @@ runtime:
   workspace_gib: 0
 )";
 
-std::string git_commit() {
-    std::string out;
-    if (FILE* p = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r")) {
-        char buf[64];
-        while (std::fgets(buf, sizeof buf, p)) out += buf;
-        pclose(p);
-    }
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    return out.empty() ? "unknown" : out;
-}
+using skew::bench::git_commit;
 
 double peak_rss_mib() {
     rusage ru{};

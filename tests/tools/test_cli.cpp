@@ -2,31 +2,17 @@
 // (config errors, bad flags) exiting non-zero with one clear message.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/cli_util.h"
+
 namespace {
 
-struct Run {
-    int status;
-    std::string output;
-};
-
-Run run(const std::string& args) {
-    std::string cmd = std::string(SKEW_BINARY) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    int st = pclose(p);
-    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+using skew::test::Run;
+Run run(const std::string& args) { return skew::test::run_skew(args); }
 
 std::string paper() { return std::string(SKEW_SOURCE_DIR) + "/configs/paper-6.78b.yaml"; }
 

@@ -4,8 +4,6 @@
 // a NaN in a gradient is caught, reported and skipped.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,27 +12,15 @@
 #include <sstream>
 #include <string>
 
+#include "tests/cli_util.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-struct Run {
-    int status;
-    std::string output;
-};
-
-Run run(const std::string& args) {
-    std::string cmd = std::string(SKEW_BINARY) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    int st = pclose(p);
-    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+using skew::test::Run;
+Run run(const std::string& args) { return skew::test::run_skew(args); }
 
 const std::string& work_dir() {
     static const std::string dir = [] {

@@ -1,0 +1,31 @@
+// Running the built `skew` binary from a test as a user would: arguments in, exit status and the
+// combined stdout/stderr out. SKEW_BINARY is set by tests/CMakeLists.txt.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace skew::test {
+
+struct Run {
+    int status;          // exit status, -1 if killed by a signal
+    std::string output;  // stdout and stderr together
+};
+
+/// Run `skew <args>` through the shell and wait for it.
+inline Run run_skew(const std::string& args) {
+    std::string cmd = std::string(SKEW_BINARY) + " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    int st = pclose(p);
+    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+}  // namespace skew::test
