@@ -180,6 +180,7 @@ nlohmann::json metrics_to_json(const RunMetrics& m) {
         {"paper_state_bytes", m.paper_state_bytes},
         {"paper_state_gib", double(m.paper_state_bytes) / GIB},
         {"plan_peak_bytes", m.plan_peak_bytes},
+        {"unigram_val_ppl", number_or_null(m.unigram_val_ppl)},
         {"peak_memory_bytes", m.peak_memory_bytes},
         {"peak_memory_gib", double(m.peak_memory_bytes) / GIB},
         {"history", hist},
@@ -210,6 +211,7 @@ RunMetrics metrics_from_json(const nlohmann::json& j, const std::string& source)
     m.state_bytes = f.integer("state_bytes");
     m.paper_state_bytes = f.integer("paper_state_bytes");
     m.plan_peak_bytes = f.integer("plan_peak_bytes");
+    if (j.contains("unigram_val_ppl") && j["unigram_val_ppl"].is_number()) m.unigram_val_ppl = j["unigram_val_ppl"].get<double>();
     m.peak_memory_bytes = f.integer("peak_memory_bytes");
     const auto& hist = f.need("history");
     if (!hist.is_array()) fail("{}: 'history' must be a list", source);

@@ -67,6 +67,8 @@ struct RunMetrics {
     int64_t state_bytes = 0;       // the plan's analytic optimizer state (all buffers)
     int64_t paper_state_bytes = 0; // the paper's accounting of it (Table 1; differs for Muon)
     int64_t plan_peak_bytes = 0;   // the plan's predicted peak (arena size)
+    double unigram_val_ppl = NO_VALUE;  // baseline: validation perplexity of the training split's
+                                        // token frequencies (add-one smoothing); null if not computed
     int64_t peak_memory_bytes = 0; // the largest measured peak of any evaluation
     std::vector<EvalRecord> history;
     MetricsSummary summary;

@@ -126,6 +126,9 @@ std::string render(const std::string& run_dir, const std::vector<RunMetrics>& ru
            "final evaluation; validation perplexity and balance loss are those of the final evaluation.";
     if (!runs.empty() && std::isfinite(balance_floor(runs.front())))
         out += fmt::format(" Balance loss has a floor of {} under uniform routing.", fmt::format("{}", balance_floor(runs.front())));
+    if (!runs.empty() && std::isfinite(runs.front().unigram_val_ppl))
+        out += fmt::format(" The unigram baseline (the training split's token frequencies) has validation perplexity {:.1f}.",
+                           runs.front().unigram_val_ppl);
     out += "\n\n";
 
     // Appendix C: validation perplexity at every evaluation step, the best of each step in bold.
