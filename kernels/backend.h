@@ -123,6 +123,20 @@ struct Backend {
     /// Human-readable name ("cpu", "cuda").
     virtual const char* name() const = 0;
 
+    // ---- host <-> backend memory
+
+    /// Copy `bytes` bytes from host memory `src` to backend memory `dst`. Returns once `src` may be
+    /// reused (the copy itself may still be queued on a device backend). CPU: memcpy. Errors:
+    /// negative bytes, a failed device copy (skew::Error).
+    virtual void copy_to_device(void* dst, const void* src, int64_t bytes) = 0;
+
+    /// Copy `bytes` bytes from backend memory `src` to host memory `dst`, after all queued work
+    /// (synchronizes a device backend, then reports errors its kernels recorded). CPU: memcpy.
+    virtual void copy_to_host(void* dst, const void* src, int64_t bytes) = 0;
+
+    /// Wait for all queued work and report errors the kernels recorded (skew::Error). CPU: no-op.
+    virtual void synchronize() = 0;
+
     // ---- matmul (fp32 accumulation)
 
     /// General matrix product C = alpha·op(A)·op(B) + beta·C (see MatmulShape). Each operand may be

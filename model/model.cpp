@@ -9,6 +9,7 @@
 
 #include "engine/error.h"
 #include "kernels/common/philox.h"
+#include "kernels/cuda/nvtx.h"
 
 namespace skew {
 namespace {
@@ -16,15 +17,15 @@ namespace {
 ScalarType scalar_of(DType t) { return t == DType::BF16 ? ScalarType::BF16 : ScalarType::F32; }
 
 // The model's only host <-> backend-memory transfers: the batch in, loss scalars, routing counts
-// and probe logits out, initial weights in. The Backend interface has no copy op yet, so these are
-// host memcpy (right for the CPU backend); a device backend needs them to become backend copies.
-void to_backend(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void from_backend(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+// and probe logits out, initial weights in; all through the backend's copies (memcpy on the CPU,
+// stream-ordered cudaMemcpy on the GPU; copy_to_host synchronizes).
+void to_backend(Backend& be, void* dst, const void* src, size_t bytes) { be.copy_to_device(dst, src, int64_t(bytes)); }
+void from_backend(Backend& be, void* dst, const void* src, size_t bytes) { be.copy_to_host(dst, src, int64_t(bytes)); }
 
 template <class T>
-T read_scalar(const T* p) {
+T read_scalar(Backend& be, const T* p) {
     T v;
-    from_backend(&v, p, sizeof(T));
+    from_backend(be, &v, p, sizeof(T));
     return v;
 }
 
@@ -141,9 +142,9 @@ void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, b
         if (stats) {
             stats->block = int(bi);
             stats->counts.resize(size_t(x.E));
-            from_backend(stats->counts.data(), a.router_counts, size_t(x.E) * sizeof(int64_t));
-            stats->balance_loss = read_scalar(bal);
-            stats->z_loss = read_scalar(z);
+            from_backend(be, stats->counts.data(), a.router_counts, size_t(x.E) * sizeof(int64_t));
+            stats->balance_loss = read_scalar(be, bal);
+            stats->z_loss = read_scalar(be, z);
         }
         // dropless dispatch -> expert SwiGLU (grouped matmuls) -> weighted combine
         be.moe_dispatch(a.sorted_to_copy, a.copy_to_sorted, a.expert_offsets, a.topk_idx, x.N, x.k, x.E);
@@ -251,11 +252,11 @@ void lm_head(Model& m, float* mean_loss, bool backward, float loss_weight) {
         be.matmul(m.wte.grad, a.logits, xc, MatmulShape{x.Vp, x.d, n, true, false, 1.0f, 1.0f});
     }
     std::vector<float> losses(size_t(x.N));
-    from_backend(losses.data(), a.losses, losses.size() * sizeof(float));
+    from_backend(be, losses.data(), a.losses, losses.size() * sizeof(float));
     double total = 0.0;
     for (float l : losses) total += l;
     const float mean = float(total / double(x.N));
-    to_backend(mean_loss, &mean, sizeof(float));
+    to_backend(be, mean_loss, &mean, sizeof(float));
 }
 
 // Forward through the embedding and every block (block inputs kept), then the final LayerNorm and
@@ -266,16 +267,20 @@ LossParts forward_and_head(Model& m, const int32_t* tokens, const int32_t* targe
     ActSlots& a = m.act;
     const Dims x = dims_of(m);
     check_batch(m, tokens, targets);
-    to_backend(a.tokens, tokens, size_t(x.N) * sizeof(int32_t));
-    to_backend(a.targets, targets, size_t(x.N) * sizeof(int32_t));
+    to_backend(be, a.tokens, tokens, size_t(x.N) * sizeof(int32_t));
+    to_backend(be, a.targets, targets, size_t(x.N) * sizeof(int32_t));
 
     LossParts lp;
-    be.embedding_forward(a.block_input[0], a.tokens, static_cast<const bf16*>(m.wte.weight),
-                         static_cast<const bf16*>(m.wpe.weight), x.B, x.T, x.d, x.Vp);
+    {
+        SKEW_NVTX_RANGE("embedding forward");
+        be.embedding_forward(a.block_input[0], a.tokens, static_cast<const bf16*>(m.wte.weight),
+                             static_cast<const bf16*>(m.wpe.weight), x.B, x.T, x.d, x.Vp);
+    }
     const int64_t nb = int64_t(m.blocks.size());
     for (int64_t bi = 0; bi < nb; ++bi) {
         bf16* out = bi + 1 < nb ? a.block_input[size_t(bi + 1)] : a.final_input;
         MoeStats st;
+        SKEW_NVTX_RANGE(fmt::format("block {} forward", bi).c_str());
         block_forward(m, bi, out, mb, step, noise, m.blocks[size_t(bi)].moe ? &st : nullptr);
         if (m.blocks[size_t(bi)].moe) {
             lp.balance_loss += st.balance_loss;
@@ -285,6 +290,7 @@ LossParts forward_and_head(Model& m, const int32_t* tokens, const int32_t* targe
     }
 
     // head: final LayerNorm -> tied LM head -> cross-entropy over the padded vocabulary
+    SKEW_NVTX_RANGE(backward ? "head forward+backward" : "head forward");
     be.layernorm_forward(a.final_ln_out, a.final_ln_mean, a.final_ln_rstd, a.final_input,
                          static_cast<const float*>(m.lnf_w.weight), static_cast<const float*>(m.lnf_b.weight), x.N, x.d,
                          float(m.cfg->model.layernorm_eps));
@@ -294,7 +300,7 @@ LossParts forward_and_head(Model& m, const int32_t* tokens, const int32_t* targe
             const int64_t row = m.probe_rows[r];
             if (row < 0 || row >= x.N) fail("model: probe row {} is outside the microbatch's {} tokens", row, x.N);
             be.matmul_forward(a.logits, a.final_ln_out + row * x.d, m.wte.w(), 1, x.d, x.Vp);
-            from_backend(lp.probe_logits.data() + r * size_t(x.Vp), a.logits, size_t(x.Vp) * sizeof(float));
+            from_backend(be, lp.probe_logits.data() + r * size_t(x.Vp), a.logits, size_t(x.Vp) * sizeof(float));
         }
     }
     float* mean_loss = a.scalars + 0;
@@ -305,7 +311,7 @@ LossParts forward_and_head(Model& m, const int32_t* tokens, const int32_t* targe
                               a.final_ln_mean, a.final_ln_rstd, x.N, x.d);
         be.convert(a.d_stream, a.d_resid, x.N * x.d);
     }
-    lp.lm_loss = read_scalar(mean_loss);
+    lp.lm_loss = read_scalar(be, mean_loss);
     lp.total = lp.lm_loss + lp.balance_loss + lp.z_loss;
     return lp;
 }
@@ -454,9 +460,9 @@ void model_init(Model& m, uint64_t seed) {
             host16.resize(size_t(n));
 #pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
             for (int64_t i = 0; i < n; ++i) host16[size_t(i)] = f32_to_bf16(host[size_t(i)]);
-            to_backend(p.weight, host16.data(), size_t(n) * sizeof(bf16));
+            to_backend(*m.backend, p.weight, host16.data(), size_t(n) * sizeof(bf16));
         } else {
-            to_backend(p.weight, host.data(), size_t(n) * sizeof(float));
+            to_backend(*m.backend, p.weight, host.data(), size_t(n) * sizeof(float));
         }
     }
 }
@@ -470,12 +476,22 @@ LossParts model_forward_backward(Model& m, const int32_t* tokens, const int32_t*
     if (accum_steps < 1) fail("model: accum_steps must be >= 1 (got {})", accum_steps);
     if (microbatch_index < 0) fail("model: negative microbatch index {}", microbatch_index);
     const float w = 1.0f / float(accum_steps);
-    LossParts lp = forward_and_head(m, tokens, targets, microbatch_index, step, training, true, w);
+    LossParts lp;
+    {
+        SKEW_NVTX_RANGE("forward");
+        lp = forward_and_head(m, tokens, targets, microbatch_index, step, training, true, w);
+    }
+    SKEW_NVTX_RANGE("backward");
     // backward in reverse, recomputing each block from its saved input (same router noise)
     for (int64_t bi = int64_t(m.blocks.size()) - 1; bi >= 0; --bi) {
-        block_forward(m, bi, nullptr, microbatch_index, step, training, nullptr);
+        {
+            SKEW_NVTX_RANGE(fmt::format("block {} recompute", bi).c_str());
+            block_forward(m, bi, nullptr, microbatch_index, step, training, nullptr);
+        }
+        SKEW_NVTX_RANGE(fmt::format("block {} backward", bi).c_str());
         block_backward(m, bi, microbatch_index, step, training, w);
     }
+    SKEW_NVTX_RANGE("embedding backward");
     const Dims x = dims_of(m);
     m.backend->convert(m.act.d_resid, m.act.d_stream, x.N * x.d);
     m.backend->embedding_backward(m.wte.grad, m.wpe.grad, m.act.d_resid, m.act.tokens, x.B, x.T, x.d, x.Vp);

@@ -1,8 +1,10 @@
 // The CPU reference backend: the Backend interface (kernels/backend.h) forwarding to the free
 // functions of kernels/cpu/cpu_ops.h with bf16 activations. It is the reference every CUDA kernel
 // is compared with (design.md, "Two backends, one model").
+#include <cstring>
 #include <memory>
 
+#include "engine/error.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 
@@ -12,6 +14,16 @@ namespace {
 
 struct CpuBackend final : Backend {
     const char* name() const override { return "cpu"; }
+
+    void copy_to_device(void* dst, const void* src, int64_t bytes) override {
+        if (bytes < 0) fail("cpu backend: copy_to_device of {} bytes", bytes);
+        if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
+    }
+    void copy_to_host(void* dst, const void* src, int64_t bytes) override {
+        if (bytes < 0) fail("cpu backend: copy_to_host of {} bytes", bytes);
+        if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
+    }
+    void synchronize() override {}
 
     void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s) override {
         cpu::matmul(c, a, b, s);

@@ -32,7 +32,7 @@ public:
     /// The stream every op runs on (blocking with respect to the legacy default stream).
     cudaStream_t stream() const { return stream_; }
     /// Wait for all queued work, then check_errors().
-    void synchronize();
+    void synchronize() override;
     /// Throw skew::Error naming what the kernels found (and clear the word). Synchronizes.
     void check_errors();
     /// Use caller-owned device memory (e.g. an arena buffer) as the cuBLASLt workspace.
@@ -41,9 +41,9 @@ public:
     Matmul& matmul_impl() { return *mm_; }
     GroupedMatmul& grouped_matmul() { return *grouped_; }
     /// Copy `bytes` from host memory to device memory, stream-ordered (returns once src may be reused).
-    void copy_to_device(void* dst, const void* src, int64_t bytes);
+    void copy_to_device(void* dst, const void* src, int64_t bytes) override;
     /// Copy `bytes` from device memory to host memory; synchronizes the stream, then check_errors().
-    void copy_to_host(void* dst, const void* src, int64_t bytes);
+    void copy_to_host(void* dst, const void* src, int64_t bytes) override;
     /// Bytes of backend-owned scratch currently allocated (outside the arena; grows on demand).
     int64_t scratch_bytes() const { return scratch_bytes_; }
 
