@@ -52,6 +52,12 @@ Arena allocate_host_arena(const MemoryPlan& plan);
 /// One cudaMalloc of plan.peak_bytes (zeroed). Throws skew::Error with the plan's numbers and the
 /// device's free memory when it does not fit or there is no GPU.
 Arena allocate_cuda_arena(const MemoryPlan& plan);
+
+/// Device memory in use on the current CUDA device, in bytes: total - free from cudaMemGetInfo
+/// (the whole device: this process's arena, library workspaces and context, and any other
+/// process's allocations). 0 when the query fails. The trainer samples it after every step and
+/// reports the maximum as the run's measured peak.
+int64_t cuda_device_used_bytes();
 #endif
 
 }  // namespace skew

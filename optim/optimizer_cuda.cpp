@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "engine/error.h"
+#include "kernels/cuda/nvtx.h"
 #include "kernels/cuda/optim_kernels.h"
 #include "optim/optim_internal.h"
 
@@ -82,6 +84,8 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
         if (slot_scratch(opt, s) > ctx.scratch_bytes)
             fail("optimizer '{}': tensor '{}' needs {} bytes of scratch, {} given", opt.name, p.name, slot_scratch(opt, s),
                  ctx.scratch_bytes);
+        // Nsight Systems: one range per tensor, named by its tier ("optimizer experts blocks.1.moe.experts.w1").
+        SKEW_NVTX_RANGE((std::string("optimizer ") + tier_name(p.tier) + " " + p.name).c_str());
         cuda::OptimTensor dt = device_tensor(s);
         switch (pol.kind) {
             case OptimizerKind::SKEWADAM:

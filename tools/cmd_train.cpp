@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <string>
+#include <utility>
 
 #include "engine/config.h"
 #include "engine/error.h"
@@ -11,6 +13,34 @@
 #include "train/trainer.h"
 
 namespace skew::tools {
+
+namespace {
+
+/// Parse --profile-steps "A:B" (1 <= A <= B, steps are 1-based) into (A, B); a single "A" means A:A.
+/// Throws skew::Error naming the option on anything else.
+std::pair<int64_t, int64_t> parse_profile_steps(const std::string& text) {
+    const size_t colon = text.find(':');
+    const std::string a = text.substr(0, colon);
+    const std::string b = colon == std::string::npos ? a : text.substr(colon + 1);
+    auto number = [&](const std::string& s) -> int64_t {
+        size_t used = 0;
+        int64_t v = 0;
+        try {
+            v = std::stoll(s, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (s.empty() || used != s.size())
+            fail("--profile-steps {}: expected A:B with step numbers A <= B (e.g. --profile-steps 10:12)", text);
+        return v;
+    };
+    const int64_t first = number(a), last = number(b);
+    if (first < 1 || last < first)
+        fail("--profile-steps {}: expected 1 <= A <= B (steps are 1-based), got A = {}, B = {}", text, first, last);
+    return {first, last};
+}
+
+}  // namespace
 
 void register_train_command(CLI::App& app) {
     struct Args {
@@ -22,6 +52,7 @@ void register_train_command(CLI::App& app) {
         bool plain = false;
         int64_t stop_after = 0;
         int64_t inject_nan = 0;
+        std::string profile_steps;
     };
     auto a = std::make_shared<Args>();
     CLI::App* cmd = app.add_subcommand("train", "Train each optimizer in turn from one initialization on identical batches");
@@ -33,6 +64,9 @@ void register_train_command(CLI::App& app) {
     cmd->add_flag("--plain", a->plain, "Plain log lines even on a terminal (no live status line)");
     cmd->add_option("--stop-after", a->stop_after, "Stop cleanly with a checkpoint after this step (as SIGINT would)")
         ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--profile-steps", a->profile_steps,
+                    "A:B — bracket steps A..B with cudaProfilerStart/Stop for `nsys profile "
+                    "--capture-range=cudaProfilerApi` (CUDA backend only; docs/training.md, Profiling)");
     cmd->add_option("--debug-inject-nan", a->inject_nan, "Testing: put a NaN into the router's gradient at this step")
         ->check(CLI::NonNegativeNumber)
         ->group("Debug");
@@ -43,6 +77,11 @@ void register_train_command(CLI::App& app) {
         opts.force_plain_log = a->plain;
         opts.stop_after_step = a->stop_after;
         opts.inject_nan_step = a->inject_nan;
+        if (!a->profile_steps.empty()) {
+            auto [first, last] = parse_profile_steps(a->profile_steps);
+            opts.profile_first = first;
+            opts.profile_last = last;
+        }
         Config cfg;
         if (!a->resume.empty()) {
             if (!a->config.empty()) fail("--resume {}: give either a config or --resume, not both (the run's config.yaml is used)", a->resume);

@@ -7,11 +7,14 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <span>
+#include <string_view>
 
 #include "data/batch_stream.h"
 #include "engine/arena.h"
@@ -25,8 +28,18 @@
 #include "engine/signals.h"
 #include "engine/status_line.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/nvtx.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
+
+#if defined(SKEW_HAVE_CUDA)
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_info.h"
+#include "optim/optimizer_cuda.h"
+#endif
 
 namespace skew {
 namespace {
@@ -44,12 +57,36 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+/// The backend of runtime.backend: `cpu`; `cuda` (device 0; a clear error when this build has no
+/// CUDA backend or no GPU is visible); `auto`, the CUDA backend when built with CUDA and a GPU is
+/// visible, else the CPU.
 std::unique_ptr<Backend> make_backend(const Config& cfg) {
     const std::string& b = cfg.runtime.backend;
-    if (b == "cpu" || b == "auto") return make_cpu_backend();
-    fail("{}: runtime.backend: '{}' — the CUDA training path is not wired into `skew train` yet (docs/gpu-status.md); "
-         "use runtime.backend=cpu", cfg.source, b);
+    if (b == "cpu") return make_cpu_backend();
+#if defined(SKEW_HAVE_CUDA)
+    const int n_devices = cuda::device_count();
+    if (b == "cuda") {
+        if (n_devices == 0)
+            fail("{}: runtime.backend: cuda, but no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
+                 "hides it; see nvidia-smi)\n--> HINT: use runtime.backend=cpu (or auto, which falls back to the CPU)",
+                 cfg.source);
+        return cuda::make_cuda_backend(0);
+    }
+    if (b == "auto") {
+        if (n_devices > 0) return cuda::make_cuda_backend(0);
+        spdlog::info("runtime.backend: auto: no CUDA device visible, training on the CPU backend");
+        return make_cpu_backend();
+    }
+#else
+    if (b == "cuda")
+        fail("{}: runtime.backend: cuda, but this skew was built without the CUDA backend (-DSKEW_CUDA=OFF or no nvcc)"
+             "\n--> HINT: rebuild with -DSKEW_CUDA=ON, or use runtime.backend=cpu", cfg.source);
+    if (b == "auto") return make_cpu_backend();
+#endif
+    fail("{}: runtime.backend: unknown backend '{}' (expected cpu, cuda or auto)", cfg.source, b);
 }
+
+bool is_cuda(const Backend& backend) { return std::string_view(backend.name()) == "cuda"; }
 
 /// Testing hook (--debug-inject-nan): element 0 of the last MoE block's router gradient (or the
 /// last parameter's gradient in a dense model) becomes NaN, as a numerical fault would leave it.
@@ -57,11 +94,72 @@ void inject_nan_gradient(Model& m) {
     const ParamRef* target = &m.params.back();
     for (const ParamRef& p : m.params)
         if (p.info->role == Role::ROUTER) target = &p;
-    if (target->grad.type == ScalarType::F32)
-        static_cast<float*>(target->grad.data)[0] = std::nanf("");
-    else
-        static_cast<bf16*>(target->grad.data)[0] = f32_to_bf16(std::nanf(""));
+    if (target->grad.type == ScalarType::F32) {
+        const float nan = std::nanf("");
+        m.backend->copy_to_device(target->grad.data, &nan, sizeof(nan));
+    } else {
+        const bf16 nan = f32_to_bf16(std::nanf(""));
+        m.backend->copy_to_device(target->grad.data, &nan, sizeof(nan));
+    }
 }
+
+#if defined(SKEW_HAVE_CUDA)
+/// What the CUDA path of one optimizer's run holds besides the arena: the optimizer step's
+/// context (scratch from the arena's ws.optimizer, or a separate allocation when a tensor needs
+/// more; a cuBLAS handle on the backend's stream), and the cuBLASLt workspace binding (the arena's
+/// ws.library when the plan has one), undone on destruction so the shared backend never keeps a
+/// pointer into a freed arena.
+struct CudaRun {
+    cuda::CudaBackend* backend = nullptr;
+    CudaOptimContext ctx;
+    void* extra_scratch = nullptr;
+    bool bound_workspace = false;
+
+    CudaRun(cuda::CudaBackend& be, const OptimizerConfig& opt, std::span<const ParamSlot> slots, const Arena& arena) {
+        backend = &be;
+        ctx.stream = be.stream();
+        if (cublasCreate(&ctx.cublas) != CUBLAS_STATUS_SUCCESS)
+            fail("{}: cublasCreate failed for the CUDA optimizer step", opt.name);
+        cublasSetStream(ctx.cublas, ctx.stream);
+        const MemoryPlan& plan = *arena.plan;
+        const int64_t need = optimizer_cuda_scratch_bytes(opt, slots);
+        const int wi = plan.find("ws.optimizer");
+        const int64_t have = wi >= 0 ? plan.buffers[size_t(wi)].bytes() : 0;
+        if (wi >= 0 && need <= have) {
+            ctx.scratch = arena.ptr(wi);
+            ctx.scratch_bytes = have;
+        } else if (need > 0) {
+            spdlog::warn("{}: the optimizer step needs {} bytes of device scratch, the plan's ws.optimizer holds {}; "
+                         "allocating it outside the arena", opt.name, need, have);
+            if (cudaMalloc(&extra_scratch, size_t(need)) != cudaSuccess) {
+                cudaGetLastError();
+                cublasDestroy(ctx.cublas);
+                fail("{}: cudaMalloc of {} bytes of optimizer scratch failed", opt.name, need);
+            }
+            ctx.scratch = extra_scratch;
+            ctx.scratch_bytes = need;
+        }
+        const int li = plan.find("ws.library");
+        if (li >= 0) {
+            be.set_matmul_workspace(arena.ptr(li), plan.buffers[size_t(li)].bytes());
+            bound_workspace = true;
+        }
+    }
+    ~CudaRun() {
+        cudaStreamSynchronize(ctx.stream);
+        if (bound_workspace) {
+            try {
+                backend->set_matmul_workspace(nullptr, 0);
+            } catch (...) {
+            }
+        }
+        if (ctx.cublas) cublasDestroy(ctx.cublas);
+        if (extra_scratch) cudaFree(extra_scratch);
+    }
+    CudaRun(const CudaRun&) = delete;
+    CudaRun& operator=(const CudaRun&) = delete;
+};
+#endif
 
 struct Batches {
     TokenSplit train;
@@ -102,10 +200,36 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
     MemoryPlan plan = build_memory_plan(cfg, table, opt, mb);
     spdlog::info("{}: plan {:.3f} GiB (state {:.3f} GiB), microbatch {} x {} tokens, {} accumulation steps", opt.name,
                  double(plan.peak_bytes) / GIB, double(plan.state_bytes) / GIB, mb, T, accum);
+    const bool on_cuda = is_cuda(backend);
+    if (opts.profile_first > 0 && !on_cuda)
+        fail("--profile-steps {}:{}: profiling brackets steps with cudaProfilerStart/Stop and needs the CUDA backend; "
+             "this run uses the {} backend (runtime.backend: {})", opts.profile_first, opts.profile_last, backend.name(),
+             cfg.runtime.backend);
+#if defined(SKEW_HAVE_CUDA)
+    if (on_cuda && (opt.type == "galore" || opt.type == "galore-paper"))
+        fail("{}: optimizer type '{}' (GaLore) has no CUDA step yet; train it with runtime.backend=cpu", opt.name,
+             opt.type);
+    Arena arena = on_cuda ? allocate_cuda_arena(plan) : allocate_host_arena(plan);
+#else
     Arena arena = allocate_host_arena(plan);
+#endif
     Model model = model_bind(cfg, table, arena, backend);
 
     std::vector<ParamSlot> slots = arena_param_slots(opt, table, arena);
+#if defined(SKEW_HAVE_CUDA)
+    std::unique_ptr<CudaRun> cuda_run;
+    if (on_cuda) cuda_run = std::make_unique<CudaRun>(static_cast<cuda::CudaBackend&>(backend), opt, slots, arena);
+#endif
+    // Measured peak: the device's memory in use, sampled after every step (CUDA), or the process's
+    // peak resident set (CPU).
+    int64_t device_peak = 0;
+    auto measured_peak = [&]() -> int64_t {
+#if defined(SKEW_HAVE_CUDA)
+        if (on_cuda) return device_peak;
+#endif
+        return process_peak_rss_bytes();
+    };
+    bool profiling = false;
 
     const std::string run_dir = opts.run_dir;
     const std::string last_dir = checkpoint_dir(run_dir, opt.name, "last");
@@ -161,6 +285,13 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
     };
 
     for (int64_t step = state.step + 1; step <= tc.steps; ++step) {
+        if (step == opts.profile_first && on_cuda) {
+            backend.synchronize();
+            cuda::profiler_start();
+            profiling = true;
+            spdlog::info("{}: profiler capture started before step {}", opt.name, step);
+        }
+        SKEW_NVTX_RANGE(fmt::format("step {}", step).c_str());
         const auto t0 = Clock::now();
         const double lr = cosine_lr(opt.lr, step, tc.steps, warmup, tc.min_lr_frac);
         batch_stream_next(train, x.data(), y.data());
@@ -199,8 +330,18 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             os.t = optimizer_t;
             os.lr = lr;
             os.seed = uint64_t(tc.seed);
-            optimizer_step(opt, slots, os);
+            SKEW_NVTX_RANGE("optimizer");
+#if defined(SKEW_HAVE_CUDA)
+            if (on_cuda)
+                optimizer_step_cuda(opt, slots, os, cuda_run->ctx);
+            else
+#endif
+                optimizer_step(opt, slots, os);
         }
+        backend.synchronize();  // the step's time is its device time; kernel errors surface here
+#if defined(SKEW_HAVE_CUDA)
+        if (on_cuda) device_peak = std::max(device_peak, cuda_device_used_bytes());
+#endif
         const double dt = seconds_since(t0);
         rec.tokens_per_sec = double(B * T) / dt;
         append_step(log, rec);
@@ -224,7 +365,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             e.val_ppl = std::exp(ev.val_loss);
             e.val_balance_loss = ev.val_balance_loss;
             e.tokens_per_sec = double(since_eval_tokens) / since_eval_seconds;
-            e.peak_memory_bytes = process_peak_rss_bytes();
+            e.peak_memory_bytes = measured_peak();
             e.lr = lr;
             e.grad_norm = grad_norm;
             add_eval(metrics, e);
@@ -253,6 +394,13 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         pr.lr = lr;
         status_update(status, pr);
 
+        if (profiling && step == opts.profile_last) {
+            backend.synchronize();
+            cuda::profiler_stop();
+            profiling = false;
+            spdlog::info("{}: profiler capture stopped after step {}", opt.name, step);
+        }
+
         const bool stop = stop_requested() || (opts.stop_after_step > 0 && step >= opts.stop_after_step);
         if (step % tc.checkpoint_every == 0 || last_step || stop) checkpoint(last_dir);
         if (stop && !last_step) {
@@ -262,7 +410,14 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             break;
         }
     }
+    if (profiling) {
+        backend.synchronize();
+        cuda::profiler_stop();
+    }
     status_finish(status);
+    if (on_cuda)
+        spdlog::info("{}: measured peak device memory {:.3f} GiB (whole device), plan {:.3f} GiB", opt.name,
+                     double(device_peak) / GIB, double(plan.peak_bytes) / GIB);
     RunTotals totals{state.step, state.skipped_steps, state.tokens_seen, state.train_seconds,
                      wall_before + seconds_since(run_start)};
     metrics.summary = summarize(metrics.history, totals);

@@ -16,6 +16,8 @@ struct TrainOptions {
     bool force_plain_log = false;  // plain log lines even on a terminal
     int64_t stop_after_step = 0;   // testing/debugging: stop cleanly (checkpoint) after this step; 0 = off
     int64_t inject_nan_step = 0;   // testing: write a NaN into the router's gradient at this step; 0 = off
+    int64_t profile_first = 0;     // --profile-steps A:B: cudaProfilerStart before step A (CUDA only); 0 = off
+    int64_t profile_last = 0;      // ... and cudaProfilerStop after step B (>= A)
 };
 
 /// What one optimizer's run ended with.
@@ -28,8 +30,11 @@ struct TrainResult {
 
 /// Train every optimizer of cfg.train.optimizers in turn (paper Appendix E). Writes into
 /// opts.run_dir: config.yaml (resolved), manifest.json (the shards'), metrics_<opt>.json,
-/// steps_<opt>.jsonl, checkpoints/<opt>/{last,best}/. Throws skew::Error on bad data, a plan that
-/// does not fit, a corrupt checkpoint on resume, or too many non-finite steps.
+/// steps_<opt>.jsonl, checkpoints/<opt>/{last,best}/. runtime.backend picks the backend: cpu;
+/// cuda (arena in one cudaMalloc, CUDA optimizer step, measured peak = device memory in use);
+/// auto (cuda when built with CUDA and a GPU is visible, else cpu). Throws skew::Error on bad data,
+/// a plan that does not fit, a corrupt checkpoint on resume, too many non-finite steps,
+/// runtime.backend: cuda without a GPU or a CUDA build, GaLore on CUDA, or profile steps on the CPU.
 std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts);
 
 }  // namespace skew

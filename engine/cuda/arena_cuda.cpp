@@ -37,4 +37,13 @@ Arena allocate_cuda_arena(const MemoryPlan& plan) {
     return a;
 }
 
+int64_t cuda_device_used_bytes() {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return int64_t(total_b) - int64_t(free_b);
+}
+
 }  // namespace skew
