@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/gpu_check.sh: the one script a GPU machine runs for the CUDA backend (issue 7). It builds
 # (or takes prebuilt) test_gpu and bench_gpu_ops for sm_90a, runs the GPU tests (ctest label `gpu`:
-# every CUDA op against its CPU twin), a compute-sanitizer memcheck of a few tests, and the GPU
+# every CUDA op against its CPU twin, and one training step of configs/tiny.yaml against the CPU
+# backend with its peak device memory against the plan), a compute-sanitizer memcheck of a few tests, and the GPU
 # micro-benchmarks, and writes every log and result under $OUT. Budget: well under 10 minutes.
 #
 #   bench/gpu_check.sh --prepare   on the development machine (no GPU needed): build for sm_90a
@@ -40,7 +41,7 @@ if [[ "${1:-}" == "--prepare" ]]; then
         esac
     done
     (git rev-parse HEAD 2>/dev/null || echo unknown) > "$CARRY/COMMIT"
-    git status --short -- kernels/cuda tests/gpu bench/bench_gpu_ops.cu >> "$CARRY/COMMIT" 2>/dev/null || true
+    git status --short -- kernels/cuda tests/gpu bench/bench_gpu_ops.cu model optim train engine >> "$CARRY/COMMIT" 2>/dev/null || true
     du -sh "$CARRY"
     echo "staged in $CARRY; run on the GPU machine with carry [\"$CARRY\"]: bench/gpu_check.sh"
     exit 0
