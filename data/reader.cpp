@@ -142,6 +142,16 @@ static size_t fill(DocumentReader& r, size_t n) {
         const char* msg = gzerror(s.gz, &err);
         fail("data: cannot read {}: {}", r.sources[s.source].path, msg ? msg : "zlib error");
     }
+    const std::string& path = r.sources[s.source].path;
+    if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
+        // zlib reads a non-gzip file "transparently" and reports a cut-off stream only as an error
+        // state at the end: refuse both for a .gz input instead of tokenizing raw or partial bytes.
+        if (got > 0 && gzdirect(s.gz)) fail("data: {} is not a gzip file (no gzip header); rename or recompress it", path);
+        int err = Z_OK;
+        gzerror(s.gz, &err);
+        if (got == 0 && err != Z_OK)
+            fail("data: {} is a corrupt or truncated gzip stream ({})", path, gzerror(s.gz, &err));
+    }
     s.buffer.resize(old + size_t(got));
     hash_update(s, s.buffer.data() + old, size_t(got));
     r.sources[s.source].bytes += got;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -214,6 +215,10 @@ void check_range(double v, const KeySpec& k, const std::string& key, const Loc& 
 std::string scalar_of(const YAML::Node& n, const KeySpec& k, const std::string& key, const Loc& loc) {
     if (!n.IsScalar())
         fail("{}: {}: expected {}, got {}", loc.where, key, key_type_name(k.type), node_kind(n));
+    // A quoted or !!str-tagged scalar is a string: "64" is not the number 64.
+    const bool numeric = k.type == KeyType::INT || k.type == KeyType::FLOAT || k.type == KeyType::BOOL;
+    if (numeric && n.Tag() != "?" && !n.Tag().empty())
+        fail("{}: {}: expected {}, got the string \"{}\" (remove the quotes)", loc.where, key, key_type_name(k.type), n.Scalar());
     return n.Scalar();
 }
 
@@ -569,6 +574,8 @@ Config load_config_text(const std::string& yaml_text, const std::string& source,
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, not a config file", path);
     std::ifstream in(path, std::ios::binary);
     if (!in) fail("{}: cannot open the config file ({})", path, std::strerror(errno));
     std::stringstream ss;

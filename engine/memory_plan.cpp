@@ -134,6 +134,16 @@ MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const O
         plan.buffers.push_back(std::move(b));
     }
 
+    // Sizes are 64-bit; a config at the schema's limits could still overflow them. Check in double.
+    double total = 0;
+    for (const BufferSpec& b : plan.buffers) {
+        double bytes = double(dtype_bytes(b.dtype));
+        for (int64_t d : b.shape) bytes *= double(d);
+        total += bytes;
+        if (bytes > 4e18 || total > 4e18)
+            fail("plan: buffer '{}' alone or the plan in total exceeds 4 EiB ({:.3g} bytes); the config is too large for "
+                 "any device", b.name, std::max(bytes, total));
+    }
     plan.offsets = layout_arena(plan.buffers, &plan.peak_bytes);
     int64_t persistent_end = 0;
     for (size_t i = 0; i < plan.buffers.size(); ++i) {

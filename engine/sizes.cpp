@@ -44,7 +44,7 @@ ParsedSize parse_size(const std::string& text, const std::string& what) {
             return ParsedSize{int64_t(std::llround(bytes)), u.label};
         }
     }
-    fail("{}: unknown unit '{}' in '{}'; use GiB, GB, MiB, MB, TiB or TB", what, unit, text);
+    fail("{}: unknown unit '{}' in '{}'; use GiB, GB, MiB, MB, TiB, TB, KiB or kB", what, unit, text);
 }
 
 std::string format_gib(int64_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / 1073741824.0); }

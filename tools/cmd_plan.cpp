@@ -65,14 +65,16 @@ void run_plan(const PlanArgs& a) {
     Config cfg = load_config(a.config, a.overrides);
     ParamTable table = build_param_table(cfg.model);
     OptimizerConfig opt = pick_optimizer(cfg, a.optimizer);
-    int64_t mb = a.microbatch > 0 ? a.microbatch : (cfg.train.microbatch > 0 ? cfg.train.microbatch : cfg.train.batch_size);
-    if (cfg.train.batch_size % mb != 0)
-        fail("--microbatch {} must divide train.batch_size ({})", mb, cfg.train.batch_size);
-    MemoryPlan plan = build_memory_plan(cfg, table, opt, mb);
-
     std::optional<ParsedSize> budget;
     if (!a.budget.empty()) budget = parse_size(a.budget, "--budget");
     int64_t largest = budget ? largest_fitting_microbatch(cfg, table, opt, budget->bytes) : -1;
+    // train.microbatch 0 means "the largest that fits": the budget's, else the whole batch.
+    int64_t mb = a.microbatch > 0 ? a.microbatch
+                 : cfg.train.microbatch > 0 ? cfg.train.microbatch
+                 : largest > 0 ? largest : cfg.train.batch_size;
+    if (cfg.train.batch_size % mb != 0)
+        fail("--microbatch {} must divide train.batch_size ({})", mb, cfg.train.batch_size);
+    MemoryPlan plan = build_memory_plan(cfg, table, opt, mb);
 
     const int64_t bb = table.tier_numel(Tier::BACKBONE), ex = table.tier_numel(Tier::EXPERTS),
                   rt = table.tier_numel(Tier::ROUTER), total = table.total_numel();
@@ -184,8 +186,9 @@ void register_plan_command(CLI::App& app) {
     cmd->add_option("config", args->config, "Experiment config (YAML)")->required();
     cmd->add_option("--optimizer", args->optimizer,
                     "Optimizer to plan: a built-in name or a key of the config's optimizers section (default: the first of train.optimizers)");
-    cmd->add_option("--microbatch", args->microbatch, "Sequences per forward/backward (default: train.microbatch)")
-        ->check(CLI::PositiveNumber);
+    cmd->add_option("--microbatch", args->microbatch,
+                    "Sequences per forward/backward (default: train.microbatch; with 0 there, the largest that fits --budget)")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
     cmd->add_option("--budget", args->budget, "Device memory budget with a unit: 40GiB, 40GB (10^9 bytes), 40960MiB");
     cmd->add_flag("--json", args->json, "Print the same numbers as JSON");
     cmd->add_option("--set", args->overrides, "Override a config key, e.g. --set train.microbatch=4 (repeatable)")

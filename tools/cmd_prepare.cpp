@@ -25,7 +25,7 @@ void register_prepare_command(CLI::App& app) {
         ->check(CLI::IsMember({"skip", "fail"}))->capture_default_str();
     cmd->add_option("--field", opts->field, "JSONL field holding the document text")->capture_default_str();
     cmd->add_flag("--allow-special", opts->allow_special, "Encode the literal <|endoftext|> inside documents as token 50256");
-    cmd->add_option("--threads", opts->threads, "Tokenizer threads (0 = all cores)")->check(CLI::NonNegativeNumber)->capture_default_str();
+    cmd->add_option("--threads", opts->threads, "Tokenizer threads (0 = all cores, at most 1024)")->check(CLI::Range(0, 1024))->capture_default_str();
     cmd->add_option("--shard-tokens", opts->shard_tokens, "Tokens per shard file")->check(CLI::PositiveNumber)->capture_default_str();
     cmd->add_flag("--no-progress", *no_progress, "Do not draw the progress bar");
     cmd->callback([opts, bad_lines, no_progress] {

@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <utility>
 
 #include "engine/config.h"
 #include "engine/error.h"
+#include "engine/signals.h"
 #include "tools/commands.h"
 #include "train/trainer.h"
 
@@ -70,7 +72,12 @@ void register_train_command(CLI::App& app) {
     cmd->add_option("--debug-inject-nan", a->inject_nan, "Testing: put a NaN into the router's gradient at this step")
         ->check(CLI::NonNegativeNumber)
         ->group("Debug");
-    cmd->callback([a] {
+    cmd->callback([a, cmd] {
+        if (cmd->count("--optimizers") > 0 && a->optimizers.empty())
+            fail("--optimizers: empty list; name at least one optimizer, e.g. --optimizers skewadam,adamw");
+        if (!a->resume.empty() && (!a->overrides.empty() || !a->optimizers.empty()))
+            fail("--resume {}: continues the run exactly as its config.yaml says; --set and --optimizers are not allowed "
+                 "(start a new run with --out for other settings)", a->resume);
         std::vector<std::string> overrides = a->overrides;
         if (!a->optimizers.empty()) overrides.push_back("train.optimizers=[" + a->optimizers + "]");
         TrainOptions opts;
@@ -100,6 +107,8 @@ void register_train_command(CLI::App& app) {
             spdlog::info("{}: {} steps, final val ppl {:.2f}{}", r.optimizer, r.steps_done, r.final_val_ppl,
                          r.stopped ? " (stopped; resume with --resume)" : "");
         spdlog::info("run folder: {} (skew report {})", opts.run_dir, opts.run_dir);
+        // Interrupted by a signal: the checkpoint is written; exit 128 + signal so scripts can tell.
+        if (const int sig = stop_signal()) std::exit(128 + sig);
     });
 }
 

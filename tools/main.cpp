@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     }
     CLI::App app{"skew: train mixture-of-experts language models with tiered optimizer state"};
     app.require_subcommand(1);
+    app.fallthrough();  // global flags (--log-level) may follow the subcommand
     std::string log_level = "info";
     app.add_option("--log-level", log_level, "Log level: trace, debug, info, warn, error, off")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
@@ -37,8 +38,16 @@ int main(int argc, char** argv) {
 
     try {
         app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
+    } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        // Usage errors (bad flag, missing argument, value out of range): one line, exit 2.
+        std::fprintf(stderr, "skew: error: %s (see skew --help)\n", e.what());
+        return 2;
     } catch (const std::exception& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "skew: error: %s\n", e.what());

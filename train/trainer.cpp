@@ -52,6 +52,7 @@ using data::batch_stream_make;
 using data::batch_stream_next;
 using data::batch_stream_require;
 using data::token_split_check_manifest;
+using data::token_split_read;
 using data::token_split_open;
 using Clock = std::chrono::steady_clock;
 
@@ -161,10 +162,52 @@ struct CudaRun {
 };
 #endif
 
+/// Reset the process's resident-memory high-water mark (Linux: "5" into /proc/self/clear_refs), so
+/// that each optimizer's measured CPU peak is its own, not the largest of the runs before it.
+void reset_peak_rss() {
+    if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+        std::fputs("5", f);
+        std::fclose(f);
+    }
+}
+
 struct Batches {
     TokenSplit train;
     TokenSplit val;
+    double unigram_val_ppl = std::nan("");
 };
+
+/// The unigram baseline: perplexity on the validation split of the training split's token
+/// frequencies with add-one smoothing over vocab_size tokens. Counts at most the first 100M
+/// training tokens and scores at most the first 10M validation tokens (a baseline, not a metric
+/// of the model), reading in 1M-token chunks.
+double unigram_val_perplexity(const TokenSplit& train, const TokenSplit& val, int64_t vocab_size) {
+    const int64_t chunk = int64_t(1) << 20;
+    std::vector<int32_t> buf(static_cast<size_t>(chunk));
+    std::vector<double> counts(size_t(vocab_size), 1.0);
+    double total = double(vocab_size);
+    const int64_t n_train = std::min<int64_t>(train.starts.back(), 100'000'000);
+    for (int64_t at = 0; at < n_train; at += chunk) {
+        const int64_t n = std::min(chunk, n_train - at);
+        token_split_read(train, at, n, buf.data());
+        for (int64_t i = 0; i < n; ++i)
+            if (buf[size_t(i)] >= 0 && buf[size_t(i)] < vocab_size) counts[size_t(buf[size_t(i)])] += 1.0, total += 1.0;
+    }
+    const int64_t n_val = std::min<int64_t>(val.starts.back(), 10'000'000);
+    double nll = 0;
+    int64_t scored = 0;
+    for (int64_t at = 0; at < n_val; at += chunk) {
+        const int64_t n = std::min(chunk, n_val - at);
+        token_split_read(val, at, n, buf.data());
+        for (int64_t i = 0; i < n; ++i) {
+            const int32_t t = buf[size_t(i)];
+            if (t < 0 || t >= vocab_size) continue;
+            nll -= std::log(counts[size_t(t)] / total);
+            ++scored;
+        }
+    }
+    return scored > 0 ? std::exp(nll / double(scored)) : std::nan("");
+}
 
 /// Validation loss over the fixed validation batches: mean over batches of each batch's mean LM
 /// loss (design.md, "Training protocol"), and the mean balance loss (no router noise).
@@ -241,6 +284,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
     state.seed = tc.seed;
     state.config_hash = hash;
     RunMetrics metrics = make_run_metrics(cfg, opt, plan);
+    metrics.unigram_val_ppl = data.unigram_val_ppl;
     if (opts.resume && checkpoint_exists(last_dir)) {
         state = load_checkpoint(last_dir, arena);
         if (state.config_hash != hash)
@@ -249,11 +293,17 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         if (fs::exists(metrics_path(run_dir, opt.name))) {
             metrics = read_metrics(metrics_path(run_dir, opt.name));
             truncate_history(metrics, state.step);
+            metrics.unigram_val_ppl = data.unigram_val_ppl;
         }
         spdlog::info("{}: resuming from step {} ({})", opt.name, state.step, last_dir);
     } else {
+        if (opts.resume && (fs::exists(step_log_path(run_dir, opt.name)) || fs::exists(metrics_path(run_dir, opt.name))))
+            fail("{}: --resume: {} has {}'s metrics or step log but no complete checkpoint in {} (trainer_state.json, "
+                 "model.safetensors, optimizer.safetensors); refusing to start it again from step 1 over its files",
+                 opt.name, run_dir, opt.name, last_dir);
         model_init(model, uint64_t(tc.seed));
     }
+    reset_peak_rss();
     if (state.step >= tc.steps) {
         spdlog::info("{}: already finished ({} steps)", opt.name, state.step);
         return TrainResult{opt.name, state.step, metrics.summary.final_val_ppl, false};
@@ -433,13 +483,30 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) 
     ParamTable table = build_param_table(cfg.model);
     token_split_check_manifest(cfg.data.dir, cfg.data.separator);
     Batches data{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
-    fs::create_directories(opts.run_dir);
-    write_file_atomic((fs::path(opts.run_dir) / "config.yaml").string(), cfg.resolved_yaml + "\n");
-    const fs::path manifest = fs::path(cfg.data.dir) / "manifest.json";
-    if (fs::exists(manifest)) {
-        std::ifstream in(manifest, std::ios::binary);
-        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        write_file_atomic((fs::path(opts.run_dir) / "manifest.json").string(), text);
+    data.unigram_val_ppl = unigram_val_perplexity(data.train, data.val, cfg.model.vocab_size);
+    spdlog::info("data: unigram baseline (training-split token frequencies) has validation perplexity {:.1f}",
+                 data.unigram_val_ppl);
+    {  // every optimizer reads these batches: check them before the run folder is touched
+        const int64_t B = cfg.train.batch_size, T = cfg.train.seq_len;
+        batch_stream_require(batch_stream_make(data.val, B, T, 0), cfg.train.eval_batches,
+                             "train.eval_batches validation batches");
+        batch_stream_make(data.train, B, T, 0);
+    }
+    const fs::path config_path = fs::path(opts.run_dir) / "config.yaml";
+    if (!opts.resume) {
+        if (fs::exists(config_path))
+            fail("--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
+                 "choose another --out", opts.run_dir, opts.run_dir);
+        std::error_code ec;
+        fs::create_directories(opts.run_dir, ec);
+        if (ec) fail("--out {}: cannot create the run folder: {}", opts.run_dir, ec.message());
+        write_file_atomic(config_path.string(), cfg.resolved_yaml + "\n");
+        const fs::path manifest = fs::path(cfg.data.dir) / "manifest.json";
+        if (fs::exists(manifest)) {
+            std::ifstream in(manifest, std::ios::binary);
+            std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            write_file_atomic((fs::path(opts.run_dir) / "manifest.json").string(), text);
+        }
     }
     std::unique_ptr<Backend> backend = make_backend(cfg);
     install_stop_handlers();

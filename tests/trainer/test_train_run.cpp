@@ -174,6 +174,25 @@ TEST_CASE("a NaN injected into a gradient is caught, reported with the tensor an
     CHECK(stop.output.find("stopped with the checkpoint of step 1") != std::string::npos);
 }
 
+TEST_CASE("a run folder is never clobbered: reuse, changed settings and lost checkpoints are refused") {
+    const std::string d = work_dir() + "/guard";
+    REQUIRE(run(train_args("--set train.steps=4 --set train.eval_every=2 --optimizers skewadam --out " + d +
+                           " --stop-after 2")).status == 0);
+    const std::string config_before = read_bytes(d + "/config.yaml");
+    Run again = run(train_args("--set train.steps=4 --optimizers skewadam --out " + d));
+    CHECK(again.status == 1);
+    CHECK(again.output.find("already holds a run") != std::string::npos);
+    Run changed = run("train --plain --resume " + d + " --set train.steps=500");
+    CHECK(changed.status == 1);
+    CHECK(changed.output.find("--set and --optimizers are not allowed") != std::string::npos);
+    CHECK(read_bytes(d + "/config.yaml") == config_before);
+    fs::remove_all(d + "/checkpoints");
+    Run lost = run("train --plain --resume " + d);
+    CHECK(lost.status == 1);
+    CHECK(lost.output.find("no complete checkpoint") != std::string::npos);
+    CHECK(read_jsonl(d + "/steps_skewadam.jsonl").size() == 2);
+}
+
 TEST_CASE("bad train inputs are refused with a message") {
     CHECK(run("train --resume /nonexistent-run").output.find("no config.yaml there") != std::string::npos);
     Run r = run(train_args("--set data.dir=/nonexistent-data --out " + work_dir() + "/bad"));
@@ -181,6 +200,8 @@ TEST_CASE("bad train inputs are refused with a message") {
     CHECK(r.output.find("/nonexistent-data") != std::string::npos);
     Run big = run(train_args("--set train.eval_batches=1000 --set train.steps=1 --optimizers skewadam --out " + work_dir() +
                              "/big"));
+    CHECK_FALSE(fs::exists(work_dir() + "/big"));  // refused before the run folder is made
+    CHECK(run(train_args("--optimizers '' --out " + work_dir() + "/none")).status == 1);
     CHECK(big.status == 1);
     CHECK(big.output.find("train.eval_batches") != std::string::npos);
     CHECK(big.output.find("1000") != std::string::npos);
