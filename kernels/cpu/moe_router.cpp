@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "kernels/common/moe_router_math.h"
 #include "kernels/common/philox.h"
 #include "kernels/cpu/cpu_ops.h"
 
@@ -44,39 +45,8 @@ void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t
         const float* lg = logits + t * E;
         float* p = probs + t * E;
         z_tok[size_t(t)] = std::pow(row_lse(lg, E), 2.0);
-        // noisy logits -> softmax (stable)
-        float mx = -INFINITY;
-        for (int64_t e = 0; e < E; ++e) {
-            float x = lg[e];
-            if (o.noise_std != 0.0f)
-                x += o.noise_std * philox_normal(key, o.step, o.tensor, o.noise_offset + uint64_t(t * E + e));
-            p[e] = x;
-            mx = std::max(mx, x);
-        }
-        float sum = 0.0f;
-        for (int64_t e = 0; e < E; ++e) {
-            p[e] = std::exp(p[e] - mx);
-            sum += p[e];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t e = 0; e < E; ++e) p[e] *= inv;
-        // top-k: k passes of a strict-greater argmax skipping chosen experts (ties -> lower index)
-        int32_t* idx = expert_idx + t * K;
-        float* g = gates + t * K;
-        float psum = 0.0f;
-        for (int64_t j = 0; j < K; ++j) {
-            int32_t best = -1;
-            for (int64_t e = 0; e < E; ++e) {
-                bool taken = false;
-                for (int64_t i = 0; i < j; ++i) taken |= idx[i] == e;
-                if (taken) continue;
-                if (best < 0 || p[e] > p[best]) best = int32_t(e);
-            }
-            idx[j] = best;
-            g[j] = p[best];
-            psum += p[best];
-        }
-        for (int64_t j = 0; j < K; ++j) g[j] /= psum;
+        router_route_token(p, expert_idx + t * K, gates + t * K, lg, E, K, t, o.noise_std, key, o.step, o.tensor,
+                           o.noise_offset);
     }
 
     std::vector<int64_t> cnt(size_t(E), 0);

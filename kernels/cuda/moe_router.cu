@@ -1,6 +1,7 @@
 // CUDA MoE router (design.md, "Router (fp32)"; Switch balance loss α·E·Σ p̄_i f_i, z-loss
 // coef·mean(lse²)). One thread per token for softmax/top-k and the backward (E is small); one block
 // per expert for p̄; one block for the two losses. CPU twin: kernels/cpu/moe_router.cpp.
+#include "kernels/common/moe_router_math.h"
 #include "kernels/common/philox.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -31,37 +32,9 @@ __global__ void router_softmax_topk_kernel(float* __restrict__ probs, int32_t* _
     float* p = probs + t * E;
     const double lse = double(logits_row_lse(lg, E));
     z_tok[t] = lse * lse;
-    float mx = -INFINITY;
-    for (int64_t e = 0; e < E; ++e) {
-        float x = lg[e];
-        if (o.noise_std != 0.0f) x += o.noise_std * philox_normal(key, o.step, o.tensor, o.noise_offset + uint64_t(t * E + e));
-        p[e] = x;
-        mx = fmaxf(mx, x);
-    }
-    float sum = 0.0f;
-    for (int64_t e = 0; e < E; ++e) {
-        p[e] = expf(p[e] - mx);
-        sum += p[e];
-    }
-    const float inv = 1.0f / sum;
-    for (int64_t e = 0; e < E; ++e) p[e] *= inv;
     int32_t* idx = expert_idx + t * K;
-    float* g = gates + t * K;
-    float psum = 0.0f;
-    for (int64_t j = 0; j < K; ++j) {
-        int32_t best = -1;
-        for (int64_t e = 0; e < E; ++e) {
-            bool taken = false;
-            for (int64_t i = 0; i < j; ++i) taken |= idx[i] == e;
-            if (taken) continue;
-            if (best < 0 || p[e] > p[best]) best = int32_t(e);
-        }
-        idx[j] = best;
-        g[j] = p[best];
-        psum += p[best];
-        atomicAdd(counts + best, 1ull);  // integer: order-independent
-    }
-    for (int64_t j = 0; j < K; ++j) g[j] /= psum;
+    router_route_token(p, idx, gates + t * K, lg, E, K, t, o.noise_std, key, o.step, o.tensor, o.noise_offset);
+    for (int64_t j = 0; j < K; ++j) atomicAdd(counts + idx[j], 1ull);  // integer: order-independent
 }
 
 // Block per expert: p̄_e = mean over tokens of probs[:, e] (double, fixed tree).
