@@ -166,20 +166,13 @@ int main(int argc, char** argv) {
     nlohmann::json result;
     result["bench"] = "ops";
     result["backend"] = be->name();
-    result["commit"] = shell("git rev-parse HEAD 2>/dev/null");
-    result["dirty"] = !shell("git status --porcelain -- kernels bench 2>/dev/null").empty();
-    result["date"] = shell("date -u +%Y-%m-%dT%H:%M:%SZ");
+    skew::bench::add_provenance(result, "kernels bench");
     result["threads"] = omp_get_max_threads();
     result["shape"] = {{"batch", B},       {"seq_len", T},  {"d_model", C},      {"n_heads", H},
                        {"n_kv_heads", KV}, {"head_dim", D}, {"n_experts", E},    {"top_k", K},
                        {"d_ff", F},        {"vocab", V},    {"padded_vocab", Vp}};
     result["reps"] = reps;
     result["ops"] = ops;
-    if (!out_path.empty()) {
-        std::ofstream(out_path) << result.dump(2) << "\n";
-        std::printf("wrote %s\n", out_path.c_str());
-    } else {
-        std::printf("%s\n", result.dump(2).c_str());
-    }
+    skew::bench::emit_result(result, out_path);
     return 0;
 }

@@ -132,19 +132,12 @@ int main(int argc, char** argv) {
     nlohmann::json result;
     result["bench"] = "optim";
     result["backend"] = "cpu";
-    result["commit"] = shell("git rev-parse HEAD 2>/dev/null");
-    result["dirty"] = !shell("git status --porcelain -- optim kernels/common bench 2>/dev/null").empty();
-    result["date"] = shell("date -u +%Y-%m-%dT%H:%M:%SZ");
+    skew::bench::add_provenance(result, "optim kernels/common bench");
     result["threads"] = omp_get_max_threads();
     result["params"] = total;
     result["reps"] = reps;
     result["d"] = d;
     result["optimizers"] = rows;
-    if (!out_path.empty()) {
-        std::ofstream(out_path) << result.dump(2) << "\n";
-        std::printf("wrote %s\n", out_path.c_str());
-    } else {
-        std::printf("%s\n", result.dump(2).c_str());
-    }
+    skew::bench::emit_result(result, out_path);
     return 0;
 }

@@ -125,9 +125,7 @@ int main(int argc, char** argv) {
 
         nlohmann::json result;
         result["bench"] = "tokenizer";
-        result["commit"] = shell("git rev-parse HEAD 2>/dev/null");
-        result["dirty"] = !shell("git status --porcelain -- data bench 2>/dev/null").empty();
-        result["date"] = shell("date -u +%Y-%m-%dT%H:%M:%SZ");
+        skew::bench::add_provenance(result, "data bench");
         result["cores"] = cores;
         result["corpus"] = {{"paths", corpus}, {"documents", docs.size()}, {"bytes", bytes}};
         result["skew"] = {{"single_core_mb_per_s", one.mbps}, {"single_core_cpu_mb_per_s", one.cpu_mbps},
