@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    if (reps < 1 || scale < 1) {
+        std::fprintf(stderr, "bench_optim: --reps and --scale must be positive integers\n");
+        return 2;
+    }
     const int64_t d = 1024 * scale;
     // A backbone matrix, an expert stack, the router and two norm vectors: the paper's tiers in miniature.
     std::deque<ParamInfo> infos;
