@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "data/prepare.h"
+#include "engine/error.h"
 #include "tools/commands.h"
 
 namespace skew::tools {
@@ -37,6 +38,11 @@ void register_prepare_command(CLI::App& app) {
                      double(s.bytes) / 1e6, s.seconds, s.seconds > 0 ? double(s.bytes) / 1e6 / s.seconds : 0.0);
         if (s.bad_lines) spdlog::warn("prepare: {} bad lines skipped", s.bad_lines);
         spdlog::info("prepare: wrote {} shards and {}", s.shards.size(), s.manifest);
+        if (s.documents_train + s.documents_val == 0)
+            fail("prepare: no documents were read from the input (empty files, or every .jsonl line skipped: check --field "
+                 "and --bad-lines); the shards written are empty");
+        if (s.tokens_train == 0) spdlog::warn("prepare: the training split is empty (--val-ratio {})", opts->val_ratio);
+        if (s.tokens_val == 0) spdlog::warn("prepare: the validation split is empty; `skew train` needs validation batches");
     });
 }
 
