@@ -171,6 +171,30 @@ void reset_peak_rss() {
     }
 }
 
+/// Bytes of memory the host can still give (MemAvailable of /proc/meminfo), or -1 if unknown.
+int64_t host_available_bytes() {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    int64_t kib = 0;
+    std::string unit;
+    while (in >> key >> kib >> unit)
+        if (key == "MemAvailable:") return kib * 1024;
+    return -1;
+}
+
+/// Out-of-budget on the CPU backend: refuse before allocating when the plan's arena exceeds the
+/// host's available memory, saying what the plan holds (the CUDA arena checks the device's free
+/// memory itself).
+void refuse_if_host_too_small(const MemoryPlan& plan, const OptimizerConfig& opt) {
+    const int64_t avail = host_available_bytes();
+    if (avail < 0 || plan.peak_bytes <= avail) return;
+    fail("{}: the plan needs {:.2f} GiB (weights {:.2f}, gradients {:.2f}, optimizer state {:.2f}, activations "
+         "{:.2f}, workspace {:.2f}) but this host has {:.2f} GiB available; see `skew plan` for a smaller microbatch or "
+         "model", opt.name, double(plan.peak_bytes) / GIB, double(plan.weights_bytes) / GIB, double(plan.grads_bytes) / GIB,
+         double(plan.state_bytes) / GIB, double(plan.activation_bytes) / GIB, double(plan.workspace_bytes) / GIB,
+         double(avail) / GIB);
+}
+
 struct Batches {
     TokenSplit train;
     TokenSplit val;
@@ -248,6 +272,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         fail("--profile-steps {}:{}: profiling brackets steps with cudaProfilerStart/Stop and needs the CUDA backend; "
              "this run uses the {} backend (runtime.backend: {})", opts.profile_first, opts.profile_last, backend.name(),
              cfg.runtime.backend);
+    if (!on_cuda) refuse_if_host_too_small(plan, opt);
 #if defined(SKEW_HAVE_CUDA)
     if (on_cuda && (opt.type == "galore" || opt.type == "galore-paper"))
         fail("{}: optimizer type '{}' (GaLore) has no CUDA step yet; train it with runtime.backend=cpu", opt.name,

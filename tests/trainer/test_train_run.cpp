@@ -202,6 +202,15 @@ TEST_CASE("bad train inputs are refused with a message") {
                              "/big"));
     CHECK_FALSE(fs::exists(work_dir() + "/big"));  // refused before the run folder is made
     CHECK(run(train_args("--optimizers '' --out " + work_dir() + "/none")).status == 1);
+    // Out of budget: the paper's model with 8,192 experts (about 5 TB of AdamW run) fits no host;
+    // refused before anything is allocated, saying what the plan holds.
+    Run huge = run(train_args("--set model.d_model=4096 --set model.n_heads=32 --set model.n_kv_heads=8 "
+                              "--set model.n_experts=8192 --set model.d_expert=4096 --set model.d_ff=4096 "
+                              "--set model.max_seq_len=256 --optimizers adamw --out " + work_dir() + "/huge"));
+    CHECK(huge.status == 1);
+    CHECK(huge.output.find("GiB available") != std::string::npos);
+    CHECK(huge.output.find("optimizer state") != std::string::npos);
+    CHECK_FALSE(fs::exists(work_dir() + "/huge/metrics_adamw.json"));
     CHECK(big.status == 1);
     CHECK(big.output.find("train.eval_batches") != std::string::npos);
     CHECK(big.output.find("1000") != std::string::npos);
