@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "engine/cuda_workspace.h"
 #include "engine/memory_plan.h"
 
 namespace skew {
@@ -89,11 +90,17 @@ std::vector<BufferSpec> activation_buffers(const Config& cfg, int64_t microbatch
     s.add("act.final_ln_out", bf, {N, d}, H, H);
     s.add("act.final_ln_mean", f32, {N}, H, H);
     s.add("act.final_ln_rstd", f32, {N}, H, H);
-    // act.logits is also the workspace of the backend's fused LM head + cross-entropy: the CPU
-    // backend adds the embedding widened to fp32 and an fp32 accumulator for its gradient (2·Vp·d);
-    // on other backends the model falls back to chunked matmul + cross-entropy ops in this slot.
-    const int64_t head_extra = cfg.runtime.backend == "cpu" ? 2 * m.padded_vocab_size * d : 0;
-    s.add("act.logits", f32, {std::min(N, LOGITS_CHUNK_TOKENS) * m.padded_vocab_size + head_extra}, H, H);
+    // act.logits is also the workspace of the backend's fused LM head + cross-entropy (the model
+    // uses the fused op when its workspace fits this slot): the CPU backend adds the embedding
+    // widened to fp32 and an fp32 accumulator for its gradient (2·Vp·d); the CUDA backend needs
+    // its chunk's fp32 logits and bf16 dlogits, an fp32 dwte accumulator and the per-token losses
+    // (engine/cuda_workspace.h).
+    int64_t logits_elems = std::min(N, LOGITS_CHUNK_TOKENS) * m.padded_vocab_size;
+    if (plan_backend(cfg) == "cpu")
+        logits_elems += 2 * m.padded_vocab_size * d;
+    else
+        logits_elems = std::max(logits_elems, (cuda_ws::lm_head_workspace_bytes(N, d, m.padded_vocab_size) + 3) / 4);
+    s.add("act.logits", f32, {logits_elems}, H, H);
     s.add("act.losses", f32, {N}, H, H);  // per-token cross-entropy (nats)
     s.add("act.d_final_ln_out", bf, {N, d}, H, H);
 

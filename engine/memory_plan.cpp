@@ -126,11 +126,15 @@ MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const O
     ws.kind = BufferKind::WORKSPACE;
     ws.dtype = DType::F32;
     ws.shape = {muon ? 4 * max_matrix : galore ? 2 * max_matrix : std::max<int64_t>(max_rows_cols, 1024)};
+    const bool cuda = plan_backend(cfg) == "cuda";
+    if (cuda) ws.shape[0] = std::max(ws.shape[0], (cuda_optimizer_scratch_bytes(opt, table) + 3) / 4);
     ws.first = ws.last = Phase::OPTIMIZER;
     ws.component = "workspace";
     acts.push_back(ws);
+    if (cuda)
+        for (BufferSpec& b : cuda_workspace_buffers(cfg, table, microbatch)) acts.push_back(std::move(b));
     for (BufferSpec& b : acts) {
-        if (b.name == "ws.library") plan.workspace_bytes += b.bytes();
+        if (b.name == "ws.library" || b.name.rfind("ws.cuda_", 0) == 0) plan.workspace_bytes += b.bytes();
         plan.buffers.push_back(std::move(b));
     }
 

@@ -79,6 +79,20 @@ bool muon_uses_adam(const ParamInfo& p);
 /// checkpointing, and the workspace; see activation_plan.cpp for the list.
 std::vector<BufferSpec> activation_buffers(const Config& cfg, int64_t microbatch);
 
+/// The backend a plan is sized for: "cpu" for runtime.backend cpu, else "cuda" (auto plans for
+/// the GPU; the trainer plans with the backend it resolved).
+std::string plan_backend(const Config& cfg);
+
+/// The CUDA backend's device scratch for one microbatch (sequences) as WORKSPACE buffers
+/// (FORWARD..BACKWARD): ws.cuda_scratch (fp32 words holding the largest op scratch: embedding/LayerNorm/
+/// attention backward, router, dispatch sort, grad-norm partials) and, with MoE blocks,
+/// ws.cuda_widen (fp32, the router's bf16 operands widened). Formulas: engine/cuda_workspace.h.
+std::vector<BufferSpec> cuda_workspace_buffers(const Config& cfg, const ParamTable& table, int64_t microbatch);
+
+/// Device scratch bytes the CUDA optimizer step needs for its largest tensor (one tensor at a
+/// time): the fused SkewAdam/Adafactor update's reductions, or Muon's Newton-Schulz matrices.
+int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTable& table);
+
 struct MemoryPlan {
     std::string optimizer;        // OptimizerConfig::name
     int64_t microbatch = 0;       // sequences per forward/backward

@@ -8,6 +8,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "engine/cuda_workspace.h"
 
 namespace skew::cuda {
 
@@ -319,7 +320,7 @@ void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, cons
 }
 
 int64_t attention_backward_scratch_bytes(const AttentionShape& s) {
-    return std::max<int64_t>(1, s.batch * s.n_heads * s.seq_len) * int64_t(sizeof(float));
+    return cuda_ws::attention_backward_scratch_bytes(s.batch, s.n_heads, s.seq_len);
 }
 
 void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,

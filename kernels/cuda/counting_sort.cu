@@ -4,12 +4,13 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/counting_sort.h"
 #include "kernels/cuda/cuda_check.h"
+#include "engine/cuda_workspace.h"
 
 namespace skew::cuda {
 
 namespace {
 
-constexpr int kChunk = 512;  // keys per chunk (= threads per block of the histogram and place kernels)
+constexpr int kChunk = cuda_ws::COUNTING_SORT_CHUNK;  // keys per chunk (= threads per block of the histogram and place kernels)
 constexpr int kScanThreads = 1024;
 
 int64_t n_chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }
@@ -91,8 +92,7 @@ __global__ void place_kernel(int64_t* __restrict__ sorted_to_idx, int64_t* __res
 // ---- launchers
 
 int64_t counting_sort_scratch_bytes(int64_t n, int64_t n_keys) {
-    const int64_t counts = (n_chunks(n) * n_keys * 4 + 15) / 16 * 16;
-    return counts + n_keys * 8;
+    return cuda_ws::counting_sort_scratch_bytes(n, n_keys);
 }
 
 void counting_sort(int64_t* sorted_to_idx, int64_t* idx_to_sorted, int64_t* offsets, const int32_t* keys, int64_t n,

@@ -8,13 +8,13 @@
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "engine/cuda_workspace.h"
 
 namespace skew::cuda {
 
 namespace {
 
 constexpr int kThreads = 512;
-constexpr int64_t kChunkLogits = int64_t(1) << 25;  // fp32 logits per chunk of the fused head (128 MiB)
 
 // Row log-sum-exp over the first V columns (max subtracted); every thread gets it.
 __device__ float row_lse(const float* __restrict__ x, int64_t V, float* smem) {
@@ -83,7 +83,7 @@ void check_vocab(const char* op, int64_t n, int64_t V, int64_t Vp) {
     if (V <= 0 || Vp < V) throw_op_error(op, "vocab_size must be positive and at most padded_vocab_size");
 }
 
-int64_t align256(int64_t x) { return (x + 255) / 256 * 256; }
+using cuda_ws::align256;
 
 bool bf16_path(ConstTensorRef x, ConstTensorRef wte) {
     return x.type == ScalarType::BF16 && wte.type == ScalarType::BF16;
@@ -113,17 +113,11 @@ void cross_entropy_backward_scaled(float* dlogits, const float* logits, const in
 }
 
 int64_t lm_head_chunk_tokens(const ClassifierShape& s) {
-    int64_t chunk = kChunkLogits / std::max<int64_t>(1, s.padded_vocab_size);
-    if (chunk >= 64) chunk = chunk / 64 * 64;
-    chunk = std::max<int64_t>(1, chunk);
-    return std::min(chunk, std::max<int64_t>(1, s.n_tokens));
+    return cuda_ws::lm_head_chunk_tokens(s.n_tokens, s.padded_vocab_size);
 }
 
 int64_t lm_head_workspace_bytes(const ClassifierShape& s) {
-    const int64_t chunk = lm_head_chunk_tokens(s), Vp = s.padded_vocab_size;
-    // fp32 logits | bf16 dlogits | fp32 dwte accumulator | per-token losses
-    return align256(chunk * Vp * 4) + align256(chunk * Vp * 2) + align256(Vp * s.d_model * 4) +
-           align256(std::max<int64_t>(1, s.n_tokens) * 4);
+    return cuda_ws::lm_head_workspace_bytes(s.n_tokens, s.d_model, s.padded_vocab_size);
 }
 
 void lm_head_cross_entropy(Matmul& mm, float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,

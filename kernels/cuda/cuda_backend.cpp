@@ -4,6 +4,8 @@
 // Host code, compiled by the host compiler (fmt is fine here).
 #include "kernels/cuda/cuda_backend.h"
 
+#include <spdlog/spdlog.h>
+
 #include <string>
 
 #include "engine/error.h"
@@ -46,8 +48,22 @@ CudaBackend::~CudaBackend() {
     if (stream_) cudaStreamDestroy(stream_);
 }
 
+void CudaBackend::set_scratch(void* scratch, int64_t bytes) {
+    if (bytes < 0) fail("CUDA backend: negative scratch size {}", bytes);
+    ext_scratch_ = scratch;
+    ext_scratch_bytes_ = scratch ? bytes : 0;
+}
+
+void CudaBackend::set_matmul_widen_buffer(float* buffer, int64_t elems) { mm_->set_widen_buffer(buffer, elems); }
+
 void* CudaBackend::scratch(int64_t bytes) {
     bytes = std::max<int64_t>(bytes, 256);
+    if (ext_scratch_ && bytes <= ext_scratch_bytes_) return ext_scratch_;
+    if (ext_scratch_ && !warned_scratch_) {
+        warned_scratch_ = true;
+        spdlog::warn("CUDA backend: an op needs {} bytes of scratch, the plan's ws.cuda_scratch holds {}; allocating "
+                     "outside the arena (the plan underestimates this op)", bytes, ext_scratch_bytes_);
+    }
     if (bytes > scratch_bytes_) {
         if (scratch_) {
             cuda_check(cudaStreamSynchronize(stream_));  // work queued on the old scratch may still read it

@@ -44,7 +44,15 @@ public:
     void copy_to_device(void* dst, const void* src, int64_t bytes) override;
     /// Copy `bytes` from device memory to host memory; synchronizes the stream, then check_errors().
     void copy_to_host(void* dst, const void* src, int64_t bytes) override;
-    /// Bytes of backend-owned scratch currently allocated (outside the arena; grows on demand).
+    /// Use caller-owned device memory (the arena's ws.cuda_scratch) for the ops' scratch. An op
+    /// that needs more falls back to backend-owned memory (logged once as outside the plan);
+    /// nullptr returns to backend-owned scratch only.
+    void set_scratch(void* scratch, int64_t bytes);
+    /// Use caller-owned device memory (the arena's ws.cuda_widen, `elems` fp32) to widen the bf16
+    /// operands of mixed-dtype products; nullptr returns to backend-owned memory.
+    void set_matmul_widen_buffer(float* buffer, int64_t elems);
+    /// Bytes of backend-owned scratch currently allocated outside the arena (grows on demand; 0
+    /// when every op fit the caller's scratch).
     int64_t scratch_bytes() const { return scratch_bytes_; }
 
     void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s) override;
@@ -115,8 +123,11 @@ private:
     int device_ = 0;
     cudaStream_t stream_ = nullptr;
     int* error_word_ = nullptr;  // device
-    void* scratch_ = nullptr;
+    void* scratch_ = nullptr;        // backend-owned, outside the arena
     int64_t scratch_bytes_ = 0;
+    void* ext_scratch_ = nullptr;    // caller-owned (arena)
+    int64_t ext_scratch_bytes_ = 0;
+    bool warned_scratch_ = false;
     std::unique_ptr<Matmul> mm_;
     std::unique_ptr<GroupedMatmul> grouped_;
 };

@@ -6,13 +6,14 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "engine/cuda_workspace.h"
 
 namespace skew::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kSumSquaresChunk = int64_t(1) << 16;  // elements per block of the grad-norm
+constexpr int64_t kSumSquaresChunk = cuda_ws::SUM_SQUARES_CHUNK;  // elements per block of the grad-norm
 constexpr int kFinalThreads = 1024;
 
 template <class TD, class TS>
@@ -43,6 +44,7 @@ struct SumSqDesc {
     int32_t is_f32;
     int32_t pad;
 };
+static_assert(sizeof(SumSqDesc) == cuda_ws::SUM_SQUARES_DESC_BYTES, "engine/cuda_workspace.h sizes the descriptors");
 
 // Block b finds its buffer by binary search over first_block, sums the squares of its chunk in
 // double and writes partials[b].
@@ -90,7 +92,7 @@ int64_t count_blocks(std::span<const BufferRef> buffers) {
     return blocks;
 }
 
-int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
+using cuda_ws::align16;
 
 }  // namespace
 
@@ -154,7 +156,7 @@ void convert(TensorRef dst, ConstTensorRef src, int64_t n, cudaStream_t stream) 
 }
 
 int64_t sum_squares_scratch_bytes(std::span<const BufferRef> buffers) {
-    return align16(int64_t(buffers.size()) * int64_t(sizeof(SumSqDesc))) + (count_blocks(buffers) + 2) * 8;
+    return cuda_ws::sum_squares_scratch_bytes(int64_t(buffers.size()), count_blocks(buffers));
 }
 
 double sum_squares(std::span<const BufferRef> buffers, void* scratch, cudaStream_t stream) {

@@ -5,6 +5,7 @@
 #include "kernels/cuda/counting_sort.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.h"
+#include "engine/cuda_workspace.h"
 
 namespace skew::cuda {
 
@@ -71,9 +72,7 @@ void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const 
 }
 
 int64_t embedding_backward_scratch_bytes(int64_t batch, int64_t seq_len, int64_t vocab_rows) {
-    const int64_t n = batch * seq_len;
-    // sorted positions (n) + offsets (vocab_rows + 1) + the sort's own scratch
-    return (n * 8 + 15) / 16 * 16 + ((vocab_rows + 1) * 8 + 15) / 16 * 16 + counting_sort_scratch_bytes(n, vocab_rows);
+    return cuda_ws::embedding_backward_scratch_bytes(batch, seq_len, vocab_rows);
 }
 
 void embedding_backward(TensorRef dwte, TensorRef dwpe, const bf16* dout, const int32_t* tokens, int64_t batch,

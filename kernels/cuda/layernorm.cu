@@ -4,13 +4,14 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/layernorm.h"
+#include "engine/cuda_workspace.h"
 
 namespace skew::cuda {
 
 namespace {
 
 constexpr int kRowsPerBlock = 8;  // warps per block, one row each
-constexpr int kParamRowChunk = 256;  // rows per partial sum of dweight / dbias
+constexpr int kParamRowChunk = cuda_ws::LAYERNORM_PARAM_ROW_CHUNK;  // rows per partial sum of dweight / dbias
 constexpr int kParamCols = 32;       // columns per block of the partial-sum kernel
 constexpr int kParamRowLanes = 8;    // row lanes per block of the partial-sum kernel
 
@@ -113,7 +114,7 @@ __global__ void layernorm_param_reduce_kernel(float* __restrict__ dweight, float
     if (dbias) dbias[col] += db;
 }
 
-int64_t param_chunks(int64_t n_rows) { return (n_rows + kParamRowChunk - 1) / kParamRowChunk; }
+int64_t param_chunks(int64_t n_rows) { return cuda_ws::layernorm_param_chunks(n_rows); }
 
 }  // namespace
 
@@ -131,7 +132,7 @@ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, con
 }
 
 int64_t layernorm_backward_scratch_bytes(int64_t n_rows, int64_t channels) {
-    return 2 * param_chunks(n_rows) * channels * int64_t(sizeof(float));
+    return cuda_ws::layernorm_backward_scratch_bytes(n_rows, channels);
 }
 
 void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp, const float* weight,

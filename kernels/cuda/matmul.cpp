@@ -56,8 +56,10 @@ struct Matmul::Impl {
     bool owns_workspace = false;
     std::map<Key, Plan> plans;
     // fp32 widening buffers for dtype combinations cuBLASLt does not take
-    float* widen = nullptr;
+    float* widen = nullptr;  // own
     int64_t widen_elems = 0;
+    float* ext_widen = nullptr;  // caller-owned (arena)
+    int64_t ext_widen_elems = 0;
 
     ~Impl() {
         for (auto& [k, p] : plans) {
@@ -72,6 +74,7 @@ struct Matmul::Impl {
     }
 
     float* widen_buffer(int64_t elems) {
+        if (ext_widen && elems <= ext_widen_elems) return ext_widen;
         if (elems > widen_elems) {
             if (widen) {
                 cuda_check(cudaDeviceSynchronize());  // queued products may still read the old buffer
@@ -160,6 +163,12 @@ Matmul::Matmul() : impl_(std::make_unique<Impl>()) {
 }
 
 Matmul::~Matmul() = default;
+
+void Matmul::set_widen_buffer(float* buffer, int64_t elems) {
+    if (elems < 0) fail("matmul: negative widening buffer size {}", elems);
+    impl_->ext_widen = buffer;
+    impl_->ext_widen_elems = buffer ? elems : 0;
+}
 
 void Matmul::set_workspace(void* workspace, int64_t bytes) {
     if (bytes < 0) fail("matmul: negative workspace size {}", bytes);

@@ -25,6 +25,9 @@ public:
     /// Use caller-owned device memory as the cuBLASLt workspace (e.g. an arena buffer); bytes >= 0.
     /// Until called, the object allocates its own 32 MiB. Algorithms are chosen for this size.
     void set_workspace(void* workspace, int64_t bytes);
+    /// Use caller-owned device memory (`elems` fp32) to widen bf16 operands of mixed-dtype products
+    /// (a product needing more falls back to its own buffer); nullptr returns to the own buffer.
+    void set_widen_buffer(float* buffer, int64_t elems);
 
     /// C = alpha·op(A)·op(B) + beta·C, row-major (MatmulShape), on `stream`. Same semantics,
     /// dtypes and errors as Backend::matmul; k = 0 gives C = beta·C. Throws skew::Error naming the

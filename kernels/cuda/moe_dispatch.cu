@@ -5,6 +5,7 @@
 #include "kernels/cuda/counting_sort.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_dispatch.h"
+#include "engine/cuda_workspace.h"
 
 namespace skew::cuda {
 
@@ -99,7 +100,7 @@ __global__ void combine_backward_dgates_kernel(float* __restrict__ dgates, const
 // ---- launchers
 
 int64_t moe_dispatch_scratch_bytes(int64_t n_tokens, int64_t top_k, int64_t n_experts) {
-    return counting_sort_scratch_bytes(n_tokens * top_k, n_experts);
+    return cuda_ws::moe_dispatch_scratch_bytes(n_tokens, top_k, n_experts);
 }
 
 void moe_dispatch(int64_t* sorted_to_copy, int64_t* copy_to_sorted, int64_t* offsets, const int32_t* expert_idx,

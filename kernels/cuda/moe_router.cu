@@ -6,6 +6,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_router.h"
+#include "engine/cuda_workspace.h"
 
 namespace skew::cuda {
 
@@ -114,14 +115,14 @@ void check_shape(const char* op, const RouterShape& s) {
     if (s.top_k < 1 || s.top_k > s.n_experts) throw_op_error(op, "top_k must be in [1, n_experts]");
 }
 
-int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
+using cuda_ws::align16;
 
 }  // namespace
 
 // ---- launchers
 
 int64_t moe_router_forward_scratch_bytes(const RouterShape& s) {
-    return align16(s.n_experts * 8) + align16(s.n_experts * 8) + align16(std::max<int64_t>(1, s.n_tokens) * 8);
+    return cuda_ws::moe_router_forward_scratch_bytes(s.n_tokens, s.n_experts);
 }
 
 void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts, float* balance_loss,

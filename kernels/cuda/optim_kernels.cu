@@ -11,13 +11,14 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/optim_kernels.h"
+#include "engine/cuda_workspace.h"
 
 namespace skew::cuda {
 
 namespace {
 
 constexpr int THREADS = 256;
-constexpr int SUMSQ_BLOCKS_PER_MATRIX = 64;  // fixed partition of the per-matrix RMS reduction
+constexpr int SUMSQ_BLOCKS_PER_MATRIX = cuda_ws::OPTIM_SUMSQ_BLOCKS_PER_MATRIX;  // fixed partition of the per-matrix RMS reduction
 
 template <class G>
 __device__ __forceinline__ float load_grad(const G* g, int64_t i) {
@@ -244,7 +245,7 @@ void gemm_rm(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k
                              &alpha, B, tb ? int(k) : int(n), A, ta ? int(m) : int(k), &beta, C, int(n)));
 }
 
-int64_t align256(int64_t b) { return (b + 255) / 256 * 256; }
+using cuda_ws::align256;
 
 // Dispatch over (weight dtype, grad dtype).
 template <class F>
@@ -263,8 +264,7 @@ void dispatch(const OptimTensor& t, F&& f) {
 // ---- launchers
 
 int64_t optim_update_scratch_bytes(const OptimTensor& t) {
-    return align256(4 * t.n_mat * t.rows) + align256(4 * t.n_mat * t.cols) + align256(4 * t.n_mat) * 2 +
-           align256(8 * t.n_mat * SUMSQ_BLOCKS_PER_MATRIX);
+    return cuda_ws::optim_update_scratch_bytes(t.n_mat, t.rows, t.cols);
 }
 
 void optim_skewadam_adafactor_step(const OptimTensor& t, const OptimUpdate& u, const OptimWrite& w, void* scratch,
@@ -326,8 +326,7 @@ void optim_lion_step(const OptimTensor& t, float* m, float b1, float b2, const O
 }
 
 int64_t optim_muon_scratch_bytes(int64_t rows, int64_t cols) {
-    const int64_t a = rows < cols ? rows : cols, n = rows * cols;
-    return align256(4 * n) * 2 + align256(4 * a * a) * 2 + 256;
+    return cuda_ws::optim_muon_scratch_bytes(rows, cols);
 }
 
 void optim_muon_step(const OptimTensor& t, float* B, float mu, bool ema, bool nesterov, int64_t ns_steps,

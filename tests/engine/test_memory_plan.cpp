@@ -8,6 +8,7 @@
 #include "engine/arena.h"
 #include "engine/error.h"
 #include "engine/config.h"
+#include "engine/cuda_workspace.h"
 #include "engine/memory_plan.h"
 #include "engine/param_table.h"
 
@@ -150,4 +151,54 @@ TEST_CASE("a host arena gives every buffer its planned bytes") {
     }
     CHECK(a.get<float>("state.embed.tokens.m") != nullptr);
     CHECK_THROWS_AS(a.ptr("weight.nope"), Error);
+}
+
+TEST_CASE("a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head, the router's widening, the optimizer") {
+    Config cuda = paper();
+    cuda.runtime.backend = "cuda";
+    Config cpu = paper();
+    cpu.runtime.backend = "cpu";
+    ParamTable t = build_param_table(paper().model);
+    const int64_t mb = 8, T = paper().train.seq_len, N = mb * T;
+    const ModelConfig& m = paper().model;
+    for (const char* name : {"skewadam", "adamw", "muon", "adafactor"}) {
+        INFO(name);
+        OptimizerConfig opt = builtin_optimizer(name);
+        MemoryPlan pc = build_memory_plan(cuda, t, opt, mb), pp = build_memory_plan(cpu, t, opt, mb);
+        const int s = pc.find("ws.cuda_scratch"), w = pc.find("ws.cuda_widen"), o = pc.find("ws.optimizer"),
+                  l = pc.find("act.logits");
+        REQUIRE(s >= 0);
+        REQUIRE(w >= 0);
+        CHECK(pp.find("ws.cuda_scratch") < 0);
+        CHECK(pp.find("ws.cuda_widen") < 0);
+        const int64_t scratch = pc.buffers[size_t(s)].bytes();
+        // Paper shapes (1024 tokens, d_model 4096, 50,304 rows): the embedding backward's sort of
+        // token ids over the vocabulary is the largest op scratch: 2 chunks x 50,304 keys x 4 B
+        // + 50,304 x 8 B totals + positions and offsets.
+        const int64_t emb = cuda_ws::align16(N * 8) + cuda_ws::align16((m.padded_vocab_size + 1) * 8) +
+                            cuda_ws::align16(2 * m.padded_vocab_size * 4) + m.padded_vocab_size * 8;
+        CHECK(scratch >= emb);
+        CHECK(scratch < emb + 256);
+        CHECK(scratch >= cuda_ws::layernorm_backward_scratch_bytes(N, m.d_model));
+        CHECK(scratch >= cuda_ws::moe_dispatch_scratch_bytes(N, m.top_k, m.n_experts));
+        // The router's bf16 (N, d_model) operand widened to fp32.
+        CHECK(pc.buffers[size_t(w)].numel() >= N * m.d_model);
+        // The fused head's workspace fits act.logits, so the model takes the fused path on the GPU:
+        // 640-token chunks of fp32 logits and bf16 dlogits plus the fp32 dwte accumulator (50,304 x 4096).
+        CHECK(cuda_ws::lm_head_chunk_tokens(N, m.padded_vocab_size) == 640);
+        CHECK(pc.buffers[size_t(l)].bytes() >= cuda_ws::lm_head_workspace_bytes(N, m.d_model, m.padded_vocab_size));
+        CHECK(pc.buffers[size_t(o)].bytes() >= cuda_optimizer_scratch_bytes(opt, t));
+        // The workspace total counts the library workspace and the CUDA scratch.
+        CHECK(pc.workspace_bytes == pp.workspace_bytes + scratch + pc.buffers[size_t(w)].bytes());
+    }
+    // SkewAdam's largest fused update: one expert tensor of 128 matrices 4096 x 4096 (row and
+    // column means fp32) and the router's 1 x numel second moment are both covered.
+    OptimizerConfig skew = builtin_optimizer("skewadam");
+    CHECK(cuda_optimizer_scratch_bytes(skew, t) >= cuda_ws::optim_update_scratch_bytes(128, 4096, 4096));
+    CHECK(cuda_optimizer_scratch_bytes(builtin_optimizer("adamw"), t) == 0);
+    // Muon: Newton-Schulz of the largest Muon-routed matrix (4096 x 4096): X, B X and two 4096^2 products.
+    CHECK(cuda_optimizer_scratch_bytes(builtin_optimizer("muon"), t) == cuda_ws::optim_muon_scratch_bytes(4096, 4096));
+    // auto plans for the GPU; the trainer replans with the backend it resolved.
+    CHECK(plan_backend(paper()) == "cuda");
+    CHECK(plan_backend(cpu) == "cpu");
 }

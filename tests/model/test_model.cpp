@@ -280,10 +280,10 @@ TEST_CASE("bad batches are errors, not crashes", "[model]") {
 
 TEST_CASE("the chunked LM head (when the backend's fused workspace does not fit) gives the fused head's result",
           "[model]") {
-    // runtime.backend=auto plans act.logits without the CPU head's extra workspace, so the model
-    // falls back to matmul + cross-entropy ops over chunks of act.logits.
+    // act.logits without the fused head's workspace: the model falls back to matmul +
+    // cross-entropy ops over chunks of act.logits.
     auto fused = make_test_model(TINY_YAML, {"runtime.grad_dtype=fp32"}, 8);
-    auto chunked = make_test_model(TINY_YAML, {"runtime.grad_dtype=fp32", "runtime.backend=auto"}, 8);
+    auto chunked = make_test_model(TINY_YAML, {"runtime.grad_dtype=fp32"}, 8, true);
     REQUIRE(fused->model.act.fused_head);
     REQUIRE_FALSE(chunked->model.act.fused_head);
     const int64_t N = 8 * fused->cfg.train.seq_len;

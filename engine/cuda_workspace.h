@@ -1,0 +1,99 @@
+// Device scratch sizes of the CUDA backend's ops: one source for the kernels (which lay their
+// scratch out by these formulas) and for the memory plan (which reserves them in the arena, so a
+// CUDA run allocates nothing beyond the plan). Pure integer math on shapes; no CUDA needed, so
+// `skew plan` sizes a CUDA run on any machine. Header-only and free of fmt (nvcc includes it).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+namespace skew::cuda_ws {
+
+inline int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
+inline int64_t align256(int64_t x) { return (x + 255) / 256 * 256; }
+
+// ---- constants the kernels partition their work by (changing one changes the scratch)
+constexpr int COUNTING_SORT_CHUNK = 512;            // keys per chunk of the counting sort
+constexpr int LAYERNORM_PARAM_ROW_CHUNK = 256;      // rows per partial sum of LayerNorm dweight/dbias
+constexpr int64_t SUM_SQUARES_CHUNK = int64_t(1) << 16;  // elements per block of the grad-norm
+constexpr int64_t SUM_SQUARES_DESC_BYTES = 32;      // sizeof(SumSqDesc) in elementwise.cu
+constexpr int OPTIM_SUMSQ_BLOCKS_PER_MATRIX = 64;   // fixed partition of the optimizer's per-matrix RMS
+constexpr int64_t LM_HEAD_CHUNK_LOGITS = int64_t(1) << 25;  // fp32 logits per chunk of the fused head (128 MiB)
+
+/// Scratch of counting_sort for n keys in [0, n_keys): per-chunk counts (int32) + per-key totals (int64).
+inline int64_t counting_sort_scratch_bytes(int64_t n, int64_t n_keys) {
+    const int64_t chunks = (n + COUNTING_SORT_CHUNK - 1) / COUNTING_SORT_CHUNK;
+    return align16(chunks * n_keys * 4) + n_keys * 8;
+}
+
+/// Scratch of embedding_backward: sorted positions (n int64) + row offsets (vocab_rows + 1 int64) + the sort's.
+inline int64_t embedding_backward_scratch_bytes(int64_t batch, int64_t seq_len, int64_t vocab_rows) {
+    const int64_t n = batch * seq_len;
+    return align16(n * 8) + align16((vocab_rows + 1) * 8) + counting_sort_scratch_bytes(n, vocab_rows);
+}
+
+/// Row chunks of LayerNorm backward's parameter-gradient partial sums.
+inline int64_t layernorm_param_chunks(int64_t n_rows) {
+    return (n_rows + LAYERNORM_PARAM_ROW_CHUNK - 1) / LAYERNORM_PARAM_ROW_CHUNK;
+}
+
+/// Scratch of layernorm_backward: fp32 partial dweight and dbias, (chunks, channels) each.
+inline int64_t layernorm_backward_scratch_bytes(int64_t n_rows, int64_t channels) {
+    return 2 * layernorm_param_chunks(n_rows) * channels * 4;
+}
+
+/// Scratch of attention_backward: the per-row D = <dout, out>, (batch, n_heads, seq_len) fp32.
+inline int64_t attention_backward_scratch_bytes(int64_t batch, int64_t n_heads, int64_t seq_len) {
+    return std::max<int64_t>(1, batch * n_heads * seq_len) * 4;
+}
+
+/// Scratch of moe_router_forward: per-expert counts (uint64) and mean probabilities (double), per-token z (double).
+inline int64_t moe_router_forward_scratch_bytes(int64_t n_tokens, int64_t n_experts) {
+    return align16(n_experts * 8) + align16(n_experts * 8) + align16(std::max<int64_t>(1, n_tokens) * 8);
+}
+
+/// Scratch of moe_dispatch: the counting sort of n_tokens * top_k copies by expert.
+inline int64_t moe_dispatch_scratch_bytes(int64_t n_tokens, int64_t top_k, int64_t n_experts) {
+    return counting_sort_scratch_bytes(n_tokens * top_k, n_experts);
+}
+
+/// Blocks of the grad-norm reduction over a buffer of numel elements.
+inline int64_t sum_squares_blocks(int64_t numel) { return (numel + SUM_SQUARES_CHUNK - 1) / SUM_SQUARES_CHUNK; }
+
+/// Scratch of sum_squares over n_buffers buffers split into total_blocks blocks (sum of
+/// sum_squares_blocks): the descriptors and one double partial per block (+2).
+inline int64_t sum_squares_scratch_bytes(int64_t n_buffers, int64_t total_blocks) {
+    return align16(n_buffers * SUM_SQUARES_DESC_BYTES) + (total_blocks + 2) * 8;
+}
+
+/// Tokens per chunk of the fused LM head: ~LM_HEAD_CHUNK_LOGITS fp32 logits, a multiple of 64 when
+/// that is at least 64, at most n_tokens.
+inline int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t padded_vocab_size) {
+    int64_t chunk = LM_HEAD_CHUNK_LOGITS / std::max<int64_t>(1, padded_vocab_size);
+    if (chunk >= 64) chunk = chunk / 64 * 64;
+    chunk = std::max<int64_t>(1, chunk);
+    return std::min(chunk, std::max<int64_t>(1, n_tokens));
+}
+
+/// Workspace of lm_head_cross_entropy: fp32 logits | bf16 dlogits (chunk, Vp) | fp32 dwte
+/// accumulator (Vp, d_model) | per-token losses (n_tokens fp32).
+inline int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t d_model, int64_t padded_vocab_size) {
+    const int64_t chunk = lm_head_chunk_tokens(n_tokens, padded_vocab_size), Vp = padded_vocab_size;
+    return align256(chunk * Vp * 4) + align256(chunk * Vp * 2) + align256(Vp * d_model * 4) +
+           align256(std::max<int64_t>(1, n_tokens) * 4);
+}
+
+/// Scratch of the fused SkewAdam/Adafactor update of n_mat matrices of rows x cols: row and column
+/// means, two per-matrix scalars, and the per-matrix RMS partials.
+inline int64_t optim_update_scratch_bytes(int64_t n_mat, int64_t rows, int64_t cols) {
+    return align256(4 * n_mat * rows) + align256(4 * n_mat * cols) + align256(4 * n_mat) * 2 +
+           align256(8 * n_mat * OPTIM_SUMSQ_BLOCKS_PER_MATRIX);
+}
+
+/// Scratch of Muon's Newton-Schulz on a rows x cols matrix (fp32): X and B X, two a x a products
+/// (a = min(rows, cols)), and the norm.
+inline int64_t optim_muon_scratch_bytes(int64_t rows, int64_t cols) {
+    const int64_t a = std::min(rows, cols), n = rows * cols;
+    return align256(4 * n) * 2 + align256(4 * a * a) * 2 + 256;
+}
+
+}  // namespace skew::cuda_ws
