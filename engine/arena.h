@@ -58,6 +58,9 @@ Arena allocate_cuda_arena(const MemoryPlan& plan);
 /// process's allocations). 0 when the query fails. The trainer samples it after every step and
 /// reports the maximum as the run's measured peak.
 int64_t cuda_device_used_bytes();
+
+/// Free memory on the current CUDA device in bytes (cudaMemGetInfo), or -1 when the query fails.
+int64_t cuda_device_free_bytes();
 #endif
 
 }  // namespace skew

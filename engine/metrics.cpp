@@ -285,6 +285,10 @@ nlohmann::json step_record_to_json(const StepRecord& r) {
         {"z_loss", number_or_null(r.z_loss)},
         {"grad_norm", number_or_null(r.grad_norm)},
         {"tokens_per_sec", number_or_null(r.tokens_per_sec)},
+        {"step_ms", number_or_null(r.step_ms)},
+        {"fwd_bwd_ms", number_or_null(r.fwd_bwd_ms)},
+        {"grad_norm_ms", number_or_null(r.grad_norm_ms)},
+        {"optimizer_ms", number_or_null(r.optimizer_ms)},
         {"skipped", r.skipped},
     };
 }
@@ -300,6 +304,10 @@ StepRecord step_record_from_json(const nlohmann::json& j, const std::string& sou
     r.z_loss = f.number("z_loss");
     r.grad_norm = f.number("grad_norm");
     r.tokens_per_sec = f.number("tokens_per_sec");
+    // Phase times came later: logs written before them lack the keys.
+    for (auto [key, field] : {std::pair{"step_ms", &r.step_ms}, std::pair{"fwd_bwd_ms", &r.fwd_bwd_ms},
+                              std::pair{"grad_norm_ms", &r.grad_norm_ms}, std::pair{"optimizer_ms", &r.optimizer_ms}})
+        if (j.contains(key)) *field = f.number(key);
     r.skipped = f.boolean("skipped");
     return r;
 }

@@ -25,6 +25,10 @@ struct StepRecord {
     double z_loss = NO_VALUE;      // router z-loss, summed over MoE blocks
     double grad_norm = NO_VALUE;   // global gradient L2 norm before clipping
     double tokens_per_sec = NO_VALUE;  // training tokens of this step / its wall time
+    double step_ms = NO_VALUE;     // the step's wall time (batch read to the device idle after the update)
+    double fwd_bwd_ms = NO_VALUE;  // batch read, gradients zeroed, forward + backward over every microbatch
+    double grad_norm_ms = NO_VALUE;  // global grad-norm (and clipping) over the gradient region
+    double optimizer_ms = NO_VALUE;  // the optimizer update, device idle after it (absent when skipped)
     bool skipped = false;          // no update: the loss or gradient was not finite
 };
 
@@ -125,7 +129,8 @@ RunMetrics read_metrics(const std::string& path);
 /// RUNDIR/steps_<optimizer>.jsonl
 std::string step_log_path(const std::string& run_dir, const std::string& optimizer);
 
-/// One JSONL line's object: step, lr, lm_loss, balance_loss, z_loss, grad_norm, tokens_per_sec, skipped.
+/// One JSONL line's object: step, lr, lm_loss, balance_loss, z_loss, grad_norm, tokens_per_sec,
+/// step_ms, fwd_bwd_ms, grad_norm_ms, optimizer_ms, skipped.
 nlohmann::json step_record_to_json(const StepRecord& r);
 
 /// Parse one line's object; `source` names file and line in errors.

@@ -108,8 +108,9 @@ void inject_nan_gradient(Model& m) {
 /// What the CUDA path of one optimizer's run holds besides the arena: the optimizer step's
 /// context (scratch from the arena's ws.optimizer, or a separate allocation when a tensor needs
 /// more; a cuBLAS handle on the backend's stream), and the cuBLASLt workspace binding (the arena's
-/// ws.library when the plan has one), undone on destruction so the shared backend never keeps a
-/// pointer into a freed arena.
+/// ws.library when the plan has one) and the backend's op scratch and widening buffer (the
+/// arena's ws.cuda_scratch and ws.cuda_widen), undone on destruction so the shared backend never
+/// keeps a pointer into a freed arena.
 struct CudaRun {
     cuda::CudaBackend* backend = nullptr;
     CudaOptimContext ctx;
@@ -145,14 +146,18 @@ struct CudaRun {
             be.set_matmul_workspace(arena.ptr(li), plan.buffers[size_t(li)].bytes());
             bound_workspace = true;
         }
+        if (const int si = plan.find("ws.cuda_scratch"); si >= 0)
+            be.set_scratch(arena.ptr(si), plan.buffers[size_t(si)].bytes());
+        if (const int wi2 = plan.find("ws.cuda_widen"); wi2 >= 0)
+            be.set_matmul_widen_buffer(static_cast<float*>(arena.ptr(wi2)), plan.buffers[size_t(wi2)].numel());
     }
     ~CudaRun() {
         cudaStreamSynchronize(ctx.stream);
-        if (bound_workspace) {
-            try {
-                backend->set_matmul_workspace(nullptr, 0);
-            } catch (...) {
-            }
+        try {
+            if (bound_workspace) backend->set_matmul_workspace(nullptr, 0);
+            backend->set_scratch(nullptr, 0);
+            backend->set_matmul_widen_buffer(nullptr, 0);
+        } catch (...) {
         }
         if (ctx.cublas) cublasDestroy(ctx.cublas);
         if (extra_scratch) cudaFree(extra_scratch);
@@ -193,6 +198,36 @@ void refuse_if_host_too_small(const MemoryPlan& plan, const OptimizerConfig& opt
          "model", opt.name, double(plan.peak_bytes) / GIB, double(plan.weights_bytes) / GIB, double(plan.grads_bytes) / GIB,
          double(plan.state_bytes) / GIB, double(plan.activation_bytes) / GIB, double(plan.workspace_bytes) / GIB,
          double(avail) / GIB);
+}
+
+/// Memory left out of a CUDA device's free memory when train.microbatch is 0: what cuBLAS/cuBLASLt
+/// handles, kernel modules and the allocator take after the arena (not in the plan).
+constexpr int64_t CUDA_AUTO_RESERVE_BYTES = int64_t(512) << 20;
+
+/// train.microbatch 0: the largest divisor of train.batch_size whose plan fits the device: the
+/// CUDA device's free memory less CUDA_AUTO_RESERVE_BYTES, or the host's available memory on the
+/// CPU backend (the whole batch when that is unknown). Throws skew::Error naming the memory at
+/// microbatch 1 when nothing fits.
+int64_t auto_microbatch(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, bool on_cuda) {
+    int64_t budget = -1;
+    const char* where = "the host's available memory";
+#if defined(SKEW_HAVE_CUDA)
+    if (on_cuda) {
+        budget = cuda_device_free_bytes();
+        if (budget >= 0) budget = std::max<int64_t>(0, budget - CUDA_AUTO_RESERVE_BYTES);
+        where = "the CUDA device's free memory less 0.5 GiB";
+    }
+#endif
+    if (!on_cuda) budget = host_available_bytes();
+    if (budget < 0) return cfg.train.batch_size;
+    const int64_t mb = largest_fitting_microbatch(cfg, table, opt, budget);
+    if (mb == 0)
+        fail("{}: train.microbatch 0 (the largest that fits): even microbatch 1 needs {:.2f} GiB but {} is {:.2f} GiB; "
+             "see `skew plan --budget`", opt.name, double(build_memory_plan(cfg, table, opt, 1).peak_bytes) / GIB, where,
+             double(budget) / GIB);
+    spdlog::info("{}: train.microbatch 0: {} sequences, the largest divisor of batch_size {} whose plan fits {} "
+                 "({:.2f} GiB)", opt.name, mb, cfg.train.batch_size, where, double(budget) / GIB);
+    return mb;
 }
 
 struct Batches {
@@ -262,12 +297,12 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
                       const TrainOptions& opts, Backend& backend) {
     const TrainConfig& tc = cfg.train;
     const int64_t B = tc.batch_size, T = tc.seq_len;
-    const int64_t mb = tc.microbatch > 0 ? tc.microbatch : B;
+    const bool on_cuda = is_cuda(backend);
+    const int64_t mb = tc.microbatch > 0 ? tc.microbatch : auto_microbatch(cfg, table, opt, on_cuda);
     const int64_t accum = B / mb;
     MemoryPlan plan = build_memory_plan(cfg, table, opt, mb);
     spdlog::info("{}: plan {:.3f} GiB (state {:.3f} GiB), microbatch {} x {} tokens, {} accumulation steps", opt.name,
                  double(plan.peak_bytes) / GIB, double(plan.state_bytes) / GIB, mb, T, accum);
-    const bool on_cuda = is_cuda(backend);
     if (opts.profile_first > 0 && !on_cuda)
         fail("--profile-steps {}:{}: profiling brackets steps with cudaProfilerStart/Stop and needs the CUDA backend; "
              "this run uses the {} backend (runtime.backend: {})", opts.profile_first, opts.profile_last, backend.name(),
@@ -379,9 +414,15 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             bal += p.balance_loss / double(accum);
             z += p.z_loss / double(accum);
         }
+        // Phase times by the host clock, each phase ending with the device idle: one synchronize
+        // here (the grad-norm that follows reads its result back and would wait anyway), the
+        // norm's read-back, and the synchronize after the update.
+        backend.synchronize();
+        const auto t_fwd_bwd = Clock::now();
         if (step == opts.inject_nan_step) inject_nan_gradient(model);
         const double loss = lm + bal + z;
         const double grad_norm = tc.grad_clip > 0 ? model_clip_gradients(model, tc.grad_clip) : model_grad_norm(model);
+        const auto t_grad_norm = Clock::now();
         StepRecord rec;
         rec.step = step;
         rec.lr = lr;
@@ -414,11 +455,15 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
                 optimizer_step(opt, slots, os);
         }
         backend.synchronize();  // the step's time is its device time; kernel errors surface here
+        const double dt = seconds_since(t0);
 #if defined(SKEW_HAVE_CUDA)
         if (on_cuda) device_peak = std::max(device_peak, cuda_device_used_bytes());
 #endif
-        const double dt = seconds_since(t0);
         rec.tokens_per_sec = double(B * T) / dt;
+        rec.step_ms = dt * 1e3;
+        rec.fwd_bwd_ms = std::chrono::duration<double, std::milli>(t_fwd_bwd - t0).count();
+        rec.grad_norm_ms = std::chrono::duration<double, std::milli>(t_grad_norm - t_fwd_bwd).count();
+        if (!rec.skipped) rec.optimizer_ms = dt * 1e3 - rec.fwd_bwd_ms - rec.grad_norm_ms;
         append_step(log, rec);
         state.step = step;
         state.data_position = train.position;
@@ -534,11 +579,15 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) 
         }
     }
     std::unique_ptr<Backend> backend = make_backend(cfg);
+    // Plan for the backend actually used (auto resolved); the run's identity (config.yaml, the
+    // checkpoints' config hash) stays the config as written.
+    Config run_cfg = cfg;
+    run_cfg.runtime.backend = backend->name();
     install_stop_handlers();
     std::vector<TrainResult> results;
     try {
         for (const OptimizerConfig& opt : cfg.optimizers) {
-            results.push_back(train_one(cfg, table, opt, data, opts, *backend));
+            results.push_back(train_one(run_cfg, table, opt, data, opts, *backend));
             if (results.back().stopped) break;
         }
     } catch (...) {

@@ -46,4 +46,13 @@ int64_t cuda_device_used_bytes() {
     return int64_t(total_b) - int64_t(free_b);
 }
 
+int64_t cuda_device_free_bytes() {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return int64_t(free_b);
+}
+
 }  // namespace skew

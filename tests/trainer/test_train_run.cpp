@@ -98,6 +98,17 @@ TEST_CASE("a short run on real text: loss falls, metrics complete, one initializ
         // Same initialization and the same first batch: the first forward loss is identical.
         if (first_loss < 0) first_loss = steps[0]["lm_loss"].get<double>();
         CHECK(steps[0]["lm_loss"].get<double>() == first_loss);
+        // Phase times: non-negative and adding up to the step's wall time (the optimizer's is the rest).
+        for (auto& st : steps) {
+            const double step_ms = st["step_ms"].get<double>();
+            CHECK(step_ms > 0);
+            CHECK(st["fwd_bwd_ms"].get<double>() > 0);
+            CHECK(st["grad_norm_ms"].get<double>() >= 0);
+            CHECK(st["optimizer_ms"].get<double>() >= 0);
+            CHECK(st["fwd_bwd_ms"].get<double>() + st["grad_norm_ms"].get<double>() + st["optimizer_ms"].get<double>() ==
+                  Approx(step_ms).epsilon(1e-6));
+            CHECK(st["tokens_per_sec"].get<double>() == Approx(4 * 32 / (step_ms / 1e3)).epsilon(1e-6));
+        }
     }
     json s = read_json(out + "/metrics_skewadam.json");
     const double v6 = s["history"][0]["val_loss"].get<double>(), v12 = s["history"][1]["val_loss"].get<double>();
@@ -108,6 +119,16 @@ TEST_CASE("a short run on real text: loss falls, metrics complete, one initializ
     CHECK(fs::exists(out + "/manifest.json"));
     CHECK(fs::exists(out + "/checkpoints/skewadam/last/model.safetensors"));
     CHECK(fs::exists(out + "/checkpoints/muon/best/optimizer.safetensors"));
+}
+
+TEST_CASE("train.microbatch 0 takes the largest divisor of the batch that fits the host: the whole batch here") {
+    const std::string out = work_dir() + "/auto_mb";
+    Run r = run(train_args("--set train.microbatch=0 --set train.steps=2 --set train.eval_every=2 --optimizers skewadam "
+                           "--out " + out));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(r.output.find("train.microbatch 0: 4 sequences, the largest divisor of batch_size 4") != std::string::npos);
+    CHECK(r.output.find("microbatch 4 x 32 tokens, 1 accumulation steps") != std::string::npos);
 }
 
 TEST_CASE("interrupted at step k and resumed equals uninterrupted, bit for bit on the CPU") {
