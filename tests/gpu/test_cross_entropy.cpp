@@ -11,7 +11,9 @@ TEST_CASE("gpu cross-entropy forward and backward match the CPU, padding masked"
     auto cpu = cpu_backend();
     const int64_t n = 67, V = 1000, Vp = 1024;
     auto logits = random_normal(n * Vp, 1, 3.0f);
-    for (int64_t i = 0; i < n; ++i) logits[static_cast<size_t>(i * Vp + 7)] += 200.0f;  // large logits stay finite
+    // large logits stay finite; only every third row, so the other rows have a spread-out softmax
+    // (on an all-but-one-hot row a broken sum over the vocabulary would go unnoticed)
+    for (int64_t i = 0; i < n; i += 3) logits[static_cast<size_t>(i * Vp + 7)] += 200.0f;
     std::vector<int32_t> tg(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) tg[static_cast<size_t>(i)] = int32_t((i * 37) % V);
     std::vector<float> losses(static_cast<size_t>(n)), dl(static_cast<size_t>(n * Vp));
@@ -66,4 +68,35 @@ TEST_CASE("gpu fused LM head + cross-entropy matches the CPU over several chunks
     cpu->lm_head_cross_entropy(&mean, nullptr, nullptr, nullptr, x.data(), wte.data(), tg.data(), 1.0f, s, cws.data());
     gpu().lm_head_cross_entropy(gmean.p, nullptr, nullptr, nullptr, gx.p, gwte.p, gtg.p, 1.0f, s, gws.p);
     CHECK(std::fabs(gmean.get()[0] - mean) <= 1e-4f * std::fabs(mean));
+}
+
+TEST_CASE("gpu fused LM head with fp32 x and wte (fp32 dlogits in place) matches the CPU over several chunks") {
+    SKEW_REQUIRE_GPU();
+    auto cpu = cpu_backend();
+    const ClassifierShape s{1300, 32, 50257, 50304};  // GPU chunks of 640 tokens: 640, 640, 20
+    const int64_t n = s.n_tokens, C = s.d_model, Vp = s.padded_vocab_size;
+    const auto x = random_vector(n * C, 3), wte = random_normal(Vp * C, 4, 0.5f);
+    std::vector<int32_t> tg(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) tg[static_cast<size_t>(i)] = int32_t((i * 104729) % s.vocab_size);
+    Dev<float> gx(x), gwte(wte);
+    Dev<int32_t> gtg(tg);
+    std::vector<uint8_t> cws(static_cast<size_t>(cpu->lm_head_workspace_bytes(s)));
+    Dev<uint8_t> gws(static_cast<size_t>(gpu().lm_head_workspace_bytes(s)));
+    float mean = 0.0f;
+    std::vector<float> losses(static_cast<size_t>(n)), dx(static_cast<size_t>(n * C));
+    // accumulated into; values the size of the gradient (~1e-4) so that its errors are not swamped
+    std::vector<float> dwte = random_vector(Vp * C, 5, -1e-4f, 1e-4f);
+    Dev<float> gmean(1), glosses(losses.size()), gdwte(dwte);
+    Dev<float> gdx(random_vector(n * C, 6));  // overwritten
+    cpu->lm_head_cross_entropy(&mean, losses.data(), dx.data(), dwte.data(), x.data(), wte.data(), tg.data(), 0.5f, s,
+                               cws.data());
+    gpu().lm_head_cross_entropy(gmean.p, glosses.p, gdx.p, gdwte.p, gx.p, gwte.p, gtg.p, 0.5f, s, gws.p);
+    CHECK(std::fabs(gmean.get()[0] - mean) <= 1e-5f * std::fabs(mean));
+    require_close("lm head fp32 losses", glosses.get(), losses, 1e-10);
+    require_close("lm head fp32 dx", gdx.get(), dx, 1e-8);
+    require_close("lm head fp32 dwte", gdwte.get(), dwte, 1e-8);
+    // dx only (no embedding gradient): dx overwritten again, the same values
+    Dev<float> gdx2(random_vector(n * C, 7));
+    gpu().lm_head_cross_entropy(gmean.p, nullptr, gdx2.p, nullptr, gx.p, gwte.p, gtg.p, 0.5f, s, gws.p);
+    require_close("lm head fp32 dx (no dwte)", gdx2.get(), dx, 1e-8);
 }

@@ -46,6 +46,8 @@ TEST_CASE("gpu matmul matches the CPU for every transpose, dtype and beta") {
                 check_matmul<float, float, float>(s, 30);  // the router's fp32 variant
                 check_matmul<bf16, float, float>(s, 40);   // widened: x (bf16) · Wr (fp32)
                 check_matmul<float, float, bf16>(s, 50);   // widened: fp32 operands into a bf16 C
+                check_matmul<float, bf16, bf16>(s, 80);    // widened: fp32 d_stream · bf16 weight -> bf16 dinp
+                check_matmul<float, bf16, float>(s, 90);   // widened: fp32 d_stream^T · bf16 input -> fp32 dweight
             }
 }
 
@@ -148,9 +150,9 @@ TEST_CASE("gpu LayerNorm forward and backward match the CPU") {
         const auto x = to_bf16(random_vector(rows * C, 1, -2.0f, 3.0f));
         const auto w = random_vector(C, 2, 0.5f, 1.5f), bias = random_vector(C, 3);
         const auto dout = random_bf16(rows * C, 4);
-        std::vector<bf16> out(static_cast<size_t>(rows * C)), dinp = random_bf16(rows * C, 5);
+        std::vector<bf16> out(static_cast<size_t>(rows * C));
         std::vector<float> mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows)), dw = random_vector(C, 6), db = random_vector(C, 7);
-        Dev<bf16> gx(x), gout(out), gdout(dout), gdinp(dinp);
+        Dev<bf16> gx(x), gout(out), gdout(dout);
         Dev<float> gw(w), gbias(bias), gmean(mean), grstd(rstd), gdw(dw), gdb(db);
         cpu->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), rows, C, 1e-5f);
         gpu().layernorm_forward(gout.p, gmean.p, grstd.p, gx.p, gw.p, gbias.p, rows, C, 1e-5f);
@@ -158,21 +160,29 @@ TEST_CASE("gpu LayerNorm forward and backward match the CPU") {
         require_close("layernorm out", gout.get(), out, kBf16);
         require_close("layernorm mean", gmean.get(), mean, kF32);
         require_close("layernorm rstd", grstd.get(), rstd, kF32);
-        // backward from the CPU's saved statistics on both sides; accumulate into dinp (residual stream)
+        // backward from the CPU's saved statistics on both sides; dinp accumulated (the residual
+        // stream) or overwritten; dweight and dbias accumulate over both calls
         Dev<float> cmean(mean), crstd(rstd);
-        cpu->layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
-                                rstd.data(), rows, C, true);
-        gpu().layernorm_backward(gdinp.p, gdw.p, gdb.p, gdout.p, gx.p, gw.p, cmean.p, crstd.p, rows, C, true);
-        require_close("layernorm dinp", gdinp.get(), dinp, kBf16);
-        require_close("layernorm dweight", gdw.get(), dw, 1e-8);
-        require_close("layernorm dbias", gdb.get(), db, 1e-8);
+        for (const bool acc : {true, false}) {
+            INFO("accumulate_dinp " << acc);
+            std::vector<bf16> dinp = random_bf16(rows * C, acc ? 5 : 8);
+            Dev<bf16> gdinp(dinp);
+            cpu->layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
+                                    rstd.data(), rows, C, acc);
+            gpu().layernorm_backward(gdinp.p, gdw.p, gdb.p, gdout.p, gx.p, gw.p, cmean.p, crstd.p, rows, C, acc);
+            require_close("layernorm dinp", gdinp.get(), dinp, kBf16);
+            require_close("layernorm dweight", gdw.get(), dw, 1e-8);
+            require_close("layernorm dbias", gdb.get(), db, 1e-8);
+        }
     }
 }
 
 TEST_CASE("gpu embedding forward and deterministic backward match the CPU, repeated tokens included") {
     SKEW_REQUIRE_GPU();
     auto cpu = cpu_backend();
-    const int64_t B = 3, T = 37, C = 80, V = 1000;
+    // 650 positions: more than one 512-key chunk of the counting sort, so a repeated token's rows
+    // are summed across chunks (the order must still be increasing position).
+    const int64_t B = 5, T = 130, C = 80, V = 1000;
     std::vector<int32_t> tokens(static_cast<size_t>(B * T));
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919) % 13 == 0 ? 5 : (i * 104729) % V);
     const auto wte = random_bf16(V * C, 1), wpe = random_bf16(T * C, 2), dout = random_bf16(B * T * C, 3);
