@@ -65,21 +65,27 @@ inline int64_t sum_squares_scratch_bytes(int64_t n_buffers, int64_t total_blocks
     return align16(n_buffers * SUM_SQUARES_DESC_BYTES) + (total_blocks + 2) * 8;
 }
 
-/// Tokens per chunk of the fused LM head: ~LM_HEAD_CHUNK_LOGITS fp32 logits, a multiple of 64 when
-/// that is at least 64, at most n_tokens.
-inline int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t padded_vocab_size) {
-    int64_t chunk = LM_HEAD_CHUNK_LOGITS / std::max<int64_t>(1, padded_vocab_size);
+/// Tokens per chunk of the fused LM head: ~LM_HEAD_CHUNK_LOGITS fp32 logits (a multiple of 64 when
+/// that is at least 64), at most n_tokens. Several chunks need an fp32 dwte accumulator (Vp,
+/// d_model) so that a bf16 gradient is rounded once; one chunk over all tokens needs none, so it is
+/// taken whenever its logits (6 B per logit: fp32 + bf16 dlogits) cost no more than the chunks'
+/// logits plus that accumulator.
+inline int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t d_model, int64_t padded_vocab_size) {
+    const int64_t n = std::max<int64_t>(1, n_tokens), Vp = std::max<int64_t>(1, padded_vocab_size);
+    int64_t chunk = LM_HEAD_CHUNK_LOGITS / Vp;
     if (chunk >= 64) chunk = chunk / 64 * 64;
     chunk = std::max<int64_t>(1, chunk);
-    return std::min(chunk, std::max<int64_t>(1, n_tokens));
+    if (n <= chunk || 6 * n * Vp <= 6 * chunk * Vp + 4 * Vp * d_model) return n;
+    return chunk;
 }
 
-/// Workspace of lm_head_cross_entropy: fp32 logits | bf16 dlogits (chunk, Vp) | fp32 dwte
-/// accumulator (Vp, d_model) | per-token losses (n_tokens fp32).
+/// Workspace of lm_head_cross_entropy: fp32 logits | bf16 dlogits (chunk, Vp) | per-token losses
+/// (n_tokens fp32) | with more than one chunk, the fp32 dwte accumulator (Vp, d_model).
 inline int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t d_model, int64_t padded_vocab_size) {
-    const int64_t chunk = lm_head_chunk_tokens(n_tokens, padded_vocab_size), Vp = padded_vocab_size;
-    return align256(chunk * Vp * 4) + align256(chunk * Vp * 2) + align256(Vp * d_model * 4) +
-           align256(std::max<int64_t>(1, n_tokens) * 4);
+    const int64_t chunk = lm_head_chunk_tokens(n_tokens, d_model, padded_vocab_size), Vp = padded_vocab_size;
+    const int64_t n = std::max<int64_t>(1, n_tokens);
+    return align256(chunk * Vp * 4) + align256(chunk * Vp * 2) + align256(n * 4) +
+           (chunk < n ? align256(Vp * d_model * 4) : 0);
 }
 
 /// Scratch of the fused SkewAdam/Adafactor update of n_mat matrices of rows x cols: row and column

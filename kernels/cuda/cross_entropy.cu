@@ -113,7 +113,7 @@ void cross_entropy_backward_scaled(float* dlogits, const float* logits, const in
 }
 
 int64_t lm_head_chunk_tokens(const ClassifierShape& s) {
-    return cuda_ws::lm_head_chunk_tokens(s.n_tokens, s.padded_vocab_size);
+    return cuda_ws::lm_head_chunk_tokens(s.n_tokens, s.d_model, s.padded_vocab_size);
 }
 
 int64_t lm_head_workspace_bytes(const ClassifierShape& s) {
@@ -137,15 +137,18 @@ void lm_head_cross_entropy(Matmul& mm, float* mean_loss, float* losses, TensorRe
     base += align256(chunk * Vp * 4);
     bf16* dlogits16 = reinterpret_cast<bf16*>(base);  // (chunk, Vp), bf16 path
     base += align256(chunk * Vp * 2);
-    float* dwte32 = reinterpret_cast<float*>(base);  // (Vp, C), bf16 dwte
-    base += align256(Vp * C * 4);
     float* local_losses = reinterpret_cast<float*>(base);  // (n)
+    base += align256(n * 4);
+    float* dwte32 = reinterpret_cast<float*>(base);  // (Vp, C): a bf16 dwte over several chunks
     if (!losses) losses = local_losses;
 
     const bool backward = dx || dwte;
     const bool use_bf16 = bf16_path(x, wte);
     TensorRef dw = dwte;
-    if (dwte && dwte.type == ScalarType::BF16) {
+    // A bf16 dwte is rounded once: over several chunks through the fp32 accumulator; with one
+    // chunk the product adds into it directly (fp32 accumulation, one rounding).
+    const bool accumulator = dwte && dwte.type == ScalarType::BF16 && chunk < n;
+    if (accumulator) {
         zero(TensorRef(dwte32), Vp * C, stream);
         dw = TensorRef(dwte32);
     }
@@ -175,7 +178,7 @@ void lm_head_cross_entropy(Matmul& mm, float* mean_loss, float* losses, TensorRe
         }
         if (dw) mm.run(dw, dlog, xc, MatmulShape{Vp, C, m, true, false, 1.0f, 1.0f}, stream);
     }
-    if (dwte && dwte.type == ScalarType::BF16) accumulate(dwte, ConstTensorRef(static_cast<const float*>(dwte32)), Vp * C, stream);
+    if (accumulator) accumulate(dwte, ConstTensorRef(static_cast<const float*>(dwte32)), Vp * C, stream);
     if (mean_loss) {
         mean_loss_kernel<<<1, 1024, 0, stream>>>(mean_loss, losses, n);
         cuda_check_kernel("mean_loss_kernel");

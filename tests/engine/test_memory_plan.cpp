@@ -184,13 +184,22 @@ TEST_CASE("a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head,
         // The router's bf16 (N, d_model) operand widened to fp32.
         CHECK(pc.buffers[size_t(w)].numel() >= N * m.d_model);
         // The fused head's workspace fits act.logits, so the model takes the fused path on the GPU:
-        // 640-token chunks of fp32 logits and bf16 dlogits plus the fp32 dwte accumulator (50,304 x 4096).
-        CHECK(cuda_ws::lm_head_chunk_tokens(N, m.padded_vocab_size) == 640);
+        // at 1,024 tokens one chunk of fp32 logits and bf16 dlogits (6 B x 1,024 x 50,304) and no
+        // fp32 dwte accumulator.
+        CHECK(cuda_ws::lm_head_chunk_tokens(N, m.d_model, m.padded_vocab_size) == N);
+        CHECK(cuda_ws::lm_head_workspace_bytes(N, m.d_model, m.padded_vocab_size) ==
+              N * m.padded_vocab_size * 6 + N * 4);
         CHECK(pc.buffers[size_t(l)].bytes() >= cuda_ws::lm_head_workspace_bytes(N, m.d_model, m.padded_vocab_size));
         CHECK(pc.buffers[size_t(o)].bytes() >= cuda_optimizer_scratch_bytes(opt, t));
         // The workspace total counts the library workspace and the CUDA scratch.
         CHECK(pc.workspace_bytes == pp.workspace_bytes + scratch + pc.buffers[size_t(w)].bytes());
     }
+    // At microbatch 64 (8,192 tokens) one chunk would be 2.5 GB: 640-token chunks (2^25 fp32 logits
+    // rounded down to 64 tokens) and the 50,304 x 4,096 fp32 accumulator (786 MiB) instead.
+    const int64_t N64 = 64 * T, Vp = m.padded_vocab_size;
+    CHECK(cuda_ws::lm_head_chunk_tokens(N64, m.d_model, Vp) == 640);
+    CHECK(cuda_ws::lm_head_workspace_bytes(N64, m.d_model, Vp) ==
+          cuda_ws::align256(640 * Vp * 4) + cuda_ws::align256(640 * Vp * 2) + N64 * 4 + Vp * m.d_model * 4);
     // SkewAdam's largest fused update: one expert tensor of 128 matrices 4096 x 4096 (row and
     // column means fp32) and the router's 1 x numel second moment are both covered.
     OptimizerConfig skew = builtin_optimizer("skewadam");

@@ -1,6 +1,7 @@
 // GPU tests of the cross-entropy over the padded vocabulary and of the fused tied LM head against
 // the CPU backend: losses, dlogits (padding columns zero), large logits, several token chunks, bf16
 // and fp32 gradients of the embedding.
+#include "kernels/cuda/cross_entropy.h"
 #include "tests/gpu/gpu_harness.h"
 
 using namespace skew;
@@ -30,10 +31,10 @@ TEST_CASE("gpu cross-entropy forward and backward match the CPU, padding masked"
     require_close("ce dlogits in place", glog.get(), dl, 1e-9);
 }
 
-TEST_CASE("gpu fused LM head + cross-entropy matches the CPU over several chunks") {
-    SKEW_REQUIRE_GPU();
+namespace {
+// The fused head on both backends with bf16 x and wte, dwte fp32 and bf16, then forward only.
+void check_fused_head(const ClassifierShape& s) {
     auto cpu = cpu_backend();
-    const ClassifierShape s{3000, 64, 50257, 50304};  // 3000 tokens: several chunks of the GPU head
     const int64_t n = s.n_tokens, C = s.d_model, Vp = s.padded_vocab_size;
     const auto x = random_bf16(n * C, 1), wte = to_bf16(random_normal(Vp * C, 2, 0.5f));
     std::vector<int32_t> tg(static_cast<size_t>(n));
@@ -68,6 +69,23 @@ TEST_CASE("gpu fused LM head + cross-entropy matches the CPU over several chunks
     cpu->lm_head_cross_entropy(&mean, nullptr, nullptr, nullptr, x.data(), wte.data(), tg.data(), 1.0f, s, cws.data());
     gpu().lm_head_cross_entropy(gmean.p, nullptr, nullptr, nullptr, gx.p, gwte.p, gtg.p, 1.0f, s, gws.p);
     CHECK(std::fabs(gmean.get()[0] - mean) <= 1e-4f * std::fabs(mean));
+}
+}  // namespace
+
+TEST_CASE("gpu fused LM head + cross-entropy matches the CPU over several chunks") {
+    SKEW_REQUIRE_GPU();
+    const ClassifierShape s{3000, 64, 50257, 50304};  // 3000 tokens: several chunks of the GPU head
+    REQUIRE(cuda::lm_head_chunk_tokens(s) < s.n_tokens);  // the fp32 dwte accumulator path
+    check_fused_head(s);
+}
+
+TEST_CASE("gpu fused LM head in one chunk (bf16 dwte added into directly, no accumulator) matches the CPU") {
+    SKEW_REQUIRE_GPU();
+    // 1000 tokens > the 640-token default chunk, but one chunk of logits (6 B each) costs less
+    // than 640-token chunks plus the 50,304 x 576 fp32 accumulator.
+    const ClassifierShape s{1000, 576, 50257, 50304};
+    REQUIRE(cuda::lm_head_chunk_tokens(s) == s.n_tokens);
+    check_fused_head(s);
 }
 
 TEST_CASE("gpu fused LM head with fp32 x and wte (fp32 dlogits in place) matches the CPU over several chunks") {
