@@ -178,8 +178,8 @@ def summarize(train_dir, optimizer="skewadam", warmup=2, peak_flops=H200_BF16_DE
     microbatch = (plan or {}).get("microbatch") or number(train_cfg.get("microbatch"))  # the plan's is resolved (0 = auto)
     return {
         "bench": "gpu_train_step",
-        "commit": commit or info.get("commit"),
-        "device": device or info.get("device"),
+        "commit": commit or info.get("commit") or None,
+        "device": device or info.get("device") or None,  # info.txt has an empty device without nvidia-smi
         "config": info.get("config") or (plan or {}).get("config"),
         "optimizer": optimizer,
         "batch_size": batch,
