@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
 # bench/gpu_check.sh: the one script a GPU machine runs for the CUDA backend (issue 7). It builds
-# (or takes prebuilt) test_gpu and bench_gpu_ops for sm_90a, runs the GPU tests (ctest label `gpu`:
-# every CUDA op against its CPU twin, and one training step of configs/tiny.yaml against the CPU
-# backend with its peak device memory against the plan), a compute-sanitizer memcheck of a few tests, and the GPU
-# micro-benchmarks, and writes every log and result under $OUT. Budget: well under 10 minutes.
+# (or takes prebuilt) test_gpu, skew and bench_gpu_ops for sm_90a, runs the GPU tests (ctest label
+# `gpu`: every CUDA op against its CPU twin, and one training step of configs/tiny.yaml against the
+# CPU backend with its peak device memory against the plan), then the whole-step training benchmark
+# (`skew train configs/paper-6.78b.yaml`, SkewAdam, batch 64 x 128, on the CUDA backend for a few
+# steps over the carried quickstart shards: tokens/s, MFU, phase times, peak device memory vs the
+# plan), a compute-sanitizer memcheck of a few tests, and the GPU micro-benchmarks, and writes every
+# log and result under $OUT. Every step is time-capped; the whole run stays within BUDGET (510 s).
 #
 #   bench/gpu_check.sh --prepare   on the development machine (no GPU needed): build for sm_90a
 #                                  and stage the binaries with their non-system shared libraries
-#                                  in build-gpu/carry (about 45 MiB), for a GPU image that lacks
-#                                  the project's dependencies (fmt, OpenBLAS, Catch2, ...).
+#                                  (as lib.tar.gz) and the prepared quickstart shards in
+#                                  build-gpu/carry (about 33 MiB; the device tool carries at most
+#                                  64 MiB with the working tree), for a GPU image
+#                                  that lacks the project's dependencies (fmt, OpenBLAS, Catch2, ...).
+#                                  The shards: GPU_TRAIN_DATA (default data/prepared/quickstart,
+#                                  made by scripts/fetch_data.sh + skew prepare).
 #   bench/gpu_check.sh             on the GPU machine: use build-gpu/carry when it is there and
 #                                  runs, else build from source with CMake on all cores.
 # Results: $OUT (default bench/results/gpu-check-<UTC time>): summary.txt, env.txt, build.log,
-# test_gpu.log (+ ctest.log in a source build), memcheck.log, bench_gpu_ops.log and .jsonl.
+# test_gpu.log (+ ctest.log in a source build), train/ (train.log, steps_skewadam.jsonl,
+# metrics_skewadam.json, config.yaml, plan.json, info.txt, nvidia-smi.csv, summary.json from
+# bench/summarize_gpu_train.py), memcheck.log, bench_gpu_ops.log and .jsonl.
+# Knobs (environment): BUDGET (510 s), TRAIN_CONFIG (configs/paper-6.78b.yaml), TRAIN_STEPS (12),
+# TRAIN_MB (microbatch, 64), TRAIN_CAP (seconds for the training run, 180), TRAIN_BACKEND (cuda;
+# cpu with a small TRAIN_CONFIG tries the training section without a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -22,13 +34,18 @@ if [[ "${1:-}" == "--prepare" ]]; then
     set -e
     JOBS=${JOBS:-2}
     BUILD_DIR=${BUILD_DIR:-build-gpu}  # an existing sm_90a build dir may be reused
+    TRAIN_DATA=${GPU_TRAIN_DATA:-data/prepared/quickstart}
+    if [[ ! -f "$TRAIN_DATA/manifest.json" ]] || ! ls "$TRAIN_DATA"/train_*.bin >/dev/null 2>&1; then
+        echo "gpu_check --prepare: no prepared shards in $TRAIN_DATA (manifest.json, train_*.bin, val_*.bin) for the" >&2
+        echo "training benchmark; make them with scripts/fetch_data.sh and" >&2
+        echo "  build/tools/skew prepare --input data/corpus --out data/prepared/quickstart --tokenizer data/tokenizer" >&2
+        echo "or point GPU_TRAIN_DATA at a prepared folder" >&2
+        exit 1
+    fi
     cmake -S . -B "$BUILD_DIR" -DSKEW_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --build "$BUILD_DIR" -j"$JOBS" --target skew_kernels_cuda test_gpu
-    nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I. \
-        bench/bench_gpu_ops.cu "$BUILD_DIR"/kernels/cuda/libskew_kernels_cuda.a -lcublasLt -lcublas -lfmt \
-        -o "$BUILD_DIR"/bench_gpu_ops
-    rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib"
-    cp "$BUILD_DIR"/tests/test_gpu "$BUILD_DIR"/bench_gpu_ops "$CARRY/bin/"
+    cmake --build "$BUILD_DIR" -j"$JOBS" --target test_gpu bench_gpu_ops skew
+    rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/data/quickstart"
+    cp "$BUILD_DIR"/tests/test_gpu "$BUILD_DIR"/bench/bench_gpu_ops "$BUILD_DIR"/tools/skew "$CARRY/bin/"
     strip "$CARRY/bin/"* || true
     # Shared libraries the GPU image may lack; the C runtime, the driver and cuBLAS stay the image's.
     for bin in "$CARRY/bin/"*; do
@@ -40,9 +57,20 @@ if [[ "${1:-}" == "--prepare" ]]; then
             *) cp -L "$lib" "$CARRY/lib/" ;;
         esac
     done
+    # OpenBLAS alone is 36 MB: the libraries travel as one gzip tarball (46 -> 15 MB), unpacked on
+    # the GPU machine into a temporary folder.
+    tar -C "$CARRY" -cf - lib | gzip -9 > "$CARRY/lib.tar.gz"
+    rm -rf "$CARRY/lib"
+    # The training benchmark's data: a few MiB of llm.c shards (the paper config's data.dir is overridden).
+    cp "$TRAIN_DATA"/manifest.json "$TRAIN_DATA"/train_*.bin "$TRAIN_DATA"/val_*.bin "$CARRY/data/quickstart/"
     (git rev-parse HEAD 2>/dev/null || echo unknown) > "$CARRY/COMMIT"
-    git status --short -- kernels/cuda tests/gpu bench/bench_gpu_ops.cu model optim train engine >> "$CARRY/COMMIT" 2>/dev/null || true
+    git status --short -- kernels/cuda tests/gpu bench/bench_gpu_ops.cu model optim train engine tools >> "$CARRY/COMMIT" 2>/dev/null || true
+    du -sh "$CARRY/bin" "$CARRY/lib.tar.gz" "$CARRY/data"
     du -sh "$CARRY"
+    KIB=$(du -sk "$CARRY" | cut -f1)
+    if (( KIB > 60 * 1024 )); then
+        echo "gpu_check --prepare: WARNING: $CARRY is $((KIB / 1024)) MiB; the device tool carries at most 64 MiB in all" >&2
+    fi
     echo "staged in $CARRY; run on the GPU machine with carry [\"$CARRY\"]: bench/gpu_check.sh"
     exit 0
 fi
@@ -71,8 +99,17 @@ log() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt"; }
 } > "$OUT/env.txt"
 log "gpu_check: results in $OUT"
 
-# Library search path for carried binaries: carried libs, then the CUDA toolkit, then pip's CUDA libs.
+# Library search path for carried binaries: carried libs (unpacked from lib.tar.gz), then the CUDA
+# toolkit, then pip's CUDA libs.
 LIBPATH="$ROOT/$CARRY/lib"
+if [[ -f "$CARRY/lib.tar.gz" ]]; then
+    LIBDIR=$(mktemp -d "${TMPDIR:-/tmp}/skew-carry.XXXXXX")
+    if tar -C "$LIBDIR" -xzf "$CARRY/lib.tar.gz"; then
+        LIBPATH="$LIBDIR/lib"
+    else
+        log "could not unpack $CARRY/lib.tar.gz into $LIBDIR"
+    fi
+fi
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
     [[ -d "$d" ]] && LIBPATH="$LIBPATH:$d"
 done
@@ -80,32 +117,40 @@ for d in $(find /usr/local /opt /usr/lib -maxdepth 8 -name 'libcublasLt.so.13*' 
 export LD_LIBRARY_PATH="$LIBPATH:${LD_LIBRARY_PATH:-}"
 
 MODE=none
-TEST_BIN="" BENCH_BIN=""
-if [[ -x "$CARRY/bin/test_gpu" ]] && ! ldd "$CARRY/bin/test_gpu" 2>&1 | grep -q "not found"; then
+TEST_BIN="" BENCH_BIN="" SKEW_BIN=""
+loads() { [[ -x "$1" ]] && ! ldd "$1" 2>&1 | grep -q "not found"; }
+if loads "$CARRY/bin/test_gpu"; then
     MODE=carry
     TEST_BIN="$CARRY/bin/test_gpu"
-    BENCH_BIN="$CARRY/bin/bench_gpu_ops"
+    loads "$CARRY/bin/bench_gpu_ops" && BENCH_BIN="$CARRY/bin/bench_gpu_ops"
+    loads "$CARRY/bin/skew" && SKEW_BIN="$CARRY/bin/skew"
     log "using prebuilt binaries from $CARRY ($(head -1 "$CARRY/COMMIT" 2>/dev/null))"
 else
     [[ -x "$CARRY/bin/test_gpu" ]] && { log "carried binaries do not load:"; ldd "$CARRY/bin/test_gpu" | grep "not found" | tee -a "$OUT/summary.txt"; }
     log "building from source (sm_90a, $(nproc) jobs)"
     if timeout "$(tmo 60)" cmake -S . -B build-gpu-src -DSKEW_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
             > "$OUT/build.log" 2>&1 \
-        && timeout "$(tmo 300)" cmake --build build-gpu-src -j"$(nproc)" --target skew_kernels_cuda test_gpu >> "$OUT/build.log" 2>&1; then
+        && timeout "$(tmo 300)" cmake --build build-gpu-src -j"$(nproc)" --target test_gpu bench_gpu_ops skew >> "$OUT/build.log" 2>&1; then
         MODE=source
         TEST_BIN=build-gpu-src/tests/test_gpu
-        if nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I. bench/bench_gpu_ops.cu \
-                build-gpu-src/kernels/cuda/libskew_kernels_cuda.a -lcublasLt -lcublas -lfmt -o build-gpu-src/bench_gpu_ops \
-                >> "$OUT/build.log" 2>&1; then
-            BENCH_BIN=build-gpu-src/bench_gpu_ops
-        fi
+        BENCH_BIN=build-gpu-src/bench/bench_gpu_ops
+        SKEW_BIN=build-gpu-src/tools/skew
     else
         log "source build FAILED (see build.log; the GPU image may lack fmt/OpenBLAS/Catch2: run --prepare on the dev machine and carry $CARRY)"
         tail -20 "$OUT/build.log" >> "$OUT/summary.txt"
     fi
 fi
+if [[ "$MODE" == carry ]]; then
+    COMMIT=$(head -1 "$CARRY/COMMIT" 2>/dev/null || echo unknown)
+else
+    COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+fi
+TRAIN_DATA=""
+for d in "$CARRY/data/quickstart" data/prepared/quickstart; do
+    if [[ -f "$d/manifest.json" ]]; then TRAIN_DATA="$ROOT/$d"; break; fi
+done
 
-TEST_RC=skipped MEMCHECK_RC=skipped BENCH_RC=skipped
+TEST_RC=skipped TRAIN_RC=skipped MEMCHECK_RC=skipped BENCH_RC=skipped
 if [[ -n "$TEST_BIN" ]]; then
     log "GPU tests"
     if [[ "$MODE" == source ]]; then
@@ -118,15 +163,92 @@ if [[ -n "$TEST_BIN" ]]; then
         TEST_RC=$?
         tail -4 "$OUT/test_gpu.log" | tee -a "$OUT/summary.txt"
     fi
+    (( TEST_RC == 77 )) && log "test_gpu exit 77: no CUDA device visible"
     log "GPU tests exit $TEST_RC"
-    if command -v compute-sanitizer >/dev/null && (( $(left) > 200 )); then
-        log "compute-sanitizer memcheck on dispatch, gather/combine, embedding, attention"
-        timeout "$(tmo 90)" compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST_BIN" \
-            "gpu dispatch is*" "gpu gather*" "gpu embedding forward*" "gpu attention matches the CPU for head_dim 64*" \
-            > "$OUT/memcheck.log" 2>&1
-        MEMCHECK_RC=$?
-        tail -3 "$OUT/memcheck.log" >> "$OUT/summary.txt"
+fi
+
+# ---- the whole-step training benchmark: the paper's model, SkewAdam, batch 64 x 128, a few steps.
+# The one evaluation runs after the last step (eval_batches 1) and writes metrics_<opt>.json; the
+# trainer then writes two checkpoints of ~14 GiB each (best, last), which would only cost time: once
+# the metrics file is there and every step is logged, the run is killed (SIGKILL: SIGTERM would
+# checkpoint too). The run folder lives outside $OUT; its small files are copied into $OUT/train.
+TRAIN_CONFIG=${TRAIN_CONFIG:-configs/paper-6.78b.yaml}
+TRAIN_STEPS=${TRAIN_STEPS:-12}
+TRAIN_MB=${TRAIN_MB:-64}
+TRAIN_CAP=${TRAIN_CAP:-180}
+TRAIN_BACKEND=${TRAIN_BACKEND:-cuda}  # cpu: a dry run of this section without a GPU (with a small TRAIN_CONFIG)
+if [[ -z "$SKEW_BIN" ]]; then
+    log "training benchmark skipped: no skew binary"
+elif [[ -z "$TRAIN_DATA" ]]; then
+    log "training benchmark skipped: no prepared shards ($CARRY/data/quickstart or data/prepared/quickstart)"
+elif (( $(left) < 90 )); then
+    log "training benchmark skipped: too little time left ($(left)s)"
+else
+    T="$OUT/train"
+    mkdir -p "$T"
+    RUN_PARENT=$(mktemp -d "${TMPDIR:-/tmp}/skew-gpu-train.XXXXXX")
+    RUN_DIR="$RUN_PARENT/run"
+    SETS=(--set "runtime.backend=$TRAIN_BACKEND" --set "data.dir=$TRAIN_DATA" --set "train.steps=$TRAIN_STEPS"
+          --set "train.microbatch=$TRAIN_MB" --set "train.eval_every=$TRAIN_STEPS" --set train.eval_batches=1
+          --set train.log_every=1 --set train.checkpoint_every=1000000)
+    {
+        echo "commit: $COMMIT"
+        echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+        echo "config: $TRAIN_CONFIG"
+        echo "command: skew train $TRAIN_CONFIG --optimizers skewadam --plain ${SETS[*]}"
+    } > "$T/info.txt"
+    "$SKEW_BIN" plan "$TRAIN_CONFIG" --optimizer skewadam --json "${SETS[@]}" > "$T/plan.json" 2> "$T/plan.err"
+    CAP=$(tmo "$TRAIN_CAP")
+    log "training benchmark: $TRAIN_CONFIG, skewadam, $TRAIN_STEPS steps, microbatch $TRAIN_MB (cap ${CAP}s)"
+    SMI_PID=""
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu,power.draw --format=csv -lms 500 > "$T/nvidia-smi.csv" 2>&1 &
+        SMI_PID=$!
     fi
+    TRAIN_START=$(date +%s)
+    "$SKEW_BIN" train "$TRAIN_CONFIG" --optimizers skewadam --out "$RUN_DIR" --plain "${SETS[@]}" > "$T/train.log" 2>&1 &
+    TRAIN_PID=$!
+    ENDED="exited"
+    while kill -0 "$TRAIN_PID" 2>/dev/null; do
+        logged=$(cat "$RUN_DIR"/steps_skewadam.jsonl 2>/dev/null | wc -l)
+        if [[ -f "$RUN_DIR/metrics_skewadam.json" ]] && (( logged >= TRAIN_STEPS )); then
+            kill -KILL "$TRAIN_PID" 2>/dev/null; ENDED="killed after its evaluation (checkpoints skipped)"; break
+        fi
+        if (( $(date +%s) - TRAIN_START >= CAP )); then
+            kill -KILL "$TRAIN_PID" 2>/dev/null; ENDED="killed at the ${CAP}s cap after $logged steps"; break
+        fi
+        sleep 1
+    done
+    wait "$TRAIN_PID"
+    TRAIN_RC=$?
+    [[ "$ENDED" == killed\ after* ]] && TRAIN_RC=0
+    [[ -n "$SMI_PID" ]] && kill "$SMI_PID" 2>/dev/null
+    cp "$RUN_DIR"/metrics_*.json "$RUN_DIR"/steps_*.jsonl "$RUN_DIR"/config.yaml "$T/" 2>/dev/null
+    rm -rf "$RUN_PARENT"
+    echo "ended: $ENDED after $(( $(date +%s) - TRAIN_START ))s, exit $TRAIN_RC" >> "$T/info.txt"
+    log "training benchmark $ENDED after $(( $(date +%s) - TRAIN_START ))s (exit $TRAIN_RC)"
+    tail -6 "$T/train.log" >> "$OUT/summary.txt"
+    if command -v python3 >/dev/null; then
+        python3 bench/summarize_gpu_train.py "$T" --out "$T/summary.json" > /dev/null 2> "$T/summary.err"
+        python3 - "$T/summary.json" >> "$OUT/summary.txt" 2>/dev/null <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+m = s["memory"]
+print(f"train: {s['steps_measured']} steps measured, median {s['tokens_per_sec_median']} tokens/s, MFU {s['mfu']}, "
+      f"phases {s['phase_ms_median']}, peak {m['measured_peak_gib']} GiB vs plan {m['plan_peak_gib']} GiB, "
+      f"targets {[(k, v['pass']) for k, v in s['targets'].items()]}")
+EOF
+        tail -1 "$OUT/summary.txt"
+    fi
+fi
+
+if [[ -n "$TEST_BIN" ]] && command -v compute-sanitizer >/dev/null && (( $(left) > 160 )); then
+    log "compute-sanitizer memcheck on dispatch, gather/combine, embedding, attention"
+    timeout "$(tmo 90)" compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST_BIN" \
+        "gpu dispatch is*" "gpu gather*" "gpu embedding forward*" "gpu attention matches the CPU for head_dim 64*" \
+        > "$OUT/memcheck.log" 2>&1
+    MEMCHECK_RC=$?
+    tail -3 "$OUT/memcheck.log" >> "$OUT/summary.txt"
 fi
 if [[ -n "$BENCH_BIN" ]] && (( $(left) < 60 )); then
     log "too little time left for the benchmarks ($(left)s)"
@@ -136,5 +258,5 @@ elif [[ -n "$BENCH_BIN" ]]; then
     BENCH_RC=$?
     cat "$OUT/bench_gpu_ops.log" >> "$OUT/summary.txt"
 fi
-log "mode $MODE; tests: $TEST_RC; memcheck: $MEMCHECK_RC; bench: $BENCH_RC"
-[[ "$TEST_RC" == 0 && "$BENCH_RC" == 0 ]]
+log "mode $MODE; tests: $TEST_RC; train: $TRAIN_RC; memcheck: $MEMCHECK_RC; bench: $BENCH_RC"
+[[ "$TEST_RC" == 0 && "$TRAIN_RC" == 0 && "$BENCH_RC" == 0 ]]

@@ -167,7 +167,7 @@ TEST_CASE("gpu gather and combine forward and backward match the CPU (vector and
     }
 }
 
-TEST_CASE("gpu grouped expert matmul matches the CPU; empty experts get no gradient") {
+TEST_CASE("gpu grouped expert matmul matches the CPU, empty experts get no gradient") {
     SKEW_REQUIRE_GPU();
     auto cpu = cpu_backend();
     const int64_t n = 500, K = 2, E = 10, IN = 64, OUT = 96;
