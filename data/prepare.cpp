@@ -113,7 +113,7 @@ void draw_progress(int64_t documents, int64_t consumed, int64_t total, int64_t t
 
 }  // namespace
 
-PrepareSummary prepare_run(const PrepareOptions& o) {
+static PrepareSummary prepare_impl(const PrepareOptions& o) {
     auto t0 = std::chrono::steady_clock::now();
     if (o.separator != "eot" && o.separator != "none") fail("prepare: separator must be eot or none, got \"{}\"", o.separator);
     if (o.out_dir.empty()) fail("prepare: --out is required");
@@ -298,6 +298,14 @@ PrepareSummary prepare_run(const PrepareOptions& o) {
     fs::rename(summary.manifest + ".tmp", summary.manifest, ec);
     if (ec) fail("prepare: cannot rename {}.tmp: {}", summary.manifest, ec.message());
     return summary;
+}
+
+PrepareSummary prepare_run(const PrepareOptions& o) {
+    try {
+        return prepare_impl(o);
+    } catch (const fs::filesystem_error& e) {  // a std::filesystem call without an error_code: name the path
+        fail("prepare: {}: {}", e.path1().string(), e.code().message());
+    }
 }
 
 }  // namespace skew::data

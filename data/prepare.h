@@ -34,7 +34,8 @@ struct PrepareSummary {
 };
 
 /// Run the whole preparation. Throws skew::Error (file and line named) on unreadable input, a bad
-/// line when skip_bad_lines is false, an unknown separator or an unwritable output directory.
+/// line when skip_bad_lines is false, an unknown separator, an unwritable output directory, or a
+/// filesystem error under an input (a symbolic link loop, a permission) -- the path named.
 PrepareSummary prepare_run(const PrepareOptions& options);
 
 /// Lowercase hex MD5 of a file's bytes, read in blocks.
