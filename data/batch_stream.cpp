@@ -64,6 +64,9 @@ TokenSplit token_split_open(const std::string& dir, const std::string& split) {
     std::string needle = split + "_";
     for (const auto& entry : fs::directory_iterator(dir)) {
         std::string file = entry.path().filename().string();
+        if (is_prepare_temp_name(file))
+            fail("data: {} holds {}, a temporary file of an interrupted (or still running) `skew prepare`, so its shards "
+                 "are not a complete dataset; re-run `skew prepare --out {}`", dir, file, dir);
         if (!entry.is_regular_file() || file.size() < 4 || file.substr(file.size() - 4) != ".bin") continue;
         size_t at = file.find(needle);
         if (at == 0 || (at != std::string::npos && file[at - 1] == '_')) paths.push_back(entry.path().string());

@@ -22,7 +22,8 @@ struct TokenSplit {
 
 /// Open the shards of split `split` in dir: files matching dir/*<split>_*.bin (skew's train_000000.bin
 /// and llm.c's fineweb_train_000001.bin alike), sorted by name. Each is validated (shard_check).
-/// Throws skew::Error when none matches or one is malformed.
+/// Throws skew::Error when none matches, one is malformed, or dir holds a temporary file of
+/// `skew prepare` (is_prepare_temp_name: a prepare was interrupted or is running there).
 TokenSplit token_split_open(const std::string& dir, const std::string& split);
 
 /// Open an explicit list of shard files as one stream.

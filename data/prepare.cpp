@@ -1,6 +1,8 @@
 // The preparation pipeline: read chunks of records on a helper thread, parse + split + tokenize each
 // chunk in parallel (OpenMP, one tokenizer workspace per thread), append them in input order to the train and
-// val shard writers, rotate shards at shard_tokens, then write manifest.json (design.md "Data").
+// val shard writers, rotate shards at shard_tokens, then put every shard and manifest.json in place
+// together (design.md "Data"). Until then all output is hidden temporaries, so an earlier dataset in
+// the folder stays whole if this run fails or is interrupted.
 #include "data/prepare.h"
 
 #include <omp.h>
@@ -52,15 +54,27 @@ std::string md5_file(const std::string& path) {
 
 namespace {
 
+// A finished shard, still under its hidden temporary name until the run puts all in place.
+struct FinishedShard {
+    std::string path;  // final name
+    std::string temp;  // written, closed, not yet renamed
+    int64_t tokens = 0;
+};
+
 // The shards of one split, rotated every shard_tokens tokens: <out>/<name>_000000.bin, ...
 struct SplitOutput {
     std::string name;
     std::string dir;
     int64_t shard_tokens = 0;
-    ShardWriter writer;
-    std::vector<std::pair<std::string, int64_t>> shards;  // (path, tokens) of closed shards
+    ShardWriter writer;                 // the open shard (its temporary is removed if never finished)
+    std::vector<FinishedShard> shards;  // finished shards, in order
     int64_t tokens = 0;
     int64_t documents = 0;
+    bool placed = false;                // the shards were renamed into place
+    ~SplitOutput() {                    // a failed run leaves no temporary behind
+        if (!placed)
+            for (const auto& sh : shards) std::remove(sh.temp.c_str());
+    }
 };
 
 std::string shard_path(const SplitOutput& s, size_t index) {
@@ -71,11 +85,16 @@ std::string shard_path(const SplitOutput& s, size_t index) {
 
 void split_open(SplitOutput& s) { shard_writer_open(s.writer, shard_path(s, s.shards.size())); }
 
+void split_finish(SplitOutput& s) {
+    const int64_t tokens = shard_writer_finish(s.writer);
+    s.shards.push_back(FinishedShard{s.writer.path, s.writer.temp, tokens});
+}
+
 void split_append(SplitOutput& s, std::span<const int32_t> tokens) {
     while (!tokens.empty()) {
         int64_t room = s.shard_tokens - s.writer.tokens;
         if (room == 0) {
-            s.shards.emplace_back(s.writer.path, shard_writer_close(s.writer));
+            split_finish(s);
             split_open(s);
             continue;
         }
@@ -86,7 +105,19 @@ void split_append(SplitOutput& s, std::span<const int32_t> tokens) {
     }
 }
 
-void split_close(SplitOutput& s) { s.shards.emplace_back(s.writer.path, shard_writer_close(s.writer)); }
+// Remove the temporaries a killed earlier run left in dir (is_prepare_temp_name); returns how many.
+int remove_stale_temps(const std::string& dir) {
+    int removed = 0;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+        if (!is_prepare_temp_name(it->path().filename().string())) continue;
+        std::error_code rm;
+        if (!fs::remove(it->path(), rm) || rm) fail("prepare: cannot remove the stale temporary {}: {}", it->path().string(), rm.message());
+        removed++;
+    }
+    if (ec) fail("prepare: cannot list {}: {}", dir, ec.message());
+    return removed;
+}
 
 std::string human_duration(double seconds) {
     if (!(seconds >= 0) || seconds > 1e7) return "--:--";
@@ -113,7 +144,7 @@ void draw_progress(int64_t documents, int64_t consumed, int64_t total, int64_t t
 
 }  // namespace
 
-PrepareSummary prepare_run(const PrepareOptions& o) {
+static PrepareSummary prepare_impl(const PrepareOptions& o) {
     auto t0 = std::chrono::steady_clock::now();
     if (o.separator != "eot" && o.separator != "none") fail("prepare: separator must be eot or none, got \"{}\"", o.separator);
     if (o.out_dir.empty()) fail("prepare: --out is required");
@@ -129,6 +160,8 @@ PrepareSummary prepare_run(const PrepareOptions& o) {
     std::error_code ec;
     fs::create_directories(o.out_dir, ec);
     if (ec) fail("prepare: cannot create {}: {}", o.out_dir, ec.message());
+    if (int stale = remove_stale_temps(o.out_dir))
+        spdlog::info("prepare: removed {} temporary files of an interrupted earlier run from {}", stale, o.out_dir);
 
     const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
     std::vector<std::unique_ptr<TokenizerWorkspace>> workspaces;
@@ -235,22 +268,12 @@ PrepareSummary prepare_run(const PrepareOptions& o) {
         more = prefetch.get();
         std::swap(chunk, next);
     }
-    split_close(train);
-    split_close(val);
+    split_finish(train);
+    split_finish(val);
     summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (tty) draw_progress(train.documents + val.documents, total_file_bytes, total_file_bytes, summary.bytes,
                            summary.seconds, true);
     if (summary.bad_lines > 10) spdlog::warn("prepare: {} bad lines skipped in all ({} shown)", summary.bad_lines, 10);
-
-    // Shards of an earlier run that this run did not write would join a split: remove them.
-    std::set<std::string> written;
-    for (SplitOutput* s : {&train, &val})
-        for (auto& [path, count] : s->shards) written.insert(fs::path(path).filename().string());
-    static const std::regex ours("(train|val)_[0-9]{6}\\.bin");
-    for (const auto& entry : fs::directory_iterator(o.out_dir)) {
-        std::string file = entry.path().filename().string();
-        if (std::regex_match(file, ours) && !written.count(file)) fs::remove(entry.path(), ec);
-    }
 
     summary.documents_train = train.documents;
     summary.documents_val = val.documents;
@@ -281,23 +304,60 @@ PrepareSummary prepare_run(const PrepareOptions& o) {
     m["sources"] = sources;
     nlohmann::json shards = nlohmann::json::array();
     for (SplitOutput* s : {&train, &val})
-        for (auto& [path, count] : s->shards) {
-            shards.push_back({{"file", fs::path(path).filename().string()}, {"split", s->name}, {"tokens", count}, {"md5", md5_file(path)}});
-            summary.shards.push_back(path);
+        for (const auto& sh : s->shards) {
+            shards.push_back({{"file", fs::path(sh.path).filename().string()}, {"split", s->name}, {"tokens", sh.tokens},
+                              {"md5", md5_file(sh.temp)}});
+            summary.shards.push_back(sh.path);
         }
     m["shards"] = shards;
     m["created_by"] = "skew prepare 0.1.0";
     m["seconds"] = summary.seconds;
 
     summary.manifest = (fs::path(o.out_dir) / "manifest.json").string();
+    const std::string manifest_temp = shard_temp_path(summary.manifest);
     {
-        std::ofstream f(summary.manifest + ".tmp", std::ios::binary);
+        std::ofstream f(manifest_temp, std::ios::binary);
         f << m.dump(2) << "\n";
-        if (!f) fail("prepare: cannot write {}.tmp", summary.manifest);
+        if (!f) {
+            f.close();
+            std::remove(manifest_temp.c_str());
+            fail("prepare: cannot write {}", manifest_temp);
+        }
     }
-    fs::rename(summary.manifest + ".tmp", summary.manifest, ec);
-    if (ec) fail("prepare: cannot rename {}.tmp: {}", summary.manifest, ec.message());
+
+    // Put everything in place: the old manifest goes first (the folder is not a dataset until the
+    // new one lands), then the shards, then shards of an earlier run that this one did not write
+    // (they would join a split), then the manifest.
+    fs::remove(summary.manifest, ec);
+    std::set<std::string> written;
+    for (SplitOutput* s : {&train, &val}) {
+        for (const auto& sh : s->shards) {
+            fs::rename(sh.temp, sh.path, ec);
+            if (ec) fail("prepare: cannot rename {} to {}: {}", sh.temp, sh.path, ec.message());
+            written.insert(fs::path(sh.path).filename().string());
+        }
+        s->placed = true;
+    }
+    static const std::regex ours("(train|val)_[0-9]{6}\\.bin");
+    for (auto it = fs::directory_iterator(o.out_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+        std::string file = it->path().filename().string();
+        std::error_code rm;
+        if (std::regex_match(file, ours) && !written.count(file)) fs::remove(it->path(), rm);
+    }
+    fs::rename(manifest_temp, summary.manifest, ec);
+    if (ec) {
+        std::remove(manifest_temp.c_str());
+        fail("prepare: cannot rename {} to {}: {}", manifest_temp, summary.manifest, ec.message());
+    }
     return summary;
+}
+
+PrepareSummary prepare_run(const PrepareOptions& o) {
+    try {
+        return prepare_impl(o);
+    } catch (const fs::filesystem_error& e) {  // a std::filesystem call without an error_code: name the path
+        fail("prepare: {}: {}", e.path1().string(), e.code().message());
+    }
 }
 
 }  // namespace skew::data

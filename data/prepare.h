@@ -1,6 +1,7 @@
 // `skew prepare`: text corpus -> token shards (design.md "Data"). Streams documents in bounded
 // chunks, tokenizes each chunk on all cores, routes documents by the MD5 split and writes llm.c
-// .bin shards plus manifest.json, every file through a temporary name and a rename.
+// .bin shards plus manifest.json, every file through a hidden temporary name, all renamed into place
+// together at the end (an interrupted run leaves an earlier dataset whole).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,7 +35,8 @@ struct PrepareSummary {
 };
 
 /// Run the whole preparation. Throws skew::Error (file and line named) on unreadable input, a bad
-/// line when skip_bad_lines is false, an unknown separator or an unwritable output directory.
+/// line when skip_bad_lines is false, an unknown separator, an unwritable output directory, or a
+/// filesystem error under an input (a symbolic link loop, a permission) -- the path named.
 PrepareSummary prepare_run(const PrepareOptions& options);
 
 /// Lowercase hex MD5 of a file's bytes, read in blocks.

@@ -45,23 +45,59 @@ DocumentReader::~DocumentReader() = default;
 DocumentReader::DocumentReader(DocumentReader&&) noexcept = default;
 DocumentReader& DocumentReader::operator=(DocumentReader&&) noexcept = default;
 
+// A filesystem error on `path` as a skew::Error naming the path and what went wrong; a symbolic
+// link loop (ELOOP) is called one, since its message alone ("Too many levels of symbolic links")
+// does not say which link to fix.
+[[noreturn]] static void fail_path(const std::string& path, const std::error_code& ec) {
+    if (ec == std::errc::too_many_symbolic_link_levels)
+        fail("data: {}: a symbolic link loop ({}); remove or fix the link, or leave it out of --input", path, ec.message());
+    fail("data: cannot read {}: {}", path, ec.message());
+}
+
+// Every *.txt, *.jsonl (optionally .gz) below dir, following directory links; a link leading back
+// to a folder already on the walk's path is a loop and an error naming the link.
+static std::vector<std::string> expand_directory(const std::string& dir) {
+    std::vector<std::string> found;
+    std::error_code ec;
+    auto it = fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink, ec);
+    if (ec) fail_path(dir, ec);
+    for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        if (ec) break;
+        const fs::path& path = it->path();
+        const fs::file_status st = it->status(ec);
+        if (ec && st.type() != fs::file_type::not_found) fail_path(path.string(), ec);  // a dangling link is skipped
+        ec.clear();
+        if (fs::is_directory(st) && it->is_symlink(ec)) {
+            // A link to a folder that holds it (or is it) would be walked until the path is too long.
+            const fs::path target = fs::canonical(path, ec);
+            if (ec) fail_path(path.string(), ec);
+            const fs::path parent = fs::canonical(path.parent_path(), ec);
+            if (ec) fail_path(path.parent_path().string(), ec);
+            auto [t, p] = std::mismatch(target.begin(), target.end(), parent.begin(), parent.end());
+            if (t == target.end())
+                fail("data: {}: a symbolic link loop (it leads back to {}, which holds it); remove the link or leave it out "
+                     "of --input", path.string(), target.string());
+            continue;
+        }
+        std::string p = path.string();
+        if (fs::is_regular_file(st) && (is_jsonl(p) || is_txt(p))) found.push_back(p);
+    }
+    if (ec) fail_path(dir, ec);  // listing a folder below dir failed (the iterator has ended: dir is all we know)
+    std::sort(found.begin(), found.end());
+    return found;
+}
+
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
     std::vector<std::string> files;
     for (const auto& input : inputs) {
         std::error_code ec;
         size_t before = files.size();
-        if (fs::is_directory(input, ec)) {
-            std::vector<std::string> found;
-            for (auto it = fs::recursive_directory_iterator(input, fs::directory_options::follow_directory_symlink, ec);
-                 it != fs::recursive_directory_iterator(); it.increment(ec)) {
-                if (ec) break;
-                std::string p = it->path().string();
-                if (it->is_regular_file() && (is_jsonl(p) || is_txt(p))) found.push_back(p);
-            }
-            if (ec) fail("data: cannot list {}: {}", input, ec.message());
-            std::sort(found.begin(), found.end());
+        const fs::file_status st = fs::status(input, ec);
+        if (ec && st.type() != fs::file_type::not_found) fail_path(input, ec);  // not found: maybe a glob
+        if (fs::is_directory(st)) {
+            auto found = expand_directory(input);
             files.insert(files.end(), found.begin(), found.end());
-        } else if (fs::is_regular_file(input, ec)) {
+        } else if (fs::is_regular_file(st)) {
             if (!is_jsonl(input) && !is_txt(input))
                 fail("data: {} is neither .txt nor .jsonl (optionally .gz); rename it or convert it", input);
             files.push_back(input);
@@ -71,8 +107,10 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
             if (rc == 0) {
                 for (size_t i = 0; i < g.gl_pathc; i++) {
                     std::string p = g.gl_pathv[i];
-                    if (fs::is_directory(p, ec)) {
-                        auto sub = expand_inputs({p});
+                    const fs::file_status pst = fs::status(p, ec);
+                    if (ec && pst.type() != fs::file_type::not_found) fail_path(p, ec);
+                    if (fs::is_directory(pst)) {
+                        auto sub = expand_directory(p);
                         files.insert(files.end(), sub.begin(), sub.end());
                     } else if (is_jsonl(p) || is_txt(p)) {
                         files.push_back(p);
@@ -97,7 +135,7 @@ DocumentReader document_reader_open(const std::vector<std::string>& files) {
     for (const auto& f : files) {
         std::error_code ec;
         auto size = fs::file_size(f, ec);
-        if (ec) fail("data: cannot read {}: {}", f, ec.message());
+        if (ec) fail_path(f, ec);
         SourceInfo info;
         info.path = f;
         info.file_bytes = int64_t(size);

@@ -4,7 +4,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <unistd.h>
+
 #include <filesystem>
+#include <regex>
 
 #include "engine/error.h"
 
@@ -19,11 +22,22 @@ static void write_header(std::FILE* f, const std::string& path, int64_t tokens) 
         fail("shard: cannot write the header of {}: {}", path, std::strerror(errno));
 }
 
+std::string shard_temp_path(const std::string& path) {
+    const std::filesystem::path p(path);
+    return (p.parent_path() / fmt::format(".{}.tmp-{}", p.filename().string(), ::getpid())).string();
+}
+
+bool is_prepare_temp_name(const std::string& file_name) {
+    static const std::regex temp(R"(\.((train|val)_[0-9]{6}\.bin|manifest\.json)\.tmp-[0-9]+|((train|val)_[0-9]{6}\.bin|manifest\.json)\.tmp)");
+    return std::regex_match(file_name, temp);
+}
+
 void shard_writer_open(ShardWriter& w, const std::string& path) {
     w.path = path;
+    w.temp = shard_temp_path(path);
     w.tokens = 0;
-    w.file = std::fopen((path + ".tmp").c_str(), "wb");
-    if (!w.file) fail("shard: cannot create {}.tmp: {}", path, std::strerror(errno));
+    w.file = std::fopen(w.temp.c_str(), "wb");
+    if (!w.file) fail("shard: cannot create {}: {}", w.temp, std::strerror(errno));
     write_header(w.file, path, 0);
 }
 
@@ -39,29 +53,40 @@ void shard_writer_append(ShardWriter& w, std::span<const int32_t> tokens) {
             if (t < 0 || t > 65535) fail("shard: token id {} does not fit the uint16 layout of {}", t, w.path);
             buf[k] = static_cast<uint16_t>(t);
         }
-        if (std::fwrite(buf, sizeof(uint16_t), n, w.file) != n) fail("shard: cannot write {}.tmp: {}", w.path, std::strerror(errno));
+        if (std::fwrite(buf, sizeof(uint16_t), n, w.file) != n) fail("shard: cannot write {}: {}", w.temp, std::strerror(errno));
         i += n;
     }
     w.tokens += int64_t(tokens.size());
 }
 
-int64_t shard_writer_close(ShardWriter& w) {
+int64_t shard_writer_finish(ShardWriter& w) {
     if (!w.file) fail("shard: {} is not open for writing", w.path);
     write_header(w.file, w.path, w.tokens);
     bool ok = std::fflush(w.file) == 0;
     ok = (std::fclose(w.file) == 0) && ok;
     w.file = nullptr;
-    if (!ok) fail("shard: cannot finish {}.tmp: {}", w.path, std::strerror(errno));
-    std::error_code ec;
-    std::filesystem::rename(w.path + ".tmp", w.path, ec);
-    if (ec) fail("shard: cannot rename {}.tmp to {}: {}", w.path, w.path, ec.message());
+    if (!ok) {
+        std::remove(w.temp.c_str());
+        fail("shard: cannot finish {}: {}", w.temp, std::strerror(errno));
+    }
     return w.tokens;
+}
+
+int64_t shard_writer_close(ShardWriter& w) {
+    const int64_t tokens = shard_writer_finish(w);
+    std::error_code ec;
+    std::filesystem::rename(w.temp, w.path, ec);
+    if (ec) {
+        std::remove(w.temp.c_str());
+        fail("shard: cannot rename {} to {}: {}", w.temp, w.path, ec.message());
+    }
+    return tokens;
 }
 
 ShardWriter::~ShardWriter() {
     if (file) {
         std::fclose(file);
-        std::remove((path + ".tmp").c_str());
+        std::remove(temp.c_str());
     }
 }
 
@@ -70,7 +95,7 @@ void shard_write(const std::string& path, std::span<const uint16_t> tokens) {
     shard_writer_open(w, path);
     if (int64_t(tokens.size()) > kShardMaxTokens) fail("shard: {} would exceed {} tokens", path, kShardMaxTokens);
     if (!tokens.empty() && std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), w.file) != tokens.size())
-        fail("shard: cannot write {}.tmp: {}", path, std::strerror(errno));
+        fail("shard: cannot write {}: {}", w.temp, std::strerror(errno));
     w.tokens = int64_t(tokens.size());
     shard_writer_close(w);
 }

@@ -486,6 +486,29 @@ struct Loader {
         for (const auto& n : t.optimizers) rule(names.insert(n).second, "train.optimizers", fmt::format("'{}' is listed twice", n));
     }
 
+    // tiers.* are read by SkewAdam alone (optim/optimizer.cpp, param_policy): under any other type
+    // they would be silently ignored, so setting one there is an error naming the optimizer and key.
+    // One exception keeps run folders resumable: a resolved config (a run's config.yaml, `skew
+    // config` output) lists every key of every optimizer, tiers.* included at the type's defaults.
+    void check_optimizer_keys() const {
+        for (const auto& name : defined_order) {
+            const OptimizerConfig& o = defined.at(name);
+            if (o.type == "skewadam") continue;
+            const std::string entry = "optimizers." + name + ".", prefix = entry + "tiers.";
+            size_t keys_set = 0;
+            for (auto it = where.lower_bound(entry); it != where.end() && it->first.rfind(entry, 0) == 0; ++it) keys_set++;
+            const bool resolved = keys_set == optimizer_key_specs().size();
+            const OptimizerConfig defaults = builtin_optimizer(o.type);
+            for (auto it = where.lower_bound(prefix); it != where.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+                const KeySpec* k = find_spec(optimizer_key_specs(), it->first.substr(entry.size()));
+                if (resolved && k->get_opt(o) == k->get_opt(defaults)) continue;
+                fail("{}: {}: tiers.* is a SkewAdam setting, but optimizer '{}' has type {}, which ignores it; "
+                     "remove the key or set `type: skewadam`",
+                     it->second, it->first, name, o.type);
+            }
+        }
+    }
+
     void resolve_optimizers() {
         for (const auto& name : defined_order) cfg.defined_optimizers.push_back(defined.at(name));
         const auto& builtins = builtin_optimizer_names();
@@ -568,6 +591,7 @@ Config load_config_text(const std::string& yaml_text, const std::string& source,
     L.load_tree(root);
     for (const auto& o : overrides) L.apply_override(o);
     L.check_rules();
+    L.check_optimizer_keys();
     L.resolve_optimizers();
     L.cfg.resolved_yaml = L.resolved_yaml();
     return L.cfg;

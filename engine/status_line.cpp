@@ -70,14 +70,24 @@ void status_update(StatusLine& s, const Progress& p) {
     if (last || p.step % s.log_every == 0) spdlog::info("{}", text);
 }
 
-void status_message(StatusLine& s, const std::string& message) {
+// Clear a live line so a message prints on its own line; the next update redraws the status.
+static void clear_live_line(StatusLine& s) {
     if (s.live && s.drawn) {
         std::fprintf(stderr, "\r\x1b[K");
         std::fflush(stderr);
         s.drawn = false;
         s.last_draw = std::chrono::steady_clock::now() - std::chrono::seconds(1);  // redraw on next update
     }
+}
+
+void status_message(StatusLine& s, const std::string& message) {
+    clear_live_line(s);
     spdlog::info("{}", message);
+}
+
+void status_warning(StatusLine& s, const std::string& message) {
+    clear_live_line(s);
+    spdlog::warn("{}", message);
 }
 
 void status_finish(StatusLine& s) {

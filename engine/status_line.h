@@ -55,6 +55,10 @@ void status_update(StatusLine& s, const Progress& p);
 /// draws the status again.
 void status_message(StatusLine& s, const std::string& message);
 
+/// status_message at warning level (spdlog::warn): something went wrong but the run goes on, such
+/// as a step skipped for a NaN/inf loss or gradient.
+void status_warning(StatusLine& s, const std::string& message);
+
 /// End the live line with a newline (call when the run ends or before a long silent phase).
 void status_finish(StatusLine& s);
 

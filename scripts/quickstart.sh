@@ -9,7 +9,8 @@ bash scripts/setup.sh
 bash scripts/build.sh
 ./build/tools/skew plan configs/paper-6.78b.yaml --budget 40GiB
 bash scripts/fetch_data.sh
-if [ ! -f data/prepared/quickstart/manifest.json ]; then
+# Prepare unless a complete dataset is there (a manifest, and no temporary of an interrupted prepare).
+if [ ! -f data/prepared/quickstart/manifest.json ] || compgen -G 'data/prepared/quickstart/.*.tmp-*' >/dev/null; then
   ./build/tools/skew prepare --input data/corpus --out data/prepared/quickstart --tokenizer data/tokenizer
 fi
 run=runs/quickstart

@@ -439,7 +439,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
                 fail("{}: {}; stopped with the checkpoint of step {} in {}", opt.name, fault_message(*fault), state.step,
                      last_dir);
             }
-            status_message(status, fmt::format("{}: {}", opt.name, fault_message(*fault)));
+            status_warning(status, fmt::format("{}: {}", opt.name, fault_message(*fault)));
         } else {
             ++optimizer_t;
             OptimStep os;

@@ -10,6 +10,7 @@
 
 #include "engine/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/matmul_args.h"
 
 namespace skew::cpu {
 
@@ -43,12 +44,8 @@ void check_blas_dim(int64_t v) {
 
 void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s) {
     const int64_t m = s.m, n = s.n, k = s.k;
-    check_nonneg("matmul m", m);
-    check_nonneg("matmul n", n);
-    check_nonneg("matmul k", k);
+    matmul_check_args(c, a, b, s);
     if (m == 0 || n == 0) return;
-    if (!c.data) fail("matmul: null output for a {}x{} product", m, n);
-    if (k > 0 && (!a.data || !b.data)) fail("matmul: null operand for a {}x{}x{} product", m, n, k);
     check_blas_dim(m);
     check_blas_dim(n);
     check_blas_dim(k);

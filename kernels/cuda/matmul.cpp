@@ -14,6 +14,7 @@
 #include "engine/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/matmul_args.h"
 
 namespace skew::cuda {
 
@@ -193,12 +194,8 @@ int64_t Matmul::cached_shapes() const { return int64_t(impl_->plans.size()); }
 
 void Matmul::run(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s, cudaStream_t stream) {
     const int64_t m = s.m, n = s.n, k = s.k;
-    check_nonneg("matmul m", m);
-    check_nonneg("matmul n", n);
-    check_nonneg("matmul k", k);
+    matmul_check_args(c, a, b, s);
     if (m == 0 || n == 0) return;
-    if (!c.data) fail("matmul: null output for a {}x{} product", m, n);
-    if (k > 0 && (!a.data || !b.data)) fail("matmul: null operand for a {}x{}x{} product", m, n, k);
     if (k == 0) {  // empty reduction: C = beta * C
         if (s.beta == 0.0f)
             zero(c, m * n, stream);

@@ -3,9 +3,12 @@
 // are fatal or skipped per the flag, and the command-line tools round-trip text through ids.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "data/batch_stream.h"
@@ -84,7 +87,10 @@ TEST_CASE("prepare writes EOT and document tokens per split in input order with 
         shard_tokens += sh["tokens"].get<int64_t>();
     }
     CHECK(shard_tokens == int64_t(expect_train.size() + expect_val.size()));
-    for (const auto& e : fs::directory_iterator(o.out_dir)) CHECK(e.path().extension() != ".tmp");
+    for (const auto& e : fs::directory_iterator(o.out_dir)) {  // no temporary, hidden or not, is left
+        CHECK(e.path().extension() != ".tmp");
+        CHECK(e.path().filename().string()[0] != '.');
+    }
 
     // A second run with bigger shards leaves no stale shard from the first run behind.
     o.shard_tokens = 1'000'000;
@@ -132,6 +138,71 @@ TEST_CASE("prepare: a bad line is fatal with file and line or skipped and counte
     CHECK(s.documents_train + s.documents_val == 101);
     o.separator = "comma";
     CHECK_THROWS_WITH(prepare_run(o), Catch::Contains("separator"));
+    fs::remove_all(d);
+}
+
+static std::vector<std::string> hidden_files(const std::string& dir) {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir))
+        if (e.path().filename().string()[0] == '.' || e.path().extension() == ".tmp") out.push_back(e.path().filename().string());
+    return out;
+}
+
+TEST_CASE("an interrupted prepare's temporaries are hidden, refuse the folder, and go at the next prepare") {
+    fs::path d = make_corpus("prepare_interrupted");
+    PrepareOptions o;
+    o.inputs = {(d / "in").string()};
+    o.out_dir = (d / "out").string();
+    o.tokenizer_dir = kTokenizer;
+    o.shard_tokens = 1000;
+    o.progress = false;
+    prepare_run(o);
+    const std::vector<int32_t> train = read_split(o.out_dir, "train");
+    // What a killed run leaves: its open shard, a finished but unplaced one, the manifest's temporary,
+    // and the visible name earlier versions used.
+    for (const char* f : {".train_000001.bin.tmp-4242", ".val_000000.bin.tmp-4242", ".manifest.json.tmp-4242", "train_000002.bin.tmp"})
+        std::ofstream(fs::path(o.out_dir) / f) << "partial";
+    CHECK(shard_temp_path((fs::path(o.out_dir) / "train_000001.bin").string()) ==
+          (fs::path(o.out_dir) / (".train_000001.bin.tmp-" + std::to_string(::getpid()))).string());
+    CHECK(is_prepare_temp_name(".train_000001.bin.tmp-4242"));
+    CHECK(is_prepare_temp_name("train_000002.bin.tmp"));
+    CHECK_FALSE(is_prepare_temp_name("train_000001.bin"));
+    CHECK_FALSE(is_prepare_temp_name(".notes.tmp-1"));
+    // The folder is not taken for a complete dataset.
+    CHECK_THROWS_WITH(token_split_open(o.out_dir, "train"),
+                      Catch::Contains("interrupted (or still running) `skew prepare`") && Catch::Contains(".tmp") &&
+                          Catch::Contains("re-run `skew prepare --out " + o.out_dir + "`"));
+    // The next prepare of that folder removes them and leaves a complete dataset.
+    prepare_run(o);
+    CHECK(hidden_files(o.out_dir).empty());
+    CHECK(read_split(o.out_dir, "train") == train);
+    fs::remove_all(d);
+}
+
+TEST_CASE("a prepare that fails midway removes its temporaries and leaves the earlier dataset whole") {
+    fs::path d = make_corpus("prepare_failed");
+    PrepareOptions o;
+    o.inputs = {(d / "in" / "docs.jsonl").string()};
+    o.out_dir = (d / "out").string();
+    o.tokenizer_dir = kTokenizer;
+    o.shard_tokens = 100;  // several shards before the bad line
+    o.progress = false;
+    PrepareSummary first = prepare_run(o);
+    const std::vector<int32_t> train = read_split(o.out_dir, "train"), val = read_split(o.out_dir, "val");
+    REQUIRE(first.shards.size() > 4);
+    std::ifstream mf(first.manifest, std::ios::binary);
+    const std::string manifest((std::istreambuf_iterator<char>(mf)), std::istreambuf_iterator<char>());
+
+    // A second run with other shards (no separator) fails at a bad last line, after several rotations.
+    std::ofstream(d / "in" / "docs.jsonl", std::ios::app) << "{oops\n";
+    o.separator = "none";
+    o.skip_bad_lines = false;
+    CHECK_THROWS_WITH(prepare_run(o), Catch::Contains("docs.jsonl:101"));
+    CHECK(hidden_files(o.out_dir).empty());
+    CHECK(read_split(o.out_dir, "train") == train);
+    CHECK(read_split(o.out_dir, "val") == val);
+    std::ifstream mf2(first.manifest, std::ios::binary);
+    CHECK(std::string((std::istreambuf_iterator<char>(mf2)), std::istreambuf_iterator<char>()) == manifest);
     fs::remove_all(d);
 }
 

@@ -64,3 +64,31 @@ TEST_CASE("a bad .jsonl line is reported with its line number or skipped") {
     CHECK(docs == std::vector<std::string>{"ok", "ok2", "last"});
     fs::remove_all(d);
 }
+
+TEST_CASE("a symbolic link loop under an input is an error naming the link") {
+    fs::path d = corpus_dir("loop");
+    const fs::path self = d / "self.txt";
+    fs::create_symlink("self.txt", self);  // self.txt -> itself
+    CHECK_THROWS_WITH(expand_inputs({d.string()}), Catch::Contains(self.string()) && Catch::Contains("symbolic link loop"));
+    CHECK_THROWS_WITH(expand_inputs({self.string()}), Catch::Contains(self.string()) && Catch::Contains("symbolic link loop"));
+    CHECK_THROWS_AS(expand_inputs({d.string()}), skew::Error);
+    fs::remove(self);
+
+    const fs::path up = d / "sub" / "up";
+    fs::create_directory_symlink("..", up);  // sub/up -> d, which holds sub: walked forever
+    CHECK_THROWS_WITH(expand_inputs({d.string()}), Catch::Contains(up.string()) && Catch::Contains("symbolic link loop") &&
+                                                       Catch::Contains("leads back to"));
+    CHECK_THROWS_AS(expand_inputs({d.string()}), skew::Error);
+    fs::remove(up);
+
+    // A link to a folder outside the walk is followed, and a dangling link is skipped.
+    fs::path other = corpus_dir("loop_other");
+    fs::create_directory_symlink(other / "sub", d / "linked");
+    fs::create_symlink("missing.txt", d / "dangling.txt");
+    auto files = expand_inputs({d.string()});
+    REQUIRE(files.size() == 4);
+    CHECK(files[3] == (d / "sub" / "b.jsonl").string());
+    CHECK(files[2] == (d / "linked" / "b.jsonl").string());
+    fs::remove_all(d);
+    fs::remove_all(other);
+}

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 
 #include "data/shard.h"
@@ -30,6 +31,8 @@ TEST_CASE("a shard round-trips and has llm.c's header") {
     std::string path = (dir / "train_000000.bin").string();
     shard_write(path, tokens);
     CHECK_FALSE(fs::exists(path + ".tmp"));
+    CHECK_FALSE(fs::exists(shard_temp_path(path)));
+    CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);  // the shard alone
     std::string bytes = file_bytes(path);
     REQUIRE(bytes.size() == 1024 + 2 * tokens.size());
     int32_t header[256];
@@ -68,6 +71,18 @@ TEST_CASE("the streaming writer equals the whole-file writer") {
     }
     CHECK_FALSE(fs::exists(dir / "unfinished.bin"));
     CHECK_FALSE(fs::exists(dir / "unfinished.bin.tmp"));
+    CHECK_FALSE(fs::exists(shard_temp_path((dir / "unfinished.bin").string())));
+    {  // while open, the shard is a hidden temporary; shard_writer_finish closes it without the rename
+        ShardWriter w;
+        shard_writer_open(w, (dir / "later.bin").string());
+        CHECK(fs::path(w.temp).filename().string().rfind(".later.bin.tmp-", 0) == 0);
+        CHECK(fs::exists(w.temp));
+        shard_writer_append(w, a);
+        CHECK(shard_writer_finish(w) == 3);
+        CHECK_FALSE(fs::exists(dir / "later.bin"));
+        CHECK(shard_check(w.temp) == 3);
+        fs::remove(w.temp);
+    }
     ShardWriter w;
     shard_writer_open(w, (dir / "big.bin").string());
     std::vector<int32_t> too_big = {70000};

@@ -155,6 +155,35 @@ TEST_CASE("a custom optimizer needs a type, and unknown optimizer names are refu
     CHECK(error_of("train:\n  optimizers: [adamw, skewadamm]\n").find("did you mean 'skewadam'") != std::string::npos);
 }
 
+TEST_CASE("tiers under an optimizer that is not SkewAdam is an error naming the file, optimizer and key") {
+    const std::string yaml =
+        "optimizers:\n  my-adam:\n    type: adamw\n    lr: 1e-4\n    tiers:\n      router: {momentum: fp32}\n";
+    CHECK(error_of(yaml) ==
+          "test.yaml:6:26: optimizers.my-adam.tiers.router.momentum: tiers.* is a SkewAdam setting, but optimizer 'my-adam' "
+          "has type adamw, which ignores it; remove the key or set `type: skewadam`");
+    // A built-in of another type, and a --set override, are held to the same rule.
+    CHECK(error_of("optimizers:\n  lion:\n    tiers:\n      backbone:\n        weight_decay: 0.1\n")
+              .find("test.yaml:5:23: optimizers.lion.tiers.backbone.weight_decay: tiers.* is a SkewAdam setting, but "
+                    "optimizer 'lion' has type lion") != std::string::npos);
+    CHECK(error_of("", {"optimizers.adamw.tiers.experts.second_moment=full"})
+              .find("--set optimizers.adamw.tiers.experts.second_moment=full: optimizers.adamw.tiers.experts.second_moment: "
+                    "tiers.* is a SkewAdam setting, but optimizer 'adamw' has type adamw") != std::string::npos);
+    // Under SkewAdam (by name or by type) tiers are read.
+    Config c = load_config_text("optimizers:\n  mine:\n    type: skewadam\n    tiers:\n      router: {momentum: fp32}\n"
+                                "train:\n  optimizers: [mine]\n",
+                                "t.yaml");
+    CHECK(c.optimizers[0].tiers[int(Tier::ROUTER)].momentum == MomentumKind::FP32);
+    CHECK(error_of("", {"optimizers.skewadam.tiers.router.momentum=fp32"}) == "");
+    // A resolved config lists every optimizer key, unused tiers at their defaults: it reloads (resume),
+    // but not with a tier changed.
+    const std::string resolved = load_config_text("train:\n  optimizers: [adamw]\n", "t.yaml").resolved_yaml;
+    REQUIRE(resolved.find("tiers.router.momentum: none") != std::string::npos);
+    CHECK(load_config_text(resolved, "resolved.yaml").optimizers[0].type == "adamw");
+    std::string changed = resolved;
+    changed.replace(changed.find("tiers.router.momentum: none"), 27, "tiers.router.momentum: fp32");
+    CHECK(error_of(changed).find("optimizers.adamw.tiers.router.momentum: tiers.* is a SkewAdam setting") != std::string::npos);
+}
+
 TEST_CASE("presets reproduce the paper's Table 3 policies") {
     CHECK(builtin_optimizer("skewadam-expert-momentum").tiers[int(Tier::EXPERTS)].momentum == MomentumKind::FP32);
     CHECK(builtin_optimizer("skewadam-factored-router").tiers[int(Tier::ROUTER)].second_moment == SecondMomentKind::FACTORED);

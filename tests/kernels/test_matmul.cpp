@@ -2,6 +2,7 @@
 // double reference, accumulation with beta = 1 (weight gradients over microbatches), k-panelling of
 // bf16 operands, and the linear layer's data and weight gradients against finite differences.
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/matmul_args.h"
 #include "tests/kernels/harness.h"
 
 using namespace skew;
@@ -103,6 +104,28 @@ TEST_CASE("matmul with an empty reduction scales the output by beta") {
     be->matmul(c.data(), static_cast<const float*>(nullptr), static_cast<const float*>(nullptr), MatmulShape{2, 2, 0});
     REQUIRE(c == std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f});
     REQUIRE_THROWS_AS(be->matmul(c.data(), c.data(), c.data(), MatmulShape{-1, 2, 2}), Error);
+}
+
+TEST_CASE("the shared matmul argument checks refuse negative sizes and null pointers of a non-empty product") {
+    std::vector<float> buf(30, 1.0f);
+    float* p = buf.data();
+    const float* none = nullptr;
+    CHECK_THROWS_WITH(matmul_check_args(p, p, p, MatmulShape{-1, 2, 2}), "matmul m: negative size -1");
+    CHECK_THROWS_WITH(matmul_check_args(p, p, p, MatmulShape{2, -3, 2}), "matmul n: negative size -3");
+    CHECK_THROWS_WITH(matmul_check_args(p, p, p, MatmulShape{2, 2, -4}), "matmul k: negative size -4");
+    CHECK_THROWS_WITH(matmul_check_args(nullptr, p, p, MatmulShape{4, 5, 6}), "matmul: null output for a 4x5 product");
+    CHECK_THROWS_WITH(matmul_check_args(p, none, p, MatmulShape{4, 5, 6}), "matmul: null operand for a 4x5x6 product");
+    CHECK_THROWS_WITH(matmul_check_args(p, p, none, MatmulShape{4, 5, 6}), "matmul: null operand for a 4x5x6 product");
+    CHECK_THROWS_AS(matmul_check_args(p, p, p, MatmulShape{-1, 2, 2}), Error);
+    // Allowed: an empty product with null pointers, an empty reduction without operands, a full product.
+    CHECK_NOTHROW(matmul_check_args(nullptr, none, none, MatmulShape{0, 5, 6}));
+    CHECK_NOTHROW(matmul_check_args(nullptr, none, none, MatmulShape{4, 0, 6}));
+    CHECK_NOTHROW(matmul_check_args(p, none, none, MatmulShape{4, 5, 0}));
+    CHECK_NOTHROW(matmul_check_args(p, p, p, MatmulShape{4, 5, 6}));
+    // The CPU backend refuses with the same words.
+    auto be = make_cpu_backend();
+    CHECK_THROWS_WITH(be->matmul(nullptr, p, p, MatmulShape{4, 5, 6}), "matmul: null output for a 4x5 product");
+    CHECK_THROWS_WITH(be->matmul(p, p, p, MatmulShape{2, 2, -4}), "matmul k: negative size -4");
 }
 
 TEST_CASE("linear layer gradients match finite differences") {

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -92,4 +93,21 @@ TEST_CASE("README's config reference is the generated one") {
     std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     INFO("regenerate: skew config --reference, between the config-reference markers of README.md");
     CHECK(readme.find(ref.output) != std::string::npos);
+}
+
+TEST_CASE("skew prepare on an input holding a symbolic link loop names the link and writes nothing") {
+    namespace fs = std::filesystem;
+    const fs::path d = fs::temp_directory_path() / "skew-test-cli-prepare-loop";
+    fs::remove_all(d);
+    fs::create_directories(d / "in" / "sub");
+    std::ofstream(d / "in" / "a.txt") << "A document.\n";
+    fs::create_directory_symlink("..", d / "in" / "sub" / "up");
+    Run r = run("prepare --input " + (d / "in").string() + " --out " + (d / "out").string() + " --tokenizer " +
+                std::string(SKEW_SOURCE_DIR) + "/tests/fixtures/data/gpt2 --no-progress");
+    CHECK(r.status == 1);
+    CHECK(r.output.find("skew: error: data: " + (d / "in" / "sub" / "up").string() + ": a symbolic link loop") !=
+          std::string::npos);
+    CHECK(r.output.find("filesystem error") == std::string::npos);
+    CHECK_FALSE(fs::exists(d / "out"));
+    fs::remove_all(d);
 }

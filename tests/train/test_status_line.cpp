@@ -2,7 +2,12 @@
 // plain-log fallback when stderr is not a terminal.
 #include <catch2/catch.hpp>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <cmath>
+#include <memory>
+#include <sstream>
 
 #include "engine/status_line.h"
 
@@ -58,4 +63,19 @@ TEST_CASE("a status line is plain when asked or when stderr is not a terminal") 
     status_update(s, p);  // logs a line; does not draw
     CHECK(!s.drawn);
     status_finish(s);
+}
+
+TEST_CASE("a status warning is logged at warning level and a status message at info level") {
+    std::ostringstream out;
+    auto previous = spdlog::default_logger();
+    auto logger = std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out));
+    logger->set_pattern("[%l] %v");
+    spdlog::set_default_logger(logger);
+    StatusLine s = make_status_line(0, 1, /*force_plain=*/true);
+    status_warning(s, "skewadam: step 2: non-finite loss (nan); step skipped (1 of 10 allowed)");
+    status_message(s, "skewadam step 2: val loss 5.0000");
+    spdlog::set_default_logger(previous);
+    CHECK(out.str() ==
+          "[warning] skewadam: step 2: non-finite loss (nan); step skipped (1 of 10 allowed)\n"
+          "[info] skewadam step 2: val loss 5.0000\n");
 }

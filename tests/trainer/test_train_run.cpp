@@ -182,6 +182,8 @@ TEST_CASE("a NaN injected into a gradient is caught, reported with the tensor an
     INFO(r.output);
     REQUIRE(r.status == 0);
     CHECK(r.output.find("step 2: non-finite") != std::string::npos);
+    CHECK(r.output.find("[warning] skewadam: step 2: non-finite") != std::string::npos);  // a warning, not info
+    CHECK(r.output.find("[info] skewadam: step 2: non-finite") == std::string::npos);
     CHECK(r.output.find("grad.blocks.1.moe.router.weight") != std::string::npos);
     auto steps = read_jsonl(d + "/steps_skewadam.jsonl");
     REQUIRE(steps.size() == 4);
