@@ -98,6 +98,7 @@ void run_plan(const PlanArgs& a) {
         j["optimizer"] = opt.name;
         j["optimizer_type"] = opt.type;
         j["microbatch"] = mb;
+        j["backend"] = plan_backend(cfg);
         j["seq_len"] = cfg.train.seq_len;
         j["grad_accum_steps"] = cfg.train.batch_size / mb;
         j["params"] = {{"backbone", bb}, {"experts", ex}, {"router", rt}, {"total", total}, {"active_per_token", active}};
@@ -135,7 +136,8 @@ void run_plan(const PlanArgs& a) {
 
     fmt::print("skew plan: {} | optimizer {} ({}) | microbatch {} x {} tokens, {} accumulation steps\n", a.config, opt.name,
                opt.type, mb, cfg.train.seq_len, cfg.train.batch_size / mb);
-    fmt::print("Sizes in GiB (2^30 bytes) and MiB (2^20 bytes), the paper's GB and MB.\n\n");
+    fmt::print("Sizes in GiB (2^30 bytes) and MiB (2^20 bytes), the paper's GB and MB; sized for the {} backend "
+               "(runtime.backend: {}).\n\n", plan_backend(cfg), cfg.runtime.backend);
     fmt::print("Parameters by tier\n| tier | parameters |\n| --- | ---: |\n");
     fmt::print("| backbone | {} |\n| experts | {} |\n| router | {} |\n| total | {} |\n| active per token | {} |\n\n",
                millions(bb), millions(ex), millions(rt), millions(total), millions(active));

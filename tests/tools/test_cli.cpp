@@ -34,6 +34,13 @@ TEST_CASE("skew plan --json reports SkewAdam's 1.29 GiB and the paper's paramete
     CHECK(std::round(j["state"]["gib"].get<double>() * 100) / 100 == Approx(1.29));
     CHECK(std::round(j["weights"]["gib"].get<double>() * 100) / 100 == Approx(12.64));
     CHECK(j["state_components"].size() == 5);
+    // runtime.backend auto plans for the GPU: the CUDA backend's memory is in the arena, and the
+    // peak at microbatch 8 is 27.33 GiB; the CPU backend's plan differs only in its head workspace.
+    CHECK(j["backend"] == "cuda");
+    CHECK(std::round(j["peak"]["gib"].get<double>() * 100) / 100 == Approx(27.33));
+    Run cpu = run("plan " + paper() + " --optimizer skewadam --json --set runtime.backend=cpu");
+    REQUIRE(cpu.status == 0);
+    CHECK(nlohmann::json::parse(cpu.output)["backend"] == "cpu");
     bool found_adamw = false;
     for (auto& o : j["optimizers"])
         if (o["name"] == "adamw") {
