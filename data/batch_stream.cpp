@@ -76,7 +76,7 @@ TokenSplit token_split_open(const std::string& dir, const std::string& split) {
     return token_split_open_files(paths, split);
 }
 
-bool token_split_check_manifest(const std::string& dir, const std::string& separator) {
+bool token_split_check_manifest(const std::string& dir, const std::string& separator, int64_t model_vocab_size) {
     std::string path = (std::filesystem::path(dir) / "manifest.json").string();
     std::ifstream f(path);
     if (!f) return false;
@@ -86,6 +86,15 @@ bool token_split_check_manifest(const std::string& dir, const std::string& separ
     if (prepared != separator)
         fail("data: the config says data.separator: {}, but the shards in {} were prepared with separator {} ({}); "
              "re-run `skew prepare --separator {}` or change data.separator", separator, dir, prepared, path, separator);
+    const auto tok = m.find("tokenizer");
+    if (model_vocab_size > 0 && tok != m.end() && tok->is_object() && tok->contains("vocab_size") &&
+        (*tok)["vocab_size"].is_number_integer()) {
+        const int64_t data_vocab = (*tok)["vocab_size"].get<int64_t>();
+        if (data_vocab > model_vocab_size)
+            fail("data: the shards in {} hold token ids of a {}-token vocabulary ({}), but model.vocab_size is {}; "
+                 "set model.vocab_size to at least {} or prepare the data with a smaller tokenizer", dir, data_vocab,
+                 path, model_vocab_size, data_vocab);
+    }
     return true;
 }
 

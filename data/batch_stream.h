@@ -29,10 +29,12 @@ TokenSplit token_split_open(const std::string& dir, const std::string& split);
 /// Open an explicit list of shard files as one stream.
 TokenSplit token_split_open_files(const std::vector<std::string>& paths, const std::string& name);
 
-/// Check dir/manifest.json (written by `skew prepare`) against the run's data.separator: throws
-/// skew::Error naming both when the shards were prepared with another separator. A directory
-/// without a manifest (e.g. llm.c's shards) passes. Returns false when there was no manifest.
-bool token_split_check_manifest(const std::string& dir, const std::string& separator);
+/// Check dir/manifest.json (written by `skew prepare`) against the run's data.separator and, when
+/// model_vocab_size > 0, against the model's vocabulary: throws skew::Error naming both when the
+/// shards were prepared with another separator or by a tokenizer with more tokens than
+/// model.vocab_size. A directory without a manifest (e.g. llm.c's shards) passes. Returns false
+/// when there was no manifest.
+bool token_split_check_manifest(const std::string& dir, const std::string& separator, int64_t model_vocab_size = 0);
 
 /// Copy tokens [start, start + count) of the stream into out (int32). Throws on a range past the end.
 void token_split_read(const TokenSplit& split, int64_t start, int64_t count, int32_t* out);

@@ -200,6 +200,17 @@ void refuse_if_host_too_small(const MemoryPlan& plan, const OptimizerConfig& opt
          double(avail) / GIB);
 }
 
+/// Run one phase of a training step; an error inside it (a kernel's error word, a CUDA or shape
+/// error) is rethrown naming the optimizer, the step and the phase.
+template <typename F>
+void at_step(const OptimizerConfig& opt, int64_t step, const char* phase, F&& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        fail("{}: step {} ({}): {}", opt.name, step, phase, e.what());
+    }
+}
+
 /// Memory left out of a CUDA device's free memory when train.microbatch is 0: what cuBLAS/cuBLASLt
 /// handles, kernel modules and the allocator take after the arena (not in the plan).
 constexpr int64_t CUDA_AUTO_RESERVE_BYTES = int64_t(512) << 20;
@@ -405,23 +416,28 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         const auto t0 = Clock::now();
         const double lr = cosine_lr(opt.lr, step, tc.steps, warmup, tc.min_lr_frac);
         batch_stream_next(train, x.data(), y.data());
-        model_zero_grads(model);
         double lm = 0, bal = 0, z = 0;
-        for (int64_t m = 0; m < accum; ++m) {
-            LossParts p = model_forward_backward(model, x.data() + m * mb * T, y.data() + m * mb * T, m, uint32_t(step),
-                                                 accum, true);
-            lm += p.lm_loss / double(accum);
-            bal += p.balance_loss / double(accum);
-            z += p.z_loss / double(accum);
-        }
-        // Phase times by the host clock, each phase ending with the device idle: one synchronize
-        // here (the grad-norm that follows reads its result back and would wait anyway), the
-        // norm's read-back, and the synchronize after the update.
-        backend.synchronize();
+        at_step(opt, step, "forward/backward", [&] {
+            model_zero_grads(model);
+            for (int64_t m = 0; m < accum; ++m) {
+                LossParts p = model_forward_backward(model, x.data() + m * mb * T, y.data() + m * mb * T, m,
+                                                     uint32_t(step), accum, true);
+                lm += p.lm_loss / double(accum);
+                bal += p.balance_loss / double(accum);
+                z += p.z_loss / double(accum);
+            }
+            // Phase times by the host clock, each phase ending with the device idle: one synchronize
+            // here (the grad-norm that follows reads its result back and would wait anyway), the
+            // norm's read-back, and the synchronize after the update.
+            backend.synchronize();
+        });
         const auto t_fwd_bwd = Clock::now();
         if (step == opts.inject_nan_step) inject_nan_gradient(model);
         const double loss = lm + bal + z;
-        const double grad_norm = tc.grad_clip > 0 ? model_clip_gradients(model, tc.grad_clip) : model_grad_norm(model);
+        double grad_norm = 0;
+        at_step(opt, step, "gradient norm", [&] {
+            grad_norm = tc.grad_clip > 0 ? model_clip_gradients(model, tc.grad_clip) : model_grad_norm(model);
+        });
         const auto t_grad_norm = Clock::now();
         StepRecord rec;
         rec.step = step;
@@ -447,14 +463,17 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             os.lr = lr;
             os.seed = uint64_t(tc.seed);
             SKEW_NVTX_RANGE("optimizer");
+            at_step(opt, step, "optimizer", [&] {
 #if defined(SKEW_HAVE_CUDA)
-            if (on_cuda)
-                optimizer_step_cuda(opt, slots, os, cuda_run->ctx);
-            else
+                if (on_cuda)
+                    optimizer_step_cuda(opt, slots, os, cuda_run->ctx);
+                else
 #endif
-                optimizer_step(opt, slots, os);
+                    optimizer_step(opt, slots, os);
+            });
         }
-        backend.synchronize();  // the step's time is its device time; kernel errors surface here
+        // the step's time is its device time; kernel errors surface here
+        at_step(opt, step, "optimizer", [&] { backend.synchronize(); });
         const double dt = seconds_since(t0);
 #if defined(SKEW_HAVE_CUDA)
         if (on_cuda) device_peak = std::max(device_peak, cuda_device_used_bytes());
@@ -551,7 +570,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
 std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) {
     if (cfg.runtime.threads > 0) omp_set_num_threads(int(cfg.runtime.threads));
     ParamTable table = build_param_table(cfg.model);
-    token_split_check_manifest(cfg.data.dir, cfg.data.separator);
+    token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size);
     Batches data{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
     data.unigram_val_ppl = unigram_val_perplexity(data.train, data.val, cfg.model.vocab_size);
     spdlog::info("data: unigram baseline (training-split token frequencies) has validation perplexity {:.1f}",

@@ -100,7 +100,7 @@ TEST_CASE("prepare writes EOT and document tokens per split in input order with 
     fs::remove_all(d);
 }
 
-TEST_CASE("prepare with separator none concatenates documents with nothing between") {
+TEST_CASE("prepare with separator none concatenates documents with nothing between, and the manifest guards the model vocabulary") {
     fs::path d = make_corpus("prepare_none");
     PrepareOptions o;
     o.inputs = {(d / "in" / "docs.jsonl").string()};
@@ -120,6 +120,10 @@ TEST_CASE("prepare with separator none concatenates documents with nothing betwe
     CHECK(token_split_check_manifest(o.out_dir, "none"));
     CHECK_THROWS_WITH(token_split_check_manifest(o.out_dir, "eot"), Catch::Contains("separator none"));
     CHECK_FALSE(token_split_check_manifest((d / "in").string(), "eot"));  // no manifest: nothing to check
+    // GPT-2's 50,257 tokens fit a model of 50,257 or more, not one of 1,000
+    CHECK(token_split_check_manifest(o.out_dir, "none", 50257));
+    CHECK_THROWS_WITH(token_split_check_manifest(o.out_dir, "none", 1000),
+                      Catch::Contains("50257-token vocabulary") && Catch::Contains("model.vocab_size is 1000"));
     fs::remove_all(d);
 }
 

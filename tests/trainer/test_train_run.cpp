@@ -237,4 +237,19 @@ TEST_CASE("bad train inputs are refused with a message") {
     CHECK(big.status == 1);
     CHECK(big.output.find("train.eval_batches") != std::string::npos);
     CHECK(big.output.find("1000") != std::string::npos);
+    // GPT-2 token ids for a 1,000-token model: refused from the manifest before the run starts;
+    // without a manifest (llm.c shards) the step that meets the token names itself.
+    const std::string small_vocab = "--set model.vocab_size=1000 --set model.padded_vocab_size=1024 --optimizers skewadam ";
+    Run vocab = run(train_args(small_vocab + "--out " + work_dir() + "/vocab"));
+    CHECK(vocab.status == 1);
+    CHECK(vocab.output.find("50257-token vocabulary") != std::string::npos);
+    CHECK_FALSE(fs::exists(work_dir() + "/vocab"));
+    const std::string bare = work_dir() + "/bare-shards";
+    fs::create_directories(bare);
+    for (const auto& e : fs::directory_iterator(prepared()))
+        if (e.path().extension() == ".bin") fs::copy_file(e.path(), bare + "/" + e.path().filename().string());
+    Run step = run(train_args(small_vocab + "--set data.dir=" + bare + " --out " + work_dir() + "/vocab-step"));
+    INFO(step.output);
+    CHECK(step.status == 1);
+    CHECK(step.output.find("skewadam: step 1 (forward/backward): model: token") != std::string::npos);
 }
