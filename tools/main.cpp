@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.fallthrough();  // global flags (--log-level) may follow the subcommand
     std::string log_level = "info";
-    app.add_option("--log-level", log_level, "Log level: trace, debug, info, warn, error, off")
+    app.add_option("--log-level", log_level, "Log level: trace, debug, info, warn, error, critical, off")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
     app.set_version_flag("--version", "skew 0.1.0");
     app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
@@ -36,6 +36,20 @@ int main(int argc, char** argv) {
     skew::tools::register_train_command(app);
     skew::tools::register_report_command(app);
 
+    // A first word that is no subcommand: CLI11 would only say that a subcommand is required.
+    if (argc > 1 && argv[1][0] != '-') {
+        std::string names;
+        bool known = false;
+        for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+            names += (names.empty() ? "" : ", ") + sub->get_name();
+            known = known || sub->get_name() == argv[1];
+        }
+        if (!known) {
+            std::fprintf(stderr, "skew: error: unknown command '%s' (commands: %s; see skew --help)\n", argv[1],
+                         names.c_str());
+            return 2;
+        }
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -64,6 +64,14 @@ TEST_CASE("skew plan --budget says what fits and the largest microbatch") {
     CHECK(a.output.find("No microbatch fits") != std::string::npos);
 }
 
+TEST_CASE("an unknown command is a usage error naming it and the commands") {
+    Run r = run("nosuch");
+    CHECK(r.status == 2);
+    CHECK(r.output.find("unknown command 'nosuch' (commands: plan, config, prepare, tokenize, train, report") !=
+          std::string::npos);
+    CHECK(run("--log-level critical plan " + paper()).status == 0);
+}
+
 TEST_CASE("skew plan on a bad config exits non-zero naming the key and line") {
     std::string path = write_temp("bad-heads.yaml", "model:\n  d_model: 64\n  n_heads: 4\n  n_kv_heads: 3\n");
     Run r = run("plan " + path);
