@@ -127,6 +127,22 @@ TEST_CASE("prepare with separator none concatenates documents with nothing betwe
     fs::remove_all(d);
 }
 
+TEST_CASE("the manifest's val_ratio must match the config's data.val_ratio") {
+    fs::path d = make_corpus("prepare_val_ratio");
+    PrepareOptions o;
+    o.inputs = {(d / "in" / "docs.jsonl").string()};
+    o.out_dir = (d / "out").string();
+    o.tokenizer_dir = kTokenizer;
+    o.val_ratio = 0.2;
+    prepare_run(o);
+    CHECK(token_split_check_manifest(o.out_dir, "eot", 50257, 0.2));
+    CHECK(token_split_check_manifest(o.out_dir, "eot", 50257, 0.2000001));  // the same 800 train buckets
+    CHECK_THROWS_WITH(token_split_check_manifest(o.out_dir, "eot", 50257, 0.05),
+                      Catch::Contains("data.val_ratio: 0.05") && Catch::Contains("--val-ratio 0.2") &&
+                          Catch::Contains("skew prepare --val-ratio 0.05"));
+    fs::remove_all(d);
+}
+
 TEST_CASE("prepare: a bad line is fatal with file and line or skipped and counted") {
     fs::path d = make_corpus("prepare_bad");
     std::ofstream(d / "in" / "docs.jsonl", std::ios::app) << "{\"text\": \"fine\"}\n{oops\n";
