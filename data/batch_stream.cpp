@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/shard.h"
+#include "data/split.h"
 #include "engine/error.h"
 
 namespace skew::data {
@@ -76,7 +77,8 @@ TokenSplit token_split_open(const std::string& dir, const std::string& split) {
     return token_split_open_files(paths, split);
 }
 
-bool token_split_check_manifest(const std::string& dir, const std::string& separator, int64_t model_vocab_size) {
+bool token_split_check_manifest(const std::string& dir, const std::string& separator, int64_t model_vocab_size,
+                                double val_ratio) {
     std::string path = (std::filesystem::path(dir) / "manifest.json").string();
     std::ifstream f(path);
     if (!f) return false;
@@ -94,6 +96,19 @@ bool token_split_check_manifest(const std::string& dir, const std::string& separ
             fail("data: the shards in {} hold token ids of a {}-token vocabulary ({}), but model.vocab_size is {}; "
                  "set model.vocab_size to at least {} or prepare the data with a smaller tokenizer", dir, data_vocab,
                  path, model_vocab_size, data_vocab);
+    }
+    // The split is made by `skew prepare`; data.val_ratio says which split the run expects.
+    const auto split = m.find("split");
+    if (val_ratio >= 0 && split != m.end() && split->is_object() && split->contains("val_ratio") &&
+        (*split)["val_ratio"].is_number()) {
+        const double prepared_ratio = (*split)["val_ratio"].get<double>();
+        const int prepared_buckets = split->contains("train_buckets") && (*split)["train_buckets"].is_number_integer()
+                                         ? (*split)["train_buckets"].get<int>()
+                                         : split_train_buckets(prepared_ratio);
+        if (prepared_buckets != split_train_buckets(val_ratio))
+            fail("data: the config says data.val_ratio: {}, but the shards in {} were prepared with --val-ratio {} ({}); "
+                 "re-run `skew prepare --val-ratio {}` or set data.val_ratio: {}",
+                 val_ratio, dir, prepared_ratio, path, val_ratio, prepared_ratio);
     }
     return true;
 }

@@ -29,12 +29,14 @@ TokenSplit token_split_open(const std::string& dir, const std::string& split);
 /// Open an explicit list of shard files as one stream.
 TokenSplit token_split_open_files(const std::vector<std::string>& paths, const std::string& name);
 
-/// Check dir/manifest.json (written by `skew prepare`) against the run's data.separator and, when
-/// model_vocab_size > 0, against the model's vocabulary: throws skew::Error naming both when the
-/// shards were prepared with another separator or by a tokenizer with more tokens than
-/// model.vocab_size. A directory without a manifest (e.g. llm.c's shards) passes. Returns false
-/// when there was no manifest.
-bool token_split_check_manifest(const std::string& dir, const std::string& separator, int64_t model_vocab_size = 0);
+/// Check dir/manifest.json (written by `skew prepare`) against the run's data.separator, when
+/// model_vocab_size > 0 against the model's vocabulary, and when val_ratio >= 0 against the
+/// config's data.val_ratio (compared as the split's train buckets, split_train_buckets): throws
+/// skew::Error naming both values when the shards were prepared with another separator, by a
+/// tokenizer with more tokens than model.vocab_size, or with another --val-ratio. A directory
+/// without a manifest (e.g. llm.c's shards) passes. Returns false when there was no manifest.
+bool token_split_check_manifest(const std::string& dir, const std::string& separator, int64_t model_vocab_size = 0,
+                                double val_ratio = -1);
 
 /// Copy tokens [start, start + count) of the stream into out (int32). Throws on a range past the end.
 void token_split_read(const TokenSplit& split, int64_t start, int64_t count, int32_t* out);

@@ -5,13 +5,17 @@
 // the folder stays whole if this run fails or is interrupted.
 #include "data/prepare.h"
 
+#include <fcntl.h>
 #include <omp.h>
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <future>
 #include <filesystem>
@@ -25,6 +29,7 @@
 #include "data/split.h"
 #include "data/tokenizer.h"
 #include "engine/error.h"
+#include "engine/text.h"
 
 namespace skew::data {
 namespace fs = std::filesystem;
@@ -119,6 +124,57 @@ int remove_stale_temps(const std::string& dir) {
     return removed;
 }
 
+// An exclusive flock on <out>/.skew-prepare.lock for the whole run: a second prepare into the same
+// folder fails at once instead of deleting the first's live temporaries. The kernel drops the lock
+// when the process ends, however it ends, so a lock is never stale. The file is removed while still
+// locked; a run that locked a file another removed meanwhile sees a different inode and retries.
+struct OutDirLock {
+    std::string path;
+    int fd = -1;
+    OutDirLock() = default;
+    OutDirLock(const OutDirLock&) = delete;
+    OutDirLock& operator=(const OutDirLock&) = delete;
+    ~OutDirLock() {
+        if (fd < 0) return;
+        ::unlink(path.c_str());
+        ::close(fd);
+    }
+};
+
+void out_dir_lock(OutDirLock& lock, const std::string& dir) {
+    lock.path = (fs::path(dir) / ".skew-prepare.lock").string();
+    for (int attempt = 0; attempt < 100; attempt++) {
+        const int fd = ::open(lock.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) fail("prepare: cannot create the lock file {}: {}", lock.path, std::strerror(errno));
+        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int err = errno;
+            ::close(fd);
+            if (err == EWOULDBLOCK)
+                fail("prepare: another skew prepare is writing {} (it holds {}); wait for it to finish or choose another --out",
+                     dir, lock.path);
+            fail("prepare: cannot lock {}: {}", lock.path, std::strerror(err));
+        }
+        struct stat held {}, named {};
+        if (::fstat(fd, &held) == 0 && ::stat(lock.path.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+            held.st_dev == named.st_dev) {
+            lock.fd = fd;
+            return;
+        }
+        ::close(fd);  // its holder finished and removed it: lock the file now under that name
+    }
+    fail("prepare: cannot take the lock {}: it keeps being replaced", lock.path);
+}
+
+// Removes out_dir at the end of a failed run when this run created it and left it empty.
+struct CreatedDir {
+    std::string path;
+    bool created = false, done = false;
+    ~CreatedDir() {
+        std::error_code ec;
+        if (created && !done && fs::is_empty(path, ec) && !ec) fs::remove(path, ec);
+    }
+};
+
 std::string human_duration(double seconds) {
     if (!(seconds >= 0) || seconds > 1e7) return "--:--";
     int64_t s = int64_t(seconds + 0.5);
@@ -158,8 +214,12 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     DocumentReader reader = document_reader_open(files);
 
     std::error_code ec;
+    CreatedDir out_dir{o.out_dir};
+    out_dir.created = !fs::exists(o.out_dir, ec);
     fs::create_directories(o.out_dir, ec);
     if (ec) fail("prepare: cannot create {}: {}", o.out_dir, ec.message());
+    OutDirLock lock;  // before anything in the folder is touched
+    out_dir_lock(lock, o.out_dir);
     if (int stale = remove_stale_temps(o.out_dir))
         spdlog::info("prepare: removed {} temporary files of an interrupted earlier run from {}", stale, o.out_dir);
 
@@ -175,7 +235,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
         s->shard_tokens = o.shard_tokens;
         split_open(*s);
     }
-    std::vector<int64_t> bad_per_source(files.size(), 0);
+    std::vector<int64_t> bad_per_source(files.size(), 0), empty_per_source(files.size(), 0);
     PrepareSummary summary;
     const bool tty = o.progress && isatty(fileno(stderr));
     auto last_draw = std::chrono::steady_clock::now();
@@ -206,7 +266,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     Chunk chunk, next;
     std::vector<std::vector<int32_t>> tokens;
     std::vector<std::string> errors;
-    std::vector<char> is_train;
+    std::vector<char> is_train, is_empty, bad_utf8;
     bool more = read_chunk(chunk);
     while (!chunk.records.empty()) {
         std::future<bool> prefetch;
@@ -217,6 +277,8 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
         tokens.assign(size_t(n), {});
         errors.assign(size_t(n), {});
         is_train.assign(size_t(n), 0);
+        is_empty.assign(size_t(n), 0);
+        bad_utf8.assign(size_t(n), 0);
         std::vector<int64_t> text_bytes(size_t(n), 0);
         std::exception_ptr failure;
 #pragma omp parallel for schedule(dynamic, 8) num_threads(threads)
@@ -228,6 +290,11 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
                     if (!document_parse(records[i], o.field, parsed, errors[i])) continue;
                     text = &parsed;
                 }
+                if (text->empty()) {  // nothing to learn from: an EOT alone would be a fake document
+                    is_empty[i] = 1;
+                    continue;
+                }
+                bad_utf8[i] = !utf8_valid(*text);
                 text_bytes[i] = int64_t(text->size());
                 is_train[i] = split_bucket(*text) < train_buckets;
                 tokenizer_encode(tok, *text, tokens[i], *workspaces[size_t(omp_get_thread_num())], o.allow_special);
@@ -248,6 +315,15 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
                 summary.bad_lines++;
                 bad_per_source[rec.source]++;
                 continue;
+            }
+            if (is_empty[i]) {
+                summary.empty_skipped++;
+                empty_per_source[rec.source]++;
+                continue;
+            }
+            if (bad_utf8[i] && summary.invalid_utf8++ == 0) {
+                const std::string& path = reader.sources[rec.source].path;
+                summary.first_invalid_utf8 = rec.line > 0 ? fmt::format("{}:{}", path, rec.line) : path;
             }
             SplitOutput& out = is_train[i] ? train : val;
             if (o.separator == "eot") split_append(out, std::span<const int32_t>(&eot, 1));
@@ -274,6 +350,16 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     if (tty) draw_progress(train.documents + val.documents, total_file_bytes, total_file_bytes, summary.bytes,
                            summary.seconds, true);
     if (summary.bad_lines > 10) spdlog::warn("prepare: {} bad lines skipped in all ({} shown)", summary.bad_lines, 10);
+    if (summary.invalid_utf8)
+        spdlog::warn("prepare: {} document{} not valid UTF-8 (the first: {}); {} bytes were tokenized as GPT-2 byte "
+                     "tokens; convert such files to UTF-8 (e.g. iconv) if that is not intended",
+                     summary.invalid_utf8, summary.invalid_utf8 == 1 ? " is" : "s are", escape_text(summary.first_invalid_utf8),
+                     summary.invalid_utf8 == 1 ? "its" : "their");
+    // Nothing is placed into the folder for a run that read no document (a wrong --field, empty
+    // files): empty shards and a manifest would look like a complete dataset.
+    if (train.documents + val.documents == 0)
+        fail("prepare: no documents were read from the input ({} bad lines and {} empty documents skipped: check --field "
+             "and --bad-lines); nothing was written to {}", summary.bad_lines, summary.empty_skipped, o.out_dir);
 
     summary.documents_train = train.documents;
     summary.documents_val = val.documents;
@@ -292,14 +378,16 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     m["split"] = {{"rule", "md5(utf8(first 1024 code points))[:8] as int mod 1000 < train_buckets"},
                   {"val_ratio", o.val_ratio}, {"train_buckets", train_buckets}};
     m["documents"] = {{"train", train.documents}, {"val", val.documents}, {"total", train.documents + val.documents},
-                      {"bad_lines_skipped", summary.bad_lines}};
+                      {"bad_lines_skipped", summary.bad_lines}, {"empty_skipped", summary.empty_skipped},
+                      {"invalid_utf8", summary.invalid_utf8}};
     m["tokens"] = {{"train", train.tokens}, {"val", val.tokens}, {"total", train.tokens + val.tokens}};
     m["bytes"] = summary.bytes;
     nlohmann::json sources = nlohmann::json::array();
     for (size_t s = 0; s < reader.sources.size(); s++) {
         const auto& src = reader.sources[s];
         sources.push_back({{"path", src.path}, {"file_bytes", src.file_bytes}, {"bytes", src.bytes},
-                           {"documents", src.documents - bad_per_source[s]}, {"bad_lines", bad_per_source[s]}, {"md5", src.md5}});
+                           {"documents", src.documents - bad_per_source[s] - empty_per_source[s]},
+                           {"bad_lines", bad_per_source[s]}, {"empty_skipped", empty_per_source[s]}, {"md5", src.md5}});
     }
     m["sources"] = sources;
     nlohmann::json shards = nlohmann::json::array();
@@ -349,6 +437,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
         std::remove(manifest_temp.c_str());
         fail("prepare: cannot rename {} to {}: {}", manifest_temp, summary.manifest, ec.message());
     }
+    out_dir.done = true;
     return summary;
 }
 

@@ -29,14 +29,20 @@ struct PrepareSummary {
     int64_t tokens_train = 0, tokens_val = 0;
     int64_t bytes = 0;         // document bytes tokenized
     int64_t bad_lines = 0;     // .jsonl lines skipped
+    int64_t empty_skipped = 0;  // empty documents (a 0-byte .txt, a .jsonl text ""), skipped
+    int64_t invalid_utf8 = 0;   // documents holding bytes that are not UTF-8 (tokenized as bytes)
+    std::string first_invalid_utf8;  // the first such document's file (file:line for .jsonl)
     std::vector<std::string> shards;
     std::string manifest;      // path of manifest.json
     double seconds = 0;
 };
 
-/// Run the whole preparation. Throws skew::Error (file and line named) on unreadable input, a bad
-/// line when skip_bad_lines is false, an unknown separator, an unwritable output directory, or a
-/// filesystem error under an input (a symbolic link loop, a permission) -- the path named.
+/// Run the whole preparation. Holds an exclusive lock on out_dir (flock of out_dir/.skew-prepare.lock,
+/// released and removed when the run ends) so two runs never share a folder. Throws skew::Error
+/// (file and line named) on unreadable input, a bad line when skip_bad_lines is false, an unknown
+/// separator, an unwritable output directory, another prepare writing out_dir, no document read,
+/// or a filesystem error under an input (a symbolic link loop, a permission) -- the path named. A
+/// run that fails places nothing into out_dir (an earlier dataset there stays whole).
 PrepareSummary prepare_run(const PrepareOptions& options);
 
 /// Lowercase hex MD5 of a file's bytes, read in blocks.

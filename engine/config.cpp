@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,6 +20,7 @@
 #include "engine/config_schema.h"
 #include "engine/error.h"
 #include "engine/param_table.h"
+#include "engine/text.h"
 
 namespace skew {
 
@@ -165,7 +167,18 @@ const char* node_kind(const YAML::Node& n) {
 
 // ---- scalar parsing with the schema's rules
 
-int64_t parse_int(const std::string& s, const std::string& key, const Loc& loc) {
+// A key's default, for messages (section keys; optimizer keys have no paths).
+std::string key_default(const KeySpec& k) { return k.get ? format_config_value(k.get(Config{})) : "\"\""; }
+
+// The allowed range of a number key, for messages: ">= 1 and <= 1048576", "> 0".
+std::string range_text(const KeySpec& k) {
+    std::string r = fmt::format("{} {}", k.min_exclusive ? ">" : ">=", k.min);
+    if (k.max < 1e299) r += fmt::format(" and <= {}", k.max);
+    return r;
+}
+
+// An integer key; a number past the 64-bit range is out of the key's range (k), not a non-integer.
+int64_t parse_int(const std::string& s, const KeySpec& k, const std::string& key, const Loc& loc) {
     std::string t = s;
     bool plain = !t.empty();
     for (size_t i = 0; i < t.size(); ++i)
@@ -174,18 +187,20 @@ int64_t parse_int(const std::string& s, const std::string& key, const Loc& loc) 
         errno = 0;
         char* end = nullptr;
         long long v = std::strtoll(t.c_str(), &end, 10);
-        if (errno == ERANGE) fail("{}: {}: {} is out of range for a 64-bit integer", loc.where, key, s);
+        if (errno == ERANGE) fail("{}: {}: {} is out of range: must be {}", loc.where, key, s, range_text(k));
         return v;
     }
     // exponent form of an integral value, e.g. 1e4
     char* end = nullptr;
     double d = std::strtod(t.c_str(), &end);
-    if (end != t.c_str() && *end == '\0' && std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18)
-        return int64_t(d);
+    if (end != t.c_str() && *end == '\0' && d == std::floor(d)) {
+        if (std::fabs(d) < 9.2e18) return int64_t(d);
+        fail("{}: {}: {} is out of range: must be {}", loc.where, key, s, range_text(k));  // 1e30, even 1e999
+    }
     fail("{}: {}: expected an integer, got '{}'", loc.where, key, s);
 }
 
-double parse_float(const std::string& s, const std::string& key, const Loc& loc) {
+double parse_float(const std::string& s, const KeySpec& k, const std::string& key, const Loc& loc) {
     std::string low;
     for (char c : s) low += char(std::tolower(static_cast<unsigned char>(c)));
     if (low == ".inf" || low == "+.inf" || low == "-.inf" || low == ".nan" || low == "inf" || low == "nan" ||
@@ -195,7 +210,7 @@ double parse_float(const std::string& s, const std::string& key, const Loc& loc)
     errno = 0;
     double d = std::strtod(s.c_str(), &end);
     if (s.empty() || end == s.c_str() || *end != '\0') fail("{}: {}: expected a number, got '{}'", loc.where, key, s);
-    if (!std::isfinite(d) || errno == ERANGE) fail("{}: {}: '{}' is out of range; a finite number is required", loc.where, key, s);
+    if (!std::isfinite(d) || errno == ERANGE) fail("{}: {}: '{}' is out of range: must be {}; a finite number is required", loc.where, key, s, range_text(k));
     return d;
 }
 
@@ -207,9 +222,7 @@ bool parse_bool(const std::string& s, const std::string& key, const Loc& loc) {
 
 void check_range(double v, const KeySpec& k, const std::string& key, const Loc& loc, const std::string& text) {
     bool low_ok = k.min_exclusive ? v > k.min : v >= k.min;
-    if (!low_ok)
-        fail("{}: {}: {} is out of range: must be {} {}", loc.where, key, text, k.min_exclusive ? ">" : ">=", k.min);
-    if (v > k.max) fail("{}: {}: {} is out of range: must be <= {}", loc.where, key, text, k.max);
+    if (!low_ok || v > k.max) fail("{}: {}: {} is out of range: must be {}", loc.where, key, text, range_text(k));
 }
 
 std::string scalar_of(const YAML::Node& n, const KeySpec& k, const std::string& key, const Loc& loc) {
@@ -226,13 +239,13 @@ ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string
     switch (k.type) {
         case KeyType::INT: {
             std::string s = scalar_of(n, k, key, loc);
-            int64_t v = parse_int(s, key, loc);
+            int64_t v = parse_int(s, k, key, loc);
             check_range(double(v), k, key, loc, s);
             return v;
         }
         case KeyType::FLOAT: {
             std::string s = scalar_of(n, k, key, loc);
-            double v = parse_float(s, key, loc);
+            double v = parse_float(s, k, key, loc);
             check_range(v, k, key, loc, s);
             return v;
         }
@@ -242,6 +255,10 @@ ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string
             if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end())
                 fail("{}: {}: '{}' is not one of {}{}", loc.where, key, s, fmt::join(k.choices, ", "),
                      suggestion(s, k.choices).find("did you") != std::string::npos ? suggestion(s, k.choices) : "");
+            // Every free-form string key is a path (data.dir, data.tokenizer_dir, runtime.out_dir):
+            // an empty one would mean the working directory, or nothing at all.
+            if (k.choices.empty() && s.empty())
+                fail("{}: {}: the path is empty; give a folder, e.g. {}", loc.where, key, key_default(k));
             return s;
         }
         case KeyType::INT_LIST:
@@ -254,7 +271,7 @@ ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string
                 std::string ekey = fmt::format("{}[{}]", key, i);
                 if (!e.IsScalar()) fail("{}: {}: expected a scalar, got {}", loc.where, ekey, node_kind(e));
                 if (k.type == KeyType::INT_LIST) {
-                    int64_t v = parse_int(e.Scalar(), ekey, loc);
+                    int64_t v = parse_int(e.Scalar(), k, ekey, loc);
                     check_range(double(v), k, ekey, loc, e.Scalar());
                     ints.push_back(v);
                 } else {
@@ -574,21 +591,45 @@ struct Loader {
 
 }  // namespace
 
-Config load_config_text(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides) {
+namespace {
+
+// The 1-based line of the `---` that opens the document whose root yaml-cpp marks at mark_line
+// (0-based; for an empty document the mark lies after the marker).
+int64_t document_marker_line(const std::string& text, int mark_line) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    for (int64_t i = std::min<int64_t>(mark_line, int64_t(lines.size()) - 1); i >= 0; --i) {
+        const std::string& l = lines[size_t(i)];
+        if (l.rfind("---", 0) == 0 && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r')) return i + 1;
+    }
+    return int64_t(mark_line) + 1;
+}
+
+Config load_config_text_unescaped(const std::string& yaml_text, const std::string& source,
+                                  const std::vector<std::string>& overrides) {
     Loader L;
     L.source = source;
     L.cfg.source = source;
-    YAML::Node root;
+    std::vector<YAML::Node> docs;
     try {
-        root = YAML::Load(yaml_text);
+        docs = YAML::LoadAll(yaml_text);
     } catch (const YAML::ParserException& e) {
         fail("{}: YAML syntax error: {}", file_loc(source, e.mark), e.msg);
     } catch (const YAML::Exception& e) {
         fail("{}: cannot read YAML: {}", source, e.what());
     }
+    // yaml-cpp's Load would take the first document and drop the rest without a word.
+    if (docs.size() > 1)
+        fail("{}:{}: a second YAML document (`---`) begins here; a config is one document: remove the `---` "
+             "line or split the file", source, document_marker_line(yaml_text, docs[1].Mark().line));
+    // An empty or comment-only file (or /dev/null) would silently mean the paper's 6.78B defaults.
+    if (docs.empty() || docs[0].IsNull())
+        fail("{}: has no settings (the file is empty or holds only comments); a config needs at least one of the "
+             "sections model, optimizers, data, train, runtime (configs/tiny.yaml is a small example)", source);
     // Section order matters for optimizer entries only; apply the train section's list first is
     // not needed since optimizers resolve after all values are in.
-    L.load_tree(root);
+    L.load_tree(docs[0]);
     for (const auto& o : overrides) L.apply_override(o);
     L.check_rules();
     L.check_optimizer_keys();
@@ -597,14 +638,59 @@ Config load_config_text(const std::string& yaml_text, const std::string& source,
     return L.cfg;
 }
 
+constexpr int64_t kMaxConfigBytes = int64_t(4) << 20;
+
+const char* file_kind(const std::filesystem::file_status& st) {
+    namespace fs = std::filesystem;
+    if (fs::is_character_file(st)) return "a character device";
+    if (fs::is_block_file(st)) return "a block device";
+    if (fs::is_fifo(st)) return "a pipe";
+    if (fs::is_socket(st)) return "a socket";
+    return "a special file";
+}
+
+}  // namespace
+
+Config load_config_text(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides) {
+    try {
+        return load_config_text_unescaped(yaml_text, source, overrides);
+    } catch (const Error& e) {
+        // Keys, values and file names are the user's bytes: never echo control or broken UTF-8 bytes.
+        throw Error(escape_text(e.what()));
+    }
+}
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+    namespace fs = std::filesystem;
     std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, not a config file", path);
+    if (fs::is_directory(path, ec)) fail("{}: is a directory, not a config file", escape_text(path));
+    const fs::file_status st = fs::status(path, ec);
+    const bool regular = !ec && fs::is_regular_file(st);
+    if (regular) {
+        const auto size = fs::file_size(path, ec);
+        if (!ec && int64_t(size) > kMaxConfigBytes)
+            fail("{}: {} bytes; a config file is at most 4 MiB (is this the right file?)", escape_text(path), size);
+    }
     std::ifstream in(path, std::ios::binary);
-    if (!in) fail("{}: cannot open the config file ({})", path, std::strerror(errno));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return load_config_text(ss.str(), path, overrides);
+    if (!in) fail("{}: cannot open the config file ({})", escape_text(path), std::strerror(errno));
+    // Read in blocks with a cap: a device or pipe (/dev/zero, /dev/urandom) would never end.
+    std::string text;
+    std::vector<char> block(64 << 10);
+    while (in) {
+        in.read(block.data(), std::streamsize(block.size()));
+        const size_t got = size_t(in.gcount());
+        const void* nul = std::memchr(block.data(), 0, got);
+        if (nul)
+            fail("{}: not a text file ({}byte {} is NUL); a config is YAML text", escape_text(path),
+                 regular ? "" : fmt::format("{}: ", file_kind(st)),
+                 text.size() + size_t(static_cast<const char*>(nul) - block.data()));
+        text.append(block.data(), got);
+        if (int64_t(text.size()) > kMaxConfigBytes)
+            fail("{}: more than {} bytes read{}; a config file is at most 4 MiB", escape_text(path), kMaxConfigBytes,
+                 regular ? "" : fmt::format(" from {}", file_kind(st)));
+    }
+    if (in.bad()) fail("{}: cannot read the config file ({})", escape_text(path), std::strerror(errno));
+    return load_config_text(text, path, overrides);
 }
 
 }  // namespace skew

@@ -135,7 +135,7 @@ const std::vector<KeySpec>& section_key_specs() {
                         "Folder with encoder.json + vocab.bpe (or vocab.json + merges.txt)"),
             SKEW_STRING("data.separator", data.separator, (std::vector<std::string>{"eot", "none"}),
                         "Between documents: the EOT token 50256, or nothing (the paper's trainer)"),
-            SKEW_FLOAT("data.val_ratio", data.val_ratio, 0, 1, true, "Fraction of documents hashed into validation"),
+            SKEW_FLOAT("data.val_ratio", data.val_ratio, 0, 1, true, "Fraction of documents hashed into validation; must match the `skew prepare --val-ratio` recorded in the data's manifest.json"),
 
             KeySpec{"train.optimizers", KeyType::STRING_LIST, -INF, INF, false, {},
                     "Optimizers trained in turn from one initialization on identical batches (names: built-ins or keys of `optimizers`)",

@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "data/prepare.h"
-#include "engine/error.h"
+#include "data/shard.h"
 #include "tools/commands.h"
 
 namespace skew::tools {
@@ -27,7 +27,7 @@ void register_prepare_command(CLI::App& app) {
     cmd->add_option("--field", opts->field, "JSONL field holding the document text")->capture_default_str();
     cmd->add_flag("--allow-special", opts->allow_special, "Encode the literal <|endoftext|> inside documents as token 50256");
     cmd->add_option("--threads", opts->threads, "Tokenizer threads (0 = all cores, at most 1024)")->check(CLI::Range(0, 1024))->capture_default_str();
-    cmd->add_option("--shard-tokens", opts->shard_tokens, "Tokens per shard file")->check(CLI::PositiveNumber)->capture_default_str();
+    cmd->add_option("--shard-tokens", opts->shard_tokens, "Tokens per shard file")->check(CLI::Range(int64_t(1), data::kShardMaxTokens))->capture_default_str();
     cmd->add_flag("--no-progress", *no_progress, "Do not draw the progress bar");
     cmd->callback([opts, bad_lines, no_progress] {
         opts->skip_bad_lines = *bad_lines == "skip";
@@ -37,10 +37,8 @@ void register_prepare_command(CLI::App& app) {
                      s.documents_train + s.documents_val, s.documents_train, s.documents_val, s.tokens_train, s.tokens_val,
                      double(s.bytes) / 1e6, s.seconds, s.seconds > 0 ? double(s.bytes) / 1e6 / s.seconds : 0.0);
         if (s.bad_lines) spdlog::warn("prepare: {} bad lines skipped", s.bad_lines);
+        if (s.empty_skipped) spdlog::info("prepare: {} empty documents skipped", s.empty_skipped);
         spdlog::info("prepare: wrote {} shards and {}", s.shards.size(), s.manifest);
-        if (s.documents_train + s.documents_val == 0)
-            fail("prepare: no documents were read from the input (empty files, or every .jsonl line skipped: check --field "
-                 "and --bad-lines); the shards written are empty");
         if (s.tokens_train == 0) spdlog::warn("prepare: the training split is empty (--val-ratio {})", opts->val_ratio);
         if (s.tokens_val == 0) spdlog::warn("prepare: the validation split is empty; `skew train` needs validation batches");
     });

@@ -570,7 +570,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
 std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) {
     if (cfg.runtime.threads > 0) omp_set_num_threads(int(cfg.runtime.threads));
     ParamTable table = build_param_table(cfg.model);
-    token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size);
+    token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size, cfg.data.val_ratio);
     Batches data{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
     data.unigram_val_ppl = unigram_val_perplexity(data.train, data.val, cfg.model.vocab_size);
     spdlog::info("data: unigram baseline (training-split token frequencies) has validation perplexity {:.1f}",

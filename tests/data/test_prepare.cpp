@@ -3,6 +3,8 @@
 // are fatal or skipped per the flag, and the command-line tools round-trip text through ids.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -127,6 +129,22 @@ TEST_CASE("prepare with separator none concatenates documents with nothing betwe
     fs::remove_all(d);
 }
 
+TEST_CASE("the manifest's val_ratio must match the config's data.val_ratio") {
+    fs::path d = make_corpus("prepare_val_ratio");
+    PrepareOptions o;
+    o.inputs = {(d / "in" / "docs.jsonl").string()};
+    o.out_dir = (d / "out").string();
+    o.tokenizer_dir = kTokenizer;
+    o.val_ratio = 0.2;
+    prepare_run(o);
+    CHECK(token_split_check_manifest(o.out_dir, "eot", 50257, 0.2));
+    CHECK(token_split_check_manifest(o.out_dir, "eot", 50257, 0.2000001));  // the same 800 train buckets
+    CHECK_THROWS_WITH(token_split_check_manifest(o.out_dir, "eot", 50257, 0.05),
+                      Catch::Contains("data.val_ratio: 0.05") && Catch::Contains("--val-ratio 0.2") &&
+                          Catch::Contains("skew prepare --val-ratio 0.05"));
+    fs::remove_all(d);
+}
+
 TEST_CASE("prepare: a bad line is fatal with file and line or skipped and counted") {
     fs::path d = make_corpus("prepare_bad");
     std::ofstream(d / "in" / "docs.jsonl", std::ios::app) << "{\"text\": \"fine\"}\n{oops\n";
@@ -243,5 +261,86 @@ TEST_CASE("skew tokenize encodes stdin to one line of ids and --decode reverses 
     std::ofstream(d / "bad.txt") << "15496 99999\n";
     run(skew + " tokenize --decode --tokenizer " + kTokenizer + " < " + (d / "bad.txt").string() + " 2>/dev/null", status);
     CHECK(status != 0);
+    fs::remove_all(d);
+}
+
+TEST_CASE("a second prepare into the same folder fails at once and leaves the first's temporaries alone") {
+    fs::path d = make_corpus("prepare_locked");
+    PrepareOptions o;
+    o.inputs = {(d / "in").string()};
+    o.out_dir = (d / "out").string();
+    o.tokenizer_dir = kTokenizer;
+    o.progress = false;
+    fs::create_directories(o.out_dir);
+    // A running prepare: it holds the lock and has a live temporary in the folder.
+    const fs::path live = fs::path(o.out_dir) / ".train_000000.bin.tmp-4242";
+    std::ofstream(live) << "being written";
+    {
+        const int fd = ::open((fs::path(o.out_dir) / ".skew-prepare.lock").c_str(), O_RDWR | O_CREAT, 0644);
+        REQUIRE(fd >= 0);
+        REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+        CHECK_THROWS_WITH(prepare_run(o), Catch::Contains("another skew prepare is writing " + o.out_dir));
+        CHECK(fs::exists(live));
+        CHECK_FALSE(fs::exists(fs::path(o.out_dir) / "manifest.json"));
+        ::close(fd);  // the first run ends: its lock goes with it
+    }
+    fs::remove(live);
+    PrepareSummary s = prepare_run(o);
+    CHECK(s.documents_train + s.documents_val == 101);
+    CHECK(hidden_files(o.out_dir).empty());  // the lock file goes with the run
+    fs::remove_all(d);
+}
+
+TEST_CASE("a prepare that reads no documents places nothing into --out") {
+    fs::path d = make_corpus("prepare_nofield");
+    PrepareOptions o;
+    o.inputs = {(d / "in" / "docs.jsonl").string()};
+    o.out_dir = (d / "out").string();
+    o.tokenizer_dir = kTokenizer;
+    o.progress = false;
+    o.field = "nosuch";
+    CHECK_THROWS_WITH(prepare_run(o), Catch::Contains("no documents were read") && Catch::Contains("--field"));
+    CHECK_FALSE(fs::exists(o.out_dir));
+    // Into the folder of an earlier dataset: that dataset stays whole.
+    o.field = "text";
+    prepare_run(o);
+    const std::vector<int32_t> train = read_split(o.out_dir, "train");
+    const std::string manifest = md5_file((fs::path(o.out_dir) / "manifest.json").string());
+    o.field = "nosuch";
+    CHECK_THROWS(prepare_run(o));
+    CHECK(read_split(o.out_dir, "train") == train);
+    CHECK(md5_file((fs::path(o.out_dir) / "manifest.json").string()) == manifest);
+    CHECK(hidden_files(o.out_dir).empty());
+    fs::remove_all(d);
+}
+
+TEST_CASE("empty documents are skipped and counted and invalid UTF-8 is counted with its first file") {
+    fs::path d = make_corpus("prepare_empty");
+    std::ofstream(d / "in" / "empty.txt", std::ios::binary);  // zero bytes
+    std::ofstream(d / "in" / "docs.jsonl", std::ios::app) << "{\"text\": \"\"}\n";
+    std::ofstream(d / "in" / "latin1.txt", std::ios::binary) << "caf\xe9 au lait\n";
+    PrepareOptions o;
+    o.inputs = {(d / "in").string()};
+    o.out_dir = (d / "out").string();
+    o.tokenizer_dir = kTokenizer;
+    o.progress = false;
+    PrepareSummary s = prepare_run(o);
+    CHECK(s.documents_train + s.documents_val == 102);  // 100 lines, latin1.txt, story.txt
+    CHECK(s.empty_skipped == 2);
+    CHECK(s.invalid_utf8 == 1);
+    CHECK(s.first_invalid_utf8 == (d / "in" / "latin1.txt").string());
+    auto m = nlohmann::json::parse(std::ifstream(s.manifest));
+    CHECK(m["documents"]["empty_skipped"] == 2);
+    CHECK(m["documents"]["invalid_utf8"] == 1);
+    CHECK(m["documents"]["total"] == 102);
+    for (auto& src : m["sources"])
+        if (src["path"] == (d / "in" / "empty.txt").string()) CHECK(src["documents"] == 0);
+    // No lone EOT for an empty document: every EOT is followed by a document's tokens.
+    std::vector<int32_t> all = read_split(o.out_dir, "train");
+    const std::vector<int32_t> val = read_split(o.out_dir, "val");
+    all.insert(all.end(), val.begin(), val.end());
+    for (size_t i = 0; i + 1 < all.size(); i++)
+        if (all[i] == 50256) CHECK(all[i + 1] != 50256);
+    CHECK(all.back() != 50256);
     fs::remove_all(d);
 }

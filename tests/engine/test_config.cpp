@@ -2,6 +2,8 @@
 // the line (engine/config.cpp), and --set overrides follow the same rules.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "engine/config.h"
@@ -137,12 +139,12 @@ TEST_CASE("overrides apply after the file and follow the same rules") {
     REQUIRE(c.optimizers.size() == 2);
     CHECK(c.optimizers[0].name == "lion");
     CHECK(c.optimizers[0].lr == Approx(3e-5));
-    CHECK(error_of("", {"train.stepz=5"}).find("--set train.stepz=5: unknown key 'train.stepz'; did you mean 'train.steps'") !=
+    CHECK(error_of("train:\n  steps: 5\n", {"train.stepz=5"}).find("--set train.stepz=5: unknown key 'train.stepz'; did you mean 'train.steps'") !=
           std::string::npos);
-    CHECK(error_of("", {"model.n_experts=-1"}).find("--set model.n_experts=-1: model.n_experts: -1 is out of range") !=
+    CHECK(error_of("train:\n  steps: 5\n", {"model.n_experts=-1"}).find("--set model.n_experts=-1: model.n_experts: -1 is out of range") !=
           std::string::npos);
-    CHECK(error_of("", {"model.n_kv_heads=5"}).find("--set model.n_kv_heads=5: model.n_kv_heads") != std::string::npos);
-    CHECK(error_of("", {"train.steps"}).find("expected key=value") != std::string::npos);
+    CHECK(error_of("train:\n  steps: 5\n", {"model.n_kv_heads=5"}).find("--set model.n_kv_heads=5: model.n_kv_heads") != std::string::npos);
+    CHECK(error_of("train:\n  steps: 5\n", {"train.steps"}).find("expected key=value") != std::string::npos);
 }
 
 TEST_CASE("a custom optimizer needs a type, and unknown optimizer names are refused") {
@@ -165,7 +167,7 @@ TEST_CASE("tiers under an optimizer that is not SkewAdam is an error naming the 
     CHECK(error_of("optimizers:\n  lion:\n    tiers:\n      backbone:\n        weight_decay: 0.1\n")
               .find("test.yaml:5:23: optimizers.lion.tiers.backbone.weight_decay: tiers.* is a SkewAdam setting, but "
                     "optimizer 'lion' has type lion") != std::string::npos);
-    CHECK(error_of("", {"optimizers.adamw.tiers.experts.second_moment=full"})
+    CHECK(error_of("train:\n  steps: 5\n", {"optimizers.adamw.tiers.experts.second_moment=full"})
               .find("--set optimizers.adamw.tiers.experts.second_moment=full: optimizers.adamw.tiers.experts.second_moment: "
                     "tiers.* is a SkewAdam setting, but optimizer 'adamw' has type adamw") != std::string::npos);
     // Under SkewAdam (by name or by type) tiers are read.
@@ -173,7 +175,7 @@ TEST_CASE("tiers under an optimizer that is not SkewAdam is an error naming the 
                                 "train:\n  optimizers: [mine]\n",
                                 "t.yaml");
     CHECK(c.optimizers[0].tiers[int(Tier::ROUTER)].momentum == MomentumKind::FP32);
-    CHECK(error_of("", {"optimizers.skewadam.tiers.router.momentum=fp32"}) == "");
+    CHECK(error_of("train:\n  steps: 5\n", {"optimizers.skewadam.tiers.router.momentum=fp32"}) == "");
     // A resolved config lists every optimizer key, unused tiers at their defaults: it reloads (resume),
     // but not with a tier changed.
     const std::string resolved = load_config_text("train:\n  optimizers: [adamw]\n", "t.yaml").resolved_yaml;
@@ -208,6 +210,77 @@ TEST_CASE("a missing config file is named") {
     } catch (const Error& e) {
         CHECK(std::string(e.what()).find("/nonexistent/x.yaml: cannot open") != std::string::npos);
     }
+}
+
+namespace {
+std::string file_error_of(const std::string& path) {
+    try {
+        load_config(path);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+}  // namespace
+
+TEST_CASE("an empty or comment-only config is an error naming the file instead of the paper's defaults") {
+    CHECK(error_of("").find("test.yaml: has no settings") != std::string::npos);
+    CHECK(error_of("# only a comment\n\n   \n# another\n").find("test.yaml: has no settings") != std::string::npos);
+    CHECK(error_of("---\n").find("test.yaml: has no settings") != std::string::npos);
+    CHECK(file_error_of("/dev/null").find("/dev/null: has no settings") != std::string::npos);
+}
+
+TEST_CASE("a config of several YAML documents is an error naming the line of the second") {
+    std::string e = error_of("model:\n  d_model: 64\n---\ntrain:\n  steps: 5\n");
+    CHECK(e.find("test.yaml:3: a second YAML document") != std::string::npos);
+    std::string trailing = error_of("---\nmodel:\n  d_model: 64\n---\n# nothing\n");
+    CHECK(trailing.find("test.yaml:4: a second YAML document") != std::string::npos);
+}
+
+TEST_CASE("a config that is not text or is too large is refused naming the file and the size") {
+    std::string zero = file_error_of("/dev/zero");
+    CHECK(zero.find("/dev/zero: ") != std::string::npos);
+    CHECK(zero.find("not a text file") != std::string::npos);
+    const std::string big = (std::filesystem::temp_directory_path() / "skew-test-big-config.yaml").string();
+    {
+        std::ofstream f(big);
+        f << "train:\n  steps: 5\n";
+        const std::string comment = "# " + std::string(1022, 'x') + "\n";
+        for (int i = 0; i < 5 * 1024; i++) f << comment;
+    }
+    const auto size = std::filesystem::file_size(big);
+    std::string e = file_error_of(big);
+    CHECK(e.find(big + ": " + std::to_string(size) + " bytes") != std::string::npos);
+    CHECK(e.find("at most 4 MiB") != std::string::npos);
+    std::filesystem::remove(big);
+}
+
+TEST_CASE("an integer beyond the 64-bit range is out of the key's range rather than not an integer") {
+    CHECK(error_of("model:\n  d_model: 1e30\n").find("model.d_model: 1e30 is out of range: must be >= 1 and <= 1048576") !=
+          std::string::npos);
+    CHECK(error_of("train:\n  steps: 99999999999999999999\n")
+              .find("train.steps: 99999999999999999999 is out of range: must be >= 1 and <= 1000000000000") != std::string::npos);
+    CHECK(error_of("model:\n  d_model: -1e30\n").find("out of range: must be >= 1") != std::string::npos);
+    CHECK(error_of("model:\n  d_model: 64.5\n").find("expected an integer, got '64.5'") != std::string::npos);
+}
+
+TEST_CASE("bytes that are not printable UTF-8 are escaped in messages") {
+    std::string e = error_of("runtime:\n  backend: c\xff\x01pu\n");
+    CHECK(e.find("'c\\xFF\\x01pu' is not one of") != std::string::npos);
+    CHECK(e.find('\xff') == std::string::npos);
+    std::string o = error_of("train:\n  steps: 5\n", {"train.steps=1\xfe"});
+    CHECK(o.find("--set train.steps=1\\xFE") != std::string::npos);
+    CHECK(o.find('\xfe') == std::string::npos);
+    std::string k = error_of("model:\n  d_m\xe9odel: 64\n");
+    CHECK(k.find("d_m\\xE9odel") != std::string::npos);
+    CHECK(error_of("runtime:\n  backend: caf\xc3\xa9\n").find("'caf\xc3\xa9'") != std::string::npos);  // valid UTF-8 stays
+}
+
+TEST_CASE("an empty path is an error naming the key") {
+    CHECK(error_of("train:\n  steps: 5\n", {"runtime.out_dir="}).find("runtime.out_dir: the path is empty") != std::string::npos);
+    CHECK(error_of("train:\n  steps: 5\n", {"data.dir="}).find("data.dir: the path is empty") != std::string::npos);
+    CHECK(error_of("data:\n  tokenizer_dir: \"\"\n").find("test.yaml:2:18: data.tokenizer_dir: the path is empty") !=
+          std::string::npos);
 }
 
 TEST_CASE("the resolved config reloads to the same values") {

@@ -126,3 +126,37 @@ TEST_CASE("skew prepare on an input holding a symbolic link loop names the link 
     CHECK_FALSE(fs::exists(d / "out"));
     fs::remove_all(d);
 }
+
+TEST_CASE("skew config on /dev/null or /dev/zero names the file and does not hang") {
+    Run null = run("config /dev/null");
+    CHECK(null.status == 1);
+    CHECK(null.output.find("skew: error: /dev/null: has no settings") != std::string::npos);
+    Run zero = run("config /dev/zero");
+    CHECK(zero.status == 1);
+    CHECK(zero.output.find("skew: error: /dev/zero: not a text file") != std::string::npos);
+}
+
+TEST_CASE("skew prepare --shard-tokens 0 gives the real range") {
+    Run r = run("prepare --input /nonexistent --out /nonexistent-out --shard-tokens 0");
+    CHECK(r.status == 2);
+    CHECK(r.output.find("not in range 1 to 2147483647") != std::string::npos);
+    CHECK(r.output.find("1797693") == std::string::npos);
+}
+
+TEST_CASE("skew prepare warns once about documents that are not UTF-8 naming the count and the first file") {
+    namespace fs = std::filesystem;
+    const fs::path d = fs::temp_directory_path() / "skew-test-cli-prepare-utf8";
+    fs::remove_all(d);
+    fs::create_directories(d / "in");
+    std::ofstream(d / "in" / "a.txt") << "A document in English.\n";
+    std::ofstream(d / "in" / "b.txt", std::ios::binary) << "caf\xe9 one\n";
+    std::ofstream(d / "in" / "c.txt", std::ios::binary) << "caf\xe9 two\n";
+    std::ofstream(d / "in" / "empty.txt");
+    Run r = run("prepare --input " + (d / "in").string() + " --out " + (d / "out").string() + " --tokenizer " +
+                std::string(SKEW_SOURCE_DIR) + "/tests/fixtures/data/gpt2 --no-progress --val-ratio 0.0");
+    CHECK(r.status == 0);
+    CHECK(r.output.find("2 documents are not valid UTF-8 (the first: " + (d / "in" / "b.txt").string() + ")") !=
+          std::string::npos);
+    CHECK(r.output.find("1 empty documents skipped") != std::string::npos);
+    fs::remove_all(d);
+}
