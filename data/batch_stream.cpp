@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "data/shard.h"
@@ -129,6 +130,63 @@ void token_split_read(const TokenSplit& split, int64_t start, int64_t count, int
     }
 }
 
+ShardPosition token_split_locate(const TokenSplit& split, int64_t position) {
+    if (position < 0 || position >= split.tokens)
+        fail("data: token {} is outside split {} of {} tokens", position, split.name, split.tokens);
+    // The last shard starting at or before position that is not empty.
+    const size_t s = size_t(std::upper_bound(split.starts.begin(), split.starts.end(), position) - split.starts.begin()) - 1;
+    return ShardPosition{split.paths[s], position - split.starts[s]};
+}
+
+void token_split_check_ids(const TokenSplit& split, int64_t start, const int32_t* tokens, int64_t count,
+                           int64_t vocab_size) {
+    for (int64_t i = 0; i < count; i++) {
+        if (tokens[i] >= 0 && tokens[i] < vocab_size) continue;
+        const ShardPosition at = token_split_locate(split, start + i);
+        fail("data: split {}: token id {} at offset {} of shard {} (byte {}) is outside the model's vocabulary "
+             "(model.vocab_size {}); the shard is corrupt or was prepared with a larger tokenizer (re-run `skew prepare`)",
+             split.name, tokens[i], at.offset, at.path, kShardHeaderInts * 4 + 2 * at.offset, vocab_size);
+    }
+}
+
+std::string manifest_first_difference(const std::string& was_json, const std::string& now_json) {
+    using nlohmann::json;
+    const json was = json::parse(was_json, nullptr, false), now = json::parse(now_json, nullptr, false);
+    if (was.is_discarded() || !was.is_object()) fail("data: the run's copy of manifest.json is not a JSON object");
+    if (now.is_discarded() || !now.is_object()) fail("data: manifest.json is not a JSON object");
+    auto field = [](const json& m, const char* key) { return m.contains(key) ? m[key] : json(); };
+    const json ws = field(was, "shards"), ns = field(now, "shards");
+    const size_t wn = ws.is_array() ? ws.size() : 0, nn = ns.is_array() ? ns.size() : 0;
+    for (size_t i = 0; i < std::min(wn, nn); i++) {
+        const json &a = ws[i], &b = ns[i];
+        for (const char* key : {"file", "split", "tokens", "md5"}) {
+            const json va = a.is_object() ? field(a, key) : json(), vb = b.is_object() ? field(b, key) : json();
+            if (va != vb)
+                return fmt::format("shard {} ({}): {} {} in the run's copy, {} now", i + 1,
+                                   a.is_object() ? field(a, "file").dump() : "?", key, va.dump(), vb.dump());
+        }
+    }
+    if (wn != nn) {
+        const json& extra = wn > nn ? ws[nn] : ns[wn];
+        return fmt::format("{} shards in the run's copy, {} now (first unmatched: {})", wn, nn,
+                           extra.is_object() ? field(extra, "file").dump() : extra.dump());
+    }
+    for (const char* group : {"documents", "tokens"}) {
+        const json a = field(was, group), b = field(now, group);
+        if (a == b) continue;
+        if (a.is_object() && b.is_object()) {
+            for (const auto& [k, v] : a.items())
+                if (!b.contains(k) || b[k] != v)
+                    return fmt::format("{}.{}: {} in the run's copy, {} now", group, k, v.dump(),
+                                       b.contains(k) ? b[k].dump() : "absent");
+            for (const auto& [k, v] : b.items())
+                if (!a.contains(k)) return fmt::format("{}.{}: absent in the run's copy, {} now", group, k, v.dump());
+        }
+        return fmt::format("{}: {} in the run's copy, {} now", group, a.dump(), b.dump());
+    }
+    return "";
+}
+
 BatchStream batch_stream_make(const TokenSplit& split, int64_t batch_size, int64_t seq_len, int64_t position) {
     if (batch_size <= 0 || seq_len <= 0) fail("data: batch_size ({}) and seq_len ({}) must be positive", batch_size, seq_len);
     if (position < 0) fail("data: batch position {} must be non-negative", position);
@@ -167,6 +225,15 @@ void batch_stream_get(const BatchStream& stream, int64_t index, int32_t* x, int3
 void batch_stream_next(BatchStream& stream, int32_t* x, int32_t* y) {
     batch_stream_get(stream, stream.position, x, y);
     stream.position++;
+}
+
+void batch_stream_check_ids(const BatchStream& stream, int64_t index, const int32_t* x, const int32_t* y,
+                            int64_t vocab_size) {
+    if (!stream.split) fail("data: batch stream used before batch_stream_make");
+    const int64_t n = stream.batch_size * stream.seq_len;
+    const int64_t start = (index % stream.num_batches) * n;
+    token_split_check_ids(*stream.split, start, x, n, vocab_size);  // the window's first B*T tokens
+    token_split_check_ids(*stream.split, start + n, y + n - 1, 1, vocab_size);  // and its last
 }
 
 }  // namespace skew::data

@@ -41,6 +41,26 @@ bool token_split_check_manifest(const std::string& dir, const std::string& separ
 /// Copy tokens [start, start + count) of the stream into out (int32). Throws on a range past the end.
 void token_split_read(const TokenSplit& split, int64_t start, int64_t count, int32_t* out);
 
+/// Where token `position` of the split's stream lies: its shard file and the token's index in it
+/// (its byte offset in the file is 1024 + 2 * offset). Throws skew::Error on a position past the end.
+struct ShardPosition {
+    std::string path;    // the shard file
+    int64_t offset = 0;  // token index within the shard
+};
+ShardPosition token_split_locate(const TokenSplit& split, int64_t position);
+
+/// Check that tokens[0, count), read from stream positions [start, start + count), are all below
+/// vocab_size; throws skew::Error naming the split, the shard file, the token's offset in it (and
+/// its byte offset) and the id otherwise (a corrupt shard, or one of a larger tokenizer).
+void token_split_check_ids(const TokenSplit& split, int64_t start, const int32_t* tokens, int64_t count,
+                           int64_t vocab_size);
+
+/// The first difference between two manifest.json texts of `skew prepare` as far as the data goes:
+/// the shard list (file, split, tokens, md5, in order), then the document and token counts;
+/// timing and provenance fields ("seconds", "created_by", source paths) are ignored. Empty when
+/// they describe the same data. Throws skew::Error when either text is not a JSON object.
+std::string manifest_first_difference(const std::string& was_json, const std::string& now_json);
+
 /// Batches over a split. batch_size B sequences of seq_len T tokens.
 struct BatchStream {
     const TokenSplit* split = nullptr;
@@ -66,5 +86,11 @@ void batch_stream_get(const BatchStream& stream, int64_t index, int32_t* x, int3
 
 /// Fill x and y with the batch at stream.position and advance it by one.
 void batch_stream_next(BatchStream& stream, int32_t* x, int32_t* y);
+
+/// Check the token ids of batch `index` as batch_stream_get filled x and y (every id below
+/// vocab_size): one pass over the B*T + 1 tokens of its window. Throws skew::Error naming the
+/// shard file and the token's offset in it (token_split_check_ids).
+void batch_stream_check_ids(const BatchStream& stream, int64_t index, const int32_t* x, const int32_t* y,
+                            int64_t vocab_size);
 
 }  // namespace skew::data

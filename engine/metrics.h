@@ -28,7 +28,7 @@ struct StepRecord {
     double step_ms = NO_VALUE;     // the step's wall time (batch read to the device idle after the update)
     double fwd_bwd_ms = NO_VALUE;  // batch read, gradients zeroed, forward + backward over every microbatch
     double grad_norm_ms = NO_VALUE;  // global grad-norm (and clipping) over the gradient region
-    double optimizer_ms = NO_VALUE;  // the optimizer update, device idle after it (absent when skipped)
+    double optimizer_ms = NO_VALUE;  // the optimizer update, device idle after it (JSON null when skipped)
     bool skipped = false;          // no update: the loss or gradient was not finite
 };
 

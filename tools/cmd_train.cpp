@@ -64,7 +64,9 @@ void register_train_command(CLI::App& app) {
     cmd->add_option("--out", a->out, "Run folder (default: runtime.out_dir)");
     cmd->add_option("--resume", a->resume, "Continue the run in this folder from its last checkpoints (reads its config.yaml)");
     cmd->add_flag("--plain", a->plain, "Plain log lines even on a terminal (no live status line)");
-    cmd->add_option("--stop-after", a->stop_after, "Stop cleanly with a checkpoint after this step (as SIGINT would)")
+    cmd->add_option("--stop-after", a->stop_after,
+                    "Stop cleanly with a checkpoint after this step (as SIGINT would); a resumed run already at or "
+                    "past it stops at once, its checkpoint unchanged")
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--profile-steps", a->profile_steps,
                     "A:B — bracket steps A..B with cudaProfilerStart/Stop for `nsys profile "
@@ -73,6 +75,9 @@ void register_train_command(CLI::App& app) {
         ->check(CLI::NonNegativeNumber)
         ->group("Debug");
     cmd->callback([a, cmd] {
+        if (cmd->count("--out") > 0 && a->out.empty())
+            fail("--out: empty path; name the run folder, e.g. --out runs/tiny (without --out: runtime.out_dir)");
+        if (cmd->count("--resume") > 0 && a->resume.empty()) fail("--resume: empty path; name the run folder to continue");
         if (cmd->count("--optimizers") > 0 && a->optimizers.empty())
             fail("--optimizers: empty list; name at least one optimizer, e.g. --optimizers skewadam,adamw");
         if (!a->resume.empty() && (!a->overrides.empty() || !a->optimizers.empty()))

@@ -47,10 +47,11 @@ namespace {
 namespace fs = std::filesystem;
 using data::BatchStream;
 using data::TokenSplit;
+using data::batch_stream_check_ids;
 using data::batch_stream_get;
 using data::batch_stream_make;
-using data::batch_stream_next;
 using data::batch_stream_require;
+using data::token_split_check_ids;
 using data::token_split_check_manifest;
 using data::token_split_read;
 using data::token_split_open;
@@ -250,7 +251,9 @@ struct Batches {
 /// The unigram baseline: perplexity on the validation split of the training split's token
 /// frequencies with add-one smoothing over vocab_size tokens. Counts at most the first 100M
 /// training tokens and scores at most the first 10M validation tokens (a baseline, not a metric
-/// of the model), reading in 1M-token chunks.
+/// of the model), reading in 1M-token chunks. Every token it reads is checked against vocab_size:
+/// throws skew::Error naming the split, the shard file and the token's offset in it
+/// (token_split_check_ids) on an id the model cannot hold.
 double unigram_val_perplexity(const TokenSplit& train, const TokenSplit& val, int64_t vocab_size) {
     const int64_t chunk = int64_t(1) << 20;
     std::vector<int32_t> buf(static_cast<size_t>(chunk));
@@ -260,8 +263,8 @@ double unigram_val_perplexity(const TokenSplit& train, const TokenSplit& val, in
     for (int64_t at = 0; at < n_train; at += chunk) {
         const int64_t n = std::min(chunk, n_train - at);
         token_split_read(train, at, n, buf.data());
-        for (int64_t i = 0; i < n; ++i)
-            if (buf[size_t(i)] >= 0 && buf[size_t(i)] < vocab_size) counts[size_t(buf[size_t(i)])] += 1.0, total += 1.0;
+        token_split_check_ids(train, at, buf.data(), n, vocab_size);
+        for (int64_t i = 0; i < n; ++i) counts[size_t(buf[size_t(i)])] += 1.0, total += 1.0;
     }
     const int64_t n_val = std::min<int64_t>(val.starts.back(), 10'000'000);
     double nll = 0;
@@ -269,10 +272,9 @@ double unigram_val_perplexity(const TokenSplit& train, const TokenSplit& val, in
     for (int64_t at = 0; at < n_val; at += chunk) {
         const int64_t n = std::min(chunk, n_val - at);
         token_split_read(val, at, n, buf.data());
+        token_split_check_ids(val, at, buf.data(), n, vocab_size);
         for (int64_t i = 0; i < n; ++i) {
-            const int32_t t = buf[size_t(i)];
-            if (t < 0 || t >= vocab_size) continue;
-            nll -= std::log(counts[size_t(t)] / total);
+            nll -= std::log(counts[size_t(buf[size_t(i)])] / total);
             ++scored;
         }
     }
@@ -287,11 +289,12 @@ struct EvalResult {
 };
 
 EvalResult evaluate(Model& model, const BatchStream& val, int64_t eval_batches, int64_t batch_size, int64_t mb,
-                    int64_t seq_len, std::vector<int32_t>& x, std::vector<int32_t>& y) {
+                    int64_t seq_len, int64_t vocab_size, std::vector<int32_t>& x, std::vector<int32_t>& y) {
     EvalResult r;
     const int64_t accum = batch_size / mb;
     for (int64_t i = 0; i < eval_batches; ++i) {
         batch_stream_get(val, i, x.data(), y.data());
+        batch_stream_check_ids(val, i, x.data(), y.data(), vocab_size);
         double lm = 0, bal = 0;
         for (int64_t m = 0; m < accum; ++m) {
             LossParts p = model_eval(model, x.data() + m * mb * seq_len, y.data() + m * mb * seq_len);
@@ -304,25 +307,64 @@ EvalResult evaluate(Model& model, const BatchStream& val, int64_t eval_batches, 
     return r;
 }
 
+/// The checks of one optimizer's run that need no allocation, made for every optimizer before the
+/// run folder is created: GaLore on CUDA, the microbatch (train.microbatch, or the largest that
+/// fits when 0) and, on the CPU backend, the plan against the host's available memory. Returns
+/// the microbatch; throws skew::Error naming the optimizer.
+int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, bool on_cuda) {
+    if (on_cuda && (opt.type == "galore" || opt.type == "galore-paper"))
+        fail("{}: optimizer type '{}' (GaLore) has no CUDA step yet; train it with runtime.backend=cpu", opt.name,
+             opt.type);
+    const int64_t mb = cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, on_cuda);
+    if (!on_cuda) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb), opt);
+    return mb;
+}
+
+/// What this invocation of `skew train` created in the run folder (files and folders that did not
+/// exist before it), so that a run failing before any checkpoint can be taken back whole and the
+/// same --out (or --resume) works again once the command is fixed. `committed` turns true with the
+/// first checkpoint written; from then on the folder is a run to resume and nothing is removed.
+struct RunWrites {
+    std::vector<fs::path> files;
+    std::vector<fs::path> dirs;  // outermost first
+    bool committed = false;
+
+    /// Note `path` as this invocation's unless it exists already; call before creating it.
+    void file(const fs::path& path) {
+        std::error_code ec;
+        if (!fs::exists(path, ec)) files.push_back(path);
+    }
+    /// Note `dir` and its parents that do not exist yet as this invocation's (it creates them next,
+    /// or save_checkpoint does).
+    void dir(const fs::path& dir) {
+        std::vector<fs::path> missing;
+        std::error_code ec;
+        fs::path start = dir.lexically_normal();
+        if (start.filename().empty()) start = start.parent_path();  // "runs/x/"
+        for (fs::path p = start; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+            missing.push_back(p);
+            if (p == p.parent_path()) break;
+        }
+        dirs.insert(dirs.end(), missing.rbegin(), missing.rend());
+    }
+    /// Remove the noted files, then the noted folders innermost first, each only if empty.
+    void undo() {
+        std::error_code ec;
+        for (const fs::path& f : files) fs::remove(f, ec);
+        for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) fs::remove(*it, ec);  // fails (kept) when not empty
+    }
+};
+
 TrainResult train_one(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, const Batches& data,
-                      const TrainOptions& opts, Backend& backend) {
+                      const TrainOptions& opts, Backend& backend, int64_t mb, RunWrites& writes) {
     const TrainConfig& tc = cfg.train;
     const int64_t B = tc.batch_size, T = tc.seq_len;
     const bool on_cuda = is_cuda(backend);
-    const int64_t mb = tc.microbatch > 0 ? tc.microbatch : auto_microbatch(cfg, table, opt, on_cuda);
     const int64_t accum = B / mb;
     MemoryPlan plan = build_memory_plan(cfg, table, opt, mb);
     spdlog::info("{}: plan {:.3f} GiB (state {:.3f} GiB), microbatch {} x {} tokens, {} accumulation steps", opt.name,
                  double(plan.peak_bytes) / GIB, double(plan.state_bytes) / GIB, mb, T, accum);
-    if (opts.profile_first > 0 && !on_cuda)
-        fail("--profile-steps {}:{}: profiling brackets steps with cudaProfilerStart/Stop and needs the CUDA backend; "
-             "this run uses the {} backend (runtime.backend: {})", opts.profile_first, opts.profile_last, backend.name(),
-             cfg.runtime.backend);
-    if (!on_cuda) refuse_if_host_too_small(plan, opt);
 #if defined(SKEW_HAVE_CUDA)
-    if (on_cuda && (opt.type == "galore" || opt.type == "galore-paper"))
-        fail("{}: optimizer type '{}' (GaLore) has no CUDA step yet; train it with runtime.backend=cpu", opt.name,
-             opt.type);
     Arena arena = on_cuda ? allocate_cuda_arena(plan) : allocate_host_arena(plan);
 #else
     Arena arena = allocate_host_arena(plan);
@@ -379,7 +421,15 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         spdlog::info("{}: already finished ({} steps)", opt.name, state.step);
         return TrainResult{opt.name, state.step, metrics.summary.final_val_ppl, false};
     }
+    if (opts.stop_after_step > 0 && state.step >= opts.stop_after_step) {
+        spdlog::info("{}: --stop-after {}: the checkpoint is at step {} already; stopping without a step (checkpoint "
+                     "unchanged)", opt.name, opts.stop_after_step, state.step);
+        return TrainResult{opt.name, state.step, metrics.summary.final_val_ppl, true};
+    }
 
+    writes.file(step_log_path(run_dir, opt.name));
+    writes.file(metrics_path(run_dir, opt.name));
+    writes.dir(fs::path(run_dir) / "checkpoints" / opt.name);
     StepLog log = open_step_log(step_log_path(run_dir, opt.name), state.step);
     BatchStream train = batch_stream_make(data.train, B, T, state.data_position);
     BatchStream val = batch_stream_make(data.val, B, T, 0);
@@ -403,6 +453,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         state.extra["optimizer_t"] = optimizer_t;
         sync_step_log(log);
         save_checkpoint(dir, arena, state);
+        writes.committed = true;
     };
 
     for (int64_t step = state.step + 1; step <= tc.steps; ++step) {
@@ -415,7 +466,11 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         SKEW_NVTX_RANGE(fmt::format("step {}", step).c_str());
         const auto t0 = Clock::now();
         const double lr = cosine_lr(opt.lr, step, tc.steps, warmup, tc.min_lr_frac);
-        batch_stream_next(train, x.data(), y.data());
+        at_step(opt, step, "batch", [&] {
+            batch_stream_get(train, train.position, x.data(), y.data());
+            batch_stream_check_ids(train, train.position, x.data(), y.data(), cfg.model.vocab_size);
+            ++train.position;
+        });
         double lm = 0, bal = 0, z = 0;
         at_step(opt, step, "forward/backward", [&] {
             model_zero_grads(model);
@@ -493,7 +548,10 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
 
         const bool last_step = step == tc.steps;
         if (step % tc.eval_every == 0 || last_step) {
-            EvalResult ev = evaluate(model, val, tc.eval_batches, B, mb, T, x, y);
+            EvalResult ev;
+            at_step(opt, step, "evaluation", [&] {
+                ev = evaluate(model, val, tc.eval_batches, B, mb, T, cfg.model.vocab_size, x, y);
+            });
             EvalRecord e;
             e.step = step;
             e.train_lm_loss = lm;
@@ -565,52 +623,108 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
     return TrainResult{opt.name, state.step, metrics.summary.final_val_ppl, stopped};
 }
 
+/// Read a whole file ("" when it cannot be opened).
+std::string read_text(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+/// --resume: the data must be where and what it was. A relative data.dir that does not exist is
+/// reported as relative to the current directory; when the run folder holds a manifest.json, the
+/// data's own must exist and describe the same shards (manifest_first_difference).
+void check_resume_data(const Config& cfg, const TrainOptions& opts) {
+    const fs::path dir = cfg.data.dir;
+    std::error_code ec;
+    if (dir.is_relative() && !fs::exists(dir, ec))
+        fail("--resume {}: data.dir {} is relative to the current directory ({}) and does not exist there; resume the "
+             "run from the directory it was started in", opts.run_dir, cfg.data.dir, fs::current_path(ec).string());
+    const fs::path run_copy = fs::path(opts.run_dir) / "manifest.json";
+    if (!fs::exists(run_copy, ec)) return;  // started on shards without a manifest (llm.c's)
+    const fs::path data_manifest = dir / "manifest.json";
+    if (!fs::exists(data_manifest, ec))
+        fail("--resume {}: the run was started on the data of {}, but {} has none: this is not the data the run was "
+             "started with (restore it, or start a new run with --out)", opts.run_dir, run_copy.string(),
+             data_manifest.string());
+    std::string diff;
+    try {
+        diff = data::manifest_first_difference(read_text(run_copy), read_text(data_manifest));
+    } catch (const Error& e) {
+        fail("--resume {}: cannot compare {} with {}: {}", opts.run_dir, data_manifest.string(), run_copy.string(), e.what());
+    }
+    if (!diff.empty())
+        fail("--resume {}: the data changed since the run started: {} differs from the run's copy {}: {}; resuming "
+             "would train on other batches (restore the data, or start a new run with --out)", opts.run_dir,
+             data_manifest.string(), run_copy.string(), diff);
+}
+
 }  // namespace
 
 std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) {
     if (cfg.runtime.threads > 0) omp_set_num_threads(int(cfg.runtime.threads));
     ParamTable table = build_param_table(cfg.model);
+    const fs::path config_path = fs::path(opts.run_dir) / "config.yaml";
+    if (!opts.resume && fs::exists(config_path))
+        fail("--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
+             "choose another --out", opts.run_dir, opts.run_dir);
+    if (opts.resume) check_resume_data(cfg, opts);
+
+    // Every check that can be made before training, before the run folder is touched: the data
+    // (manifest, token ids, batch counts), the backend, --profile-steps, each optimizer's plan.
     token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size, cfg.data.val_ratio);
     Batches data{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
     data.unigram_val_ppl = unigram_val_perplexity(data.train, data.val, cfg.model.vocab_size);
     spdlog::info("data: unigram baseline (training-split token frequencies) has validation perplexity {:.1f}",
                  data.unigram_val_ppl);
-    {  // every optimizer reads these batches: check them before the run folder is touched
+    {
         const int64_t B = cfg.train.batch_size, T = cfg.train.seq_len;
         batch_stream_require(batch_stream_make(data.val, B, T, 0), cfg.train.eval_batches,
                              "train.eval_batches validation batches");
         batch_stream_make(data.train, B, T, 0);
     }
-    const fs::path config_path = fs::path(opts.run_dir) / "config.yaml";
-    if (!opts.resume) {
-        if (fs::exists(config_path))
-            fail("--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
-                 "choose another --out", opts.run_dir, opts.run_dir);
-        std::error_code ec;
-        fs::create_directories(opts.run_dir, ec);
-        if (ec) fail("--out {}: cannot create the run folder: {}", opts.run_dir, ec.message());
-        write_file_atomic(config_path.string(), cfg.resolved_yaml + "\n");
-        const fs::path manifest = fs::path(cfg.data.dir) / "manifest.json";
-        if (fs::exists(manifest)) {
-            std::ifstream in(manifest, std::ios::binary);
-            std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-            write_file_atomic((fs::path(opts.run_dir) / "manifest.json").string(), text);
-        }
-    }
     std::unique_ptr<Backend> backend = make_backend(cfg);
+    const bool on_cuda = is_cuda(*backend);
+    if (opts.profile_first > 0 && !on_cuda)
+        fail("--profile-steps {}:{}: profiling brackets steps with cudaProfilerStart/Stop and needs the CUDA backend; "
+             "this run uses the {} backend (runtime.backend: {})", opts.profile_first, opts.profile_last, backend->name(),
+             cfg.runtime.backend);
     // Plan for the backend actually used (auto resolved); the run's identity (config.yaml, the
     // checkpoints' config hash) stays the config as written.
     Config run_cfg = cfg;
     run_cfg.runtime.backend = backend->name();
+    std::vector<int64_t> microbatch;
+    for (const OptimizerConfig& opt : cfg.optimizers)
+        microbatch.push_back(check_optimizer_run(run_cfg, table, opt, on_cuda));
+
+    RunWrites writes;
+    if (!opts.resume) {
+        writes.dir(opts.run_dir);
+        std::error_code ec;
+        fs::create_directories(opts.run_dir, ec);
+        if (ec) fail("--out {}: cannot create the run folder: {}", opts.run_dir, ec.message());
+        writes.file(config_path);
+        write_file_atomic(config_path.string(), cfg.resolved_yaml + "\n");
+        const fs::path manifest = fs::path(cfg.data.dir) / "manifest.json";
+        if (fs::exists(manifest)) {
+            const fs::path copy = fs::path(opts.run_dir) / "manifest.json";
+            writes.file(copy);
+            write_file_atomic(copy.string(), read_text(manifest));
+        }
+    }
     install_stop_handlers();
     std::vector<TrainResult> results;
     try {
-        for (const OptimizerConfig& opt : cfg.optimizers) {
-            results.push_back(train_one(run_cfg, table, opt, data, opts, *backend));
+        for (size_t i = 0; i < cfg.optimizers.size(); ++i) {
+            results.push_back(train_one(run_cfg, table, cfg.optimizers[i], data, opts, *backend, microbatch[i], writes));
             if (results.back().stopped) break;
         }
     } catch (...) {
         restore_stop_handlers();
+        // Failed before any checkpoint: take back what this invocation wrote, so that the same
+        // command, fixed, can run again (or --resume start over) in this folder.
+        if (!writes.committed && !(writes.files.empty() && writes.dirs.empty())) {
+            writes.undo();
+            spdlog::info("train: failed before the first checkpoint; removed what this run wrote to {}", opts.run_dir);
+        }
         throw;
     }
     restore_stop_handlers();

@@ -14,7 +14,8 @@ struct TrainOptions {
     std::string run_dir;     // output folder (runtime.out_dir unless --out)
     bool resume = false;     // continue the run in run_dir from its last checkpoints
     bool force_plain_log = false;  // plain log lines even on a terminal
-    int64_t stop_after_step = 0;   // testing/debugging: stop cleanly (checkpoint) after this step; 0 = off
+    int64_t stop_after_step = 0;   // testing/debugging: stop cleanly (checkpoint) after this step; 0 = off;
+                                   // a resumed optimizer already at or past it stops before any step
     int64_t inject_nan_step = 0;   // testing: write a NaN into the router's gradient at this step; 0 = off
     int64_t profile_first = 0;     // --profile-steps A:B: cudaProfilerStart before step A (CUDA only); 0 = off
     int64_t profile_last = 0;      // ... and cudaProfilerStop after step B (>= A)
@@ -32,9 +33,12 @@ struct TrainResult {
 /// opts.run_dir: config.yaml (resolved), manifest.json (the shards'), metrics_<opt>.json,
 /// steps_<opt>.jsonl, checkpoints/<opt>/{last,best}/. runtime.backend picks the backend: cpu;
 /// cuda (arena in one cudaMalloc, CUDA optimizer step, measured peak = device memory in use);
-/// auto (cuda when built with CUDA and a GPU is visible, else cpu). Throws skew::Error on bad data,
-/// a plan that does not fit, a corrupt checkpoint on resume, too many non-finite steps,
-/// runtime.backend: cuda without a GPU or a CUDA build, GaLore on CUDA, or profile steps on the CPU.
+/// auto (cuda when built with CUDA and a GPU is visible, else cpu). Throws skew::Error on bad data
+/// (a token id >= model.vocab_size names its shard file and offset), a plan that does not fit, a
+/// corrupt checkpoint on resume, a resume on data other than the run's (its manifest.json copy),
+/// too many non-finite steps, runtime.backend: cuda without a GPU or a CUDA build, GaLore on CUDA,
+/// or profile steps on the CPU. Everything checkable before training is checked before run_dir is
+/// touched; a failure before the first checkpoint removes what this call wrote there.
 std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts);
 
 }  // namespace skew

@@ -1,9 +1,11 @@
 // Batch stream tests: x/y are the same window shifted by one, consecutive batches start B*T apart
 // (sharing one boundary token), shard boundaries are invisible, a resume equals an uninterrupted
-// run, and a split too small for one batch is an error that names both numbers.
+// run, a split too small for one batch is an error that names both numbers, a token id past the
+// vocabulary is refused naming its shard and offset, and manifests are compared by their shards.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "data/batch_stream.h"
 #include "data/shard.h"
@@ -127,4 +129,74 @@ TEST_CASE("a shard written by llm.c's write_datafile loads unchanged") {
     std::vector<int32_t> tokens(15);
     token_split_read(split, 0, 15, tokens.data());
     CHECK(tokens == std::vector<int32_t>{50256, 15496, 995, 0, 770, 318, 257, 1332, 13, 50256, 464, 2068, 7586, 21831, 13});
+}
+
+TEST_CASE("a stream position maps to its shard file and the token's offset there, empty shards skipped") {
+    fs::path dir = make_split("stream_locate", "val", {10, 1, 0, 50, 39});
+    TokenSplit split = token_split_open(dir.string(), "val");
+    ShardPosition p = token_split_locate(split, 0);
+    CHECK(p.path == (dir / "val_000000.bin").string());
+    CHECK(p.offset == 0);
+    p = token_split_locate(split, 10);
+    CHECK(p.path == (dir / "val_000001.bin").string());
+    CHECK(p.offset == 0);
+    p = token_split_locate(split, 11);  // val_000002.bin is empty
+    CHECK(p.path == (dir / "val_000003.bin").string());
+    CHECK(p.offset == 0);
+    p = token_split_locate(split, 99);
+    CHECK(p.path == (dir / "val_000004.bin").string());
+    CHECK(p.offset == 38);
+    CHECK_THROWS_WITH(token_split_locate(split, 100), Catch::Contains("token 100 is outside split val of 100 tokens"));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("a batch with a token id past the vocabulary is refused naming the shard file and the offset") {
+    fs::path dir = make_split("stream_bad_id", "train", {10, 0, 50});
+    // Token 5 of the third shard (stream position 15) becomes 60000, past a 50000-token vocabulary.
+    std::vector<uint16_t> third = shard_read((dir / "train_000002.bin").string());
+    third[5] = 60000;
+    shard_write((dir / "train_000002.bin").string(), third);
+    TokenSplit split = token_split_open(dir.string(), "train");
+    BatchStream stream = batch_stream_make(split, 2, 4);  // 8 tokens a batch: batch 1 holds positions 8..16
+    std::vector<int32_t> x(8), y(8);
+    batch_stream_get(stream, 0, x.data(), y.data());
+    CHECK_NOTHROW(batch_stream_check_ids(stream, 0, x.data(), y.data(), 50000));
+    batch_stream_get(stream, 1, x.data(), y.data());
+    CHECK_THROWS_WITH(batch_stream_check_ids(stream, 1, x.data(), y.data(), 50000),
+                      Catch::Contains("data: split train: token id 60000 at offset 5 of shard " +
+                                      (dir / "train_000002.bin").string() +
+                                      " (byte 1034) is outside the model's vocabulary (model.vocab_size 50000)"));
+    CHECK_NOTHROW(batch_stream_check_ids(stream, 1, x.data(), y.data(), 60001));
+    // The window's last token (only in y): batch 0 of 7-token sequences ends at position 15.
+    BatchStream seven = batch_stream_make(split, 1, 15);
+    std::vector<int32_t> x7(15), y7(15);
+    batch_stream_get(seven, 0, x7.data(), y7.data());
+    CHECK(y7.back() == 60000);
+    CHECK_THROWS_WITH(batch_stream_check_ids(seven, 0, x7.data(), y7.data(), 50000), Catch::Contains("at offset 5 of shard"));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("two manifests differ in their shards or counts, not in their timings") {
+    const std::string was = R"({"seconds": 1.5, "created_by": "skew prepare 0.1.0",
+        "documents": {"train": 90, "val": 10, "total": 100}, "tokens": {"train": 900, "val": 100, "total": 1000},
+        "shards": [{"file": "train_000000.bin", "split": "train", "tokens": 900, "md5": "aa"},
+                   {"file": "val_000000.bin", "split": "val", "tokens": 100, "md5": "bb"}]})";
+    nlohmann::json now = nlohmann::json::parse(was);
+    now["seconds"] = 9.0;
+    CHECK(manifest_first_difference(was, now.dump()).empty());
+    now["shards"][1]["md5"] = "cc";
+    CHECK(manifest_first_difference(was, now.dump()) ==
+          "shard 2 (\"val_000000.bin\"): md5 \"bb\" in the run's copy, \"cc\" now");
+    now = nlohmann::json::parse(was);
+    now["shards"][0]["tokens"] = 901;
+    CHECK(manifest_first_difference(was, now.dump()) ==
+          "shard 1 (\"train_000000.bin\"): tokens 900 in the run's copy, 901 now");
+    now = nlohmann::json::parse(was);
+    now["shards"].push_back({{"file", "val_000001.bin"}, {"split", "val"}, {"tokens", 5}, {"md5", "dd"}});
+    CHECK(manifest_first_difference(was, now.dump()) ==
+          "2 shards in the run's copy, 3 now (first unmatched: \"val_000001.bin\")");
+    now = nlohmann::json::parse(was);
+    now["documents"]["val"] = 11;
+    CHECK(manifest_first_difference(was, now.dump()) == "documents.val: 10 in the run's copy, 11 now");
+    CHECK_THROWS_WITH(manifest_first_difference(was, "not json"), Catch::Contains("manifest.json is not a JSON object"));
 }

@@ -46,6 +46,38 @@ const std::string& prepared() {
     return dir;
 }
 
+// Run `skew <args>` with `dir` as the current directory.
+Run run_in(const std::string& dir, const std::string& args) {
+    std::string cmd = "cd '" + dir + "' && " + std::string(SKEW_BINARY) + " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    const int st = pclose(p);
+    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// A copy of the prepared shards and manifest, to change without touching the shared ones.
+std::string copy_prepared(const std::string& name) {
+    const std::string dir = work_dir() + "/" + name;
+    fs::remove_all(dir);
+    fs::copy(prepared(), dir, fs::copy_options::recursive);
+    return dir;
+}
+
+// Overwrite token `offset` of a shard (after its 1024-byte header) with id `token`.
+void poke_token(const std::string& shard, int64_t offset, uint16_t token) {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(f.good());
+    f.seekp(1024 + 2 * offset);
+    f.write(reinterpret_cast<const char*>(&token), 2);
+    REQUIRE(f.good());
+}
+
+bool empty_dir(const std::string& dir) { return fs::is_directory(dir) && fs::is_empty(dir); }
+
 std::string train_args(const std::string& extra) {
     return "train " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --plain --set data.dir=" + prepared() +
            " --set train.batch_size=4 --set train.microbatch=2 --set train.eval_batches=2 " + extra;
@@ -188,6 +220,8 @@ TEST_CASE("a NaN injected into a gradient is caught, reported with the tensor an
     auto steps = read_jsonl(d + "/steps_skewadam.jsonl");
     REQUIRE(steps.size() == 4);
     CHECK(steps[1]["skipped"] == true);
+    CHECK(steps[1]["optimizer_ms"].is_null());  // no update: no optimizer time (docs/training.md)
+    CHECK(steps[2]["optimizer_ms"].get<double>() >= 0);
     CHECK(steps[0]["skipped"] == false);
     CHECK(steps[2]["skipped"] == false);
     // Past train.max_skipped_steps the run stops with an error and a checkpoint.
@@ -233,12 +267,12 @@ TEST_CASE("bad train inputs are refused with a message") {
     CHECK(huge.status == 1);
     CHECK(huge.output.find("GiB available") != std::string::npos);
     CHECK(huge.output.find("optimizer state") != std::string::npos);
-    CHECK_FALSE(fs::exists(work_dir() + "/huge/metrics_adamw.json"));
+    CHECK_FALSE(fs::exists(work_dir() + "/huge"));  // refused before the run folder is made
     CHECK(big.status == 1);
     CHECK(big.output.find("train.eval_batches") != std::string::npos);
     CHECK(big.output.find("1000") != std::string::npos);
     // GPT-2 token ids for a 1,000-token model: refused from the manifest before the run starts;
-    // without a manifest (llm.c shards) the step that meets the token names itself.
+    // without a manifest (llm.c shards) the startup pass over the tokens names the shard and offset.
     const std::string small_vocab = "--set model.vocab_size=1000 --set model.padded_vocab_size=1024 --optimizers skewadam ";
     Run vocab = run(train_args(small_vocab + "--out " + work_dir() + "/vocab"));
     CHECK(vocab.status == 1);
@@ -251,5 +285,179 @@ TEST_CASE("bad train inputs are refused with a message") {
     Run step = run(train_args(small_vocab + "--set data.dir=" + bare + " --out " + work_dir() + "/vocab-step"));
     INFO(step.output);
     CHECK(step.status == 1);
-    CHECK(step.output.find("skewadam: step 1 (forward/backward): model: token") != std::string::npos);
+    CHECK(step.output.find("data: split train: token id ") != std::string::npos);
+    CHECK(step.output.find("of shard " + bare + "/train_000000.bin") != std::string::npos);
+    CHECK(step.output.find("(model.vocab_size 1000)") != std::string::npos);
+    CHECK_FALSE(fs::exists(work_dir() + "/vocab-step"));
+}
+
+TEST_CASE("resume refuses data that changed since the run started, naming both manifests and the first difference") {
+    const std::string data = copy_prepared("resume-data"), d = work_dir() + "/resume-data-run";
+    const std::string common = "--set data.dir=" + data + " --set train.steps=4 --set train.eval_every=2 --optimizers skewadam ";
+    REQUIRE(run(train_args(common + "--out " + d + " --stop-after 2")).status == 0);
+    const std::string manifest = data + "/manifest.json";
+    const std::string original = read_bytes(manifest);
+    json m = json::parse(original);
+    REQUIRE(m["shards"].size() >= 2);
+    const std::string md5 = m["shards"][0]["md5"].get<std::string>();
+    m["shards"][0]["md5"] = "00000000000000000000000000000000";  // another shard under the same name
+    std::ofstream(manifest) << m.dump(2);
+    Run changed = run("train --plain --resume " + d);
+    INFO(changed.output);
+    CHECK(changed.status == 1);
+    CHECK(changed.output.find("the data changed since the run started: " + manifest + " differs from the run's copy " + d +
+                              "/manifest.json") != std::string::npos);
+    CHECK(changed.output.find("shard 1 (\"train_000000.bin\"): md5 \"" + md5 +
+                              "\" in the run's copy, \"00000000000000000000000000000000\" now") != std::string::npos);
+    m = json::parse(original);
+    m["shards"].erase(m["shards"].size() - 1);  // one shard fewer
+    std::ofstream(manifest) << m.dump(2);
+    Run fewer = run("train --plain --resume " + d);
+    CHECK(fewer.status == 1);
+    CHECK(fewer.output.find("shards in the run's copy, " + std::to_string(m["shards"].size()) + " now") !=
+          std::string::npos);
+    fs::remove(manifest);
+    Run none = run("train --plain --resume " + d);
+    CHECK(none.status == 1);
+    CHECK(none.output.find("the run was started on the data of " + d + "/manifest.json, but " + manifest +
+                           " has none") != std::string::npos);
+    CHECK(read_jsonl(d + "/steps_skewadam.jsonl").size() == 2);  // nothing ran
+    // Timing fields are not the data: the same shards with another "seconds" resume.
+    m = json::parse(original);
+    m["seconds"] = m["seconds"].get<double>() + 100;
+    std::ofstream(manifest) << m.dump(2);
+    Run same = run("train --plain --resume " + d);
+    INFO(same.output);
+    CHECK(same.status == 0);
+    CHECK(read_jsonl(d + "/steps_skewadam.jsonl").size() == 4);
+}
+
+TEST_CASE("a relative data.dir on resume from another directory says so and names the current directory") {
+    const std::string base = work_dir() + "/relative";
+    fs::create_directories(base);
+    fs::remove_all(base + "/data");
+    fs::copy(prepared(), base + "/data", fs::copy_options::recursive);
+    const std::string args = "train " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --plain --set data.dir=data "
+                             "--set train.batch_size=4 --set train.microbatch=2 --set train.eval_batches=2 "
+                             "--set train.steps=4 --set train.eval_every=2 --optimizers skewadam --out run --stop-after 2";
+    Run start = run_in(base, args);
+    INFO(start.output);
+    REQUIRE(start.status == 0);
+    Run elsewhere = run_in(work_dir(), "train --plain --resume " + base + "/run");
+    INFO(elsewhere.output);
+    CHECK(elsewhere.status == 1);
+    CHECK(elsewhere.output.find("data.dir data is relative to the current directory (" + work_dir() +
+                                ") and does not exist there; resume the run from the directory it was started in") !=
+          std::string::npos);
+    Run here = run_in(base, "train --plain --resume run");
+    INFO(here.output);
+    CHECK(here.status == 0);
+    CHECK(read_jsonl(base + "/run/steps_skewadam.jsonl").size() == 4);
+}
+
+TEST_CASE("a token id past model.vocab_size is refused at startup naming the split, the shard and the offset") {
+    const std::string data = copy_prepared("bad-token");
+    poke_token(data + "/train_000000.bin", 7, 65535);
+    const std::string d = work_dir() + "/bad-token-run";
+    Run r = run(train_args("--set data.dir=" + data + " --set train.steps=2 --optimizers skewadam --out " + d));
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("data: split train: token id 65535 at offset 7 of shard " + data +
+                        "/train_000000.bin (byte 1038) is outside the model's vocabulary (model.vocab_size 50257)") !=
+          std::string::npos);
+    CHECK_FALSE(fs::exists(d));  // before the run folder is made
+    const std::string val = copy_prepared("bad-val-token");
+    poke_token(val + "/val_000000.bin", 3, 60000);
+    Run v = run(train_args("--set data.dir=" + val + " --set train.steps=2 --optimizers skewadam --out " + d));
+    CHECK(v.status == 1);
+    CHECK(v.output.find("data: split val: token id 60000 at offset 3 of shard " + val + "/val_000000.bin (byte 1030)") !=
+          std::string::npos);
+    CHECK_FALSE(fs::exists(d));
+}
+
+TEST_CASE("a failed start leaves no run folder and the same --out then works with the command fixed") {
+    const std::string d = work_dir() + "/failed-start";
+    const std::string common = "--set train.steps=2 --set train.eval_every=2 --optimizers skewadam --out " + d;
+    Run cuda = run(train_args("--set runtime.backend=cuda " + common));
+    INFO(cuda.output);
+    if (cuda.status == 0) {
+        fs::remove_all(d);  // a CUDA build on a host with a GPU: nothing to refuse here
+    } else {
+        CHECK(cuda.status == 1);
+        CHECK(cuda.output.find("runtime.backend: cuda, but") != std::string::npos);
+        CHECK_FALSE(fs::exists(d));
+    }
+    Run profile = run(train_args(common + " --profile-steps 1:1"));
+    CHECK(profile.status == 1);
+    CHECK(profile.output.find("--profile-steps 1:1: profiling brackets steps") != std::string::npos);
+    CHECK_FALSE(fs::exists(d));
+    Run huge = run(train_args("--set model.d_model=4096 --set model.n_heads=32 --set model.n_kv_heads=8 "
+                              "--set model.n_experts=8192 --set model.d_expert=4096 --set model.d_ff=4096 " + common));
+    CHECK(huge.status == 1);
+    CHECK(huge.output.find("GiB available") != std::string::npos);
+    CHECK_FALSE(fs::exists(d));
+    Run fixed = run(train_args(common));
+    INFO(fixed.output);
+    REQUIRE(fixed.status == 0);
+    CHECK(fs::exists(d + "/checkpoints/skewadam/last/model.safetensors"));
+    // A folder the user made beforehand is left as it was: empty.
+    const std::string mine = work_dir() + "/failed-start-mine";
+    fs::create_directories(mine);
+    Run in_mine = run(train_args("--set train.steps=2 --optimizers skewadam --profile-steps 1:2 --out " + mine));
+    CHECK(in_mine.status == 1);
+    CHECK(empty_dir(mine));
+    REQUIRE(run(train_args("--set train.steps=2 --set train.eval_every=2 --optimizers skewadam --out " + mine)).status == 0);
+    CHECK(fs::exists(mine + "/metrics_skewadam.json"));
+}
+
+TEST_CASE("a run failing after its folder is made and before any checkpoint takes back only what it wrote") {
+    // The step log's path is taken by a folder of the user's: opening the log fails after
+    // config.yaml and manifest.json are written.
+    const std::string d = work_dir() + "/takeback";
+    fs::create_directories(d + "/steps_skewadam.jsonl");
+    Run r = run(train_args("--set train.steps=2 --set train.eval_every=2 --optimizers skewadam --out " + d));
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("failed before the first checkpoint; removed what this run wrote to " + d) != std::string::npos);
+    CHECK_FALSE(fs::exists(d + "/config.yaml"));
+    CHECK_FALSE(fs::exists(d + "/manifest.json"));
+    CHECK_FALSE(fs::exists(d + "/checkpoints"));
+    CHECK(fs::is_directory(d + "/steps_skewadam.jsonl"));  // the user's, kept
+    fs::remove(d + "/steps_skewadam.jsonl");
+    Run fixed = run(train_args("--set train.steps=2 --set train.eval_every=2 --optimizers skewadam --out " + d));
+    INFO(fixed.output);
+    CHECK(fixed.status == 0);
+}
+
+TEST_CASE("train --out with an empty path is an error, not runtime.out_dir") {
+    const std::string cwd = work_dir() + "/empty-out";
+    fs::create_directories(cwd);
+    Run r = run_in(cwd, train_args("--set train.steps=2 --optimizers skewadam --out ''"));
+    CHECK(r.status == 1);
+    CHECK(r.output.find("--out: empty path") != std::string::npos);
+    CHECK(empty_dir(cwd));  // no runs/tiny (runtime.out_dir) here
+}
+
+TEST_CASE("a resumed run already at or past its stop-after step stops at once with the checkpoint unchanged") {
+    const std::string d = work_dir() + "/stop-resumed";
+    REQUIRE(run(train_args("--set train.steps=6 --set train.eval_every=2 --set train.checkpoint_every=100 "
+                           "--optimizers skewadam,adamw --out " + d + " --stop-after 3")).status == 0);
+    const std::string model = d + "/checkpoints/skewadam/last/model.safetensors";
+    const std::string before = read_bytes(model);
+    const std::string state_before = read_bytes(d + "/checkpoints/skewadam/last/trainer_state.json");
+    for (const char* n : {"2", "3"}) {
+        Run r = run("train --plain --resume " + d + " --stop-after " + n);
+        INFO(r.output);
+        CHECK(r.status == 0);
+        CHECK(r.output.find(std::string("skewadam: --stop-after ") + n +
+                            ": the checkpoint is at step 3 already; stopping without a step (checkpoint unchanged)") !=
+              std::string::npos);
+        CHECK(read_bytes(model) == before);
+        CHECK(read_bytes(d + "/checkpoints/skewadam/last/trainer_state.json") == state_before);
+        CHECK(read_jsonl(d + "/steps_skewadam.jsonl").size() == 3);
+        CHECK_FALSE(fs::exists(d + "/steps_adamw.jsonl"));  // the next optimizer does not start either
+    }
+    Run later = run("train --plain --resume " + d + " --stop-after 4");
+    CHECK(later.status == 0);
+    CHECK(read_jsonl(d + "/steps_skewadam.jsonl").size() == 4);
 }
