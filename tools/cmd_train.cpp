@@ -66,8 +66,8 @@ void register_train_command(CLI::App& app) {
     cmd->add_flag("--plain", a->plain, "Plain log lines even on a terminal (no live status line)");
     cmd->add_option("--stop-after", a->stop_after,
                     "Stop cleanly with a checkpoint after this step (as SIGINT would); a resumed run already at or "
-                    "past it stops at once, its checkpoint unchanged")
-        ->check(CLI::NonNegativeNumber);
+                    "past it stops at once, its checkpoint unchanged (>= 1)")
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--profile-steps", a->profile_steps,
                     "A:B — bracket steps A..B with cudaProfilerStart/Stop for `nsys profile "
                     "--capture-range=cudaProfilerApi` (CUDA backend only; docs/training.md, Profiling)");

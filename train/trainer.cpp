@@ -410,10 +410,27 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         }
         spdlog::info("{}: resuming from step {} ({})", opt.name, state.step, last_dir);
     } else {
-        if (opts.resume && (fs::exists(step_log_path(run_dir, opt.name)) || fs::exists(metrics_path(run_dir, opt.name))))
-            fail("{}: --resume: {} has {}'s metrics or step log but no complete checkpoint in {} (trainer_state.json, "
-                 "model.safetensors, optimizer.safetensors); refusing to start it again from step 1 over its files",
-                 opt.name, run_dir, opt.name, last_dir);
+        const std::string steps_file = step_log_path(run_dir, opt.name), metrics_file = metrics_path(run_dir, opt.name);
+        if (opts.resume && (fs::exists(steps_file) || fs::exists(metrics_file))) {
+            // Killed before its first checkpoint and first evaluation (e.g. a second Ctrl-C, kill -9):
+            // nothing was kept but a few logged steps, which the same initialization and batches
+            // reproduce, so it trains again from step 1. Anything more is refused, not thrown away.
+            const fs::path opt_checkpoints = fs::path(last_dir).parent_path();
+            std::error_code ec;
+            const bool any_checkpoint = fs::exists(opt_checkpoints, ec) && !fs::is_empty(opt_checkpoints, ec);
+            int64_t logged = 0;
+            if (std::ifstream in(steps_file); in)
+                for (std::string line; std::getline(in, line);) logged += line.empty() ? 0 : 1;
+            if (!any_checkpoint && !fs::exists(metrics_file) && logged < std::min(tc.checkpoint_every, tc.eval_every)) {
+                spdlog::warn("{}: --resume: stopped before its first checkpoint ({} logged steps); training it again from "
+                             "step 1 (the same initialization and batches give the same steps)", opt.name, logged);
+            } else {
+                fail("{}: --resume: {} has {}'s metrics or step log but no complete checkpoint in {} (trainer_state.json, "
+                     "model.safetensors, optimizer.safetensors); refusing to start it again from step 1 over its files "
+                     "(to do that, remove {}, {} and {})", opt.name, run_dir, opt.name, last_dir, steps_file, metrics_file,
+                     opt_checkpoints.string());
+            }
+        }
         model_init(model, uint64_t(tc.seed));
     }
     reset_peak_rss();

@@ -247,7 +247,29 @@ TEST_CASE("a run folder is never clobbered: reuse, changed settings and lost che
     Run lost = run("train --plain --resume " + d);
     CHECK(lost.status == 1);
     CHECK(lost.output.find("no complete checkpoint") != std::string::npos);
+    CHECK(lost.output.find("(to do that, remove ") != std::string::npos);
     CHECK(read_jsonl(d + "/steps_skewadam.jsonl").size() == 2);
+}
+
+TEST_CASE("a run killed before its first checkpoint and evaluation resumes by training again from step 1") {
+    const std::string d = work_dir() + "/killed-early";
+    const std::string args = "--set train.steps=4 --set train.eval_every=4 --set train.checkpoint_every=100 "
+                             "--optimizers skewadam --out " + d;
+    REQUIRE(run(train_args(args + " --stop-after 2")).status == 0);
+    const auto first = read_jsonl(d + "/steps_skewadam.jsonl");
+    REQUIRE(first.size() == 2);
+    // what a second Ctrl-C or kill -9 before step 100 leaves: the step log, no checkpoint, no metrics
+    fs::remove_all(d + "/checkpoints");
+    fs::remove(d + "/metrics_skewadam.json");  // a clean stop writes it; a kill leaves none
+    Run again = run("train --plain --resume " + d);
+    INFO(again.output);
+    REQUIRE(again.status == 0);
+    CHECK(again.output.find("stopped before its first checkpoint (2 logged steps); training it again from step 1") !=
+          std::string::npos);
+    const auto steps = read_jsonl(d + "/steps_skewadam.jsonl");
+    REQUIRE(steps.size() == 4);
+    for (size_t i = 0; i < 2; ++i) CHECK(steps[i]["lm_loss"] == first[i]["lm_loss"]);  // the same steps again
+    CHECK(run(train_args("--set train.steps=4 --stop-after 0 --out " + work_dir() + "/stop0")).status == 2);
 }
 
 TEST_CASE("bad train inputs are refused with a message") {
