@@ -75,6 +75,13 @@ void run_plan(const PlanArgs& a) {
     if (cfg.train.batch_size % mb != 0)
         fail("--microbatch {} must divide train.batch_size ({})", mb, cfg.train.batch_size);
     MemoryPlan plan = build_memory_plan(cfg, table, opt, mb);
+    std::string mb_note;  // how train.microbatch 0 was resolved, when it was
+    if (a.microbatch == 0 && cfg.train.microbatch == 0)
+        mb_note = largest > 0 ? fmt::format("train.microbatch 0: planned at {}, the largest that fits --budget; `skew train` "
+                                            "takes the largest that fits the device", mb)
+                              : fmt::format("train.microbatch 0: planned at the whole batch ({}){}; `skew train` takes the "
+                                            "largest that fits the device", mb,
+                                            budget ? " since no microbatch fits --budget" : " (no --budget given)");
 
     const int64_t bb = table.tier_numel(Tier::BACKBONE), ex = table.tier_numel(Tier::EXPERTS),
                   rt = table.tier_numel(Tier::ROUTER), total = table.total_numel();
@@ -98,6 +105,7 @@ void run_plan(const PlanArgs& a) {
         j["optimizer"] = opt.name;
         j["optimizer_type"] = opt.type;
         j["microbatch"] = mb;
+        if (!mb_note.empty()) j["microbatch_note"] = mb_note;
         j["backend"] = plan_backend(cfg);
         j["seq_len"] = cfg.train.seq_len;
         j["grad_accum_steps"] = cfg.train.batch_size / mb;
@@ -137,7 +145,9 @@ void run_plan(const PlanArgs& a) {
     fmt::print("skew plan: {} | optimizer {} ({}) | microbatch {} x {} tokens, {} accumulation steps\n", a.config, opt.name,
                opt.type, mb, cfg.train.seq_len, cfg.train.batch_size / mb);
     fmt::print("Sizes in GiB (2^30 bytes) and MiB (2^20 bytes), the paper's GB and MB; sized for the {} backend "
-               "(runtime.backend: {}).\n\n", plan_backend(cfg), cfg.runtime.backend);
+               "(runtime.backend: {}).\n", plan_backend(cfg), cfg.runtime.backend);
+    if (!mb_note.empty()) fmt::print("{}.\n", mb_note);
+    fmt::print("\n");
     fmt::print("Parameters by tier\n| tier | parameters |\n| --- | ---: |\n");
     fmt::print("| backbone | {} |\n| experts | {} |\n| router | {} |\n| total | {} |\n| active per token | {} |\n\n",
                millions(bb), millions(ex), millions(rt), millions(total), millions(active));

@@ -64,6 +64,19 @@ TEST_CASE("skew plan --budget says what fits and the largest microbatch") {
     CHECK(a.output.find("No microbatch fits") != std::string::npos);
 }
 
+TEST_CASE("skew plan says how it resolved train.microbatch 0") {
+    Run whole = run("plan " + paper() + " --set train.microbatch=0");
+    REQUIRE(whole.status == 0);
+    CHECK(whole.output.find("train.microbatch 0: planned at the whole batch (64) (no --budget given)") != std::string::npos);
+    Run fit = run("plan " + paper() + " --set train.microbatch=0 --budget 40GiB --json");
+    REQUIRE(fit.status == 0);
+    auto j = nlohmann::json::parse(fit.output);
+    CHECK(j["microbatch"] == 64);
+    CHECK(j["microbatch_note"].get<std::string>().find("the largest that fits --budget") != std::string::npos);
+    Run none = run("plan " + paper() + " --set train.microbatch=0 --budget 20GiB");
+    CHECK(none.output.find("since no microbatch fits --budget") != std::string::npos);
+}
+
 TEST_CASE("an unknown command is a usage error naming it and the commands") {
     Run r = run("nosuch");
     CHECK(r.status == 2);
