@@ -17,6 +17,8 @@
 #include <string_view>
 
 #include "data/batch_stream.h"
+#include "data/prepare.h"
+#include <nlohmann/json.hpp>
 #include "engine/arena.h"
 #include "engine/checkpoint.h"
 #include "engine/error.h"
@@ -672,6 +674,30 @@ void check_resume_data(const Config& cfg, const TrainOptions& opts) {
         fail("--resume {}: the data changed since the run started: {} differs from the run's copy {}: {}; resuming "
              "would train on other batches (restore the data, or start a new run with --out)", opts.run_dir,
              data_manifest.string(), run_copy.string(), diff);
+    // The manifests agree; the shards themselves could still have been edited in place. Re-hash
+    // them against the MD5s the run started with when that is cheap (<= 1 GiB of shards).
+    constexpr int64_t REHASH_MAX_BYTES = int64_t(1) << 30;
+    const auto manifest = nlohmann::json::parse(read_text(run_copy), nullptr, false);
+    if (manifest.is_discarded() || !manifest.contains("shards") || !manifest["shards"].is_array()) return;
+    int64_t total = 0;
+    for (const auto& s : manifest["shards"])
+        if (s.is_object() && s.contains("file") && s["file"].is_string())
+            total += int64_t(fs::file_size(dir / s["file"].get<std::string>(), ec));
+    if (total > REHASH_MAX_BYTES) {
+        spdlog::info("--resume: {:.1f} GiB of shards in {}: not re-hashed (only up to 1 GiB is)", double(total) / GIB,
+                     cfg.data.dir);
+        return;
+    }
+    for (const auto& s : manifest["shards"]) {
+        if (!s.is_object() || !s.contains("file") || !s.contains("md5") || !s["file"].is_string() || !s["md5"].is_string())
+            continue;
+        const fs::path shard = dir / s["file"].get<std::string>();
+        const std::string now = data::md5_file(shard.string()), then = s["md5"].get<std::string>();
+        if (now != then)
+            fail("--resume {}: shard {} changed since the run started (MD5 {} now, {} in the run's {}); resuming would "
+                 "train on other batches (restore the data, or start a new run with --out)", opts.run_dir, shard.string(),
+                 now, then, run_copy.string());
+    }
 }
 
 }  // namespace

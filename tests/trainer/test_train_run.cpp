@@ -344,6 +344,17 @@ TEST_CASE("resume refuses data that changed since the run started, naming both m
     CHECK(none.output.find("the run was started on the data of " + d + "/manifest.json, but " + manifest +
                            " has none") != std::string::npos);
     CHECK(read_jsonl(d + "/steps_skewadam.jsonl").size() == 2);  // nothing ran
+    // A shard edited in place under an unchanged manifest: re-hashed (the shards are small) and refused.
+    std::ofstream(manifest) << original;
+    const std::string shard = data + "/train_000000.bin", shard_bytes = read_bytes(shard);
+    std::string edited = shard_bytes;
+    edited[2000] = char(edited[2000] ^ 1);
+    std::ofstream(shard, std::ios::binary) << edited;
+    Run in_place = run("train --plain --resume " + d);
+    INFO(in_place.output);
+    CHECK(in_place.status == 1);
+    CHECK(in_place.output.find("shard " + shard + " changed since the run started (MD5 ") != std::string::npos);
+    std::ofstream(shard, std::ios::binary) << shard_bytes;
     // Timing fields are not the data: the same shards with another "seconds" resume.
     m = json::parse(original);
     m["seconds"] = m["seconds"].get<double>() + 100;
