@@ -20,21 +20,13 @@
 #include "kernels/common/bf16.h"
 #include "kernels/common/philox.h"
 #include "optim/optimizer.h"
+#include "tests/optim/optim_test_util.h"
 
 using namespace skew;
 
 using skew::bench::shell;
 
-static ParamInfo param(const std::string& name, std::vector<int64_t> shape, DType dt, Tier tier, Role role, uint32_t idx) {
-    ParamInfo p;
-    p.name = name;
-    p.shape = std::move(shape);
-    p.dtype = dt;
-    p.tier = tier;
-    p.role = role;
-    p.index = idx;
-    return p;
-}
+using skew::test::make_param;
 
 int main(int argc, char** argv) {
     int reps = 5;
@@ -57,11 +49,11 @@ int main(int argc, char** argv) {
     const int64_t d = 1024 * scale;
     // A backbone matrix, an expert stack, the router and two norm vectors: the paper's tiers in miniature.
     std::deque<ParamInfo> infos;
-    infos.push_back(param("blocks.0.attn.q", {d, d}, DType::BF16, Tier::BACKBONE, Role::ATTN_Q, 0));
-    infos.push_back(param("blocks.0.ln1.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, 1));
-    infos.push_back(param("blocks.0.ln1.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, 2));
-    infos.push_back(param("blocks.1.moe.router", {128, d}, DType::F32, Tier::ROUTER, Role::ROUTER, 3));
-    infos.push_back(param("blocks.1.moe.experts.w1", {8, d / 2, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 4));
+    infos.push_back(make_param("blocks.0.attn.q", {d, d}, DType::BF16, Tier::BACKBONE, Role::ATTN_Q, 0));
+    infos.push_back(make_param("blocks.0.ln1.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, 1));
+    infos.push_back(make_param("blocks.0.ln1.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, 2));
+    infos.push_back(make_param("blocks.1.moe.router", {128, d}, DType::F32, Tier::ROUTER, Role::ROUTER, 3));
+    infos.push_back(make_param("blocks.1.moe.experts.w1", {8, d / 2, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 4));
     int64_t total = 0;
     for (const auto& p : infos) total += p.numel();
 

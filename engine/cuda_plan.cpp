@@ -45,11 +45,14 @@ std::vector<BufferSpec> cuda_workspace_buffers(const Config& cfg, const ParamTab
     return out;
 }
 
-int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTable& table) {
+int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTable& table,
+                                     const std::vector<BufferSpec>& state) {
     const bool muon = opt.type == "muon" || opt.type == "muon-kj";
     const bool fused = opt.type == "skewadam" || opt.type == "adafactor";
     if (!muon && !fused) return 0;
-    std::vector<BufferSpec> state = optimizer_state_buffers(opt, table);
+    std::vector<bool> factored(table.params.size(), false);
+    for (const BufferSpec& b : state)
+        if (b.state == StateKind::SECOND_ROW && b.param >= 0) factored[size_t(b.param)] = true;
     int64_t need = 0;
     for (size_t i = 0; i < table.params.size(); ++i) {
         const ParamInfo& p = table.params[i];
@@ -57,14 +60,15 @@ int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTabl
             if (!p.is_vector() && !muon_uses_adam(p)) need = std::max(need, cuda_ws::optim_muon_scratch_bytes(p.rows(), p.cols()));
             continue;
         }
-        const bool factored = std::any_of(state.begin(), state.end(), [&](const BufferSpec& b) {
-            return b.param == int(i) && b.state == StateKind::SECOND_ROW;
-        });
         // A factored second moment runs per matrix; every other tensor as one 1 x numel matrix.
-        need = std::max(need, factored ? cuda_ws::optim_update_scratch_bytes(p.n_matrices(), p.rows(), p.cols())
-                                       : cuda_ws::optim_update_scratch_bytes(1, 1, p.numel()));
+        need = std::max(need, factored[i] ? cuda_ws::optim_update_scratch_bytes(p.n_matrices(), p.rows(), p.cols())
+                                          : cuda_ws::optim_update_scratch_bytes(1, 1, p.numel()));
     }
     return need;
+}
+
+int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTable& table) {
+    return cuda_optimizer_scratch_bytes(opt, table, optimizer_state_buffers(opt, table));
 }
 
 }  // namespace skew

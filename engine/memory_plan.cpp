@@ -127,7 +127,7 @@ MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const O
     ws.dtype = DType::F32;
     ws.shape = {muon ? 4 * max_matrix : galore ? 2 * max_matrix : std::max<int64_t>(max_rows_cols, 1024)};
     const bool cuda = plan_backend(cfg) == "cuda";
-    if (cuda) ws.shape[0] = std::max(ws.shape[0], (cuda_optimizer_scratch_bytes(opt, table) + 3) / 4);
+    if (cuda) ws.shape[0] = std::max(ws.shape[0], (cuda_optimizer_scratch_bytes(opt, table, state) + 3) / 4);
     ws.first = ws.last = Phase::OPTIMIZER;
     ws.component = "workspace";
     acts.push_back(ws);

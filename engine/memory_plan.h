@@ -92,6 +92,9 @@ std::vector<BufferSpec> cuda_workspace_buffers(const Config& cfg, const ParamTab
 /// Device scratch bytes the CUDA optimizer step needs for its largest tensor (one tensor at a
 /// time): the fused SkewAdam/Adafactor update's reductions, or Muon's Newton-Schulz matrices.
 int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTable& table);
+/// The same from the plan's state buffers of `opt` (optimizer_state_buffers), not computed again.
+int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTable& table,
+                                     const std::vector<BufferSpec>& state);
 
 struct MemoryPlan {
     std::string optimizer;        // OptimizerConfig::name

@@ -15,9 +15,9 @@ struct Run {
     std::string output;  // stdout and stderr together
 };
 
-/// Run `skew <args>` through the shell and wait for it.
-inline Run run_skew(const std::string& args) {
-    std::string cmd = std::string(SKEW_BINARY) + " " + args + " 2>&1";
+/// Run `skew <args>` through the shell and wait for it; with `dir`, in that working directory.
+inline Run run_skew(const std::string& args, const std::string& dir = "") {
+    std::string cmd = (dir.empty() ? "" : "cd '" + dir + "' && ") + std::string(SKEW_BINARY) + " " + args + " 2>&1";
     FILE* p = popen(cmd.c_str(), "r");
     REQUIRE(p);
     std::string out;

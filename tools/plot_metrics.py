@@ -40,6 +40,14 @@ def load_runs(run_dir):
     return runs
 
 
+def save(fig, ax, out):
+    """Legend, layout, write the PNG, free the figure."""
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
 def series(run, key):
     pts = [(h["step"], h.get(key)) for h in run["history"] if h.get(key) is not None]
     return [p[0] for p in pts], [p[1] for p in pts]
@@ -61,10 +69,7 @@ def plot_val_ppl(runs, out):
     ax.set_ylabel("validation perplexity (log scale)")
     ax.set_title("Validation perplexity")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save(fig, ax, out)
 
 
 def plot_memory(runs, out, budget):
@@ -84,10 +89,7 @@ def plot_memory(runs, out, budget):
     ax.set_xticklabels(names)
     ax.set_ylabel("GiB")
     ax.set_title("Peak memory and optimizer state")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save(fig, ax, out)
 
 
 def plot_balance(runs, out):
@@ -104,10 +106,7 @@ def plot_balance(runs, out):
     ax.set_ylabel("balance loss")
     ax.set_title("Load-balancing loss per evaluation step")
     ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save(fig, ax, out)
 
 
 def plot_train_loss(runs, out):
@@ -119,10 +118,7 @@ def plot_train_loss(runs, out):
     ax.set_ylabel("training LM loss (nats/token)")
     ax.set_title("Training loss at evaluation steps")
     ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save(fig, ax, out)
 
 
 def main():

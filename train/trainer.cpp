@@ -664,9 +664,10 @@ void check_resume_data(const Config& cfg, const TrainOptions& opts) {
         fail("--resume {}: the run was started on the data of {}, but {} has none: this is not the data the run was "
              "started with (restore it, or start a new run with --out)", opts.run_dir, run_copy.string(),
              data_manifest.string());
+    const std::string run_manifest = read_text(run_copy);
     std::string diff;
     try {
-        diff = data::manifest_first_difference(read_text(run_copy), read_text(data_manifest));
+        diff = data::manifest_first_difference(run_manifest, read_text(data_manifest));
     } catch (const Error& e) {
         fail("--resume {}: cannot compare {} with {}: {}", opts.run_dir, data_manifest.string(), run_copy.string(), e.what());
     }
@@ -677,7 +678,7 @@ void check_resume_data(const Config& cfg, const TrainOptions& opts) {
     // The manifests agree; the shards themselves could still have been edited in place. Re-hash
     // them against the MD5s the run started with when that is cheap (<= 1 GiB of shards).
     constexpr int64_t REHASH_MAX_BYTES = int64_t(1) << 30;
-    const auto manifest = nlohmann::json::parse(read_text(run_copy), nullptr, false);
+    const auto manifest = nlohmann::json::parse(run_manifest, nullptr, false);
     if (manifest.is_discarded() || !manifest.contains("shards") || !manifest["shards"].is_array()) return;
     int64_t total = 0;
     for (const auto& s : manifest["shards"])

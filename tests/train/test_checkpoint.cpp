@@ -54,14 +54,6 @@ std::vector<std::string> visible(const std::string& dir) {
     return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
 
 // A checkpoint of step 1 in a scratch run folder; returns the checkpoint folder.
 std::string saved_checkpoint(Run& r, const std::string& name) {

@@ -49,14 +49,6 @@ StepRecord step_at(int64_t s) {
     return r;
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
 
 }  // namespace
 

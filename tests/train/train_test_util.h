@@ -9,16 +9,28 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
 
 #include "engine/arena.h"
+#include "engine/error.h"
 #include "engine/config.h"
 #include "engine/memory_plan.h"
 #include "engine/param_table.h"
 
 namespace train_test {
+
+/// The message of the skew::Error that `f` throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const skew::Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
 
 /// A model small enough to checkpoint in milliseconds: 2 blocks (dense, MoE of 4 experts), GQA 2/1.
 inline const char* TINY_YAML = R"(model:

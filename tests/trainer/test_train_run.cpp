@@ -47,17 +47,7 @@ const std::string& prepared() {
 }
 
 // Run `skew <args>` with `dir` as the current directory.
-Run run_in(const std::string& dir, const std::string& args) {
-    std::string cmd = "cd '" + dir + "' && " + std::string(SKEW_BINARY) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int st = pclose(p);
-    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+Run run_in(const std::string& dir, const std::string& args) { return skew::test::run_skew(args, dir); }
 
 // A copy of the prepared shards and manifest, to change without touching the shared ones.
 std::string copy_prepared(const std::string& name) {
