@@ -1,6 +1,7 @@
 // GPU tests of the cross-entropy over the padded vocabulary and of the fused tied LM head against
 // the CPU backend: losses, dlogits (padding columns zero), large logits, several token chunks, bf16
 // and fp32 gradients of the embedding.
+#include "engine/cuda_workspace.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "tests/gpu/gpu_harness.h"
 
@@ -76,7 +77,25 @@ TEST_CASE("gpu fused LM head + cross-entropy matches the CPU over several chunks
     SKEW_REQUIRE_GPU();
     const ClassifierShape s{3000, 64, 50257, 50304};  // 3000 tokens: several chunks of the GPU head
     REQUIRE(cuda::lm_head_chunk_tokens(s) < s.n_tokens);  // the fp32 dwte accumulator path
+    REQUIRE(!cuda_ws::lm_head_whole_dlogits(s.n_tokens, s.d_model, s.padded_vocab_size));
     check_fused_head(s);
+}
+
+TEST_CASE("gpu fused LM head keeping every token's bf16 dlogits (one dx and one dwte product) matches the CPU") {
+    SKEW_REQUIRE_GPU();
+    // 700 tokens: two chunks of fp32 logits (640 + 60), and 700 <= 640 + 2 x 64, so the head keeps
+    // the (700, 50304) bf16 dlogits and runs dx and dwte once over all tokens (the paper's 8,192
+    // tokens at d_model 4096 take this path; dwte bf16 is then rounded once without an accumulator)
+    const ClassifierShape s{700, 64, 50257, 50304};
+    REQUIRE(cuda::lm_head_chunk_tokens(s) < s.n_tokens);
+    REQUIRE(cuda_ws::lm_head_whole_dlogits(s.n_tokens, s.d_model, s.padded_vocab_size));
+    check_fused_head(s);
+    // the paper's shape takes it too, in no more memory than the chunked layout with its accumulator
+    REQUIRE(cuda_ws::lm_head_whole_dlogits(8192, 4096, 50304));
+    const int64_t chunk = cuda_ws::lm_head_chunk_tokens(8192, 4096, 50304);
+    CHECK(cuda_ws::lm_head_workspace_bytes(8192, 4096, 50304) <=
+          cuda_ws::align256(chunk * 50304 * 4) + cuda_ws::align256(chunk * 50304 * 2) + cuda_ws::align256(8192 * 4) +
+              cuda_ws::align256(int64_t(50304) * 4096 * 4));
 }
 
 TEST_CASE("gpu fused LM head in one chunk (bf16 dwte added into directly, no accumulator) matches the CPU") {
