@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "engine/error.h"
@@ -37,7 +38,17 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     error_word_ = static_cast<int*>(device_alloc(sizeof(int), "CUDA backend: error word"));
     cuda_check(cudaMemsetAsync(error_word_, 0, sizeof(int), stream_));
     mm_ = std::make_unique<Matmul>();
-    grouped_ = std::make_unique<GroupedMatmul>(*mm_);
+    // The grouped expert GEMM's algorithm: per-expert cuBLASLt loop unless SKEW_GROUPED_GEMM names
+    // the other (for measuring both in a training run; docs/profiling.md).
+    GroupedGemmAlgo algo = GroupedGemmAlgo::PER_EXPERT_LOOP;
+    if (const char* v = std::getenv("SKEW_GROUPED_GEMM"); v && *v) {
+        const std::string s = v;
+        if (s == "cublas_grouped") algo = GroupedGemmAlgo::CUBLAS_GROUPED;
+        else if (s != "per_expert_loop")
+            fail("CUDA backend: SKEW_GROUPED_GEMM={} is not an algorithm (per_expert_loop or cublas_grouped)", s);
+        spdlog::info("CUDA backend: grouped expert GEMM {}", grouped_gemm_algo_name(algo));
+    }
+    grouped_ = std::make_unique<GroupedMatmul>(*mm_, algo);
 }
 
 CudaBackend::~CudaBackend() {
