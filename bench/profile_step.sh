@@ -36,6 +36,7 @@ while (($#)); do
         *) CONFIG=$1; shift ;;
     esac
 done
+[[ "$TOOL" =~ ^(ranges|ncu|nsys)$ ]] || { echo "profile_step.sh: --tool is ranges, ncu or nsys, got '$TOOL'" >&2; exit 2; }
 [[ "$STEPS" =~ ^[0-9]+:[0-9]+$ ]] || { echo "profile_step.sh: --steps wants A:B, got '$STEPS'" >&2; exit 2; }
 FIRST=${STEPS%%:*} LAST=${STEPS##*:}
 ((FIRST >= 1 && LAST >= FIRST)) || { echo "profile_step.sh: --steps $STEPS: need 1 <= A <= B" >&2; exit 2; }
@@ -54,24 +55,49 @@ echo "profile_step.sh: ${TRAIN[*]}" | tee "$OUT/command.txt"
 T0=$(date +%s)
 case "$TOOL" in
     ranges)
-        SKEW_RANGE_TIMES="$OUT/phases.tsv" "${TRAIN[@]}" > "$OUT/train.log" 2>&1
+        LAUNCH=(env "SKEW_RANGE_TIMES=$OUT/phases.tsv" "${TRAIN[@]}")
         ;;
     ncu)
         command -v ncu >/dev/null || { echo "profile_step.sh: ncu is not on PATH" >&2; exit 2; }
         # one metric, one pass: no kernel replay of memory, no cache flush, clocks left alone
-        ncu --profile-from-start off --nvtx --metrics gpu__time_duration.sum --cache-control none \
-            --clock-control none --replay-mode kernel -f -o "$OUT/profile" "${TRAIN[@]}" > "$OUT/train.log" 2>&1
-        ncu -i "$OUT/profile.ncu-rep" --print-summary per-nvtx --csv > "$OUT/phases.csv"
+        LAUNCH=(ncu --profile-from-start off --nvtx --metrics gpu__time_duration.sum --cache-control none
+                --clock-control none --replay-mode kernel -f -o "$OUT/profile" "${TRAIN[@]}")
         ;;
     nsys)
         command -v nsys >/dev/null || { echo "profile_step.sh: nsys is not on PATH" >&2; exit 2; }
-        nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop --trace=cuda,nvtx,cublas \
-            -f true -o "$OUT/profile" "${TRAIN[@]}" > "$OUT/train.log" 2>&1
-        nsys stats --report nvtx_gpu_proj_sum --format csv -o "$OUT/phases" "$OUT/profile.nsys-rep" > /dev/null
+        LAUNCH=(nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop --trace=cuda,nvtx,cublas
+                -f true -o "$OUT/profile" "${TRAIN[@]}")
         ;;
     *) echo "profile_step.sh: --tool is ranges, ncu or nsys, got '$TOOL'" >&2; exit 2 ;;
 esac
-echo "profile_step.sh: $TOOL took $(( $(date +%s) - T0 ))s (training start-up and the unprofiled steps included)"
+# The run ends with a checkpoint (--stop-after), which for a large model is minutes of disk
+# writes: once the trainer logs that the capture stopped (the table is written by then), the
+# trainer process is killed, so the checkpoint is skipped; a profiler wrapping it then writes its report.
+"${LAUNCH[@]}" > "$OUT/train.log" 2>&1 &
+PID=$!
+while kill -0 "$PID" 2>/dev/null; do
+    if grep -q "profiler capture stopped" "$OUT/train.log" 2>/dev/null; then
+        if [[ "$TOOL" == ranges ]]; then
+            APP=$PID
+        else
+            APP=$(ps -o pid= --ppid "$PID" 2>/dev/null | head -1 | tr -d ' ' || true)
+        fi
+        [[ -n "$APP" ]] && kill -KILL "$APP" 2>/dev/null
+        break
+    fi
+    sleep 1
+done
+wait "$PID" || true
+if ! grep -q "profiler capture stopped" "$OUT/train.log"; then
+    echo "profile_step.sh: the run ended before its capture window closed; last lines of $OUT/train.log:" >&2
+    tail -5 "$OUT/train.log" >&2
+    exit 1
+fi
+case "$TOOL" in
+    ncu) ncu -i "$OUT/profile.ncu-rep" --print-summary per-nvtx --csv > "$OUT/phases.csv" ;;
+    nsys) nsys stats --report nvtx_gpu_proj_sum --format csv -o "$OUT/phases" "$OUT/profile.nsys-rep" > /dev/null ;;
+esac
+echo "profile_step.sh: $TOOL took $(( $(date +%s) - T0 ))s (start-up and the unprofiled steps included)"
 case "$TOOL" in
     ranges)
         # the phases: the step, forward / backward, per block, head, optimizer per tier

@@ -137,3 +137,34 @@ TEST_CASE("gpu fused LM head with fp32 x and wte (fp32 dlogits in place) matches
     gpu().lm_head_cross_entropy(gmean.p, nullptr, gdx2.p, nullptr, gx.p, gwte.p, gtg.p, 0.5f, s, gws.p);
     require_close("lm head fp32 dx (no dwte)", gdx2.get(), dx, 1e-8);
 }
+
+TEST_CASE("gpu fused LM head with fp32 x and wte and a bf16 dwte in the whole-dlogits layout matches the CPU") {
+    SKEW_REQUIRE_GPU();
+    auto cpu = cpu_backend();
+    // 660 tokens: two chunks (640 + 20) and 660 <= 640 + 2 x 32, so the workspace has the
+    // whole-dlogits layout; fp32 operands keep their dlogits in place and put the fp32 dwte
+    // accumulator (a bf16 dwte is rounded once) at the start of the dlogits region.
+    const ClassifierShape s{660, 32, 50257, 50304};
+    REQUIRE(cuda::lm_head_chunk_tokens(s) < s.n_tokens);
+    REQUIRE(cuda_ws::lm_head_whole_dlogits(s.n_tokens, s.d_model, s.padded_vocab_size));
+    const int64_t n = s.n_tokens, C = s.d_model, Vp = s.padded_vocab_size;
+    const auto x = random_vector(n * C, 13), wte = random_normal(Vp * C, 14, 0.5f);
+    std::vector<int32_t> tg(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) tg[static_cast<size_t>(i)] = int32_t((i * 7321) % s.vocab_size);
+    Dev<float> gx(x), gwte(wte);
+    Dev<int32_t> gtg(tg);
+    std::vector<uint8_t> cws(static_cast<size_t>(cpu->lm_head_workspace_bytes(s)));
+    Dev<uint8_t> gws(static_cast<size_t>(gpu().lm_head_workspace_bytes(s)));
+    float mean = 0.0f;
+    std::vector<float> losses(static_cast<size_t>(n)), dx(static_cast<size_t>(n * C));
+    std::vector<bf16> dwte = to_bf16(random_vector(Vp * C, 15, -1e-4f, 1e-4f));  // accumulated into
+    Dev<float> gmean(1), glosses(losses.size()), gdx(dx.size());
+    Dev<bf16> gdwte(dwte);
+    cpu->lm_head_cross_entropy(&mean, losses.data(), dx.data(), dwte.data(), x.data(), wte.data(), tg.data(), 1.0f, s,
+                               cws.data());
+    gpu().lm_head_cross_entropy(gmean.p, glosses.p, gdx.p, gdwte.p, gx.p, gwte.p, gtg.p, 1.0f, s, gws.p);
+    CHECK(std::fabs(gmean.get()[0] - mean) <= 1e-5f * std::fabs(mean));
+    require_close("lm head fp32 operands losses", glosses.get(), losses, 1e-10);
+    require_close("lm head fp32 operands dx", gdx.get(), dx, 1e-8);
+    require_close("lm head fp32 operands dwte bf16", gdwte.get(), dwte, 1e-5);
+}
