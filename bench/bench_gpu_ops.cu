@@ -6,6 +6,7 @@
 // Usage: bench_gpu_ops [out.jsonl] [--quick]
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/matmul.h"
@@ -104,6 +106,131 @@ std::vector<int64_t> make_offsets(int64_t rows, int64_t E, const std::string& ki
 
 }  // namespace
 
+// ==== GEMM section: dense ceiling, grouped expert GEMM algorithms, LM head (kernels/cuda/matmul.*,
+// moe_matmul.*, cross_entropy.cu). Every rate is reported against ceilings measured in this run:
+// the dense bf16 GEMM of the same FLOPs ("fraction_of_dense") and, for the weight gradient (per
+// expert 4096 x 4096 with k ~ 128 rows: memory-bound), the device-to-device copy bandwidth
+// ("fraction_of_memory_floor" = time to move dW in and out and the inputs once at that bandwidth
+// / measured time).
+namespace {
+
+void bench_gemm_section(cuda::CudaBackend& be, cudaStream_t st, int iters, bool quick) {
+    const int64_t B = 64, T = 128, N = B * T, C = 4096, HID = 4096, E = 128, K = 2;
+    const int64_t V = 50257, Vp = 50304;
+    std::printf("---- GEMM section\n");
+    // copy bandwidth (read + write bytes per second): the memory ceiling of this run
+    double copy_gbs = 0.0;
+    {
+        const size_t bytes = size_t(1) << 31;
+        void* a = dalloc(bytes);
+        void* b = dalloc(bytes);
+        const double ms = time_ms(st, [&] { cuda_check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st)); }, iters);
+        copy_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+        report("gemm section: device copy 2 GiB (memory ceiling)", ms, 0, 2.0 * double(bytes));
+        cudaFree(a);
+        cudaFree(b);
+    }
+    // grouped expert GEMM, both algorithms, offsets prefetched once (as after a dispatch)
+    {
+        const int64_t rows = N * K;
+        bf16* xs = random_bf16(rows * C, 104);
+        bf16* w = random_bf16(E * HID * C, 105, 0.05f);
+        bf16* ys = random_bf16(rows * HID, 106);
+        float* dw32 = static_cast<float*>(dalloc(static_cast<size_t>(E * HID * C) * 4));
+        bf16* dw16 = static_cast<bf16*>(dalloc(static_cast<size_t>(E * HID * C) * 2));
+        int64_t* off_d = static_cast<int64_t*>(dalloc(static_cast<size_t>(E + 1) * 8));
+        const double f = 2.0 * double(rows) * double(C) * double(HID);
+        const double dense_ms = time_ms(st, [&] { be.matmul_forward(ys, xs, w, rows, C, HID); }, iters);
+        report("gemm section: dense bf16 (16384x4096x4096)", dense_ms, f, 0);
+        cuda::GroupedMatmul& gm = be.grouped_matmul();
+        for (const auto algo : {cuda::GroupedGemmAlgo::PER_EXPERT_LOOP, cuda::GroupedGemmAlgo::CUBLAS_GROUPED}) {
+            gm.set_algo(algo);
+            const std::string an = cuda::grouped_gemm_algo_name(algo);
+            for (const std::string kind : {"uniform", "skewed", "empty"}) {
+                const auto off = make_offsets(rows, E, kind);
+                int64_t nonempty = 0;
+                for (int64_t e = 0; e < E; ++e) nonempty += off[size_t(e + 1)] > off[size_t(e)];
+                cuda_check(cudaMemcpy(off_d, off.data(), off.size() * 8, cudaMemcpyHostToDevice));
+                be.synchronize();
+                gm.prefetch_offsets(off_d, E, st);
+                const std::string tag = " " + an + " " + kind;
+                const double fwd = time_ms(st, [&] { be.moe_matmul_forward(ys, xs, w, off_d, E, C, HID); }, iters);
+                report("gemm section: grouped fwd" + tag, fwd, f, 0, "\"fraction_of_dense\": " + std::to_string(dense_ms / fwd));
+                const double dg =
+                    time_ms(st, [&] { be.moe_matmul_backward(xs, nullptr, ys, xs, w, off_d, E, C, HID, false); }, iters);
+                report("gemm section: grouped dgrad" + tag, dg, f, 0, "\"fraction_of_dense\": " + std::to_string(dense_ms / dg));
+                for (const int fp32 : {1, 0}) {
+                    const TensorRef dw = fp32 ? TensorRef(dw32) : TensorRef(dw16);
+                    const double wb = fp32 ? 4.0 : 2.0;
+                    // floor: every non-empty expert's dW read and written once, the inputs read once
+                    const double bytes = 2.0 * wb * double(nonempty) * double(HID * C) + 2.0 * double(rows) * double(C + HID);
+                    const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3;
+                    const double wg =
+                        time_ms(st, [&] { be.moe_matmul_backward(nullptr, dw, ys, xs, w, off_d, E, C, HID, false); }, iters);
+                    report(std::string("gemm section: grouped wgrad ") + (fp32 ? "fp32" : "bf16") + tag, wg, f, bytes,
+                           "\"fraction_of_dense\": " + std::to_string(dense_ms / wg) +
+                               ", \"floor_ms\": " + std::to_string(floor_ms) +
+                               ", \"fraction_of_memory_floor\": " + std::to_string(floor_ms / wg) +
+                               ", \"floor_tflops\": " + std::to_string(f / (floor_ms * 1e-3) / 1e12));
+                }
+                be.synchronize();
+            }
+        }
+        gm.set_algo(cuda::GroupedGemmAlgo::PER_EXPERT_LOOP);
+        for (void* p : {(void*)xs, (void*)w, (void*)ys, (void*)dw32, (void*)dw16, (void*)off_d}) cudaFree(p);
+    }
+    // LM head + cross-entropy (8,192 tokens x 50,304 x 4096): the fused op with bf16 and fp32 dwte
+    // against its three GEMMs timed alone in this run (the floor of any head built on them)
+    {
+        bf16* x = random_bf16(N * C, 107);
+        bf16* dx = random_bf16(N * C, 108);
+        bf16* wte = random_bf16(Vp * C, 109, 0.05f);
+        float* dwte32 = static_cast<float*>(dalloc(static_cast<size_t>(Vp * C) * 4));
+        bf16* dwte16 = static_cast<bf16*>(dalloc(static_cast<size_t>(Vp * C) * 2));
+        bf16* dlogits = random_bf16(N * Vp, 110, 1e-4f);
+        std::vector<int32_t> tg(static_cast<size_t>(N));
+        std::mt19937 gen(3);
+        for (auto& t : tg) t = int32_t(gen() % uint32_t(V));
+        int32_t* tg_d = static_cast<int32_t*>(dalloc(static_cast<size_t>(N) * 4));
+        cuda_check(cudaMemcpy(tg_d, tg.data(), tg.size() * 4, cudaMemcpyHostToDevice));
+        const ClassifierShape cs{N, C, V, Vp};
+        const int64_t ws_bytes = be.lm_head_workspace_bytes(cs);
+        void* ws = dalloc(static_cast<size_t>(ws_bytes));
+        float* mean_loss = static_cast<float*>(dalloc(4));
+        const double g1 = 2.0 * double(N) * double(Vp) * double(C);
+        const int hi = quick ? 1 : 3;
+        // the three GEMMs alone (logits fp32 in the chunk size the head uses, dx, dwte)
+        const int64_t chunk = cuda::lm_head_chunk_tokens(cs);
+        float* logits = static_cast<float*>(ws);
+        const double t_logits = time_ms(st, [&] {
+            for (int64_t i0 = 0; i0 < N; i0 += chunk)
+                be.matmul(TensorRef(logits), ConstTensorRef(x + i0 * C), ConstTensorRef(wte),
+                          MatmulShape{std::min(chunk, N - i0), Vp, C, false, true});
+        }, hi);
+        report("gemm section: lm head logits gemm (chunks, fp32 out)", t_logits, g1, 0);
+        const double t_dx = time_ms(st, [&] { be.matmul(dx, dlogits, wte, MatmulShape{N, C, Vp}); }, hi);
+        report("gemm section: lm head dx gemm (bf16)", t_dx, g1, 0);
+        const double t_dw = time_ms(st, [&] { be.matmul(dwte16, dlogits, x, MatmulShape{Vp, C, N, true, false, 1.0f, 1.0f}); }, hi);
+        report("gemm section: lm head dwte gemm (bf16, k 8192)", t_dw, g1, 0);
+        const double gemms = t_logits + t_dx + t_dw;
+        for (const int fp32 : {0, 1}) {
+            const TensorRef dw = fp32 ? TensorRef(dwte32) : TensorRef(dwte16);
+            const double ms = time_ms(
+                st, [&] { be.lm_head_cross_entropy(mean_loss, nullptr, dx, dw, x, wte, tg_d, 1.0f, cs, ws); }, hi);
+            report(std::string("gemm section: lm head + cross-entropy fused (fwd+bwd, dwte ") + (fp32 ? "fp32" : "bf16") + ")",
+                   ms, 3 * g1, 0,
+                   "\"three_gemms_ms\": " + std::to_string(gemms) + ", \"fraction_of_gemm_floor\": " +
+                       std::to_string(gemms / ms) + ", \"target_ms\": 12, \"workspace_mib\": " + std::to_string(ws_bytes >> 20));
+        }
+        for (void* p : {(void*)x, (void*)dx, (void*)wte, (void*)dwte32, (void*)dwte16, (void*)dlogits, (void*)tg_d, ws,
+                        (void*)mean_loss})
+            cudaFree(p);
+    }
+    std::printf("---- end of GEMM section\n");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
     bool quick = false;
     const char* out_path = nullptr;
@@ -171,6 +298,8 @@ int main(int argc, char** argv) {
         cudaFree(dw);
         cudaFree(off_d);
     }
+
+    bench_gemm_section(be, st, iters, quick);
 
     // ---- attention (flash-style, CUDA cores): B 64, T 128, 32/8 heads of 128
     {

@@ -24,6 +24,7 @@ std::vector<BufferSpec> cuda_workspace_buffers(const Config& cfg, const ParamTab
     if (has_moe) {
         scratch = std::max(scratch, cuda_ws::moe_router_forward_scratch_bytes(N, m.n_experts));
         scratch = std::max(scratch, cuda_ws::moe_dispatch_scratch_bytes(N, m.top_k, m.n_experts));
+        scratch = std::max(scratch, cuda_ws::moe_matmul_scratch_bytes(m.n_experts));
     }
     std::vector<BufferSpec> out;
     auto add = [&](const char* name, DType dt, int64_t n) {

@@ -56,6 +56,10 @@ inline int64_t moe_dispatch_scratch_bytes(int64_t n_tokens, int64_t top_k, int64
     return counting_sort_scratch_bytes(n_tokens * top_k, n_experts);
 }
 
+/// Scratch of the cuBLAS grouped expert GEMM (kernels/cuda/moe_matmul.h): the device arrays of A,
+/// B and C pointers, one entry per expert each.
+inline int64_t moe_matmul_scratch_bytes(int64_t n_experts) { return align16(3 * std::max<int64_t>(1, n_experts) * 8); }
+
 /// Blocks of the grad-norm reduction over a buffer of numel elements.
 inline int64_t sum_squares_blocks(int64_t numel) { return (numel + SUM_SQUARES_CHUNK - 1) / SUM_SQUARES_CHUNK; }
 
@@ -79,13 +83,36 @@ inline int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t d_model, int64_t p
     return chunk;
 }
 
-/// Workspace of lm_head_cross_entropy: fp32 logits | bf16 dlogits (chunk, Vp) | per-token losses
-/// (n_tokens fp32) | with more than one chunk, the fp32 dwte accumulator (Vp, d_model).
+/// With several chunks, whether the fused head keeps the bf16 dlogits of every token (n_tokens, Vp)
+/// instead of a chunk's dlogits and an fp32 dwte accumulator: then dx and dwte are one product
+/// each over all tokens (k = n_tokens for dwte, rounded once) rather than one per chunk, which
+/// re-reads and re-writes dwte per chunk. Taken when it costs no more memory than the chunked
+/// layout (n_tokens <= chunk + 2·d_model; the paper's 8,192 tokens at d_model 4096 qualify).
+inline bool lm_head_whole_dlogits(int64_t n_tokens, int64_t d_model, int64_t padded_vocab_size) {
+    const int64_t n = std::max<int64_t>(1, n_tokens);
+    const int64_t chunk = lm_head_chunk_tokens(n_tokens, d_model, padded_vocab_size);
+    return chunk < n && n <= chunk + 2 * d_model;
+}
+
+/// Bytes of the fused head's second region: one chunk: bf16 dlogits (n, Vp); several chunks with
+/// whole dlogits: bf16 dlogits (n, Vp), at least Vp·d_model fp32 (the accumulator of the fp32-operand
+/// path); otherwise bf16 dlogits (chunk, Vp) | fp32 dwte accumulator (Vp, d_model).
+inline int64_t lm_head_dlogits_region_bytes(int64_t n_tokens, int64_t d_model, int64_t padded_vocab_size) {
+    const int64_t chunk = lm_head_chunk_tokens(n_tokens, d_model, padded_vocab_size), Vp = padded_vocab_size;
+    const int64_t n = std::max<int64_t>(1, n_tokens);
+    if (chunk >= n) return align256(n * Vp * 2);
+    if (lm_head_whole_dlogits(n_tokens, d_model, padded_vocab_size))
+        return align256(std::max(n * Vp * 2, Vp * d_model * 4));
+    return align256(chunk * Vp * 2) + align256(Vp * d_model * 4);
+}
+
+/// Workspace of lm_head_cross_entropy: fp32 logits (chunk, Vp) | the dlogits region
+/// (lm_head_dlogits_region_bytes) | per-token losses (n_tokens fp32).
 inline int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t d_model, int64_t padded_vocab_size) {
     const int64_t chunk = lm_head_chunk_tokens(n_tokens, d_model, padded_vocab_size), Vp = padded_vocab_size;
     const int64_t n = std::max<int64_t>(1, n_tokens);
-    return align256(chunk * Vp * 4) + align256(chunk * Vp * 2) + align256(n * 4) +
-           (chunk < n ? align256(Vp * d_model * 4) : 0);
+    return align256(chunk * Vp * 4) + lm_head_dlogits_region_bytes(n_tokens, d_model, padded_vocab_size) +
+           align256(n * 4);
 }
 
 /// Scratch of the fused SkewAdam/Adafactor update of n_mat matrices of rows x cols: row and column

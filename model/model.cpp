@@ -172,7 +172,10 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
 
     // FFN sub-block: d_ln_out = dFFN/d(LN2 out)^T · g
     if (!p.moe) {
-        be.matmul_backward(a.d_ffn_act, p.ffn_w3.grad, a.d_stream, a.ffn_act, p.ffn_w3.w(), x.N, x.ff, x.d);
+        // the fp32 stream gradient rounded to bf16 once (as the MoE path does), so both products of
+        // w3's backward are bf16 x bf16 with fp32 accumulation (tensor cores on the GPU)
+        be.convert(a.d_resid, a.d_stream, x.N * x.d);
+        be.matmul_backward(a.d_ffn_act, p.ffn_w3.grad, a.d_resid, a.ffn_act, p.ffn_w3.w(), x.N, x.ff, x.d);
         be.swiglu_backward(a.d_ffn_h1, a.d_ffn_h2, a.d_ffn_act, a.ffn_h1, a.ffn_h2, x.N * x.ff);
         be.matmul_backward(a.d_ln_out, p.ffn_w1.grad, a.d_ffn_h1, a.ln2_out, p.ffn_w1.w(), x.N, x.d, x.ff);
         be.matmul_backward(a.d_ln_out, p.ffn_w2.grad, a.d_ffn_h2, a.ln2_out, p.ffn_w2.w(), x.N, x.d, x.ff, true);
@@ -199,8 +202,9 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
                           a.d_ln_out, a.resid1, lnw2, a.ln2_mean, a.ln2_rstd, x.N, x.d);
     be.accumulate(a.d_stream, a.d_resid, x.N * x.d);  // g = d resid1
 
-    // attention sub-block
-    be.matmul_backward(a.d_attn_out, p.wo.grad, a.d_stream, a.attn_out, p.wo.w(), x.N, x.qd, x.d);
+    // attention sub-block (attn.o's backward reads the stream gradient rounded to bf16, as w3's)
+    be.convert(a.d_resid, a.d_stream, x.N * x.d);
+    be.matmul_backward(a.d_attn_out, p.wo.grad, a.d_resid, a.attn_out, p.wo.w(), x.N, x.qd, x.d);
     const AttentionShape as{x.B, x.T, x.H, x.KV, x.hd};
     be.attention_backward(a.d_q, a.d_k, a.d_v, a.d_attn_out, a.q, a.k, a.v, a.attn_out, a.attn_lse, as);
     be.matmul_backward(a.d_ln_out, p.wq.grad, a.d_q, a.ln1_out, p.wq.w(), x.N, x.d, x.qd);

@@ -16,15 +16,24 @@ namespace {
 
 constexpr int kThreads = 512;
 
-// Row log-sum-exp over the first V columns (max subtracted); every thread gets it.
+// Row log-sum-exp over the first V columns; every thread gets it. One pass over the row (online
+// max and rescaled sum per thread, then the block's max and the rescaled partial sums), so the
+// fp32 logits are read once here instead of twice (the head is bound by these reads).
 __device__ float row_lse(const float* __restrict__ x, int64_t V, float* smem) {
-    float mx = -INFINITY;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, x[v]);
-    mx = block_max(mx, smem);
-    float s = 0.0f;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += expf(x[v] - mx);
-    s = block_sum(s, smem);
-    return mx + logf(s);
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+        const float xv = x[v];
+        if (xv > m) {
+            s = s * expf(m - xv) + 1.0f;
+            m = xv;
+        } else {
+            s += expf(xv - m);
+        }
+    }
+    const float mx = block_max(m, smem);
+    float part = m == -INFINITY ? 0.0f : s * expf(m - mx);
+    part = block_sum(part, smem);
+    return mx + logf(part);
 }
 
 __global__ void cross_entropy_forward_kernel(float* __restrict__ losses, const float* __restrict__ logits,
@@ -132,22 +141,28 @@ void lm_head_cross_entropy(Matmul& mm, float* mean_loss, float* losses, TensorRe
     }
     if (!workspace) throw_op_error("lm_head_cross_entropy", "null workspace (size from lm_head_workspace_bytes)");
     const int64_t chunk = lm_head_chunk_tokens(s);
+    const bool backward = dx || dwte;
+    const bool use_bf16 = bf16_path(x, wte);
+    // bf16 path with several chunks and room for every token's dlogits: the chunks write their
+    // rows of one (n, Vp) bf16 dlogits, then dx and dwte are one product each (k = n for dwte).
+    const bool whole = backward && use_bf16 && cuda_ws::lm_head_whole_dlogits(n, C, Vp);
     char* base = static_cast<char*>(workspace);
     float* logits = reinterpret_cast<float*>(base);  // (chunk, Vp)
     base += align256(chunk * Vp * 4);
-    bf16* dlogits16 = reinterpret_cast<bf16*>(base);  // (chunk, Vp), bf16 path
-    base += align256(chunk * Vp * 2);
+    char* region = base;  // the dlogits region (engine/cuda_workspace.h)
+    base += cuda_ws::lm_head_dlogits_region_bytes(n, C, Vp);
     float* local_losses = reinterpret_cast<float*>(base);  // (n)
-    base += align256(n * 4);
-    float* dwte32 = reinterpret_cast<float*>(base);  // (Vp, C): a bf16 dwte over several chunks
     if (!losses) losses = local_losses;
+    bf16* dlogits16 = reinterpret_cast<bf16*>(region);  // (chunk or n, Vp), bf16 path
+    // the fp32 dwte accumulator: after the chunk's dlogits, or (whole-dlogits layout, fp32
+    // operands) at the start of the region, which the fp32 path's in-place dlogits leave free
+    float* dwte32 = reinterpret_cast<float*>(
+        chunk < n && !cuda_ws::lm_head_whole_dlogits(n, C, Vp) ? region + align256(chunk * Vp * 2) : region);
 
-    const bool backward = dx || dwte;
-    const bool use_bf16 = bf16_path(x, wte);
     TensorRef dw = dwte;
     // A bf16 dwte is rounded once: over several chunks through the fp32 accumulator; with one
-    // chunk the product adds into it directly (fp32 accumulation, one rounding).
-    const bool accumulator = dwte && dwte.type == ScalarType::BF16 && chunk < n;
+    // chunk or whole dlogits the single product adds into it directly (fp32 accumulation).
+    const bool accumulator = dwte && dwte.type == ScalarType::BF16 && chunk < n && !whole;
     if (accumulator) {
         zero(TensorRef(dwte32), Vp * C, stream);
         dw = TensorRef(dwte32);
@@ -164,19 +179,25 @@ void lm_head_cross_entropy(Matmul& mm, float* mean_loss, float* losses, TensorRe
             cuda_check_kernel("cross_entropy_forward_kernel");
             continue;
         }
-        TensorRef dlog = use_bf16 ? TensorRef(dlogits16) : TensorRef(logits);
+        bf16* dlog16 = whole ? dlogits16 + i0 * Vp : dlogits16;
+        TensorRef dlog = use_bf16 ? TensorRef(dlog16) : TensorRef(logits);
         if (use_bf16)
             cross_entropy_backward_kernel<bf16><<<unsigned(m), kThreads, 0, stream>>>(
-                dlogits16, losses + i0, logits, targets + i0, scale, V, Vp, error_word);
+                dlog16, losses + i0, logits, targets + i0, scale, V, Vp, error_word);
         else
             cross_entropy_backward_kernel<float><<<unsigned(m), kThreads, 0, stream>>>(
                 logits, losses + i0, logits, targets + i0, scale, V, Vp, error_word);
         cuda_check_kernel("cross_entropy_backward_kernel");
+        if (whole) continue;  // the products run once over all tokens below
         if (dx) {
             const TensorRef dxc(static_cast<char*>(dx.data) + i0 * C * scalar_type_bytes(dx.type), dx.type);
             mm.run(dxc, dlog, wte, MatmulShape{m, C, Vp}, stream);
         }
         if (dw) mm.run(dw, dlog, xc, MatmulShape{Vp, C, m, true, false, 1.0f, 1.0f}, stream);
+    }
+    if (whole) {
+        if (dx) mm.run(dx, TensorRef(dlogits16), wte, MatmulShape{n, C, Vp}, stream);
+        if (dwte) mm.run(dwte, TensorRef(dlogits16), x, MatmulShape{Vp, C, n, true, false, 1.0f, 1.0f}, stream);
     }
     if (accumulator) accumulate(dwte, ConstTensorRef(static_cast<const float*>(dwte32)), Vp * C, stream);
     if (mean_loss) {

@@ -6,12 +6,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "engine/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_alloc.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
@@ -33,18 +35,28 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (device < 0 || device >= n) fail("CUDA backend: device {} does not exist ({} visible)", device, n);
     cuda_check(cudaSetDevice(device));
     cuda_check(cudaStreamCreate(&stream_));
-    cuda_check(cudaMalloc(reinterpret_cast<void**>(&error_word_), sizeof(int)));
+    error_word_ = static_cast<int*>(device_alloc(sizeof(int), "CUDA backend: error word"));
     cuda_check(cudaMemsetAsync(error_word_, 0, sizeof(int), stream_));
     mm_ = std::make_unique<Matmul>();
-    grouped_ = std::make_unique<GroupedMatmul>(*mm_);
+    // The grouped expert GEMM's algorithm: per-expert cuBLASLt loop unless SKEW_GROUPED_GEMM names
+    // the other (for measuring both in a training run; docs/profiling.md).
+    GroupedGemmAlgo algo = GroupedGemmAlgo::PER_EXPERT_LOOP;
+    if (const char* v = std::getenv("SKEW_GROUPED_GEMM"); v && *v) {
+        const std::string s = v;
+        if (s == "cublas_grouped") algo = GroupedGemmAlgo::CUBLAS_GROUPED;
+        else if (s != "per_expert_loop")
+            fail("CUDA backend: SKEW_GROUPED_GEMM={} is not an algorithm (per_expert_loop or cublas_grouped)", s);
+        spdlog::info("CUDA backend: grouped expert GEMM {}", grouped_gemm_algo_name(algo));
+    }
+    grouped_ = std::make_unique<GroupedMatmul>(*mm_, algo);
 }
 
 CudaBackend::~CudaBackend() {
     if (stream_) cudaStreamSynchronize(stream_);
     grouped_.reset();
     mm_.reset();
-    if (scratch_) cudaFree(scratch_);
-    if (error_word_) cudaFree(error_word_);
+    device_free(scratch_);
+    device_free(error_word_);
     if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -67,17 +79,18 @@ void* CudaBackend::scratch(int64_t bytes) {
     if (bytes > scratch_bytes_) {
         if (scratch_) {
             cuda_check(cudaStreamSynchronize(stream_));  // work queued on the old scratch may still read it
-            cuda_check(cudaFree(scratch_));
+            device_free(scratch_);
             scratch_ = nullptr;
         }
         const int64_t grown = std::max(bytes, scratch_bytes_ + scratch_bytes_ / 2);
-        cuda_check(cudaMalloc(&scratch_, size_t(grown)));
+        scratch_ = device_alloc(grown, "CUDA backend: op scratch");
         scratch_bytes_ = grown;
     }
     return scratch_;
 }
 
 void CudaBackend::synchronize() {
+    grouped_->forget_offsets();  // the host may now write device memory the prefetched offsets came from
     cuda_check(cudaStreamSynchronize(stream_));
     check_errors();
 }
@@ -98,6 +111,7 @@ void CudaBackend::check_errors() {
 
 void CudaBackend::copy_to_device(void* dst, const void* src, int64_t bytes) {
     check_nonneg("copy_to_device bytes", bytes);
+    grouped_->forget_offsets();
     if (bytes == 0) return;
     // Pageable sources are staged before the call returns; pinned ones are read asynchronously.
     cuda_check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream_));
@@ -197,6 +211,8 @@ void CudaBackend::moe_dispatch(int64_t* sorted_to_copy, int64_t* copy_to_sorted,
     void* sc = scratch(moe_dispatch_scratch_bytes(n_tokens, top_k, n_experts));
     cuda::moe_dispatch(sorted_to_copy, copy_to_sorted, offsets, expert_idx, n_tokens, top_k, n_experts, error_word_, sc,
                        stream_);
+    // the grouped products of this dispatch read the offsets on the host: one asynchronous copy now
+    grouped_->prefetch_offsets(offsets, n_experts, stream_);
 }
 
 void CudaBackend::moe_gather_forward(bf16* xs, const bf16* x, const int64_t* sorted_to_copy, int64_t n_tokens,
@@ -212,15 +228,17 @@ void CudaBackend::moe_gather_backward(bf16* dx, const bf16* dxs, const int64_t* 
 void CudaBackend::moe_matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight, const int64_t* offsets,
                                      int64_t n_experts, int64_t in_features, int64_t out_features) {
     SKEW_NVTX_RANGE("moe_matmul_forward");
-    grouped_->forward(out, inp, weight, offsets, n_experts, in_features, out_features, stream_);
+    void* sc = grouped_->algo() == GroupedGemmAlgo::CUBLAS_GROUPED ? scratch(moe_matmul_scratch_bytes(n_experts)) : nullptr;
+    grouped_->forward(out, inp, weight, offsets, n_experts, in_features, out_features, sc, stream_);
 }
 
 void CudaBackend::moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout, ConstTensorRef inp,
                                       ConstTensorRef weight, const int64_t* offsets, int64_t n_experts,
                                       int64_t in_features, int64_t out_features, bool accumulate_dinp) {
     SKEW_NVTX_RANGE("moe_matmul_backward");
+    void* sc = grouped_->algo() == GroupedGemmAlgo::CUBLAS_GROUPED ? scratch(moe_matmul_scratch_bytes(n_experts)) : nullptr;
     grouped_->backward(dinp, dweight, dout, inp, weight, offsets, n_experts, in_features, out_features, accumulate_dinp,
-                       stream_);
+                       sc, stream_);
 }
 
 void CudaBackend::moe_combine_forward(bf16* out, const bf16* ys, const float* gates, const int64_t* copy_to_sorted,

@@ -21,7 +21,9 @@ class GroupedMatmul;
 class CudaBackend final : public Backend {
 public:
     /// Select `device`, create the stream, cuBLASLt handle and error word. Throws skew::Error when
-    /// there is no such device ("no CUDA device" with a hint).
+    /// there is no such device ("no CUDA device" with a hint). The environment variable
+    /// SKEW_GROUPED_GEMM (per_expert_loop, the default, or cublas_grouped) picks the grouped expert
+    /// GEMM's algorithm (kernels/cuda/moe_matmul.h); another value is an error naming it.
     explicit CudaBackend(int device = 0);
     ~CudaBackend() override;
     CudaBackend(const CudaBackend&) = delete;

@@ -5,6 +5,7 @@
 #include "kernels/cuda/matmul.h"
 
 #include <cublasLt.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include "engine/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_alloc.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/matmul_args.h"
 
@@ -61,6 +63,7 @@ struct Matmul::Impl {
     int64_t widen_elems = 0;
     float* ext_widen = nullptr;  // caller-owned (arena)
     int64_t ext_widen_elems = 0;
+    bool warned_widen = false;  // the first widening outside the caller's buffer is logged
 
     ~Impl() {
         for (auto& [k, p] : plans) {
@@ -69,20 +72,26 @@ struct Matmul::Impl {
             cublasLtMatrixLayoutDestroy(p.lc);
             cublasLtMatmulDescDestroy(p.desc);
         }
-        if (owns_workspace && workspace) cudaFree(workspace);
-        if (widen) cudaFree(widen);
+        if (owns_workspace) device_free(workspace);
+        device_free(widen);
         if (handle) cublasLtDestroy(handle);
     }
 
     float* widen_buffer(int64_t elems) {
         if (ext_widen && elems <= ext_widen_elems) return ext_widen;
         if (elems > widen_elems) {
+            if (!warned_widen) {
+                warned_widen = true;
+                spdlog::warn("matmul: a mixed-dtype product needs {} bytes of fp32 widening buffer, the caller's "
+                             "(ws.cuda_widen) holds {}; allocating outside the arena",
+                             elems * 4, ext_widen_elems * 4);
+            }
             if (widen) {
                 cuda_check(cudaDeviceSynchronize());  // queued products may still read the old buffer
-                cuda_check(cudaFree(widen));
+                device_free(widen);
             }
             widen = nullptr;
-            cuda_check(cudaMalloc(reinterpret_cast<void**>(&widen), size_t(elems) * sizeof(float)));
+            widen = static_cast<float*>(device_alloc(elems * int64_t(sizeof(float)), "matmul: widening buffer"));
             widen_elems = elems;
         }
         return widen;
@@ -158,7 +167,7 @@ struct Matmul::Impl {
 
 Matmul::Matmul() : impl_(std::make_unique<Impl>()) {
     cublas_check(cublasLtCreate(&impl_->handle));
-    cuda_check(cudaMalloc(&impl_->workspace, size_t(kDefaultWorkspace)));
+    impl_->workspace = device_alloc(kDefaultWorkspace, "matmul: cuBLASLt workspace");
     impl_->workspace_bytes = kDefaultWorkspace;
     impl_->owns_workspace = true;
 }
@@ -175,7 +184,7 @@ void Matmul::set_workspace(void* workspace, int64_t bytes) {
     if (bytes < 0) fail("matmul: negative workspace size {}", bytes);
     if (impl_->owns_workspace && impl_->workspace) {
         cuda_check(cudaDeviceSynchronize());
-        cuda_check(cudaFree(impl_->workspace));
+        device_free(impl_->workspace);
     }
     impl_->workspace = workspace;
     impl_->workspace_bytes = workspace ? bytes : 0;
@@ -191,6 +200,10 @@ void Matmul::set_workspace(void* workspace, int64_t bytes) {
 }
 
 int64_t Matmul::cached_shapes() const { return int64_t(impl_->plans.size()); }
+
+void* Matmul::workspace() const { return impl_->workspace; }
+
+int64_t Matmul::workspace_bytes() const { return impl_->workspace_bytes; }
 
 void Matmul::run(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s, cudaStream_t stream) {
     const int64_t m = s.m, n = s.n, k = s.k;

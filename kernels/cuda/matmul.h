@@ -34,6 +34,11 @@ public:
     /// shape when cuBLASLt has no algorithm.
     void run(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s, cudaStream_t stream);
 
+    /// The cuBLASLt workspace in use (caller-owned or own) and its size; the grouped expert GEMM
+    /// gives the same memory to cuBLAS.
+    void* workspace() const;
+    int64_t workspace_bytes() const;
+
     /// Number of distinct shapes whose algorithm is cached (for tests and benchmarks).
     int64_t cached_shapes() const;
 

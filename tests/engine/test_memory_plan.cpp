@@ -181,6 +181,7 @@ TEST_CASE("a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head,
         CHECK(scratch < emb + 256);
         CHECK(scratch >= cuda_ws::layernorm_backward_scratch_bytes(N, m.d_model));
         CHECK(scratch >= cuda_ws::moe_dispatch_scratch_bytes(N, m.top_k, m.n_experts));
+        CHECK(scratch >= cuda_ws::moe_matmul_scratch_bytes(m.n_experts));  // the grouped GEMM's pointers
         // The router's bf16 (N, d_model) operand widened to fp32.
         CHECK(pc.buffers[size_t(w)].numel() >= N * m.d_model);
         // The fused head's workspace fits act.logits, so the model takes the fused path on the GPU:
@@ -194,12 +195,22 @@ TEST_CASE("a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head,
         // The workspace total counts the library workspace and the CUDA scratch.
         CHECK(pc.workspace_bytes == pp.workspace_bytes + scratch + pc.buffers[size_t(w)].bytes());
     }
-    // At microbatch 64 (8,192 tokens) one chunk would be 2.5 GB: 640-token chunks (2^25 fp32 logits
-    // rounded down to 64 tokens) and the 50,304 x 4,096 fp32 accumulator (786 MiB) instead.
+    // At microbatch 64 (8,192 tokens) one chunk would be 2.5 GB: 640-token chunks of fp32 logits
+    // (2^25 rounded down to 64 tokens), and the bf16 dlogits of all 8,192 tokens (786 MiB, as much
+    // as the 50,304 x 4,096 fp32 accumulator that per-chunk dwte products would need), so dx and
+    // dwte are one product each.
     const int64_t N64 = 64 * T, Vp = m.padded_vocab_size;
     CHECK(cuda_ws::lm_head_chunk_tokens(N64, m.d_model, Vp) == 640);
+    CHECK(cuda_ws::lm_head_whole_dlogits(N64, m.d_model, Vp));
     CHECK(cuda_ws::lm_head_workspace_bytes(N64, m.d_model, Vp) ==
+          cuda_ws::align256(640 * Vp * 4) + cuda_ws::align256(N64 * Vp * 2) + N64 * 4);
+    CHECK(cuda_ws::lm_head_workspace_bytes(N64, m.d_model, Vp) <=
           cuda_ws::align256(640 * Vp * 4) + cuda_ws::align256(640 * Vp * 2) + N64 * 4 + Vp * m.d_model * 4);
+    // Three times the tokens: chunked dlogits and the fp32 accumulator again (less memory).
+    CHECK(!cuda_ws::lm_head_whole_dlogits(3 * N64, m.d_model, Vp));
+    CHECK(cuda_ws::lm_head_workspace_bytes(3 * N64, m.d_model, Vp) ==
+          cuda_ws::align256(640 * Vp * 4) + cuda_ws::align256(640 * Vp * 2) + cuda_ws::align256(Vp * m.d_model * 4) +
+              3 * N64 * 4);
     // SkewAdam's largest fused update: one expert tensor of 128 matrices 4096 x 4096 (row and
     // column means fp32) and the router's 1 x numel second moment are both covered.
     OptimizerConfig skew = builtin_optimizer("skewadam");

@@ -1,6 +1,7 @@
 // GPU tests of the cross-entropy over the padded vocabulary and of the fused tied LM head against
 // the CPU backend: losses, dlogits (padding columns zero), large logits, several token chunks, bf16
 // and fp32 gradients of the embedding.
+#include "engine/cuda_workspace.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "tests/gpu/gpu_harness.h"
 
@@ -76,7 +77,25 @@ TEST_CASE("gpu fused LM head + cross-entropy matches the CPU over several chunks
     SKEW_REQUIRE_GPU();
     const ClassifierShape s{3000, 64, 50257, 50304};  // 3000 tokens: several chunks of the GPU head
     REQUIRE(cuda::lm_head_chunk_tokens(s) < s.n_tokens);  // the fp32 dwte accumulator path
+    REQUIRE(!cuda_ws::lm_head_whole_dlogits(s.n_tokens, s.d_model, s.padded_vocab_size));
     check_fused_head(s);
+}
+
+TEST_CASE("gpu fused LM head keeping every token's bf16 dlogits (one dx and one dwte product) matches the CPU") {
+    SKEW_REQUIRE_GPU();
+    // 700 tokens: two chunks of fp32 logits (640 + 60), and 700 <= 640 + 2 x 64, so the head keeps
+    // the (700, 50304) bf16 dlogits and runs dx and dwte once over all tokens (the paper's 8,192
+    // tokens at d_model 4096 take this path; dwte bf16 is then rounded once without an accumulator)
+    const ClassifierShape s{700, 64, 50257, 50304};
+    REQUIRE(cuda::lm_head_chunk_tokens(s) < s.n_tokens);
+    REQUIRE(cuda_ws::lm_head_whole_dlogits(s.n_tokens, s.d_model, s.padded_vocab_size));
+    check_fused_head(s);
+    // the paper's shape takes it too, in no more memory than the chunked layout with its accumulator
+    REQUIRE(cuda_ws::lm_head_whole_dlogits(8192, 4096, 50304));
+    const int64_t chunk = cuda_ws::lm_head_chunk_tokens(8192, 4096, 50304);
+    CHECK(cuda_ws::lm_head_workspace_bytes(8192, 4096, 50304) <=
+          cuda_ws::align256(chunk * 50304 * 4) + cuda_ws::align256(chunk * 50304 * 2) + cuda_ws::align256(8192 * 4) +
+              cuda_ws::align256(int64_t(50304) * 4096 * 4));
 }
 
 TEST_CASE("gpu fused LM head in one chunk (bf16 dwte added into directly, no accumulator) matches the CPU") {
@@ -117,4 +136,35 @@ TEST_CASE("gpu fused LM head with fp32 x and wte (fp32 dlogits in place) matches
     Dev<float> gdx2(random_vector(n * C, 7));
     gpu().lm_head_cross_entropy(gmean.p, nullptr, gdx2.p, nullptr, gx.p, gwte.p, gtg.p, 0.5f, s, gws.p);
     require_close("lm head fp32 dx (no dwte)", gdx2.get(), dx, 1e-8);
+}
+
+TEST_CASE("gpu fused LM head with fp32 x and wte and a bf16 dwte in the whole-dlogits layout matches the CPU") {
+    SKEW_REQUIRE_GPU();
+    auto cpu = cpu_backend();
+    // 660 tokens: two chunks (640 + 20) and 660 <= 640 + 2 x 32, so the workspace has the
+    // whole-dlogits layout; fp32 operands keep their dlogits in place and put the fp32 dwte
+    // accumulator (a bf16 dwte is rounded once) at the start of the dlogits region.
+    const ClassifierShape s{660, 32, 50257, 50304};
+    REQUIRE(cuda::lm_head_chunk_tokens(s) < s.n_tokens);
+    REQUIRE(cuda_ws::lm_head_whole_dlogits(s.n_tokens, s.d_model, s.padded_vocab_size));
+    const int64_t n = s.n_tokens, C = s.d_model, Vp = s.padded_vocab_size;
+    const auto x = random_vector(n * C, 13), wte = random_normal(Vp * C, 14, 0.5f);
+    std::vector<int32_t> tg(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) tg[static_cast<size_t>(i)] = int32_t((i * 7321) % s.vocab_size);
+    Dev<float> gx(x), gwte(wte);
+    Dev<int32_t> gtg(tg);
+    std::vector<uint8_t> cws(static_cast<size_t>(cpu->lm_head_workspace_bytes(s)));
+    Dev<uint8_t> gws(static_cast<size_t>(gpu().lm_head_workspace_bytes(s)));
+    float mean = 0.0f;
+    std::vector<float> losses(static_cast<size_t>(n)), dx(static_cast<size_t>(n * C));
+    std::vector<bf16> dwte = to_bf16(random_vector(Vp * C, 15, -1e-4f, 1e-4f));  // accumulated into
+    Dev<float> gmean(1), glosses(losses.size()), gdx(dx.size());
+    Dev<bf16> gdwte(dwte);
+    cpu->lm_head_cross_entropy(&mean, losses.data(), dx.data(), dwte.data(), x.data(), wte.data(), tg.data(), 1.0f, s,
+                               cws.data());
+    gpu().lm_head_cross_entropy(gmean.p, glosses.p, gdx.p, gdwte.p, gx.p, gwte.p, gtg.p, 1.0f, s, gws.p);
+    CHECK(std::fabs(gmean.get()[0] - mean) <= 1e-5f * std::fabs(mean));
+    require_close("lm head fp32 operands losses", glosses.get(), losses, 1e-10);
+    require_close("lm head fp32 operands dx", gdx.get(), dx, 1e-8);
+    require_close("lm head fp32 operands dwte bf16", gdwte.get(), dwte, 1e-5);
 }

@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_cuda.h"
+#include "kernels/cuda/device_alloc.h"
 #include "tests/gpu/gpu_harness.h"
 
 using namespace skew;
@@ -184,4 +185,85 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
                                      << double(plan.peak_bytes) / double(1 << 20) << " MiB");
     CHECK(added >= plan.peak_bytes - (int64_t(2) << 20));  // cudaMemGetInfo counts in 2 MiB pages
     CHECK(added <= allowed);
+}
+
+// The arena holds everything a step needs (issue: "nothing allocated outside the arena during a
+// step"): with the backend bound to the plan's buffers as the trainer binds them (cuBLASLt
+// workspace ws.library, op scratch ws.cuda_scratch, widening buffer ws.cuda_widen), two whole
+// steps (forward, backward, clip, SkewAdam) make no counted backend allocation (kernels/cuda/
+// device_alloc.h: every cudaMalloc / cudaMallocHost of the backend goes through it), and the
+// second step (kernels and cuBLASLt algorithms loaded by the first) takes no device memory at all
+// by cudaMemGetInfo, which also sees the libraries' own allocations. Both gradient dtypes.
+TEST_CASE("configs/tiny.yaml on the CUDA backend: a training step allocates nothing outside the arena",
+          "[gpu][train][memory]") {
+    SKEW_REQUIRE_GPU();
+    for (const char* grad_dtype : {"bf16", "fp32"}) {
+        INFO("runtime.grad_dtype " << grad_dtype);
+        const Config cfg = load_config(tiny_config(), {std::string("runtime.grad_dtype=") + grad_dtype,
+                                                       "runtime.backend=cuda", "runtime.workspace_gib=0.03125"});
+        const ParamTable table = build_param_table(cfg.model);
+        const OptimizerConfig opt = builtin_optimizer("skewadam");
+        const MemoryPlan plan = build_memory_plan(cfg, table, opt, cfg.train.microbatch);
+        const int64_t mb = cfg.train.microbatch, T = cfg.train.seq_len, accum = cfg.train.grad_accum_steps();
+        cuda::CudaBackend& dev = gpu();
+        dev.synchronize();
+
+        Side g{allocate_cuda_arena(plan), {}, {}};
+        g.model = model_bind(cfg, table, g.arena, dev);
+        g.slots = arena_param_slots(opt, table, g.arena);
+        const int li = plan.find("ws.library"), si = plan.find("ws.cuda_scratch"), wi = plan.find("ws.cuda_widen"),
+                  oi = plan.find("ws.optimizer");
+        REQUIRE(li >= 0);
+        REQUIRE(si >= 0);
+        REQUIRE(oi >= 0);
+        dev.set_matmul_workspace(g.arena.ptr(li), plan.buffers[size_t(li)].bytes());
+        dev.set_scratch(g.arena.ptr(si), plan.buffers[size_t(si)].bytes());
+        if (wi >= 0)
+            dev.set_matmul_widen_buffer(static_cast<float*>(g.arena.ptr(wi)), plan.buffers[size_t(wi)].numel());
+        model_init(g.model, uint64_t(cfg.train.seed));
+
+        CudaOptimContext ctx;
+        ctx.stream = dev.stream();
+        REQUIRE(cublasCreate(&ctx.cublas) == CUBLAS_STATUS_SUCCESS);
+        cublasSetStream(ctx.cublas, ctx.stream);
+        ctx.scratch = g.arena.ptr(oi);
+        ctx.scratch_bytes = plan.buffers[size_t(oi)].bytes();
+        REQUIRE(optimizer_cuda_scratch_bytes(opt, g.slots) <= ctx.scratch_bytes);
+
+        const std::vector<int32_t> stream = lcg_stream(2 * cfg.train.batch_size * T + 1, 11, int32_t(cfg.model.vocab_size));
+        auto one_step = [&](uint32_t step) {
+            model_zero_grads(g.model);
+            for (int64_t i = 0; i < accum; ++i) {
+                const int32_t* x = stream.data() + ((int64_t(step) - 1) * accum + i) * mb * T;
+                model_forward_backward(g.model, x, x + 1, i, step, accum, true);
+            }
+            model_clip_gradients(g.model, cfg.train.grad_clip);
+            OptimStep os;
+            os.t = step;
+            os.lr = opt.lr;
+            os.seed = uint64_t(cfg.train.seed);
+            optimizer_step_cuda(opt, g.slots, os, ctx);
+            dev.synchronize();
+        };
+        const cuda::BackendAllocStats before = cuda::backend_alloc_stats();
+        one_step(1);
+        size_t free_before = 0, free_after = 0, total = 0;
+        REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+        one_step(2);
+        REQUIRE(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+        const cuda::BackendAllocStats after = cuda::backend_alloc_stats();
+
+        cublasDestroy(ctx.cublas);
+        dev.set_matmul_workspace(nullptr, 0);
+        dev.set_scratch(nullptr, 0);
+        dev.set_matmul_widen_buffer(nullptr, 0);
+
+        INFO("backend device allocations " << before.device_count << " -> " << after.device_count << " ("
+                                           << after.device_bytes - before.device_bytes << " bytes); pinned "
+                                           << before.pinned_count << " -> " << after.pinned_count);
+        CHECK(after.device_count == before.device_count);
+        CHECK(after.pinned_count == before.pinned_count);
+        INFO("free device memory before step 2 " << free_before << ", after " << free_after);
+        CHECK(free_after >= free_before);
+    }
 }
