@@ -20,20 +20,18 @@ constexpr int dq_smem_bytes() { return (2 * kTileM + 4 * kTileN) * stride<D>() *
 template <int D>
 constexpr int dkdv_smem_bytes() { return (2 * kTileN + 4 * kStepM) * stride<D>() * 2 + 4 * kStepM * 4; }
 
-// Raise a kernel's dynamic shared memory limit above the default 48 KiB (once per kernel).
+// Raise a kernel's dynamic shared memory limit above the default 48 KiB (a per-device setting:
+// set before every launch, a host-side call of about a microsecond).
 template <class Kernel>
-void allow_smem(Kernel kernel, int bytes, bool& done) {
-    if (done) return;
+void allow_smem(Kernel kernel, int bytes) {
     cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    done = true;
 }
 
 template <int D>
 void forward_launch(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttentionShape& s,
                     cudaStream_t stream) {
-    static bool ready = false;
     constexpr int smem = forward_smem_bytes<D>();
-    allow_smem(attention_forward_mma_kernel<D>, smem, ready);
+    allow_smem(attention_forward_mma_kernel<D>, smem);
     const float scale = 1.0f / std::sqrt(float(D));
     const dim3 grid(unsigned(s.batch * s.n_heads), unsigned((s.seq_len + kTileM - 1) / kTileM));
     attention_forward_mma_kernel<D><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, int(s.seq_len),
@@ -45,10 +43,9 @@ void forward_launch(bf16* out, float* lse, const bf16* q, const bf16* k, const b
 template <int D>
 void backward_launch(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                      const float* lse, const float* dvec, const AttentionShape& s, cudaStream_t stream) {
-    static bool ready_kv = false, ready_q = false;
     constexpr int smem_kv = dkdv_smem_bytes<D>(), smem_q = dq_smem_bytes<D>();
-    allow_smem(attention_backward_dkdv_mma_kernel<D>, smem_kv, ready_kv);
-    allow_smem(attention_backward_dq_mma_kernel<D>, smem_q, ready_q);
+    allow_smem(attention_backward_dkdv_mma_kernel<D>, smem_kv);
+    allow_smem(attention_backward_dq_mma_kernel<D>, smem_q);
     const float scale = 1.0f / std::sqrt(float(D));
     const int T = int(s.seq_len), H = int(s.n_heads), KV = int(s.n_kv_heads);
     const dim3 grid_kv(unsigned(s.batch * KV), unsigned((T + kTileN - 1) / kTileN));

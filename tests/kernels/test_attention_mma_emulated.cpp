@@ -3,11 +3,9 @@
 // PTX ISA) and compared with the CPU twin (kernels/cpu/attention.cpp): catches indexing, tiling,
 // masking, online-softmax, GQA-mapping and pipelining errors of the kernels on a machine with no
 // GPU. Not covered here: the hardware's own behaviour (the GPU tests in tests/gpu do that).
-// Shapes: T = 1 (dq, dk exactly 0), T across the 64-row tile, head_dim 16, 32, 64 and 128, GQA
+// Shapes: T = 1 (dq, dk exactly 0), T across the 64-row tile, T over four tiles (buffers reused), head_dim 16, 32, 64 and 128, GQA
 // ratios 1, 4 and 8. Limits as the GPU tests: normalized MSE <= 1e-4 (bf16 outputs).
 #include "tests/kernels/warp_emulator.h"
-
-#pragma GCC diagnostic ignored "-Wunknown-pragmas"  // the kernels' #pragma unroll is for nvcc
 
 namespace skew::cuda::attention_mma {
 alignas(16) unsigned char smem_raw[skew::emu::kSmemBytes];  // the kernels' extern __shared__ array
@@ -106,4 +104,8 @@ TEST_CASE("emulated tensor-core attention: head_dim 128 (the paper's), plain MHA
 TEST_CASE("emulated tensor-core attention: head_dim 16 (tiny.yaml) with 8 query heads per KV head, head_dim 32") {
     check_emulated(AttentionShape{1, 66, 8, 1, 16}, 41);
     check_emulated(AttentionShape{1, 45, 4, 2, 32}, 51);
+}
+
+TEST_CASE("emulated tensor-core attention: four key tiles (the double buffers reused), head_dim 16, 2 query heads per KV head") {
+    check_emulated(AttentionShape{1, 200, 2, 1, 16}, 61);
 }
