@@ -14,11 +14,15 @@ namespace skew::cuda {
 /// 65535 tiles of 64; batch·n_heads below 2^31).
 bool attention_mma_supports(const AttentionShape& s);
 
+/// Keys per tile of the forward and dQ kernels (attention_mma.cuh): 64 (the default, used by
+/// attention.h) or 32 (a third block per SM at head_dim 128; bench_gpu_ops times both).
+constexpr int kAttentionKeyTile = 64;
+
 void attention_forward_mma(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttentionShape& s,
-                           cudaStream_t stream);
+                           cudaStream_t stream, int key_tile = kAttentionKeyTile);
 void attention_backward_mma(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k,
                             const bf16* v, const float* lse, const float* dvec, const AttentionShape& s,
-                            cudaStream_t stream);
+                            cudaStream_t stream, int key_tile = kAttentionKeyTile);
 
 void attention_forward_simt(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                             const AttentionShape& s, cudaStream_t stream);

@@ -30,7 +30,7 @@ namespace skew::cuda::attention_mma {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileM = 64;   // query rows per block (forward, dQ): 16 per warp
-constexpr int kTileN = 64;   // keys per tile (forward, dQ) and per dK/dV block: 16 per warp
+constexpr int kTileN = 64;   // keys per dK/dV block (16 per warp); the forward's and dQ's default key tile (KN: 32 or 64)
 constexpr int kStepM = 32;   // query rows per step of the dK/dV block
 constexpr int kDkdvUnroll = 2;  // k-loop unrolling of the dK/dV kernel's score GEMMs: no spills at D = 128
 constexpr float kLog2e = 1.4426950408889634f;
@@ -149,16 +149,16 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 // ---- forward
 
-template <int D>
-__global__ void __launch_bounds__(kThreads, 2)
+template <int D, int KN = kTileN>
+__global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
     attention_forward_mma_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
                                  const bf16* __restrict__ k, const bf16* __restrict__ v, int T, int H, int KV,
                                  float scale, float scale_log2) {
     constexpr int S = stride<D>();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-    bf16* sK = sQ + kTileM * S;       // two buffers of kTileN rows
-    bf16* sV = sK + 2 * kTileN * S;   // two buffers of kTileN rows
+    bf16* sK = sQ + kTileM * S;       // two buffers of KN rows
+    bf16* sV = sK + 2 * KN * S;   // two buffers of KN rows
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t bh = blockIdx.x, b = bh / H, h = bh % H, g = h / (H / KV);
     const int qt = int(gridDim.y) - 1 - int(blockIdx.y);  // longest rows first
@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     const bf16* v_base = v + (b * T * KV + g) * D;
 
     load_rows_async<D, kTileM>(sQ, q + ((b * T + q0) * H + h) * D, q_stride, min(kTileM, T - q0));
-    load_rows_async<D, kTileN>(sK, k_base, kv_stride, min(kTileN, T));
-    load_rows_async<D, kTileN>(sV, v_base, kv_stride, min(kTileN, T));
+    load_rows_async<D, KN>(sK, k_base, kv_stride, min(KN, T));
+    load_rows_async<D, KN>(sV, v_base, kv_stride, min(KN, T));
     cp_async_commit();
 
     float o[D / 8][4];
@@ -178,69 +178,75 @@ __global__ void __launch_bounds__(kThreads, 2)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const int row0 = q0 + warp * 16 + (lane >> 2);  // rows row0 and row0 + 8
     const uint32_t q_addr = smem_u32(sQ + warp * 16 * S + a_lane_offset<S>(lane));
-    const int n_tiles = qt + 1;  // key tiles 0..qt (kTileM == kTileN)
+    const int n_tiles = min((q0 + kTileM - 1) / KN + 1, (T + KN - 1) / KN);  // key tiles up to the diagonal
+    const int warp_row = q0 + warp * 16;                                      // the warp's first row
     for (int j = 0; j < n_tiles; ++j) {
         const int buf = j & 1;
         if (j + 1 < n_tiles) {
-            const int j1 = (j + 1) * kTileN;
-            load_rows_async<D, kTileN>(sK + (buf ^ 1) * kTileN * S, k_base + j1 * kv_stride, kv_stride, min(kTileN, T - j1));
-            load_rows_async<D, kTileN>(sV + (buf ^ 1) * kTileN * S, v_base + j1 * kv_stride, kv_stride, min(kTileN, T - j1));
+            const int j1 = (j + 1) * KN;
+            load_rows_async<D, KN>(sK + (buf ^ 1) * KN * S, k_base + j1 * kv_stride, kv_stride, min(KN, T - j1));
+            load_rows_async<D, KN>(sV + (buf ^ 1) * KN * S, v_base + j1 * kv_stride, kv_stride, min(KN, T - j1));
             cp_async_commit();
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
         __syncthreads();
-        const bf16* cK = sK + buf * kTileN * S;
-        const bf16* cV = sV + buf * kTileN * S;
-        const bool diag = j == qt;
-        const int pairs = diag ? warp + 1 : kTileN / 16;  // on the diagonal, keys past the warp's rows are masked
-
-        float s[kTileN / 8][4];
+        const bf16* cK = sK + buf * KN * S;
+        const bf16* cV = sV + buf * KN * S;
+        // Keys past the warp's last row are masked: only the first `pairs` 16-key groups are computed
+        // (none when the whole tile lies past the warp's rows), and keys past a row are masked
+        // where the tile reaches past the warp's first row.
+        const int key_lo = j * KN;
+        const bool need_mask = key_lo + KN - 1 > warp_row;
+        const int pairs = warp_row + 15 < key_lo ? 0 : min(KN / 16, (warp_row + 15 - key_lo) / 16 + 1);
+        if (pairs > 0) {
+            float s[KN / 8][4];
 #pragma unroll
-        for (int i = 0; i < kTileN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-        mma_a_bt<D, kTileN / 8>(s, q_addr, smem_u32(cK + bt_lane_offset<S>(lane)), pairs);
-        if (diag) {
+            for (int i = 0; i < KN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+            mma_a_bt<D, KN / 8>(s, q_addr, smem_u32(cK + bt_lane_offset<S>(lane)), pairs);
+            if (need_mask) {
 #pragma unroll
-            for (int nt = 0; nt < kTileN / 8; ++nt)
+                for (int nt = 0; nt < KN / 8; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int key = j * kTileN + nt * 8 + 2 * (lane & 3) + (e & 1);
-                    if (key > row0 + (e >> 1) * 8) s[nt][e] = -INFINITY;
-                }
-        }
-        // Online softmax over the rows row0 (e = 0, 1) and row0 + 8 (e = 2, 3).
-        float mx[2] = {m[0], m[1]};
+                    for (int e = 0; e < 4; ++e) {
+                        const int key = key_lo + nt * 8 + 2 * (lane & 3) + (e & 1);
+                        if (key > row0 + (e >> 1) * 8) s[nt][e] = -INFINITY;
+                    }
+            }
+            // Online softmax over the rows row0 (e = 0, 1) and row0 + 8 (e = 2, 3).
+            float mx[2] = {m[0], m[1]};
 #pragma unroll
-        for (int nt = 0; nt < kTileN / 8; ++nt) {
-            mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
-        }
-        float ms[2], corr[2], rs[2] = {0.0f, 0.0f};
+            for (int nt = 0; nt < KN / 8; ++nt) {
+                mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
+                mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
+            }
+            float ms[2], corr[2], rs[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            mx[r] = quad_max(mx[r]);
-            ms[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * scale_log2;
-            corr[r] = exp2f(m[r] * scale_log2 - ms[r]);
-            m[r] = mx[r];
-        }
-#pragma unroll
-        for (int nt = 0; nt < kTileN / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                s[nt][e] = exp2f(s[nt][e] * scale_log2 - ms[e >> 1]);
-                rs[e >> 1] += s[nt][e];
+            for (int r = 0; r < 2; ++r) {
+                mx[r] = quad_max(mx[r]);
+                ms[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * scale_log2;
+                corr[r] = exp2f(m[r] * scale_log2 - ms[r]);
+                m[r] = mx[r];
             }
 #pragma unroll
-        for (int r = 0; r < 2; ++r) l[r] = l[r] * corr[r] + rs[r];
+            for (int nt = 0; nt < KN / 8; ++nt)
 #pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-            o[i][0] *= corr[0];
-            o[i][1] *= corr[0];
-            o[i][2] *= corr[1];
-            o[i][3] *= corr[1];
+                for (int e = 0; e < 4; ++e) {
+                    s[nt][e] = exp2f(s[nt][e] * scale_log2 - ms[e >> 1]);
+                    rs[e >> 1] += s[nt][e];
+                }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) l[r] = l[r] * corr[r] + rs[r];
+#pragma unroll
+            for (int i = 0; i < D / 8; ++i) {
+                o[i][0] *= corr[0];
+                o[i][1] *= corr[0];
+                o[i][2] *= corr[1];
+                o[i][3] *= corr[1];
+            }
+            mma_p_b<D, KN / 16>(o, s, smem_u32(cV + b_lane_offset<S>(lane)), pairs);
         }
-        mma_p_b<D, kTileN / 16>(o, s, smem_u32(cV + b_lane_offset<S>(lane)), pairs);
         __syncthreads();  // every warp is done with this buffer before it is refilled
     }
 
@@ -266,8 +272,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // ---- backward: dQ
 
-template <int D>
-__global__ void __launch_bounds__(kThreads, 2)
+template <int D, int KN = kTileN>
+__global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
     attention_backward_dq_mma_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const bf16* __restrict__ q,
                                      const bf16* __restrict__ k, const bf16* __restrict__ v,
                                      const float* __restrict__ lse, const float* __restrict__ dvec, int T, int H,
@@ -277,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
     bf16* sG = sQ + kTileM * S;
     bf16* sK = sG + kTileM * S;      // two buffers
-    bf16* sV = sK + 2 * kTileN * S;  // two buffers
+    bf16* sV = sK + 2 * KN * S;  // two buffers
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t bh = blockIdx.x, b = bh / H, h = bh % H, g = h / (H / KV);
     const int qt = int(gridDim.y) - 1 - int(blockIdx.y);
@@ -289,8 +295,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     load_rows_async<D, kTileM>(sQ, q + ((b * T + q0) * H + h) * D, q_stride, q_valid);
     load_rows_async<D, kTileM>(sG, dout + ((b * T + q0) * H + h) * D, q_stride, q_valid);
-    load_rows_async<D, kTileN>(sK, k_base, kv_stride, min(kTileN, T));
-    load_rows_async<D, kTileN>(sV, v_base, kv_stride, min(kTileN, T));
+    load_rows_async<D, KN>(sK, k_base, kv_stride, min(KN, T));
+    load_rows_async<D, KN>(sV, v_base, kv_stride, min(KN, T));
     cp_async_commit();
 
     const int row0 = q0 + warp * 16 + (lane >> 2);
@@ -306,41 +312,44 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
     const uint32_t q_addr = smem_u32(sQ + warp * 16 * S + a_lane_offset<S>(lane));
     const uint32_t g_addr = smem_u32(sG + warp * 16 * S + a_lane_offset<S>(lane));
-    const int n_tiles = qt + 1;
+    const int n_tiles = min((q0 + kTileM - 1) / KN + 1, (T + KN - 1) / KN);
+    const int warp_row = q0 + warp * 16;
     for (int j = 0; j < n_tiles; ++j) {
         const int buf = j & 1;
         if (j + 1 < n_tiles) {
-            const int j1 = (j + 1) * kTileN;
-            load_rows_async<D, kTileN>(sK + (buf ^ 1) * kTileN * S, k_base + j1 * kv_stride, kv_stride, min(kTileN, T - j1));
-            load_rows_async<D, kTileN>(sV + (buf ^ 1) * kTileN * S, v_base + j1 * kv_stride, kv_stride, min(kTileN, T - j1));
+            const int j1 = (j + 1) * KN;
+            load_rows_async<D, KN>(sK + (buf ^ 1) * KN * S, k_base + j1 * kv_stride, kv_stride, min(KN, T - j1));
+            load_rows_async<D, KN>(sV + (buf ^ 1) * KN * S, v_base + j1 * kv_stride, kv_stride, min(KN, T - j1));
             cp_async_commit();
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
         __syncthreads();
-        const bf16* cK = sK + buf * kTileN * S;
-        const bf16* cV = sV + buf * kTileN * S;
-        const bool diag = j == qt;
-        const int pairs = diag ? warp + 1 : kTileN / 16;
-
-        float s[kTileN / 8][4], dp[kTileN / 8][4];
+        const bf16* cK = sK + buf * KN * S;
+        const bf16* cV = sV + buf * KN * S;
+        const int key_lo = j * KN;  // as in the forward
+        const bool need_mask = key_lo + KN - 1 > warp_row;
+        const int pairs = warp_row + 15 < key_lo ? 0 : min(KN / 16, (warp_row + 15 - key_lo) / 16 + 1);
+        if (pairs > 0) {
+            float s[KN / 8][4], dp[KN / 8][4];
 #pragma unroll
-        for (int i = 0; i < kTileN / 8; ++i)
+            for (int i = 0; i < KN / 8; ++i)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.0f;
-        mma_a_bt<D, kTileN / 8>(s, q_addr, smem_u32(cK + bt_lane_offset<S>(lane)), pairs);
-        mma_a_bt<D, kTileN / 8>(dp, g_addr, smem_u32(cV + bt_lane_offset<S>(lane)), pairs);
+                for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.0f;
+            mma_a_bt<D, KN / 8>(s, q_addr, smem_u32(cK + bt_lane_offset<S>(lane)), pairs);
+            mma_a_bt<D, KN / 8>(dp, g_addr, smem_u32(cV + bt_lane_offset<S>(lane)), pairs);
 #pragma unroll
-        for (int nt = 0; nt < kTileN / 8; ++nt)
+            for (int nt = 0; nt < KN / 8; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int key = j * kTileN + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
-                const float p = exp2f(s[nt][e] * scale_log2 - row_lse[e >> 1]);
-                const bool zero = (diag && key > row) || row == 0;  // masked, or a one-key row (dS = 0 exactly)
-                s[nt][e] = zero ? 0.0f : p * (dp[nt][e] - row_d[e >> 1]) * scale;
-            }
-        mma_p_b<D, kTileN / 16>(acc, s, smem_u32(cK + b_lane_offset<S>(lane)), pairs);
+                for (int e = 0; e < 4; ++e) {
+                    const int key = key_lo + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
+                    const float p = exp2f(s[nt][e] * scale_log2 - row_lse[e >> 1]);
+                    const bool zero = (need_mask && key > row) || row == 0;  // masked, or a one-key row (dS = 0 exactly)
+                    s[nt][e] = zero ? 0.0f : p * (dp[nt][e] - row_d[e >> 1]) * scale;
+                }
+            mma_p_b<D, KN / 16>(acc, s, smem_u32(cK + b_lane_offset<S>(lane)), pairs);
+        }
         __syncthreads();
     }
     bf16* s_rows = sQ + warp * 16 * S;

@@ -3,7 +3,7 @@
 // PTX ISA) and compared with the CPU twin (kernels/cpu/attention.cpp): catches indexing, tiling,
 // masking, online-softmax, GQA-mapping and pipelining errors of the kernels on a machine with no
 // GPU. Not covered here: the hardware's own behaviour (the GPU tests in tests/gpu do that).
-// Shapes: T = 1 (dq, dk exactly 0), T across the 64-row tile, T over four tiles (buffers reused), head_dim 16, 32, 64 and 128, GQA
+// Key tiles 64 and 32 of the forward and dQ kernels. Shapes: T = 1 (dq, dk exactly 0), T across the 64-row tile, T over four tiles (buffers reused), head_dim 16, 32, 64 and 128, GQA
 // ratios 1, 4 and 8. Limits as the GPU tests: normalized MSE <= 1e-4 (bf16 outputs).
 #include "tests/kernels/warp_emulator.h"
 
@@ -21,7 +21,7 @@ namespace {
 
 // bf16 inputs with every element NaN-poisoned outputs, the emulated kernels' results, and the CPU
 // twin's; the backward of both runs from the CPU's out and lse.
-void check_emulated(const AttentionShape& s, uint32_t seed) {
+void check_emulated_with(const AttentionShape& s, uint32_t seed, int key_tile) {
     namespace am = skew::cuda::attention_mma;
     emu::smem = am::smem_raw;
     const int64_t B = s.batch, T = s.seq_len, H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
@@ -52,9 +52,9 @@ void check_emulated(const AttentionShape& s, uint32_t seed) {
     const float scale = 1.0f / std::sqrt(float(D)), sl2 = scale * am::kLog2e;
     const int Ti = int(T), Hi = int(H), KVi = int(KV);
     const unsigned q_tiles = unsigned((T + am::kTileM - 1) / am::kTileM), k_tiles = unsigned((T + am::kTileN - 1) / am::kTileN);
-    auto run = [&]<int DD>() {
+    auto run = [&]<int DD, int KN>() {
         emu::launch(unsigned(B * H), q_tiles, am::kThreads, [&] {
-            am::attention_forward_mma_kernel<DD>(e_out.data(), e_lse.data(), q.data(), k.data(), v.data(), Ti, Hi, KVi,
+            am::attention_forward_mma_kernel<DD, KN>(e_out.data(), e_lse.data(), q.data(), k.data(), v.data(), Ti, Hi, KVi,
                                                  scale, sl2);
         });
         emu::launch(unsigned(B * KV), k_tiles, am::kThreads, [&] {
@@ -62,18 +62,24 @@ void check_emulated(const AttentionShape& s, uint32_t seed) {
                                                        v.data(), lse.data(), dvec.data(), Ti, Hi, KVi, scale, sl2);
         });
         emu::launch(unsigned(B * H), q_tiles, am::kThreads, [&] {
-            am::attention_backward_dq_mma_kernel<DD>(e_dq.data(), dout.data(), q.data(), k.data(), v.data(), lse.data(),
+            am::attention_backward_dq_mma_kernel<DD, KN>(e_dq.data(), dout.data(), q.data(), k.data(), v.data(), lse.data(),
                                                      dvec.data(), Ti, Hi, KVi, scale, sl2);
         });
     };
+    auto run_tile = [&]<int DD>() {
+        if (key_tile == 32)
+            run.template operator()<DD, 32>();
+        else
+            run.template operator()<DD, 64>();
+    };
     switch (D) {
-        case 16: run.template operator()<16>(); break;
-        case 32: run.template operator()<32>(); break;
-        case 64: run.template operator()<64>(); break;
-        case 128: run.template operator()<128>(); break;
+        case 16: run_tile.template operator()<16>(); break;
+        case 32: run_tile.template operator()<32>(); break;
+        case 64: run_tile.template operator()<64>(); break;
+        case 128: run_tile.template operator()<128>(); break;
         default: FAIL("head_dim " << D << " has no tensor-core kernel");
     }
-    INFO("B " << B << " T " << T << " H " << H << " KV " << KV << " D " << D);
+    INFO("B " << B << " T " << T << " H " << H << " KV " << KV << " D " << D << " key tile " << key_tile);
     require_nmse("emulated attention out", to_f32(e_out), to_f32(out), 1e-4);
     require_nmse("emulated attention lse", e_lse, lse, 1e-10);
     require_nmse("emulated attention dq", to_f32(e_dq), to_f32(dq), 1e-4);
@@ -85,6 +91,12 @@ void check_emulated(const AttentionShape& s, uint32_t seed) {
             for (int64_t d = 0; d < D; ++d) REQUIRE((e_dq[size_t((b * T * H + h) * D + d)].bits & 0x7fffu) == 0);
     if (T == 1)
         for (const bf16 x : e_dk) REQUIRE((x.bits & 0x7fffu) == 0);
+}
+
+// Both key tiles of the forward and dQ kernels (64, the default, and 32).
+void check_emulated(const AttentionShape& s, uint32_t seed) {
+    check_emulated_with(s, seed, 64);
+    check_emulated_with(s, seed, 32);
 }
 
 }  // namespace

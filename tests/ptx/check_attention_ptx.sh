@@ -17,8 +17,8 @@ fail=0
 # Split the PTX into its kernels (.entry ... up to the next .entry) and check each attention kernel.
 entries=$(grep -oE '^\.visible \.entry [A-Za-z0-9_]+|^\.entry [A-Za-z0-9_]+' "$ptx" | awk '{print $NF}' | grep '_mma_kernel' || true)
 n=$(echo "$entries" | grep -c . || true)
-if [[ "$n" -ne 12 ]]; then  # forward, dQ, dK/dV x head_dim 16, 32, 64, 128
-    echo "FAIL: expected 12 attention tensor-core kernels in the PTX, found $n"
+if [[ "$n" -ne 20 ]]; then  # (forward, dQ) x key tile 32, 64 and dK/dV, x head_dim 16, 32, 64, 128
+    echo "FAIL: expected 20 attention tensor-core kernels in the PTX, found $n"
     fail=1
 fi
 for e in $entries; do
