@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
@@ -178,7 +179,8 @@ int main(int argc, char** argv) {
     // batch scaled down (16 x 1024, 4 x 4096), head_dim 128 (and 64 at 64 x 128). FLOPs counted
     // for the causal half: forward 4·B·H·T²·D / 2, backward 2.5x that (the five GEMMs of
     // FlashAttention-2; this backward recomputes S and dP in its dQ kernel, 7 GEMMs of work).
-    // fraction_of_dense: TFLOP/s over a dense cuBLASLt bf16 GEMM timed in this section.
+    // fraction_of_dense: TFLOP/s over a dense cuBLASLt bf16 GEMM timed in this section. "without D":
+    // the dK/dV and dQ kernels alone (the public backward also forms D = rowsum(dO∘O) first).
     {
         double dense_tflops = 0.0;
         {
@@ -219,6 +221,24 @@ int main(int argc, char** argv) {
             report("attention backward " + tag, bwd, 2.5 * f, 0,
                    "\"path\": \"" + path + "\", \"fraction_of_dense\": " +
                        std::to_string(2.5 * f / (bwd * 1e9) / dense_tflops));
+            // The same kernels with a key tile of 32 (a third block per SM at head_dim 128), called
+            // directly: which tile the public entry points should use is decided from these figures.
+            if (path == "tensor cores") {
+                float* dvec = static_cast<float*>(dalloc(static_cast<size_t>(c.batch * H * c.seq_len) * 4));
+                const double fwd32 =
+                    time_ms(st, [&] { cuda::attention_forward_mma(o, lse, q, k, v, s, st, 32); }, iters);
+                report("attention forward key tile 32 " + tag, fwd32, f, 0,
+                       "\"fraction_of_dense\": " + std::to_string(f / (fwd32 * 1e9) / dense_tflops));
+                const double bwd32 = time_ms(
+                    st, [&] { cuda::attention_backward_mma(dq, dk, dv, dout, q, k, v, lse, dvec, s, st, 32); }, iters);
+                report("attention backward key tile 32, without D " + tag, bwd32, 2.5 * f, 0,
+                       "\"fraction_of_dense\": " + std::to_string(2.5 * f / (bwd32 * 1e9) / dense_tflops));
+                const double bwd64 = time_ms(
+                    st, [&] { cuda::attention_backward_mma(dq, dk, dv, dout, q, k, v, lse, dvec, s, st, 64); }, iters);
+                report("attention backward key tile 64, without D " + tag, bwd64, 2.5 * f, 0,
+                       "\"fraction_of_dense\": " + std::to_string(2.5 * f / (bwd64 * 1e9) / dense_tflops));
+                cudaFree(dvec);
+            }
             for (bf16* p : {q, k, v, o, dout, dq, dk, dv}) cudaFree(p);
             cudaFree(lse);
         }
