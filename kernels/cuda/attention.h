@@ -17,8 +17,8 @@ namespace skew::cuda {
 bool attention_supports_head_dim(int64_t head_dim);
 
 /// True when these device pointers and this shape run on the tensor-core kernels (every pointer
-/// 16-byte aligned; seq_len up to 4,194,240): otherwise the CUDA-core fallback runs (the same results
-/// within rounding, at CUDA-core speed).
+/// 16-byte aligned, as arena slots are; seq_len up to 4,194,240): otherwise the CUDA-core fallback
+/// runs (pointers 4-byte aligned; the same results within rounding, at CUDA-core speed).
 bool attention_uses_tensor_cores(const void* q, const void* k, const void* v, const void* out,
                                  const AttentionShape& s);
 
