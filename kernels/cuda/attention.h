@@ -3,7 +3,7 @@
 // S = Q·K^T and P·V on tensor cores (mma.sync bf16, fp32 accumulation), online softmax, the
 // log-sum-exp saved for the backward, scores recomputed there. head_dim 16 (tiny.yaml), 32
 // (quickstart.yaml), 64 and 128 (the paper). CPU twin: kernels/cpu/attention.cpp; semantics and
-// layouts: AttentionShape and Backend::attention_* in kernels/backend.h.
+// layouts: AttentionShape and Backend::attention_* in kernels/backend.h; design: docs/attention.md.
 #pragma once
 #include <cuda_runtime_api.h>
 

@@ -1,6 +1,6 @@
 // Causal grouped-query attention on tensor cores, FlashAttention-2's schedule (Dao 2023, "Faster
 // Attention with Better Parallelism and Work Partitioning", Algorithms 1 and 2) with mma.sync
-// m16n8k16 bf16 -> fp32 and ldmatrix (kernels/cuda/mma.cuh); docs/design.md, "The paper's model".
+// m16n8k16 bf16 -> fp32 and ldmatrix (kernels/cuda/mma.cuh); docs/attention.md, docs/design.md.
 //   forward: block (b·H + h, query tile of 64), 4 warps x 16 query rows; K/V tiles of 64 keys
 //     double-buffered through cp.async; S = Q·K^T and O += P·V in registers (P reuses S's
 //     accumulators), online softmax in fp32 with exp2, lse (natural log) saved per row.
