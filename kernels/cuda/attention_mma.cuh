@@ -1,9 +1,10 @@
 // Causal grouped-query attention on tensor cores, FlashAttention-2's schedule (Dao 2023, "Faster
 // Attention with Better Parallelism and Work Partitioning", Algorithms 1 and 2) with mma.sync
 // m16n8k16 bf16 -> fp32 and ldmatrix (kernels/cuda/mma.cuh); docs/attention.md, docs/design.md.
-//   forward: block (b·H + h, query tile of 64), 4 warps x 16 query rows; K/V tiles of 64 keys
-//     double-buffered through cp.async; S = Q·K^T and O += P·V in registers (P reuses S's
-//     accumulators), online softmax in fp32 with exp2, lse (natural log) saved per row.
+//   forward: block (b·H + h, query tile of 64), 4 warps x 16 query rows; K/V tiles of 64 (or 32)
+//     keys double-buffered through cp.async, K and V in separate groups; S = Q·K^T and O += P·V
+//     in registers (P reuses S's accumulators), online softmax in fp32 with exp2, lse (natural
+//     log) saved per row.
 //   backward (deterministic, no atomics): D = rowsum(dO∘O) (attention.cu), then
 //     dK/dV: block (b·KV + g, key tile of 64), 4 warps x 16 keys; loops over the G query heads of
 //       the group and the query steps of 32 rows at or after the tile (causal); recomputes
@@ -167,8 +168,12 @@ __global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
     const bf16* k_base = k + (b * T * KV + g) * D;
     const bf16* v_base = v + (b * T * KV + g) * D;
 
+    // Pipeline (FlashAttention-2's): K and V travel in separate cp.async groups, so S = Q·K_j^T
+    // starts before V_j lands and K_{j+1} loads during P·V_j. Groups in issue order: {Q, K_0},
+    // {V_0}, {K_1}, {V_1}, ...
     load_rows_async<D, kTileM>(sQ, q + ((b * T + q0) * H + h) * D, q_stride, min(kTileM, T - q0));
     load_rows_async<D, KN>(sK, k_base, kv_stride, min(KN, T));
+    cp_async_commit();
     load_rows_async<D, KN>(sV, v_base, kv_stride, min(KN, T));
     cp_async_commit();
 
@@ -182,16 +187,8 @@ __global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
     const int warp_row = q0 + warp * 16;                                      // the warp's first row
     for (int j = 0; j < n_tiles; ++j) {
         const int buf = j & 1;
-        if (j + 1 < n_tiles) {
-            const int j1 = (j + 1) * KN;
-            load_rows_async<D, KN>(sK + (buf ^ 1) * KN * S, k_base + j1 * kv_stride, kv_stride, min(KN, T - j1));
-            load_rows_async<D, KN>(sV + (buf ^ 1) * KN * S, v_base + j1 * kv_stride, kv_stride, min(KN, T - j1));
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        cp_async_wait<1>();  // K_j (and Q) have landed; V_j may be in flight
+        __syncthreads();     // ... for every thread; and every warp is done with iteration j - 1
         const bf16* cK = sK + buf * KN * S;
         const bf16* cV = sV + buf * KN * S;
         // Keys past the warp's last row are masked: only the first `pairs` 16-key groups are computed
@@ -200,10 +197,10 @@ __global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
         const int key_lo = j * KN;
         const bool need_mask = key_lo + KN - 1 > warp_row;
         const int pairs = warp_row + 15 < key_lo ? 0 : min(KN / 16, (warp_row + 15 - key_lo) / 16 + 1);
-        if (pairs > 0) {
-            float s[KN / 8][4];
+        float s[KN / 8][4];  // S, then P
 #pragma unroll
-            for (int i = 0; i < KN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        for (int i = 0; i < KN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        if (pairs > 0) {
             mma_a_bt<D, KN / 8>(s, q_addr, smem_u32(cK + bt_lane_offset<S>(lane)), pairs);
             if (need_mask) {
 #pragma unroll
@@ -245,9 +242,21 @@ __global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
                 o[i][2] *= corr[1];
                 o[i][3] *= corr[1];
             }
-            mma_p_b<D, KN / 16>(o, s, smem_u32(cV + b_lane_offset<S>(lane)), pairs);
         }
-        __syncthreads();  // every warp is done with this buffer before it is refilled
+        const int j1 = (j + 1) * KN;
+        if (j + 1 < n_tiles) {  // K_{j+1} into the other buffer (last read by S of iteration j - 1)
+            load_rows_async<D, KN>(sK + (buf ^ 1) * KN * S, k_base + j1 * kv_stride, kv_stride, min(KN, T - j1));
+            cp_async_commit();
+            cp_async_wait<1>();  // V_j has landed; K_{j+1} may be in flight
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (pairs > 0) mma_p_b<D, KN / 16>(o, s, smem_u32(cV + b_lane_offset<S>(lane)), pairs);
+        if (j + 1 < n_tiles) {  // V_{j+1} into the other buffer (last read by P·V of iteration j - 1)
+            load_rows_async<D, KN>(sV + (buf ^ 1) * KN * S, v_base + j1 * kv_stride, kv_stride, min(KN, T - j1));
+            cp_async_commit();
+        }
     }
 
     float inv[2];

@@ -3,8 +3,9 @@
 // barriers, and the warp-collective operations of kernels/cuda/mma.cuh (ldmatrix, mma.sync
 // m16n8k16 bf16, shuffles) exchanged through per-warp scratch. The fragment layouts are those the
 // PTX ISA specifies ("Warp-level matrix fragments for mma.m16n8k16", "ldmatrix"), written here
-// from the specification independently of how the kernels use them. cp.async copies at once;
-// shared memory starts filled with NaN patterns so that a read of an unwritten element shows.
+// from the specification independently of how the kernels use them. cp.async copies happen as
+// late as cp.async.wait_group allows; shared memory starts filled with NaN patterns, so a read of
+// an element not yet (or never) written shows.
 // Include this before the kernel header (it stands in for kernels/cuda/mma.cuh). Test code only.
 #pragma once
 #include <array>
@@ -77,6 +78,21 @@ inline uint16_t smem_b16(uint32_t byte_offset) {
     return v;
 }
 
+// Queued cp.async copies of this thread (see cp_async_16).
+struct Copy {
+    uint32_t dst;
+    const void* src;
+    bool full;
+};
+inline thread_local std::vector<Copy> open_group;
+inline thread_local std::vector<std::vector<Copy>> committed;
+inline void perform_copy(const Copy& c) {
+    if (c.full)
+        std::memcpy(emu::smem + c.dst, c.src, 16);
+    else
+        std::memset(emu::smem + c.dst, 0, 16);
+}
+
 /// Run kernel(args...) over grid (gx, gy) with `threads` threads per block.
 template <class F>
 void launch(unsigned gx, unsigned gy, unsigned threads, F&& kernel) {
@@ -97,6 +113,8 @@ void launch(unsigned gx, unsigned gy, unsigned threads, F&& kernel) {
                     gridDim = {gx, gy, 1};
                     blockDim = {threads, 1, 1};
                     kernel();
+                    if (!committed.empty() || !open_group.empty())
+                        throw std::runtime_error("emulated kernel ended with cp.async copies never waited for");
                 });
             for (auto& th : pool) th.join();
             block_state() = nullptr;
@@ -127,17 +145,27 @@ inline uint32_t smem_u32(const void* p) {
     return uint32_t(c - emu::smem);
 }
 
+// cp.async: each thread's copies are queued in groups and carried out as late as the PTX allows,
+// when a cp.async.wait_group leaves at most N groups pending: a read of a tile before the wait
+// that covers it sees the buffer's previous contents (or the NaN poison) and fails the test.
+
 inline void cp_async_16(uint32_t dst, const void* src, bool full) {
     if (dst % 16 != 0 || dst + 16 > emu::kSmemBytes) throw std::runtime_error("emulated cp.async: bad destination");
     if (reinterpret_cast<uintptr_t>(src) % 16 != 0) throw std::runtime_error("emulated cp.async: unaligned source");
-    if (full)
-        std::memcpy(emu::smem + dst, src, 16);
-    else
-        std::memset(emu::smem + dst, 0, 16);
+    emu::open_group.push_back({dst, src, full});
 }
-inline void cp_async_commit() {}
+inline void cp_async_commit() {
+    emu::committed.push_back(std::move(emu::open_group));
+    emu::open_group.clear();
+}
 template <int N>
-inline void cp_async_wait() {}
+inline void cp_async_wait() {
+    auto& groups = emu::committed;
+    while (groups.size() > size_t(N)) {
+        for (const auto& c : groups.front()) emu::perform_copy(c);
+        groups.erase(groups.begin());
+    }
+}
 
 // ldmatrix: lanes 8i..8i+7 give the rows of matrix i; without .trans lane l receives row l/4,
 // columns 2(l%4), 2(l%4)+1; with .trans, rows 2(l%4), 2(l%4)+1 of column l/4.
