@@ -33,7 +33,9 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kTileM = 64;   // query rows per block (forward, dQ): 16 per warp
 constexpr int kTileN = 64;   // keys per dK/dV block (16 per warp); the forward's and dQ's default key tile (KN: 32 or 64)
 constexpr int kStepM = 32;   // query rows per step of the dK/dV block
-constexpr int kDkdvUnroll = 2;  // k-loop unrolling of the dK/dV kernel's score GEMMs: no spills at D = 128
+// k-loop unrolling of the dK/dV kernel's score GEMMs: 2 at D = 128 (no spills), full below.
+template <int D>
+constexpr int dkdv_unroll() { return D == 128 ? 2 : D / 16; }
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D>
@@ -440,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             float st[kStepM / 8][4];  // 16 keys x 32 queries
 #pragma unroll
             for (int i = 0; i < kStepM / 8; ++i) st[i][0] = st[i][1] = st[i][2] = st[i][3] = 0.0f;
-            mma_a_bt<D, kStepM / 8, kDkdvUnroll>(st, k_addr, smem_u32(cQ + bt_lane_offset<S>(lane)), kStepM / 16);
+            mma_a_bt<D, kStepM / 8, dkdv_unroll<D>()>(st, k_addr, smem_u32(cQ + bt_lane_offset<S>(lane)), kStepM / 16);
 #pragma unroll
             for (int nt = 0; nt < kStepM / 8; ++nt)
 #pragma unroll
@@ -452,7 +454,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             float dpt[kStepM / 8][4];
 #pragma unroll
             for (int i = 0; i < kStepM / 8; ++i) dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
-            mma_a_bt<D, kStepM / 8, kDkdvUnroll>(dpt, v_addr, smem_u32(cG + bt_lane_offset<S>(lane)), kStepM / 16);
+            mma_a_bt<D, kStepM / 8, dkdv_unroll<D>()>(dpt, v_addr, smem_u32(cG + bt_lane_offset<S>(lane)), kStepM / 16);
 #pragma unroll
             for (int nt = 0; nt < kStepM / 8; ++nt)
 #pragma unroll
