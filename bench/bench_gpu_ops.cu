@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
@@ -301,25 +303,76 @@ int main(int argc, char** argv) {
 
     bench_gemm_section(be, st, iters, quick);
 
-    // ---- attention (flash-style, CUDA cores): B 64, T 128, 32/8 heads of 128
+    // ======== attention (flash-style, tensor cores: kernels/cuda/attention_mma.cuh) ========
+    // Causal GQA, 32 query heads / 8 KV heads, at the paper's 64 x 128 and at long contexts with the
+    // batch scaled down (16 x 1024, 4 x 4096), head_dim 128 (and 64 at 64 x 128). FLOPs counted
+    // for the causal half: forward 4·B·H·T²·D / 2, backward 2.5x that (the five GEMMs of
+    // FlashAttention-2; this backward recomputes S and dP in its dQ kernel, 7 GEMMs of work).
+    // fraction_of_dense: TFLOP/s over a dense cuBLASLt bf16 GEMM timed in this section. "without D":
+    // the dK/dV and dQ kernels alone (the public backward also forms D = rowsum(dO∘O) first).
     {
-        const AttentionShape s{B, T, H, KV, D};
-        bf16* q = random_bf16(N * H * D, 7);
-        bf16* k = random_bf16(N * KV * D, 8);
-        bf16* v = random_bf16(N * KV * D, 9);
-        bf16* o = random_bf16(N * H * D, 10);
-        bf16* dq = random_bf16(N * H * D, 11);
-        bf16* dk = random_bf16(N * KV * D, 12);
-        bf16* dv = random_bf16(N * KV * D, 13);
-        float* lse = static_cast<float*>(dalloc(static_cast<size_t>(B * H * T) * 4));
-        const double f = 2.0 * 2.0 * double(B) * double(H) * double(T) * double(T) * double(D) / 2.0;  // causal
-        report("attention forward (64x128, 32/8 heads, d 128)",
-               time_ms(st, [&] { be.attention_forward(o, lse, q, k, v, s); }, iters), f, 0);
-        report("attention backward", time_ms(st, [&] { be.attention_backward(dq, dk, dv, o, q, k, v, o, lse, s); }, iters),
-               2.5 * f, 0);
-        for (bf16* p : {q, k, v, o, dq, dk, dv}) cudaFree(p);
-        cudaFree(lse);
+        double dense_tflops = 0.0;
+        {
+            bf16* x = random_bf16(N * C, 40);
+            bf16* w = random_bf16(HID * C, 41, 0.05f);
+            bf16* y = random_bf16(N * HID, 42);
+            const double ms = time_ms(st, [&] { be.matmul_forward(y, x, w, N, C, HID); }, iters);
+            dense_tflops = 2.0 * double(N) * double(C) * double(HID) / (ms * 1e-3) / 1e12;
+            for (bf16* p : {x, w, y}) cudaFree(p);
+        }
+        struct AttnCase {
+            int64_t batch, seq_len, head_dim;
+        };
+        for (const AttnCase c : {AttnCase{B, T, D}, AttnCase{B, T, 64}, AttnCase{16, 1024, D}, AttnCase{4, 4096, D}}) {
+            const AttentionShape s{c.batch, c.seq_len, H, KV, c.head_dim};
+            const int64_t nq = c.batch * c.seq_len * H * c.head_dim, nkv = c.batch * c.seq_len * KV * c.head_dim;
+            bf16* q = random_bf16(nq, 7);
+            bf16* k = random_bf16(nkv, 8);
+            bf16* v = random_bf16(nkv, 9);
+            bf16* o = random_bf16(nq, 10);
+            bf16* dout = random_bf16(nq, 14);
+            bf16* dq = random_bf16(nq, 11);
+            bf16* dk = random_bf16(nkv, 12);
+            bf16* dv = random_bf16(nkv, 13);
+            float* lse = static_cast<float*>(dalloc(static_cast<size_t>(c.batch * H * c.seq_len) * 4));
+            be.attention_forward(o, lse, q, k, v, s);  // a real out and lse for the backward
+            const double f = 4.0 * double(c.batch) * double(H) * double(c.seq_len) * double(c.seq_len) *
+                             double(c.head_dim) / 2.0;
+            char tag_buf[64];
+            std::snprintf(tag_buf, sizeof tag_buf, "(%lldx%lld, 32/8 heads, d %lld)", static_cast<long long>(c.batch),
+                          static_cast<long long>(c.seq_len), static_cast<long long>(c.head_dim));
+            const std::string tag = tag_buf;
+            const std::string path = cuda::attention_uses_tensor_cores(q, k, v, o, s) ? "tensor cores" : "cuda cores";
+            const double fwd = time_ms(st, [&] { be.attention_forward(o, lse, q, k, v, s); }, iters);
+            report("attention forward " + tag, fwd, f, 0,
+                   "\"path\": \"" + path + "\", \"fraction_of_dense\": " + std::to_string(f / (fwd * 1e9) / dense_tflops));
+            const double bwd = time_ms(st, [&] { be.attention_backward(dq, dk, dv, dout, q, k, v, o, lse, s); }, iters);
+            report("attention backward " + tag, bwd, 2.5 * f, 0,
+                   "\"path\": \"" + path + "\", \"fraction_of_dense\": " +
+                       std::to_string(2.5 * f / (bwd * 1e9) / dense_tflops));
+            // The same kernels with a key tile of 32 (a third block per SM at head_dim 128), called
+            // directly: which tile the public entry points should use is decided from these figures.
+            if (path == "tensor cores") {
+                float* dvec = static_cast<float*>(dalloc(static_cast<size_t>(c.batch * H * c.seq_len) * 4));
+                const double fwd32 =
+                    time_ms(st, [&] { cuda::attention_forward_mma(o, lse, q, k, v, s, st, 32); }, iters);
+                report("attention forward key tile 32 " + tag, fwd32, f, 0,
+                       "\"fraction_of_dense\": " + std::to_string(f / (fwd32 * 1e9) / dense_tflops));
+                const double bwd32 = time_ms(
+                    st, [&] { cuda::attention_backward_mma(dq, dk, dv, dout, q, k, v, lse, dvec, s, st, 32); }, iters);
+                report("attention backward key tile 32, without D " + tag, bwd32, 2.5 * f, 0,
+                       "\"fraction_of_dense\": " + std::to_string(2.5 * f / (bwd32 * 1e9) / dense_tflops));
+                const double bwd64 = time_ms(
+                    st, [&] { cuda::attention_backward_mma(dq, dk, dv, dout, q, k, v, lse, dvec, s, st, 64); }, iters);
+                report("attention backward key tile 64, without D " + tag, bwd64, 2.5 * f, 0,
+                       "\"fraction_of_dense\": " + std::to_string(2.5 * f / (bwd64 * 1e9) / dense_tflops));
+                cudaFree(dvec);
+            }
+            for (bf16* p : {q, k, v, o, dout, dq, dk, dv}) cudaFree(p);
+            cudaFree(lse);
+        }
     }
+    // ======== end of attention ========
 
     // ---- memory-bound kernels
     {

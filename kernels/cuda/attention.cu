@@ -1,130 +1,19 @@
-// CUDA flash-style causal GQA attention (design.md, "The paper's model"; FlashAttention-2's
-// schedule: Dao 2023). Correctness-first CUDA-core version: tiles of 32 queries x 32 keys in shared
-// memory (bf16, rows padded one word against bank conflicts), online softmax in fp32, lse saved;
-// the backward recomputes P from lse. Query head h reads KV head h / (H / KV). Tensor-core (wgmma)
-// versions are the next step; this one is the reference the faster ones are held to.
-#include <cmath>
-
+// CUDA causal grouped-query attention (docs/design.md, "The paper's model"): the public launchers
+// of attention.h. They check the shape, run the tensor-core kernels (attention_mma.cu) and fall
+// back to the CUDA-core kernels (attention_simt.cu) when a pointer is not 16-byte aligned or the
+// shape is past the tensor-core kernels' grid limits; the backward's D = <dout, out> is formed here.
 #include "kernels/cuda/attention.h"
+
+#include "engine/cuda_workspace.h"
+#include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
-#include "engine/cuda_workspace.h"
 
 namespace skew::cuda {
 
 namespace {
 
-constexpr int kTile = 32;          // queries per tile = keys per tile (one key per lane)
-constexpr int kFwdWarps = 4;       // forward and dQ: 4 warps x 8 query rows
-constexpr int kRowsPerWarp = kTile / kFwdWarps;
-constexpr int kKvWarps = 8;        // dK/dV: 8 warps
-constexpr int kKeysPerWarp = kTile / kKvWarps;
-
-// Rows of a tile of kTile starting at row0 that lie before T.
-__device__ __forceinline__ int tile_valid(int64_t T, int64_t row0) {
-    return T - row0 < kTile ? int(T - row0) : kTile;
-}
-
-// Whether lane owns dimension lane + 32c of a head of D dims (all lanes do when D % 32 == 0).
-template <int D>
-__device__ __forceinline__ bool dim_ok(int lane, int c) {
-    return D % 32 == 0 || lane + 32 * c < D;
-}
-
-// Dot product of two bf16 rows of length D held in shared memory (4-byte aligned), fp32.
-template <int D>
-__device__ __forceinline__ float dot_rows(const bf16* a, const bf16* b) {
-    const uint32_t* aw = reinterpret_cast<const uint32_t*>(a);
-    const uint32_t* bw = reinterpret_cast<const uint32_t*>(b);
-    float s = 0.0f;
-#pragma unroll 16
-    for (int i = 0; i < D / 2; ++i) {
-        const uint32_t x = aw[i], y = bw[i];
-        s += __uint_as_float(x << 16) * __uint_as_float(y << 16);
-        s += __uint_as_float(x & 0xffff0000u) * __uint_as_float(y & 0xffff0000u);
-    }
-    return s;
-}
-
-// Copy `rows` rows (row stride src_stride elements) of D bf16 into smem rows of stride D + 2,
-// zero-filling rows past `valid`.
-template <int D>
-__device__ __forceinline__ void load_tile(bf16* dst, const bf16* __restrict__ src, int64_t src_stride, int valid) {
-    constexpr int W = D / 2;  // 32-bit words per row
-    for (int i = threadIdx.x; i < kTile * W; i += blockDim.x) {
-        const int r = i / W, w = i - r * W;
-        uint32_t val = 0;
-        if (r < valid) val = reinterpret_cast<const uint32_t*>(src + r * src_stride)[w];
-        reinterpret_cast<uint32_t*>(dst + r * (D + 2))[w] = val;
-    }
-}
-
-// Block (query tile, b·H + h). Warp w owns query rows w·8 .. w·8+7; lane j is key j of each key tile.
-template <int D>
-__global__ void __launch_bounds__(kFwdWarps * 32)
-    attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
-                             const bf16* __restrict__ k, const bf16* __restrict__ v, int64_t T, int64_t H, int64_t KV,
-                             float scale) {
-    constexpr int S = D + 2, C = (D + 31) / 32;
-    __shared__ __align__(16) bf16 sQ[kTile * S], sK[kTile * S], sV[kTile * S];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
-    const int64_t q0 = int64_t(blockIdx.x) * kTile;
-    const int q_valid = tile_valid(T, q0);
-    load_tile<D>(sQ, q + ((b * T + q0) * H + h) * D, H * D, q_valid);
-
-    float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][C];
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < C; ++c) acc[i][c] = 0.0f;
-    }
-    const int64_t last_key = q0 + q_valid - 1;
-    for (int64_t j0 = 0; j0 <= last_key; j0 += kTile) {
-        __syncthreads();
-        const int k_valid = tile_valid(T, j0);
-        load_tile<D>(sK, k + ((b * T + j0) * KV + g) * D, KV * D, k_valid);
-        load_tile<D>(sV, v + ((b * T + j0) * KV + g) * D, KV * D, k_valid);
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i) {
-            const int r = warp * kRowsPerWarp + i;
-            const int64_t t = q0 + r;
-            if (r >= q_valid || j0 > t) continue;  // warp-uniform
-            const int64_t j = j0 + lane;
-            const float s = j <= t ? dot_rows<D>(sQ + r * S, sK + lane * S) * scale : -INFINITY;
-            const float m_new = fmaxf(m[i], warp_max(s));
-            const float p = expf(s - m_new);
-            const float corr = expf(m[i] - m_new);
-            l[i] = l[i] * corr + warp_sum(p);
-            m[i] = m_new;
-#pragma unroll
-            for (int c = 0; c < C; ++c) acc[i][c] *= corr;
-            for (int jj = 0; jj < kTile; ++jj) {
-                const float pj = __shfl_sync(0xffffffffu, p, jj);
-#pragma unroll
-                for (int c = 0; c < C; ++c)
-                    if (dim_ok<D>(lane, c)) acc[i][c] += pj * ld(sV[jj * S + lane + 32 * c]);
-            }
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-        const int r = warp * kRowsPerWarp + i;
-        if (r >= q_valid) continue;
-        const int64_t t = q0 + r;
-        const float inv = 1.0f / l[i];
-        bf16* o = out + ((b * T + t) * H + h) * D;
-#pragma unroll
-        for (int c = 0; c < C; ++c)
-            if (dim_ok<D>(lane, c)) st(o + lane + 32 * c, acc[i][c] * inv);
-        if (lse && lane == 0) lse[(b * H + h) * T + t] = m[i] + logf(l[i]);
-    }
-}
-
-// Dvec[b, h, t] = <dout[b, t, h, :], out[b, t, h, :]> (one warp per row).
+// dvec[b, h, t] = <dout[b, t, h, :], out[b, t, h, :]> in fp32 (one warp per row).
 __global__ void attention_dvec_kernel(float* __restrict__ dvec, const bf16* __restrict__ dout,
                                       const bf16* __restrict__ out, int64_t B, int64_t T, int64_t H, int64_t D) {
     const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;  // (b, t, h) order
@@ -139,150 +28,46 @@ __global__ void attention_dvec_kernel(float* __restrict__ dvec, const bf16* __re
     }
 }
 
-// Block (query tile, b·H + h): dq = scale · Σ_j P_ij (dP_ij - D_i) k_j, P recomputed from lse.
-template <int D>
-__global__ void __launch_bounds__(kFwdWarps * 32)
-    attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const bf16* __restrict__ q,
-                                 const bf16* __restrict__ k, const bf16* __restrict__ v, const float* __restrict__ lse,
-                                 const float* __restrict__ dvec, int64_t T, int64_t H, int64_t KV, float scale) {
-    constexpr int S = D + 2, C = (D + 31) / 32;
-    __shared__ __align__(16) bf16 sQ[kTile * S], sG[kTile * S], sK[kTile * S], sV[kTile * S];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
-    const int64_t q0 = int64_t(blockIdx.x) * kTile;
-    const int q_valid = tile_valid(T, q0);
-    load_tile<D>(sQ, q + ((b * T + q0) * H + h) * D, H * D, q_valid);
-    load_tile<D>(sG, dout + ((b * T + q0) * H + h) * D, H * D, q_valid);
-    float row_lse[kRowsPerWarp], row_d[kRowsPerWarp], acc[kRowsPerWarp][C];
+// The same with 16-byte loads: CH = D / 8 consecutive threads per row (CH a power of two <= 32),
+// each reading 8 bf16 of dout and of out, summed over the row by a shuffle tree. dout and out
+// 16-byte aligned.
+template <int CH>
+__global__ void attention_dvec_vec_kernel(float* __restrict__ dvec, const bf16* __restrict__ dout,
+                                          const bf16* __restrict__ out, int64_t rows, int64_t T, int64_t H) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t row = i / CH;  // (b, t, h) order; all CH threads of a row are in one warp
+    float s = 0.0f;
+    if (row < rows) {
+        const Bf16x8 a = load8(dout + i * 8), c = load8(out + i * 8);
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-        const int r = warp * kRowsPerWarp + i;
-        row_lse[i] = r < q_valid ? lse[(b * H + h) * T + q0 + r] : 0.0f;
-        row_d[i] = r < q_valid ? dvec[(b * H + h) * T + q0 + r] : 0.0f;
-#pragma unroll
-        for (int c = 0; c < C; ++c) acc[i][c] = 0.0f;
-    }
-    const int64_t last_key = q0 + q_valid - 1;
-    for (int64_t j0 = 0; j0 <= last_key; j0 += kTile) {
-        __syncthreads();
-        const int k_valid = tile_valid(T, j0);
-        load_tile<D>(sK, k + ((b * T + j0) * KV + g) * D, KV * D, k_valid);
-        load_tile<D>(sV, v + ((b * T + j0) * KV + g) * D, KV * D, k_valid);
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i) {
-            const int r = warp * kRowsPerWarp + i;
-            const int64_t t = q0 + r;
-            if (r >= q_valid || j0 > t) continue;
-            const int64_t j = j0 + lane;
-            float ds = 0.0f;
-            if (j <= t) {
-                const float p = expf(dot_rows<D>(sQ + r * S, sK + lane * S) * scale - row_lse[i]);
-                const float dp = dot_rows<D>(sG + r * S, sV + lane * S);
-                ds = p * (dp - row_d[i]) * scale;
-            }
-            for (int jj = 0; jj < kTile; ++jj) {
-                const float dsj = __shfl_sync(0xffffffffu, ds, jj);
-#pragma unroll
-                for (int c = 0; c < C; ++c)
-                    if (dim_ok<D>(lane, c)) acc[i][c] += dsj * ld(sK[jj * S + lane + 32 * c]);
-            }
-        }
+        for (int e = 0; e < 8; ++e) s += ld(a.v[e]) * ld(c.v[e]);
     }
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-        const int r = warp * kRowsPerWarp + i;
-        if (r >= q_valid) continue;
-        bf16* o = dq + ((b * T + q0 + r) * H + h) * D;
-#pragma unroll
-        for (int c = 0; c < C; ++c)
-            if (dim_ok<D>(lane, c)) st(o + lane + 32 * c, acc[i][c]);
+    for (int o = CH / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (row < rows && i % CH == 0) {
+        const int64_t h = row % H, bt = row / H, t = bt % T, b = bt / T;
+        dvec[(b * H + h) * T + t] = s;
     }
 }
 
-// Block (key tile, b·KV + g): dV_j = Σ_i P_ij dO_i and dK_j = scale Σ_i dS_ij q_i over the query
-// heads of group g and the query rows i >= j0. Warp w owns keys w·4 .. w·4+3, lane the dims lane + 32c.
-template <int D>
-__global__ void __launch_bounds__(kKvWarps * 32)
-    attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout,
-                                   const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
-                                   const float* __restrict__ lse, const float* __restrict__ dvec, int64_t T, int64_t H,
-                                   int64_t KV, float scale) {
-    constexpr int S = D + 2, C = (D + 31) / 32, RW = kTile / kKvWarps;  // query rows per warp in the score phase
-    __shared__ __align__(16) bf16 sQ[kTile * S], sG[kTile * S], sK[kTile * S], sV[kTile * S];
-    __shared__ float sP[kTile][kTile + 1], sDS[kTile][kTile + 1];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t bg = blockIdx.y, b = bg / KV, g = bg % KV, group = H / KV;
-    const int64_t j0 = int64_t(blockIdx.x) * kTile;
-    const int k_valid = tile_valid(T, j0);
-    load_tile<D>(sK, k + ((b * T + j0) * KV + g) * D, KV * D, k_valid);
-    load_tile<D>(sV, v + ((b * T + j0) * KV + g) * D, KV * D, k_valid);
-    float adk[kKeysPerWarp][C], adv[kKeysPerWarp][C];
-#pragma unroll
-    for (int jj = 0; jj < kKeysPerWarp; ++jj)
-#pragma unroll
-        for (int c = 0; c < C; ++c) adk[jj][c] = adv[jj][c] = 0.0f;
-
-    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        for (int64_t i0 = j0; i0 < T; i0 += kTile) {  // query tiles at or after the key tile (causal)
-            const int q_valid = tile_valid(T, i0);
-            __syncthreads();
-            load_tile<D>(sQ, q + ((b * T + i0) * H + h) * D, H * D, q_valid);
-            load_tile<D>(sG, dout + ((b * T + i0) * H + h) * D, H * D, q_valid);
-            __syncthreads();
-            // Scores: warp w rows w·RW .. w·RW+RW-1, lane = key.
-#pragma unroll
-            for (int rr = 0; rr < RW; ++rr) {
-                const int r = warp * RW + rr;
-                const int64_t t = i0 + r, j = j0 + lane;
-                float p = 0.0f, ds = 0.0f;
-                if (r < q_valid && lane < k_valid && j <= t) {
-                    const int64_t row = (b * H + h) * T + t;
-                    p = expf(dot_rows<D>(sQ + r * S, sK + lane * S) * scale - lse[row]);
-                    const float dp = dot_rows<D>(sG + r * S, sV + lane * S);
-                    ds = p * (dp - dvec[row]) * scale;
-                }
-                sP[r][lane] = p;
-                sDS[r][lane] = ds;
-            }
-            __syncthreads();
-            for (int i = 0; i < q_valid; ++i) {
-#pragma unroll
-                for (int jj = 0; jj < kKeysPerWarp; ++jj) {
-                    const int key = warp * kKeysPerWarp + jj;
-                    const float p = sP[i][key], ds = sDS[i][key];
-#pragma unroll
-                    for (int c = 0; c < C; ++c) {
-                        if (!dim_ok<D>(lane, c)) continue;
-                        adv[jj][c] += p * ld(sG[i * S + lane + 32 * c]);
-                        adk[jj][c] += ds * ld(sQ[i * S + lane + 32 * c]);
-                    }
-                }
-            }
+// dvec for every row; the vectorized kernel when the pointers and head_dim allow it.
+void attention_dvec(float* dvec, const bf16* dout, const bf16* out, int64_t B, int64_t T, int64_t H, int64_t D,
+                    cudaStream_t stream) {
+    const int64_t rows = B * T * H;
+    if (aligned16(dout, out) && (D == 16 || D == 32 || D == 64 || D == 128)) {
+        const int64_t threads = rows * (D / 8);
+        const unsigned grid = unsigned((threads + 255) / 256);
+        switch (D) {
+            case 16: attention_dvec_vec_kernel<2><<<grid, 256, 0, stream>>>(dvec, dout, out, rows, T, H); break;
+            case 32: attention_dvec_vec_kernel<4><<<grid, 256, 0, stream>>>(dvec, dout, out, rows, T, H); break;
+            case 64: attention_dvec_vec_kernel<8><<<grid, 256, 0, stream>>>(dvec, dout, out, rows, T, H); break;
+            default: attention_dvec_vec_kernel<16><<<grid, 256, 0, stream>>>(dvec, dout, out, rows, T, H);
         }
+        cuda_check_kernel("attention_dvec_vec_kernel");
+        return;
     }
-#pragma unroll
-    for (int jj = 0; jj < kKeysPerWarp; ++jj) {
-        const int key = warp * kKeysPerWarp + jj;
-        if (key >= k_valid) continue;
-        const int64_t row = ((b * T + j0 + key) * KV + g) * D;
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            if (!dim_ok<D>(lane, c)) continue;
-            st(dk + row + lane + 32 * c, adk[jj][c]);
-            st(dv + row + lane + 32 * c, adv[jj][c]);
-        }
-    }
-}
-
-template <int D>
-void attention_backward_launch(dim3 grid_kv, dim3 grid_q, bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
-                               const bf16* k, const bf16* v, const float* lse, const float* dvec, int64_t T, int64_t H,
-                               int64_t KV, float scale, cudaStream_t stream) {
-    attention_backward_dkdv_kernel<D><<<grid_kv, kKvWarps * 32, 0, stream>>>(dk, dv, dout, q, k, v, lse, dvec, T, H, KV,
-                                                                             scale);
-    cuda_check_kernel("attention_backward_dkdv_kernel");
-    attention_backward_dq_kernel<D><<<grid_q, kFwdWarps * 32, 0, stream>>>(dq, dout, q, k, v, lse, dvec, T, H, KV, scale);
+    attention_dvec_kernel<<<unsigned((rows * 32 + 255) / 256), 256, 0, stream>>>(dvec, dout, out, B, T, H, D);
+    cuda_check_kernel("attention_dvec_kernel");
 }
 
 void check_shape(const char* op, const AttentionShape& s) {
@@ -297,26 +82,23 @@ void check_shape(const char* op, const AttentionShape& s) {
 
 }  // namespace
 
-// ---- launchers
-
 bool attention_supports_head_dim(int64_t head_dim) {
     return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+bool attention_uses_tensor_cores(const void* q, const void* k, const void* v, const void* out,
+                                 const AttentionShape& s) {
+    return attention_mma_supports(s) && aligned16(q, k, v, out);
 }
 
 void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttentionShape& s,
                        cudaStream_t stream) {
     check_shape("attention_forward", s);
-    const int64_t B = s.batch, T = s.seq_len, H = s.n_heads, KV = s.n_kv_heads;
-    if (B == 0 || T == 0) return;
-    const float scale = 1.0f / std::sqrt(float(s.head_dim));
-    const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(B * H));
-    switch (s.head_dim) {
-        case 16: attention_forward_kernel<16><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale); break;
-        case 32: attention_forward_kernel<32><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale); break;
-        case 64: attention_forward_kernel<64><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale); break;
-        default: attention_forward_kernel<128><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale);
-    }
-    cuda_check_kernel("attention_forward_kernel");
+    if (s.batch == 0 || s.seq_len == 0) return;
+    if (attention_uses_tensor_cores(q, k, v, out, s))
+        attention_forward_mma(out, lse, q, k, v, s, stream);
+    else
+        attention_forward_simt(out, lse, q, k, v, s, stream);
 }
 
 int64_t attention_backward_scratch_bytes(const AttentionShape& s) {
@@ -327,22 +109,14 @@ void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf
                         const bf16* out, const float* lse, const AttentionShape& s, void* scratch,
                         cudaStream_t stream) {
     check_shape("attention_backward", s);
-    const int64_t B = s.batch, T = s.seq_len, H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
+    const int64_t B = s.batch, T = s.seq_len, H = s.n_heads, D = s.head_dim;
     if (B == 0 || T == 0) return;
-    const float scale = 1.0f / std::sqrt(float(D));
     float* dvec = static_cast<float*>(scratch);
-    const int64_t rows = B * T * H;
-    attention_dvec_kernel<<<unsigned((rows * 32 + 255) / 256), 256, 0, stream>>>(dvec, dout, out, B, T, H, D);
-    cuda_check_kernel("attention_dvec_kernel");
-    const unsigned tiles = unsigned((T + kTile - 1) / kTile);
-    const dim3 grid_kv(tiles, unsigned(B * KV)), grid_q(tiles, unsigned(B * H));
-    switch (D) {
-        case 16: attention_backward_launch<16>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream); break;
-        case 32: attention_backward_launch<32>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream); break;
-        case 64: attention_backward_launch<64>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream); break;
-        default: attention_backward_launch<128>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream);
-    }
-    cuda_check_kernel("attention_backward_dq_kernel");
+    attention_dvec(dvec, dout, out, B, T, H, D, stream);
+    if (attention_uses_tensor_cores(q, k, v, dout, s) && aligned16(dq, dk, dv))
+        attention_backward_mma(dq, dk, dv, dout, q, k, v, lse, dvec, s, stream);
+    else
+        attention_backward_simt(dq, dk, dv, dout, q, k, v, lse, dvec, s, stream);
 }
 
 }  // namespace skew::cuda
