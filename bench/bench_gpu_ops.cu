@@ -2,7 +2,8 @@
 // 32/8 heads of 128, 128 experts top-2, hidden 4096, batch 64 x 128, vocabulary 50,304): dense
 // cuBLASLt GEMMs (the ceiling), the grouped expert GEMM (per-expert loop) against a dense GEMM of
 // the same FLOPs with uniform, skewed and empty-expert routing, and every other kernel's time with
-// its achieved bandwidth or FLOP rate. Built and run by bench/gpu_check.sh; writes JSON lines.
+// its achieved bandwidth or FLOP rate, and Muon's optimizer step (bench/bench_gpu_muon.cuh).
+// Built and run by bench/gpu_check.sh; writes JSON lines.
 // Usage: bench_gpu_ops [out.jsonl] [--quick]
 #include <cuda_runtime.h>
 
@@ -103,6 +104,8 @@ std::vector<int64_t> make_offsets(int64_t rows, int64_t E, const std::string& ki
 }
 
 }  // namespace
+
+#include "bench/bench_gpu_muon.cuh"
 
 int main(int argc, char** argv) {
     bool quick = false;
@@ -286,6 +289,8 @@ int main(int argc, char** argv) {
                         (void*)s2c, (void*)c2s, (void*)off, (void*)x, (void*)xs})
             cudaFree(p);
     }
+    // ---- Muon at the paper's parameter set (bench/bench_gpu_muon.cuh)
+    bench_muon(be, st, quick);
     be.synchronize();
     if (g_out) std::fclose(g_out);
     std::printf("bench_gpu_ops: done\n");

@@ -57,7 +57,7 @@ int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTabl
     for (size_t i = 0; i < table.params.size(); ++i) {
         const ParamInfo& p = table.params[i];
         if (muon) {
-            if (!p.is_vector() && !muon_uses_adam(p)) need = std::max(need, cuda_ws::optim_muon_scratch_bytes(p.rows(), p.cols()));
+            if (!p.is_vector() && !muon_uses_adam(p)) need = std::max(need, cuda_ws::muon_scratch_bytes(p.n_matrices(), p.rows(), p.cols()));
             continue;
         }
         // A factored second moment runs per matrix; every other tensor as one 1 x numel matrix.

@@ -176,6 +176,11 @@ void skewadam_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPo
 void adamw_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
 void lion_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
 void adafactor_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
+/// Muon's orthogonalization of one rows x cols matrix U0 (row-major fp32) into O: transposed when
+/// tall, X = U0/(|U0|_F + 1e-7), `steps` Newton-Schulz iterations (3.4445, -4.7750, 2.0315) in fp32.
+/// bf16_operands rounds X, X X^T, c1 A + c2 A A and each new X to bf16 (fp32 accumulation): the
+/// CUDA step's arithmetic (kernels/cuda/muon.h), used as its twin in tests.
+void muon_orthogonalize(const float* U0, int64_t rows, int64_t cols, int64_t steps, bool bf16_operands, float* O);
 void muon_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
 void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "kernels/cuda/muon.h"
 #include "kernels/cuda/nvtx.h"
 #include "kernels/cuda/optim_kernels.h"
 #include "optim/optim_internal.h"
@@ -56,7 +57,7 @@ int64_t slot_scratch(const OptimizerConfig& opt, const ParamSlot& s) {
             }
             return cuda::optim_update_scratch_bytes(t);
         case OptimizerKind::MUON:
-            return pol.muon_adam ? 0 : cuda::optim_muon_scratch_bytes(t.rows, t.cols);
+            return pol.muon_adam ? 0 : cuda::muon_scratch_bytes(t.n_mat, t.rows, t.cols);
         default:
             return 0;
     }
@@ -160,9 +161,14 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                 const float shape_scale =
                     opt.shape_scale ? float(std::sqrt(std::fmax(1.0, double(dt.rows) / double(dt.cols)))) : 1.0f;
                 WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
-                cuda::optim_muon_step(dt, need_state(s, StateKind::MOMENTUM), float(opt.muon_momentum), opt.ema_momentum,
-                                      opt.nesterov, opt.ns_steps, shape_scale, device_write(wb), ctx.scratch, ctx.cublas,
-                                      ctx.stream);
+                cuda::MuonArgs ma;
+                ma.mu = float(opt.muon_momentum);
+                ma.ema = opt.ema_momentum;
+                ma.nesterov = opt.nesterov;
+                ma.ns_steps = opt.ns_steps;
+                ma.shape_scale = shape_scale;
+                cuda::muon_step(dt, need_state(s, StateKind::MOMENTUM), ma, device_write(wb), ctx.scratch,
+                                ctx.scratch_bytes, ctx.stream);
                 break;
             }
             case OptimizerKind::GALORE:
