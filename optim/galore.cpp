@@ -110,6 +110,41 @@ static bool all_zero(const float* p, int64_t n) {
     return true;
 }
 
+bool galore_refresh_due(const OptimizerConfig& opt, const ParamPolicy& pol, int64_t t, bool projector_zero) {
+    if (pol.kind == OptimizerKind::GALORE_PAPER) return projector_zero;  // computed once, never refreshed
+    return (t - 1) % std::max<int64_t>(1, opt.update_proj_gap) == 0 || projector_zero;
+}
+
+void galore_projector(const OptimizerConfig& opt, const ParamPolicy& pol, const ParamInfo& p, const OptimStep& step,
+                      int64_t e, const float* G, float* Pe, float* Qe) {
+    (void)opt;
+    const MatrixShape ms = matrix_shape(p);
+    const int64_t m = ms.rows, n = ms.cols, r = pol.galore_rank;
+    if (pol.kind == OptimizerKind::GALORE_PAPER) {
+        std::vector<float> U, Vt;
+        svd_randomized(G, m, n, r, step.seed, uint32_t(step.t), p.index, e * n * r, U, Vt, p.name);
+        // U columns canonical; the matching rows of V^T flip with them (G = U S V^T).
+        std::vector<float> sg = canonical_signs(U.data(), m, r, r, 1);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < r; ++j) Pe[i * r + j] = U[size_t(i * r + j)] * sg[size_t(j)];
+        for (int64_t j = 0; j < r; ++j)
+            for (int64_t c = 0; c < n; ++c) Qe[j * n + c] = Vt[size_t(j * n + c)] * sg[size_t(j)];
+        return;
+    }
+    std::vector<float> U, Vh;
+    svd_thin(G, m, n, U, Vh, p.name);
+    const int64_t k = std::min(m, n);
+    if (m >= n) {  // Vh[:r, :] (r x n), rows canonical
+        std::vector<float> sg = canonical_signs(Vh.data(), n, r, 1, n);
+        for (int64_t j = 0; j < r; ++j)
+            for (int64_t c = 0; c < n; ++c) Pe[j * n + c] = Vh[size_t(j * n + c)] * sg[size_t(j)];
+    } else {  // U[:, :r] (m x r), columns canonical
+        std::vector<float> sg = canonical_signs(U.data(), m, r, k, 1);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < r; ++j) Pe[i * r + j] = U[size_t(i * k + j)] * sg[size_t(j)];
+    }
+}
+
 void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step) {
     const bool paper = pol.kind == OptimizerKind::GALORE_PAPER;
     if (!pol.galore_project) {
@@ -145,16 +180,8 @@ void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPoli
         float* Ve = V + e * proj_numel;
         if (paper) {
             float* Qe = Q + e * r * n;
-            if (all_zero(Pe, p_numel)) {  // computed once, never refreshed
-                std::vector<float> U, Vt;
-                svd_randomized(G.data(), m, n, r, step.seed, uint32_t(step.t), p.index, e * n * r, U, Vt, p.name);
-                // U columns canonical; the matching rows of V^T flip with them (G = U S V^T).
-                std::vector<float> sg = canonical_signs(U.data(), m, r, r, 1);
-                for (int64_t i = 0; i < m; ++i)
-                    for (int64_t j = 0; j < r; ++j) Pe[i * r + j] = U[size_t(i * r + j)] * sg[size_t(j)];
-                for (int64_t j = 0; j < r; ++j)
-                    for (int64_t c = 0; c < n; ++c) Qe[j * n + c] = Vt[size_t(j * n + c)] * sg[size_t(j)];
-            }
+            if (galore_refresh_due(opt, pol, step.t, all_zero(Pe, p_numel)))
+                galore_projector(opt, pol, p, step, e, G.data(), Pe, Qe);
             tmp.resize(size_t(m * r));
             gemm(false, true, m, r, n, G.data(), Qe, tmp.data());   // G V (m x r)
             gemm(true, false, r, r, m, Pe, tmp.data(), Gt.data());  // U^T G V (r x r)
@@ -163,21 +190,8 @@ void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPoli
             gemm(false, false, m, r, r, Pe, N.data(), tmp.data());  // U N (m x r)
             gemm(false, false, m, n, r, tmp.data(), Qe, Nf.data());  // U N V^T (m x n)
         } else {
-            const bool refresh = (step.t - 1) % std::max<int64_t>(1, opt.update_proj_gap) == 0 || all_zero(Pe, p_numel);
-            if (refresh) {
-                std::vector<float> U, Vh;
-                svd_thin(G.data(), m, n, U, Vh, p.name);
-                const int64_t k = std::min(m, n);
-                if (tall) {  // Vh[:r, :] (r x n), rows canonical
-                    std::vector<float> sg = canonical_signs(Vh.data(), n, r, 1, n);
-                    for (int64_t j = 0; j < r; ++j)
-                        for (int64_t c = 0; c < n; ++c) Pe[j * n + c] = Vh[size_t(j * n + c)] * sg[size_t(j)];
-                } else {  // U[:, :r] (m x r), columns canonical
-                    std::vector<float> sg = canonical_signs(U.data(), m, r, k, 1);
-                    for (int64_t i = 0; i < m; ++i)
-                        for (int64_t j = 0; j < r; ++j) Pe[i * r + j] = U[size_t(i * k + j)] * sg[size_t(j)];
-                }
-            }
+            if (galore_refresh_due(opt, pol, step.t, all_zero(Pe, p_numel)))
+                galore_projector(opt, pol, p, step, e, G.data(), Pe, nullptr);
             if (tall) gemm(false, true, m, r, n, G.data(), Pe, Gt.data());  // G P^T (m x r)
             else gemm(true, false, r, n, m, Pe, G.data(), Gt.data());       // P^T G (r x n)
             for (int64_t i = 0; i < proj_numel; ++i)

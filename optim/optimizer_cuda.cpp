@@ -10,6 +10,7 @@
 
 #include "engine/error.h"
 #include "kernels/cuda/muon.h"
+#include "optim/galore_cuda.h"
 #include "kernels/cuda/nvtx.h"
 #include "kernels/cuda/optim_kernels.h"
 #include "optim/optim_internal.h"
@@ -58,6 +59,9 @@ int64_t slot_scratch(const OptimizerConfig& opt, const ParamSlot& s) {
             return cuda::optim_update_scratch_bytes(t);
         case OptimizerKind::MUON:
             return pol.muon_adam ? 0 : cuda::muon_scratch_bytes(t.n_mat, t.rows, t.cols);
+        case OptimizerKind::GALORE:
+        case OptimizerKind::GALORE_PAPER:
+            return galore_cuda_scratch_bytes(opt, *s.info);
         default:
             return 0;
     }
@@ -172,9 +176,21 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                 break;
             }
             case OptimizerKind::GALORE:
-            case OptimizerKind::GALORE_PAPER:
-                fail("optimizer '{}': GaLore runs on the CPU backend only (tensor '{}'); use runtime.backend: cpu",
-                     opt.name, p.name);
+            case OptimizerKind::GALORE_PAPER: {
+                if (pol.galore_project) {
+                    galore_step_cuda(opt, s, step, ctx);
+                    break;
+                }
+                // Off the projected matrices: Adam (reference: AdamW, bias corrected; paper: uncorrected).
+                const bool corrected = pol.kind == OptimizerKind::GALORE;
+                const float inv_bc1 = corrected ? float(1.0 / (1.0 - std::pow(opt.beta1, t))) : 1.0f;
+                const float inv_sqrt_bc2 = corrected ? float(1.0 / std::sqrt(1.0 - std::pow(opt.beta2, t))) : 1.0f;
+                WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
+                cuda::optim_adamw_step(dt, need_state(s, StateKind::ADAM_M), need_state(s, StateKind::ADAM_V),
+                                       float(opt.beta1), float(opt.beta2), inv_bc1, inv_sqrt_bc2, float(opt.eps),
+                                       device_write(wb), ctx.stream);
+                break;
+            }
         }
     }
 }

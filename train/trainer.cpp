@@ -310,13 +310,10 @@ EvalResult evaluate(Model& model, const BatchStream& val, int64_t eval_batches, 
 }
 
 /// The checks of one optimizer's run that need no allocation, made for every optimizer before the
-/// run folder is created: GaLore on CUDA, the microbatch (train.microbatch, or the largest that
+/// run folder is created: the microbatch (train.microbatch, or the largest that
 /// fits when 0) and, on the CPU backend, the plan against the host's available memory. Returns
 /// the microbatch; throws skew::Error naming the optimizer.
 int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, bool on_cuda) {
-    if (on_cuda && (opt.type == "galore" || opt.type == "galore-paper"))
-        fail("{}: optimizer type '{}' (GaLore) has no CUDA step yet; train it with runtime.backend=cpu", opt.name,
-             opt.type);
     const int64_t mb = cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, on_cuda);
     if (!on_cuda) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb), opt);
     return mb;

@@ -244,6 +244,13 @@ cublasLtMatrixLayout_t lt_layout(int64_t rows, int64_t cols, int64_t ld, int64_t
     return l;
 }
 
+/// Largest power of two (<= 256) dividing a batch stride of `stride` bf16 elements, in bytes.
+uint32_t batch_alignment(int64_t stride) {
+    uint32_t al = 256;
+    while (al > 2 && (stride * 2) % al != 0) al >>= 1;
+    return al;
+}
+
 const LtPlan& lt_plan(LtState& s, const LtKey& key) {
     auto it = s.plans.find(key);
     if (it != s.plans.end()) return it->second;
@@ -261,6 +268,13 @@ const LtPlan& lt_plan(LtState& s, const LtKey& key) {
     cublas_check(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = uint64_t(cuda_ws::MUON_LT_WORKSPACE_BYTES);
     cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    // Every matrix of a batch starts at base (256-byte aligned) + i * stride * 2 bytes: tell the
+    // heuristic the alignment that holds for all of them (the default assumes 256 bytes).
+    const uint32_t al_a = batch_alignment(key.sa), al_b = batch_alignment(key.sb), al_c = batch_alignment(key.sc);
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &result, &found);
