@@ -11,6 +11,7 @@
 
 #include "engine/config.h"
 #include "kernels/common/optim_math.h"
+#include "kernels/common/rounding.h"
 #include "kernels/cuda/muon.h"
 #include "optim/optim_internal.h"
 #include "optim/optimizer_cuda.h"
@@ -31,7 +32,7 @@ float grad_value(uint32_t step, uint32_t t, uint64_t i) { return 0.01f * philox_
 float u0_of(float g, float b, const OptimizerConfig& opt) {
     const float mu = float(opt.muon_momentum);
     if (!opt.nesterov) return b;
-    return opt.ema_momentum ? g + mu * (b - g) : g + mu * b;
+    return opt.ema_momentum ? rn_add(g, rn_mul(mu, rn_sub(b, g))) : rn_add(g, rn_mul(mu, b));
 }
 
 double rel_diff(const std::vector<float>& x, const std::vector<float>& ref) {
@@ -64,7 +65,8 @@ struct DeviceCopy {
     void* copy(const void* src, size_t bytes) {
         void* p = nullptr;
         cuda_check(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
-        cuda_check(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
+        if (src && bytes) cuda_check(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
+        else cuda_check(cudaMemset(p, 0, std::max<size_t>(bytes, 16)));
         allocs.push_back(p);
         return p;
     }
@@ -89,7 +91,7 @@ void check_muon_twin(const OptimizerConfig& opt, int steps) {
     }
     CudaOptimContext ctx;
     ctx.scratch_bytes = optimizer_cuda_scratch_bytes(opt, dev.slots);
-    ctx.scratch = dev.copy(std::vector<char>(size_t(ctx.scratch_bytes)).data(), size_t(ctx.scratch_bytes));
+    ctx.scratch = dev.copy(nullptr, size_t(ctx.scratch_bytes));
     ctx.stream = gpu().stream();
     for (int step = 1; step <= steps; ++step) {
         INFO("step " << step);
