@@ -40,6 +40,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_info.h"
+#include "optim/galore_cuda.h"
 #include "optim/optimizer_cuda.h"
 #endif
 
@@ -536,9 +537,13 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             SKEW_NVTX_RANGE("optimizer");
             at_step(opt, step, "optimizer", [&] {
 #if defined(SKEW_HAVE_CUDA)
-                if (on_cuda)
+                if (on_cuda) {
+                    const double host_ms0 = galore_cuda_projector_host_ms();
                     optimizer_step_cuda(opt, slots, os, cuda_run->ctx);
-                else
+                    if (const double ms = galore_cuda_projector_host_ms() - host_ms0; ms > 0)
+                        spdlog::info("{}: step {}: GaLore projectors (SVD) computed on the host in {:.0f} ms", opt.name,
+                                     step, ms);
+                } else
 #endif
                     optimizer_step(opt, slots, os);
             });
