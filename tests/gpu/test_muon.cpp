@@ -3,9 +3,11 @@
 // steps, the paper form and Keller Jordan's (Nesterov, EMA momentum, shape scale).
 // Tolerances (docs/optimizers.md "Muon on the GPU"): the momentum is elementwise and bit-identical;
 // the orthogonalized update O matches the CPU's bf16-operand emulation of the same arithmetic within
-// 5e-3 normwise (only fp32 accumulation order differs; it flips a few bf16 roundings, which NS
-// carries along) and the CPU's fp32 Newton-Schulz within 3e-2 normwise (bf16 NS differs from fp32
-// NS by 0.4-1.6% at these sizes, measured on the CPU).
+// 3e-3 normwise at 3 NS steps and 1e-2 at 5 (only the fp32 accumulation order differs; it flips a
+// few bf16 roundings, which NS carries along: measured on the CPU between float and double
+// accumulation at these shapes, worst of 6 seeds, 3.2e-4 at 3 steps and 4.5e-3 at 5), and the CPU's
+// fp32 Newton-Schulz within 3e-2 normwise (bf16 NS differs from fp32 NS by 0.7-0.9% at 3 steps and
+// 1.2-1.7% at 5 at these shapes: so an fp32 GPU path would fail the first bound).
 #include <cmath>
 #include <cstring>
 
@@ -23,7 +25,7 @@ using namespace skew::test;
 
 namespace {
 
-constexpr double kVsBf16Emulation = 5e-3;
+double vs_bf16_emulation_limit(int64_t ns_steps) { return ns_steps <= 3 ? 3e-3 : 1e-2; }
 constexpr double kVsFp32 = 3e-2;
 
 float grad_value(uint32_t step, uint32_t t, uint64_t i) { return 0.01f * philox_normal(PhiloxKey{9, 31}, step, t, i); }
@@ -143,7 +145,7 @@ void check_muon_twin(const OptimizerConfig& opt, int steps) {
                     }
                     const double vs_emu = rel_diff(d_gpu, d_emu), vs_cpu = rel_diff(d_gpu, d_cpu);
                     INFO("normwise difference vs bf16 emulation " << vs_emu << ", vs fp32 NS " << vs_cpu);
-                    CHECK(vs_emu <= kVsBf16Emulation);
+                    CHECK(vs_emu <= vs_bf16_emulation_limit(opt.ns_steps));
                     CHECK(vs_cpu <= kVsFp32);
                 }
             }
