@@ -315,6 +315,10 @@ EvalResult evaluate(Model& model, const BatchStream& val, int64_t eval_batches, 
 /// fits when 0) and, on the CPU backend, the plan against the host's available memory. Returns
 /// the microbatch; throws skew::Error naming the optimizer.
 int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, bool on_cuda) {
+    if (on_cuda && opt.type == "galore")
+        spdlog::warn("{}: GaLore's reference form computes an exact SVD of every projected gradient on the host at "
+                     "step 1 and every {} steps (seconds per 4096 x 4096 matrix); those steps are slow",
+                     opt.name, opt.update_proj_gap);
     const int64_t mb = cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, on_cuda);
     if (!on_cuda) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb), opt);
     return mb;
