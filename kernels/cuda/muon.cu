@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "engine/cuda_workspace.h"
@@ -65,7 +66,7 @@ __device__ __forceinline__ void norm_slice(int64_t n, int blk, int64_t& lo, int6
 /// Pass 1, block (slice, matrix): B <- momentum(B, G) over the slice; partial[matrix][slice] = sum U0^2.
 template <bool VEC, class G>
 __global__ void __launch_bounds__(THREADS) muon_momentum_kernel(const G* __restrict__ grad, float* __restrict__ B,
-                                                                int64_t n, float mu, bool ema, bool nesterov,
+                                                                int64_t n, float gs, float mu, bool ema, bool nesterov,
                                                                 double* __restrict__ partial) {
     __shared__ double smem[32];
     const int64_t e = blockIdx.y;
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(THREADS) muon_momentum_kernel(const G* __restr
             F8 bv = load8f(b + i);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                const float u = muon_momentum_element(gv.v[j], bv.v[j], mu, ema, nesterov);
+                const float u = muon_momentum_element(rn_mul(gv.v[j], gs), bv.v[j], mu, ema, nesterov);
                 acc += double(u) * double(u);
             }
             store8f(b + i, bv);
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(THREADS) muon_momentum_kernel(const G* __restr
     } else {
         for (int64_t i = lo + threadIdx.x; i < hi; i += THREADS) {
             float bi = b[i];
-            const float u = muon_momentum_element(ld(g[i]), bi, mu, ema, nesterov);
+            const float u = muon_momentum_element(rn_mul(ld(g[i]), gs), bi, mu, ema, nesterov);
             b[i] = bi;
             acc += double(u) * double(u);
         }
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(THREADS) muon_momentum_kernel(const G* __restr
 /// partials, in slice order)) + 1e-7), as the CPU's muon_orthogonalize. X: stride elements per matrix.
 template <bool VEC, class G>
 __global__ void __launch_bounds__(THREADS) muon_normalize_kernel(const G* __restrict__ grad, const float* __restrict__ B,
-                                                                 int64_t n, int64_t stride, float mu, bool ema,
+                                                                 int64_t n, int64_t stride, float gs, float mu, bool ema,
                                                                  bool nesterov, const double* __restrict__ partial,
                                                                  bf16* __restrict__ X) {
     __shared__ float s_scale;
@@ -125,12 +126,13 @@ __global__ void __launch_bounds__(THREADS) muon_normalize_kernel(const G* __rest
             if (nesterov) gv = load8f(g + i);
             Bf16x8 o;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) o.v[j] = f32_to_bf16(rn_mul(muon_u0(gv.v[j], bv.v[j], mu, ema, nesterov), s));
+            for (int j = 0; j < 8; ++j)
+                o.v[j] = f32_to_bf16(rn_mul(muon_u0(rn_mul(gv.v[j], gs), bv.v[j], mu, ema, nesterov), s));
             store8(x + i, o);
         }
     } else {
         for (int64_t i = lo + threadIdx.x; i < hi; i += THREADS) {
-            const float gi = nesterov ? ld(g[i]) : 0.0f;
+            const float gi = nesterov ? rn_mul(ld(g[i]), gs) : 0.0f;
             x[i] = f32_to_bf16(rn_mul(muon_u0(gi, b[i], mu, ema, nesterov), s));
         }
     }
@@ -367,17 +369,16 @@ void muon_step(const OptimTensor& t, float* B, const MuonArgs& args, const Optim
             const dim3 grid(NORM_BLOCKS, unsigned(c));
             const auto* g = grad + e0 * n;
             float* bm = B + e0 * n;
-            if (vec_grad) {
-                muon_momentum_kernel<true><<<grid, THREADS, 0, stream>>>(g, bm, n, args.mu, args.ema, args.nesterov, partial);
+            auto passes = [&](auto vec) {
+                constexpr bool V = decltype(vec)::value;
+                muon_momentum_kernel<V><<<grid, THREADS, 0, stream>>>(g, bm, n, args.grad_scale, args.mu, args.ema,
+                                                                    args.nesterov, partial);
                 cuda_check_kernel("muon_momentum_kernel");
-                muon_normalize_kernel<true><<<grid, THREADS, 0, stream>>>(g, bm, n, sx, args.mu, args.ema, args.nesterov,
-                                                                          partial, X);
-            } else {
-                muon_momentum_kernel<false><<<grid, THREADS, 0, stream>>>(g, bm, n, args.mu, args.ema, args.nesterov, partial);
-                cuda_check_kernel("muon_momentum_kernel");
-                muon_normalize_kernel<false><<<grid, THREADS, 0, stream>>>(g, bm, n, sx, args.mu, args.ema, args.nesterov,
-                                                                           partial, X);
-            }
+                muon_normalize_kernel<V><<<grid, THREADS, 0, stream>>>(g, bm, n, sx, args.grad_scale, args.mu, args.ema,
+                                                                     args.nesterov, partial, X);
+            };
+            if (vec_grad) passes(std::true_type{});
+            else passes(std::false_type{});
             cuda_check_kernel("muon_normalize_kernel");
             products(c);  // the result is in X (swapped an even or odd number of times: X names it)
             if (t.weight_f32) {

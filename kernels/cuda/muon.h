@@ -19,6 +19,7 @@ struct MuonArgs {
     int64_t ns_steps = 3;       // Newton-Schulz iterations (3.4445, -4.7750, 2.0315)
     float shape_scale = 1.0f;   // O is multiplied by this before the write
     int64_t max_chunk = 0;      // matrices per strided batch; 0: cuda_ws::muon_chunk_matrices (tests set it)
+    float grad_scale = 1.0f;    // the gradient is read as rn_mul(G, grad_scale) (a folded clip coefficient)
 };
 
 /// Device scratch (bytes) muon_step needs for n_mat matrices of rows x cols

@@ -177,7 +177,7 @@ TEST_CASE("CUDA Muon (Keller Jordan form: Nesterov, EMA, shape scale) matches th
     check_muon_twin(builtin_optimizer("muon-kj"), 3);
 }
 
-// bf16 weights and gradients, stochastic rounding, an expert stack in chunks of 2 (5 matrices: 2, 2, 1):
+// bf16 weights and gradients scaled by 0.5 as read, stochastic rounding, an expert stack in chunks of 2 (5 matrices: 2, 2, 1):
 // where O equals the emulation's, the written weight is bit-identical (same Philox word); elsewhere it
 // is within one bf16 ulp.
 TEST_CASE("CUDA Muon on bf16 weights in chunks: stochastic write-back equals the CPU's emulation", "[gpu][optim][muon]") {
@@ -204,6 +204,7 @@ TEST_CASE("CUDA Muon on bf16 weights in chunks: stochastic write-back equals the
         cuda::MuonArgs args;
         args.ns_steps = 3;
         args.max_chunk = 2;
+        args.grad_scale = 0.5f;  // a folded clip coefficient
         cuda::OptimWrite wr;
         wr.rounding = ROUNDING_STOCHASTIC;
         wr.keep = 1.0f - 0.02f * 0.05f;
@@ -219,7 +220,7 @@ TEST_CASE("CUDA Muon on bf16 weights in chunks: stochastic write-back equals the
             std::vector<float> u0(static_cast<size_t>(n)), o(static_cast<size_t>(n));
             for (int64_t i = 0; i < n; ++i) {
                 float b = 0.0f;
-                u0[size_t(i)] = muon_momentum_element(bf16_to_f32(g[size_t(e * n + i)]), b, args.mu, false, false);
+                u0[size_t(i)] = muon_momentum_element(rn_mul(bf16_to_f32(g[size_t(e * n + i)]), 0.5f), b, args.mu, false, false);
                 CHECK(m_gpu[size_t(e * n + i)] == b);
             }
             optim_detail::muon_orthogonalize(u0.data(), rows, cols, 3, true, o.data());
