@@ -22,10 +22,9 @@ double muon_ns_flops(const MuonBenchTensor& t, int64_t steps) {
 void bench_muon(cuda::CudaBackend& be, cudaStream_t st, bool quick) {
     const int64_t C = 4096, F = 4096, KVD = 8 * 128, E = 128;
     const std::vector<MuonBenchTensor> ts = {
-        {"attn q (x2)", 2, C, C},        {"attn k (x2)", 2, KVD, C},     {"attn v (x2)", 2, KVD, C},
-        {"attn o (x2)", 2, C, C},        {"ffn w1", 1, F, C},            {"ffn w2", 1, F, C},
-        {"ffn w3", 1, C, F},             {"experts w1", E, F, C},        {"experts w2", E, F, C},
-        {"experts w3", E, C, F},
+        {"attn q (x2)", 2, C, C}, {"attn k (x2)", 2, KVD, C}, {"attn v (x2)", 2, KVD, C}, {"attn o (x2)", 2, C, C},
+        {"ffn w1", 1, F, C},      {"ffn w2", 1, F, C},        {"ffn w3", 1, C, F},        {"experts w1", E, F, C},
+        {"experts w2", E, F, C},  {"experts w3", E, C, F},
     };
     // Dense bf16 GEMM rate in this run (the ceiling the Newton-Schulz products read against).
     double dense_tflops = 0;
@@ -34,7 +33,8 @@ void bench_muon(cuda::CudaBackend& be, cudaStream_t st, bool quick) {
         bf16* w = random_bf16(C * C, 102);
         bf16* y = random_bf16(C * C, 103);
         const double f = 2.0 * double(C) * double(C) * double(C);
-        const double ms = time_ms(st, [&] { be.matmul_forward(y, x, w, C, C, C); }, quick ? 3 : 20);
+        const double ms = time_ms(
+            st, [&] { be.matmul_forward(y, x, w, C, C, C); }, quick ? 3 : 20);
         dense_tflops = f / (ms * 1e-3) / 1e12;
         report("dense gemm bf16 4096^3 (muon ceiling)", ms, f, 0);
         cudaFree(x);
@@ -50,8 +50,8 @@ void bench_muon(cuda::CudaBackend& be, cudaStream_t st, bool quick) {
     int64_t scratch_bytes = 0;
     for (const auto& t : ts) {
         const int64_t n = t.n_mat * t.rows * t.cols;
-        dev.push_back({random_bf16(n, 200 + uint32_t(dev.size()), 0.04f), random_bf16(n, 300 + uint32_t(dev.size()), 0.01f),
-                       static_cast<float*>(dalloc(size_t(n) * 4))});
+        dev.push_back({random_bf16(n, 200 + uint32_t(dev.size()), 0.04f),
+                       random_bf16(n, 300 + uint32_t(dev.size()), 0.01f), static_cast<float*>(dalloc(size_t(n) * 4))});
         scratch_bytes = std::max(scratch_bytes, cuda::muon_scratch_bytes(t.n_mat, t.rows, t.cols));
     }
     void* scratch = dalloc(size_t(scratch_bytes));
@@ -84,10 +84,10 @@ void bench_muon(cuda::CudaBackend& be, cudaStream_t st, bool quick) {
         const double ms = time_ms(st, run_all, quick ? 1 : 3);
         const double tflops = flops / (ms * 1e-3) / 1e12;
         report("muon step paper params ns_steps " + std::to_string(steps), ms, flops, bytes,
-               "\"dense_tflops\": " + std::to_string(dense_tflops) + ", \"fraction_of_dense\": " +
-                   std::to_string(tflops / dense_tflops) + ", \"floor_ms\": " +
-                   std::to_string(flops / (dense_tflops * 1e12) * 1e3) + ", \"scratch_mib\": " +
-                   std::to_string(scratch_bytes >> 20));
+               "\"dense_tflops\": " + std::to_string(dense_tflops) +
+                   ", \"fraction_of_dense\": " + std::to_string(tflops / dense_tflops) +
+                   ", \"floor_ms\": " + std::to_string(flops / (dense_tflops * 1e12) * 1e3) +
+                   ", \"scratch_mib\": " + std::to_string(scratch_bytes >> 20));
         // One expert projection (128 matrices) alone: the batched NS at its best shape.
         const MuonBenchTensor& ex = ts[7];
         cuda::OptimTensor t;
@@ -96,10 +96,12 @@ void bench_muon(cuda::CudaBackend& be, cudaStream_t st, bool quick) {
         t.n_mat = ex.n_mat;
         t.rows = ex.rows;
         t.cols = ex.cols;
-        const double ms1 = time_ms(st, [&] { cuda::muon_step(t, dev[7].m, args, w, scratch, scratch_bytes, st); }, quick ? 1 : 3);
-        report("muon one expert projection (128 x 4096^2) ns_steps " + std::to_string(steps), ms1, muon_ns_flops(ex, steps),
-               double(ex.n_mat * ex.rows * ex.cols) * 22.0,
-               "\"fraction_of_dense\": " + std::to_string(muon_ns_flops(ex, steps) / (ms1 * 1e-3) / 1e12 / dense_tflops));
+        const double ms1 = time_ms(
+            st, [&] { cuda::muon_step(t, dev[7].m, args, w, scratch, scratch_bytes, st); }, quick ? 1 : 3);
+        report(
+            "muon one expert projection (128 x 4096^2) ns_steps " + std::to_string(steps), ms1,
+            muon_ns_flops(ex, steps), double(ex.n_mat * ex.rows * ex.cols) * 22.0,
+            "\"fraction_of_dense\": " + std::to_string(muon_ns_flops(ex, steps) / (ms1 * 1e-3) / 1e12 / dense_tflops));
     }
     for (auto& d : dev) {
         cudaFree(d.w);

@@ -93,9 +93,13 @@ void bench_galore(cudaStream_t st, bool quick, const ReportFn& report) {
         float* D = static_cast<float*>(dalloc_filled(size_t(C * r) * 4, 1.0f, false, 3));
         const float one = 1.0f, zero = 0.0f;
         const double f = 2.0 * double(C) * double(C) * double(r);
-        const double ms = time_ms(st, [&] {
-            cublas_check(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, int(r), int(C), int(C), &one, B, int(r), A, int(C), &zero, D, int(r)));
-        }, quick ? 5 : 20);
+        const double ms = time_ms(
+            st,
+            [&] {
+                cublas_check(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, int(r), int(C), int(C), &one, B, int(r), A,
+                                         int(C), &zero, D, int(r)));
+            },
+            quick ? 5 : 20);
         sgemm_tflops = f / (ms * 1e-3) / 1e12;
         report("sgemm fp32 4096x4096x128 (galore ceiling)", ms, f, 0, "");
         cudaFree(A);
@@ -159,11 +163,17 @@ void bench_galore(cudaStream_t st, bool quick, const ReportFn& report) {
         ctx.cublas = h;
         ctx.stream = st;
         int64_t t = 2;  // past the reference form's refresh at t = 1 (update_proj_gap 200)
-        const double ms = time_ms(st, [&] { optimizer_step_cuda(opt, slots, OptimStep{t++, 3e-4, 42}, ctx); }, quick ? 1 : 3);
+        const double ms = time_ms(
+            st,
+            [&] {
+                optimizer_step_cuda(opt, slots, OptimStep{t++, 3e-4, 42}, ctx);
+            },
+            quick ? 1 : 3);
         const double floor_ms = flops / (sgemm_tflops * 1e12) * 1e3;
         report(std::string(type) + " step paper params (no refresh)", ms, flops, bytes,
-               "\"sgemm_tflops\": " + std::to_string(sgemm_tflops) + ", \"gemm_floor_ms\": " + std::to_string(floor_ms) +
-                   ", \"x_gemm_floor\": " + std::to_string(ms / floor_ms) + ", \"scratch_mib\": " + std::to_string(scratch >> 20));
+               "\"sgemm_tflops\": " + std::to_string(sgemm_tflops) + ", \"gemm_floor_ms\": " +
+                   std::to_string(floor_ms) + ", \"x_gemm_floor\": " + std::to_string(ms / floor_ms) +
+                   ", \"scratch_mib\": " + std::to_string(scratch >> 20));
         // One projector refresh on the host: the paper form's randomized SVD of a 4096 x 4096 expert
         // matrix; the reference form's exact SVD of a 1024 x 4096 attention matrix (a 4096 x 4096 one
         // takes tens of seconds on the host: about (4096/1024)^2..3 times this).
@@ -180,9 +190,10 @@ void bench_galore(cudaStream_t st, bool quick, const ReportFn& report) {
             for (auto& x : g) x = nd(gen);
             const auto t0 = std::chrono::steady_clock::now();
             optim_detail::galore_projector(opt, pol, p, OptimStep{1, 3e-4, 42}, 0, g.data(), pe.data(), qe.data());
-            const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            report(std::string(type) + " projector refresh of one " + std::to_string(rows) + "x4096 matrix (host)", host_ms, 0, 0,
-                   "\"matrices_per_refresh\": " + std::to_string(paper ? 3 * E + 14 : 3 * E + 11));
+            const double host_ms =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            report(std::string(type) + " projector refresh of one " + std::to_string(rows) + "x4096 matrix (host)",
+                   host_ms, 0, 0, "\"matrices_per_refresh\": " + std::to_string(paper ? 3 * E + 14 : 3 * E + 11));
         }
         cudaFree(ctx.scratch);
         for (void* p : allocs) cudaFree(p);

@@ -58,7 +58,8 @@ int64_t galore_cuda_scratch_bytes(const OptimizerConfig& opt, const ParamInfo& p
 
 double galore_cuda_projector_host_ms() { return double(g_projector_host_us.load()) / 1000.0; }
 
-void galore_step_cuda(const OptimizerConfig& opt, const ParamSlot& s, const OptimStep& step, const CudaOptimContext& ctx) {
+void galore_step_cuda(const OptimizerConfig& opt, const ParamSlot& s, const OptimStep& step,
+                      const CudaOptimContext& ctx) {
     using namespace optim_detail;
     const ParamInfo& p = *s.info;
     const ParamPolicy pol = param_policy(opt, p);
@@ -68,7 +69,8 @@ void galore_step_cuda(const OptimizerConfig& opt, const ParamSlot& s, const Opti
     if (m > 2147483647 || n > 2147483647) fail("galore: tensor '{}' has a dimension beyond cuBLAS's int range", p.name);
     const int64_t need = cuda_ws::galore_scratch_bytes(E, m, n, r, paper);
     if (ctx.scratch_bytes < need)
-        fail("optimizer '{}': tensor '{}' needs {} bytes of GaLore scratch, {} given", opt.name, p.name, need, ctx.scratch_bytes);
+        fail("optimizer '{}': tensor '{}' needs {} bytes of GaLore scratch, {} given", opt.name, p.name, need,
+             ctx.scratch_bytes);
     float* P = need_state(s, StateKind::GALORE_P);
     float* Q = paper ? need_state(s, StateKind::GALORE_Q) : nullptr;
     float* M = need_state(s, StateKind::GALORE_M);
@@ -129,16 +131,19 @@ void galore_step_cuda(const OptimizerConfig& opt, const ParamSlot& s, const Opti
             cuda_check(cudaMemcpyAsync(g_host.data(), G + (e - e0) * mn, size_t(mn) * 4, cudaMemcpyDeviceToHost, st));
             cuda_check(cudaStreamSynchronize(st));
             galore_projector(opt, pol, p, step, e, g_host.data(), p_host.data(), paper ? q_host.data() : nullptr);
-            cuda_check(cudaMemcpyAsync(P + e * p_numel, p_host.data(), size_t(p_numel) * 4, cudaMemcpyHostToDevice, st));
+            cuda_check(
+                cudaMemcpyAsync(P + e * p_numel, p_host.data(), size_t(p_numel) * 4, cudaMemcpyHostToDevice, st));
             if (paper)
-                cuda_check(cudaMemcpyAsync(Q + e * r * n, q_host.data(), size_t(r * n) * 4, cudaMemcpyHostToDevice, st));
+                cuda_check(
+                    cudaMemcpyAsync(Q + e * r * n, q_host.data(), size_t(r * n) * 4, cudaMemcpyHostToDevice, st));
             cuda_check(cudaStreamSynchronize(st));  // the host buffers are reused
-            g_projector_host_us += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+            g_projector_host_us +=
+                std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
         }
         const float* Pc = P + e0 * p_numel;
         if (paper) {
             const float* Qc = Q + e0 * r * n;
-            gemm_rm_batched(ctx.cublas, false, true, m, r, n, G, mn, Qc, r * n, tmp, m * r, c);       // G V (m x r)
+            gemm_rm_batched(ctx.cublas, false, true, m, r, n, G, mn, Qc, r * n, tmp, m * r, c);        // G V (m x r)
             gemm_rm_batched(ctx.cublas, true, false, r, r, m, Pc, p_numel, tmp, m * r, Gt, r * r, c);  // U^T G V
         } else if (tall) {
             gemm_rm_batched(ctx.cublas, false, true, m, r, n, G, mn, Pc, p_numel, Gt, proj, c);  // G P^T (m x r)

@@ -18,7 +18,8 @@ int64_t galore_cuda_scratch_bytes(const OptimizerConfig& opt, const ParamInfo& p
 /// projector refresh where due (host SVD; synchronizes ctx.stream), G~ = projection of G, Adam on G~,
 /// back-projection, W <- round(W*keep - alpha*N). Throws skew::Error on too little scratch, a
 /// failed LAPACK SVD or a failed CUDA/cuBLAS call.
-void galore_step_cuda(const OptimizerConfig& opt, const ParamSlot& s, const OptimStep& step, const CudaOptimContext& ctx);
+void galore_step_cuda(const OptimizerConfig& opt, const ParamSlot& s, const OptimStep& step,
+                      const CudaOptimContext& ctx);
 
 /// Host milliseconds spent computing GaLore projectors by this process (SVDs and their copies).
 double galore_cuda_projector_host_ms();

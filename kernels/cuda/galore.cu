@@ -12,9 +12,9 @@ namespace {
 
 constexpr int THREADS = 256;
 
-__global__ void __launch_bounds__(THREADS) galore_adam_kernel(float* __restrict__ x, float* __restrict__ m,
-                                                              float* __restrict__ v, int64_t n, float b1, float omb1,
-                                                              float b2, float omb2, float eps) {
+__global__ void __launch_bounds__(THREADS)
+    galore_adam_kernel(float* __restrict__ x, float* __restrict__ m, float* __restrict__ v, int64_t n, float b1,
+                       float omb1, float b2, float omb2, float eps) {
     for (int64_t i = thread_index(); i < n; i += grid_stride()) {
         float mi = m[i], vi = v[i];
         x[i] = galore_adam_element(x[i], mi, vi, b1, omb1, b2, omb2, eps);
@@ -23,8 +23,8 @@ __global__ void __launch_bounds__(THREADS) galore_adam_kernel(float* __restrict_
     }
 }
 
-__global__ void __launch_bounds__(THREADS) nonzero_flags_kernel(const float* __restrict__ P, int64_t per,
-                                                                int32_t* __restrict__ flags) {
+__global__ void __launch_bounds__(THREADS)
+    nonzero_flags_kernel(const float* __restrict__ P, int64_t per, int32_t* __restrict__ flags) {
     __shared__ int smem[32];
     const int64_t e = blockIdx.x;
     int any = 0;
@@ -62,7 +62,8 @@ __global__ void __launch_bounds__(THREADS) write_vec_kernel(bf16* __restrict__ w
         }
         const uint32_t rw[8] = {r0.v[0], r0.v[1], r0.v[2], r0.v[3], r1.v[0], r1.v[1], r1.v[2], r1.v[3]};
 #pragma unroll
-        for (int j = 0; j < 8; ++j) w.v[j] = round_with(update_target(bf16_to_f32(w.v[j]), u[j], wb), rw[j], wb.rounding);
+        for (int j = 0; j < 8; ++j)
+            w.v[j] = round_with(update_target(bf16_to_f32(w.v[j]), u[j], wb), rw[j], wb.rounding);
         store8(weight + el, w);
     }
 }
@@ -109,13 +110,14 @@ void write_dense_update(const OptimTensor& t, const float* U, int64_t begin, int
                         cudaStream_t stream) {
     if (count <= 0) return;
     if (t.weight_f32) {
-        write_f32_kernel<<<grid_for(count, THREADS), THREADS, 0, stream>>>(static_cast<float*>(t.weight), U, begin, count, w);
+        write_f32_kernel<<<grid_for(count, THREADS), THREADS, 0, stream>>>(static_cast<float*>(t.weight), U, begin,
+                                                                           count, w);
     } else if (begin % 8 == 0 && count % 8 == 0 && aligned16(static_cast<const bf16*>(t.weight), U)) {
         write_vec_kernel<<<grid_for(count / 8, THREADS), THREADS, 0, stream>>>(static_cast<bf16*>(t.weight), U, begin,
-                                                                              count, w);
+                                                                               count, w);
     } else {
         write_scalar_kernel<<<grid_for(count, THREADS), THREADS, 0, stream>>>(static_cast<bf16*>(t.weight), U, begin,
-                                                                             count, w);
+                                                                              count, w);
     }
     cuda_check_kernel("write_dense_update");
 }

@@ -65,9 +65,9 @@ __device__ __forceinline__ void norm_slice(int64_t n, int blk, int64_t& lo, int6
 
 /// Pass 1, block (slice, matrix): B <- momentum(B, G) over the slice; partial[matrix][slice] = sum U0^2.
 template <bool VEC, class G>
-__global__ void __launch_bounds__(THREADS) muon_momentum_kernel(const G* __restrict__ grad, float* __restrict__ B,
-                                                                int64_t n, float gs, float mu, bool ema, bool nesterov,
-                                                                double* __restrict__ partial) {
+__global__ void __launch_bounds__(THREADS)
+    muon_momentum_kernel(const G* __restrict__ grad, float* __restrict__ B, int64_t n, float gs, float mu, bool ema,
+                         bool nesterov, double* __restrict__ partial) {
     __shared__ double smem[32];
     const int64_t e = blockIdx.y;
     int64_t lo, hi;
@@ -101,10 +101,9 @@ __global__ void __launch_bounds__(THREADS) muon_momentum_kernel(const G* __restr
 /// Pass 2, block (slice, matrix): X = bf16(U0 * s), s = 1 / (float(sqrt(sum of the matrix's
 /// partials, in slice order)) + 1e-7), as the CPU's muon_orthogonalize. X: stride elements per matrix.
 template <bool VEC, class G>
-__global__ void __launch_bounds__(THREADS) muon_normalize_kernel(const G* __restrict__ grad, const float* __restrict__ B,
-                                                                 int64_t n, int64_t stride, float gs, float mu, bool ema,
-                                                                 bool nesterov, const double* __restrict__ partial,
-                                                                 bf16* __restrict__ X) {
+__global__ void __launch_bounds__(THREADS)
+    muon_normalize_kernel(const G* __restrict__ grad, const float* __restrict__ B, int64_t n, int64_t stride, float gs,
+                          float mu, bool ema, bool nesterov, const double* __restrict__ partial, bf16* __restrict__ X) {
     __shared__ float s_scale;
     const int64_t e = blockIdx.y;
     if (threadIdx.x == 0) {
@@ -161,9 +160,9 @@ __device__ __forceinline__ uint32_t pick_word(const Philox4& p, uint64_t element
 /// O = X (bf16, stride per matrix), noise keyed by the tensor's element index. VEC: 8 elements per
 /// thread step (two Philox blocks), n % 8 == 0.
 template <bool VEC>
-__global__ void __launch_bounds__(THREADS) muon_write_kernel(bf16* __restrict__ weight, const bf16* __restrict__ X,
-                                                             int64_t e0, int64_t count, int64_t n, int64_t stride,
-                                                             float scale, OptimWrite wb) {
+__global__ void __launch_bounds__(THREADS)
+    muon_write_kernel(bf16* __restrict__ weight, const bf16* __restrict__ X, int64_t e0, int64_t count, int64_t n,
+                      int64_t stride, float scale, OptimWrite wb) {
     const PhiloxKey key{wb.seed, PHILOX_STREAM_ROUNDING};
     const bool draw = wb.rounding != ROUNDING_NEAREST;
     if (VEC) {
@@ -192,16 +191,17 @@ __global__ void __launch_bounds__(THREADS) muon_write_kernel(bf16* __restrict__ 
             const int64_t e = q / n, k = q - e * n, el = (e0 + e) * n + k;
             const float u = rn_mul(bf16_to_f32(X[e * stride + k]), scale);
             const float x = update_target(bf16_to_f32(weight[el]), u, wb);
-            const uint32_t r = draw ? pick_word(philox_block(key, wb.step, wb.tensor, uint64_t(el) >> 2), uint64_t(el)) : 0u;
+            const uint32_t r =
+                draw ? pick_word(philox_block(key, wb.step, wb.tensor, uint64_t(el) >> 2), uint64_t(el)) : 0u;
             weight[el] = round_with(x, r, wb.rounding);
         }
     }
 }
 
 /// fp32 weights: written exactly (no rounding), as the CPU's store_update.
-__global__ void __launch_bounds__(THREADS) muon_write_f32_kernel(float* __restrict__ weight, const bf16* __restrict__ X,
-                                                                 int64_t e0, int64_t count, int64_t n, int64_t stride,
-                                                                 float scale, OptimWrite wb) {
+__global__ void __launch_bounds__(THREADS)
+    muon_write_f32_kernel(float* __restrict__ weight, const bf16* __restrict__ X, int64_t e0, int64_t count, int64_t n,
+                          int64_t stride, float scale, OptimWrite wb) {
     const int64_t total = count * n;
     for (int64_t q = thread_index(); q < total; q += grid_stride()) {
         const int64_t e = q / n, k = q - e * n, el = (e0 + e) * n + k;
@@ -242,7 +242,8 @@ cublasLtMatrixLayout_t lt_layout(int64_t rows, int64_t cols, int64_t ld, int64_t
     cublas_check(cublasLtMatrixLayoutCreate(&l, CUDA_R_16BF, uint64_t(rows), uint64_t(cols), ld));
     const int32_t b = int32_t(batch);
     cublas_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof(b)));
-    cublas_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    cublas_check(
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
     return l;
 }
 
@@ -263,8 +264,10 @@ const LtPlan& lt_plan(LtState& s, const LtKey& key) {
     cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof(oa)));
     cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof(ob)));
     // Stored shapes: op(A) is m x k, so A is (ta ? k x m : m x k); B likewise k x n.
-    p.la = key.ta ? lt_layout(key.k, key.m, key.lda, key.sa, key.batch) : lt_layout(key.m, key.k, key.lda, key.sa, key.batch);
-    p.lb = key.tb ? lt_layout(key.n, key.k, key.ldb, key.sb, key.batch) : lt_layout(key.k, key.n, key.ldb, key.sb, key.batch);
+    p.la = key.ta ? lt_layout(key.k, key.m, key.lda, key.sa, key.batch)
+                  : lt_layout(key.m, key.k, key.lda, key.sa, key.batch);
+    p.lb = key.tb ? lt_layout(key.n, key.k, key.ldb, key.sb, key.batch)
+                  : lt_layout(key.k, key.n, key.ldb, key.sb, key.batch);
     p.lc = lt_layout(key.m, key.n, key.ldc, key.sc, key.batch);
     cublasLtMatmulPreference_t pref = nullptr;
     cublas_check(cublasLtMatmulPreferenceCreate(&pref));
@@ -273,13 +276,18 @@ const LtPlan& lt_plan(LtState& s, const LtKey& key) {
     // Every matrix of a batch starts at base (256-byte aligned) + i * stride * 2 bytes: tell the
     // heuristic the alignment that holds for all of them (the default assumes 256 bytes).
     const uint32_t al_a = batch_alignment(key.sa), al_b = batch_alignment(key.sb), al_c = batch_alignment(key.sc);
-    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+    cublas_check(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    cublas_check(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    cublas_check(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+    cublas_check(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &result, &found);
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
         cublasLtMatrixLayoutDestroy(p.la);
@@ -306,8 +314,10 @@ void lt_gemm(const LtKey& key, float alpha, const bf16* A, const bf16* B, float 
 
 template <class F>
 void dispatch_grad(const OptimTensor& t, F&& f) {
-    if (t.grad_f32) f(static_cast<const float*>(t.grad));
-    else f(static_cast<const bf16*>(t.grad));
+    if (t.grad_f32)
+        f(static_cast<const float*>(t.grad));
+    else
+        f(static_cast<const bf16*>(t.grad));
 }
 
 }  // namespace
@@ -355,14 +365,17 @@ void muon_step(const OptimTensor& t, float* B, const MuonArgs& args, const Optim
         for (int64_t k = 0; k < args.ns_steps; ++k) {
             lt_gemm(k_a, 1.0f, X, X, 0.0f, nullptr, A, workspace, stream);
             lt_gemm(k_b, NS_C2, A, A, NS_C1, A, Bm, workspace, stream);
-            if (tall) lt_gemm(k_x, 1.0f, Bm, X, NS_C0, X, Xn, workspace, stream);
-            else lt_gemm(k_x, 1.0f, X, Bm, NS_C0, X, Xn, workspace, stream);
+            if (tall)
+                lt_gemm(k_x, 1.0f, Bm, X, NS_C0, X, Xn, workspace, stream);
+            else
+                lt_gemm(k_x, 1.0f, X, Bm, NS_C0, X, Xn, workspace, stream);
             std::swap(X, Xn);
         }
     };
 
-    const bool vec_grad = n % 8 == 0 && aligned16(B) && (t.grad_f32 ? aligned16(static_cast<const float*>(t.grad))
-                                                                    : aligned16(static_cast<const bf16*>(t.grad)));
+    const bool vec_grad =
+        n % 8 == 0 && aligned16(B) &&
+        (t.grad_f32 ? aligned16(static_cast<const float*>(t.grad)) : aligned16(static_cast<const bf16*>(t.grad)));
     dispatch_grad(t, [&](const auto* grad) {
         for (int64_t e0 = 0; e0 < E; e0 += chunk) {
             const int64_t c = std::min(chunk, E - e0);
@@ -372,13 +385,15 @@ void muon_step(const OptimTensor& t, float* B, const MuonArgs& args, const Optim
             auto passes = [&](auto vec) {
                 constexpr bool V = decltype(vec)::value;
                 muon_momentum_kernel<V><<<grid, THREADS, 0, stream>>>(g, bm, n, args.grad_scale, args.mu, args.ema,
-                                                                    args.nesterov, partial);
+                                                                      args.nesterov, partial);
                 cuda_check_kernel("muon_momentum_kernel");
                 muon_normalize_kernel<V><<<grid, THREADS, 0, stream>>>(g, bm, n, sx, args.grad_scale, args.mu, args.ema,
-                                                                     args.nesterov, partial, X);
+                                                                       args.nesterov, partial, X);
             };
-            if (vec_grad) passes(std::true_type{});
-            else passes(std::false_type{});
+            if (vec_grad)
+                passes(std::true_type{});
+            else
+                passes(std::false_type{});
             cuda_check_kernel("muon_normalize_kernel");
             products(c);  // the result is in X (swapped an even or odd number of times: X names it)
             if (t.weight_f32) {

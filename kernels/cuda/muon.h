@@ -13,13 +13,13 @@ namespace skew::cuda {
 
 /// Scalars of one Muon step on one tensor.
 struct MuonArgs {
-    float mu = 0.95f;           // momentum
-    bool ema = false;           // B <- B + (1-mu)(G - B) instead of B <- mu B + G
-    bool nesterov = false;      // U0 = G + mu B (sum) / G + mu (B - G) (EMA); else U0 = B
-    int64_t ns_steps = 3;       // Newton-Schulz iterations (3.4445, -4.7750, 2.0315)
-    float shape_scale = 1.0f;   // O is multiplied by this before the write
-    int64_t max_chunk = 0;      // matrices per strided batch; 0: cuda_ws::muon_chunk_matrices (tests set it)
-    float grad_scale = 1.0f;    // the gradient is read as rn_mul(G, grad_scale) (a folded clip coefficient)
+    float mu = 0.95f;          // momentum
+    bool ema = false;          // B <- B + (1-mu)(G - B) instead of B <- mu B + G
+    bool nesterov = false;     // U0 = G + mu B (sum) / G + mu (B - G) (EMA); else U0 = B
+    int64_t ns_steps = 3;      // Newton-Schulz iterations (3.4445, -4.7750, 2.0315)
+    float shape_scale = 1.0f;  // O is multiplied by this before the write
+    int64_t max_chunk = 0;     // matrices per strided batch; 0: cuda_ws::muon_chunk_matrices (tests set it)
+    float grad_scale = 1.0f;   // the gradient is read as rn_mul(G, grad_scale) (a folded clip coefficient)
 };
 
 /// Device scratch (bytes) muon_step needs for n_mat matrices of rows x cols

@@ -41,8 +41,10 @@ struct DeviceCopy {
     void* copy(const void* src, size_t bytes) {
         void* p = nullptr;
         cuda_check(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
-        if (src && bytes) cuda_check(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
-        else cuda_check(cudaMemset(p, 0, std::max<size_t>(bytes, 16)));
+        if (src && bytes)
+            cuda_check(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
+        else
+            cuda_check(cudaMemset(p, 0, std::max<size_t>(bytes, 16)));
         allocs.push_back(p);
         return p;
     }
@@ -76,7 +78,8 @@ void check_galore_twin(const OptimizerConfig& opt, DType dt, int steps) {
         if (dt == DType::BF16) dslots[t].grad_dtype = DType::BF16;
         dslots[t].grad = dev.copy(cpu.grads[t].data(), cpu.grads[t].size() * 4);
         for (const StateSlotSpec& s : optimizer_param_state(opt, p))
-            dslots[t].state[size_t(s.kind)] = static_cast<float*>(dev.copy(cpu.slots[t].st(s.kind), size_t(s.numel()) * 4));
+            dslots[t].state[size_t(s.kind)] =
+                static_cast<float*>(dev.copy(cpu.slots[t].st(s.kind), size_t(s.numel()) * 4));
     }
     CudaOptimContext ctx;
     ctx.scratch_bytes = optimizer_cuda_scratch_bytes(opt, dslots);
@@ -95,7 +98,8 @@ void check_galore_twin(const OptimizerConfig& opt, DType dt, int steps) {
                 g16.push_back(f32_to_bf16(g).bits);
             }
             if (dslots[t].grad_dtype == DType::BF16)
-                cuda_check(cudaMemcpy(const_cast<void*>(dslots[t].grad), g16.data(), g16.size() * 2, cudaMemcpyHostToDevice));
+                cuda_check(
+                    cudaMemcpy(const_cast<void*>(dslots[t].grad), g16.data(), g16.size() * 2, cudaMemcpyHostToDevice));
             else
                 cuda_check(cudaMemcpy(const_cast<void*>(dslots[t].grad), cpu.grads[t].data(), cpu.grads[t].size() * 4,
                                       cudaMemcpyHostToDevice));
@@ -126,7 +130,8 @@ void check_galore_twin(const OptimizerConfig& opt, DType dt, int steps) {
             } else if (p.dtype == DType::F32) {
                 double d = 0, nrm = 0;
                 for (int64_t i = 0; i < p.numel(); ++i) {
-                    const double dg = double(w[size_t(i)]) - w_old[t][size_t(i)], dc = double(cpu.weight(t, i)) - w_old[t][size_t(i)];
+                    const double dg = double(w[size_t(i)]) - w_old[t][size_t(i)],
+                                 dc = double(cpu.weight(t, i)) - w_old[t][size_t(i)];
                     d += (dg - dc) * (dg - dc);
                     nrm += dc * dc;
                 }
@@ -175,7 +180,8 @@ void check_galore_twin(const OptimizerConfig& opt, DType dt, int steps) {
 
 }  // namespace
 
-TEST_CASE("CUDA GaLore (reference form) matches the CPU over 4 steps with a projector refresh", "[gpu][optim][galore]") {
+TEST_CASE("CUDA GaLore (reference form) matches the CPU over 4 steps with a projector refresh",
+          "[gpu][optim][galore]") {
     SKEW_REQUIRE_GPU();
     OptimizerConfig opt = builtin_optimizer("galore");
     opt.rank = 8;

@@ -67,8 +67,10 @@ struct DeviceCopy {
     void* copy(const void* src, size_t bytes) {
         void* p = nullptr;
         cuda_check(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
-        if (src && bytes) cuda_check(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
-        else cuda_check(cudaMemset(p, 0, std::max<size_t>(bytes, 16)));
+        if (src && bytes)
+            cuda_check(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
+        else
+            cuda_check(cudaMemset(p, 0, std::max<size_t>(bytes, 16)));
         allocs.push_back(p);
         return p;
     }
@@ -81,7 +83,8 @@ void check_muon_twin(const OptimizerConfig& opt, int steps) {
     TensorSet cpu = muon_model(DType::F32);
     cpu.bind(opt);
     for (size_t t = 0; t < cpu.infos.size(); ++t)
-        for (int64_t i = 0; i < cpu.infos[t].numel(); ++i) cpu.set_weight(t, i, 0.02f * philox_normal(PhiloxKey{3, 5}, 0, uint32_t(t), uint64_t(i)));
+        for (int64_t i = 0; i < cpu.infos[t].numel(); ++i)
+            cpu.set_weight(t, i, 0.02f * philox_normal(PhiloxKey{3, 5}, 0, uint32_t(t), uint64_t(i)));
     DeviceCopy dev;
     dev.slots = cpu.slots;
     for (size_t t = 0; t < cpu.infos.size(); ++t) {
@@ -89,7 +92,8 @@ void check_muon_twin(const OptimizerConfig& opt, int steps) {
         dev.slots[t].weight = dev.copy(cpu.slots[t].weight, size_t(p.bytes()));
         dev.slots[t].grad = dev.copy(cpu.grads[t].data(), cpu.grads[t].size() * 4);
         for (const StateSlotSpec& s : optimizer_param_state(opt, p))
-            dev.slots[t].state[size_t(s.kind)] = static_cast<float*>(dev.copy(cpu.slots[t].st(s.kind), size_t(s.numel()) * 4));
+            dev.slots[t].state[size_t(s.kind)] =
+                static_cast<float*>(dev.copy(cpu.slots[t].st(s.kind), size_t(s.numel()) * 4));
     }
     CudaOptimContext ctx;
     ctx.scratch_bytes = optimizer_cuda_scratch_bytes(opt, dev.slots);
@@ -98,7 +102,8 @@ void check_muon_twin(const OptimizerConfig& opt, int steps) {
     for (int step = 1; step <= steps; ++step) {
         INFO("step " << step);
         for (size_t t = 0; t < cpu.infos.size(); ++t) {
-            for (int64_t i = 0; i < cpu.infos[t].numel(); ++i) cpu.grads[t][size_t(i)] = grad_value(uint32_t(step), uint32_t(t), uint64_t(i));
+            for (int64_t i = 0; i < cpu.infos[t].numel(); ++i)
+                cpu.grads[t][size_t(i)] = grad_value(uint32_t(step), uint32_t(t), uint64_t(i));
             cuda_check(cudaMemcpy(const_cast<void*>(dev.slots[t].grad), cpu.grads[t].data(), cpu.grads[t].size() * 4,
                                   cudaMemcpyHostToDevice));
         }
@@ -116,11 +121,13 @@ void check_muon_twin(const OptimizerConfig& opt, int steps) {
             const ParamPolicy pol = param_policy(opt, p);
             if (pol.muon_adam) {  // the elementwise Adam: same arithmetic
                 for (int64_t i = 0; i < p.numel(); ++i)
-                    CHECK(std::fabs(w[size_t(i)] - cpu.w32[t][size_t(i)]) <= 1e-6f * std::fabs(cpu.w32[t][size_t(i)]) + 1e-9f);
+                    CHECK(std::fabs(w[size_t(i)] - cpu.w32[t][size_t(i)]) <=
+                          1e-6f * std::fabs(cpu.w32[t][size_t(i)]) + 1e-9f);
             } else {
                 // Momentum: bit-identical.
                 std::vector<float> mom(size_t(p.numel()));
-                cuda_check(cudaMemcpy(mom.data(), dev.slots[t].st(StateKind::MOMENTUM), mom.size() * 4, cudaMemcpyDeviceToHost));
+                cuda_check(cudaMemcpy(mom.data(), dev.slots[t].st(StateKind::MOMENTUM), mom.size() * 4,
+                                      cudaMemcpyDeviceToHost));
                 const float* want = cpu.slots[t].st(StateKind::MOMENTUM);
                 int64_t same = 0;
                 for (int64_t i = 0; i < p.numel(); ++i) same += mom[size_t(i)] == want[i];
@@ -129,11 +136,13 @@ void check_muon_twin(const OptimizerConfig& opt, int steps) {
                 const optim_detail::MatrixShape ms = optim_detail::matrix_shape(p);
                 const optim_detail::WriteBack wb =
                     optim_detail::make_write_back(opt, cpu.slots[t], st, st.lr, st.lr, pol.weight_decay);
-                const float scale = opt.shape_scale ? float(std::sqrt(std::fmax(1.0, double(ms.rows) / double(ms.cols)))) : 1.0f;
+                const float scale =
+                    opt.shape_scale ? float(std::sqrt(std::fmax(1.0, double(ms.rows) / double(ms.cols)))) : 1.0f;
                 const int64_t n = ms.rows * ms.cols;
                 for (int64_t e = 0; e < ms.count; ++e) {
                     INFO("matrix " << e);
-                    std::vector<float> d_gpu(static_cast<size_t>(n)), d_cpu(static_cast<size_t>(n)), d_emu(static_cast<size_t>(n)), u0(static_cast<size_t>(n)), o(static_cast<size_t>(n));
+                    std::vector<float> d_gpu(static_cast<size_t>(n)), d_cpu(static_cast<size_t>(n)),
+                        d_emu(static_cast<size_t>(n)), u0(static_cast<size_t>(n)), o(static_cast<size_t>(n));
                     for (int64_t i = 0; i < n; ++i)
                         u0[size_t(i)] = u0_of(cpu.grads[t][size_t(e * n + i)], want[e * n + i], opt);
                     optim_detail::muon_orthogonalize(u0.data(), ms.rows, ms.cols, opt.ns_steps, true, o.data());
@@ -141,7 +150,8 @@ void check_muon_twin(const OptimizerConfig& opt, int steps) {
                         const size_t k = size_t(e * n + i);
                         d_gpu[size_t(i)] = w[k] - w_old[t][k];
                         d_cpu[size_t(i)] = cpu.w32[t][k] - w_old[t][k];
-                        d_emu[size_t(i)] = optim_decayed_target(w_old[t][k], wb.keep, wb.lr, o[size_t(i)] * scale) - w_old[t][k];
+                        d_emu[size_t(i)] =
+                            optim_decayed_target(w_old[t][k], wb.keep, wb.lr, o[size_t(i)] * scale) - w_old[t][k];
                     }
                     const double vs_emu = rel_diff(d_gpu, d_emu), vs_cpu = rel_diff(d_gpu, d_cpu);
                     INFO("normwise difference vs bf16 emulation " << vs_emu << ", vs fp32 NS " << vs_cpu);
@@ -172,15 +182,18 @@ TEST_CASE("CUDA Muon with 5 NS steps matches the CPU over 4 steps", "[gpu][optim
     check_muon_twin(opt, 4);
 }
 
-TEST_CASE("CUDA Muon (Keller Jordan form: Nesterov, EMA, shape scale) matches the CPU over 3 steps", "[gpu][optim][muon]") {
+TEST_CASE("CUDA Muon (Keller Jordan form: Nesterov, EMA, shape scale) matches the CPU over 3 steps",
+          "[gpu][optim][muon]") {
     SKEW_REQUIRE_GPU();
     check_muon_twin(builtin_optimizer("muon-kj"), 3);
 }
 
-// bf16 weights and gradients scaled by 0.5 as read, stochastic rounding, an expert stack in chunks of 2 (5 matrices: 2, 2, 1):
+// bf16 weights, bf16 gradients scaled by 0.5 as read, stochastic rounding, an expert stack in
+// chunks of 2 (5 matrices: 2, 2, 1):
 // where O equals the emulation's, the written weight is bit-identical (same Philox word); elsewhere it
 // is within one bf16 ulp.
-TEST_CASE("CUDA Muon on bf16 weights in chunks: stochastic write-back equals the CPU's emulation", "[gpu][optim][muon]") {
+TEST_CASE("CUDA Muon on bf16 weights in chunks: stochastic write-back equals the CPU's emulation",
+          "[gpu][optim][muon]") {
     SKEW_REQUIRE_GPU();
     for (bool tall : {false, true}) {
         INFO("tall " << tall);
@@ -220,7 +233,8 @@ TEST_CASE("CUDA Muon on bf16 weights in chunks: stochastic write-back equals the
             std::vector<float> u0(static_cast<size_t>(n)), o(static_cast<size_t>(n));
             for (int64_t i = 0; i < n; ++i) {
                 float b = 0.0f;
-                u0[size_t(i)] = muon_momentum_element(rn_mul(bf16_to_f32(g[size_t(e * n + i)]), 0.5f), b, args.mu, false, false);
+                u0[size_t(i)] =
+                    muon_momentum_element(rn_mul(bf16_to_f32(g[size_t(e * n + i)]), 0.5f), b, args.mu, false, false);
                 CHECK(m_gpu[size_t(e * n + i)] == b);
             }
             optim_detail::muon_orthogonalize(u0.data(), rows, cols, 3, true, o.data());
