@@ -2,7 +2,9 @@
 // 32/8 heads of 128, 128 experts top-2, hidden 4096, batch 64 x 128, vocabulary 50,304): dense
 // cuBLASLt GEMMs (the ceiling), the grouped expert GEMM (per-expert loop) against a dense GEMM of
 // the same FLOPs with uniform, skewed and empty-expert routing, and every other kernel's time with
-// its achieved bandwidth or FLOP rate. Built and run by bench/gpu_check.sh; writes JSON lines.
+// its achieved bandwidth or FLOP rate, and Muon's and GaLore's optimizer steps (bench/bench_gpu_muon.cuh,
+// bench/gpu_galore_bench.cpp).
+// Built and run by bench/gpu_check.sh; writes JSON lines.
 // Usage: bench_gpu_ops [out.jsonl] [--quick]
 #include <cuda_runtime.h>
 
@@ -23,6 +25,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/moe_matmul.h"
+#include "bench/gpu_galore_bench.h"
 
 using namespace skew;
 
@@ -232,6 +235,8 @@ void bench_gemm_section(cuda::CudaBackend& be, cudaStream_t st, int iters, bool 
 }
 
 }  // namespace
+
+#include "bench/bench_gpu_muon.cuh"
 
 int main(int argc, char** argv) {
     bool quick = false;
@@ -468,6 +473,12 @@ int main(int argc, char** argv) {
                         (void*)s2c, (void*)c2s, (void*)off, (void*)x, (void*)xs})
             cudaFree(p);
     }
+    // ---- Muon at the paper's parameter set (bench/bench_gpu_muon.cuh)
+    bench_muon(be, st, quick);
+    // ---- GaLore at the paper's parameter set (bench/gpu_galore_bench.cpp)
+    be.synchronize();
+    skew::bench::bench_galore(st, quick, [](const std::string& name, double ms, double flops, double bytes,
+                                            const std::string& extra) { report(name, ms, flops, bytes, extra); });
     be.synchronize();
     if (g_out) std::fclose(g_out);
     std::printf("bench_gpu_ops: done\n");

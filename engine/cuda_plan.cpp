@@ -50,15 +50,25 @@ int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTabl
                                      const std::vector<BufferSpec>& state) {
     const bool muon = opt.type == "muon" || opt.type == "muon-kj";
     const bool fused = opt.type == "skewadam" || opt.type == "adafactor";
-    if (!muon && !fused) return 0;
-    std::vector<bool> factored(table.params.size(), false);
-    for (const BufferSpec& b : state)
+    const bool galore = opt.type == "galore" || opt.type == "galore-paper";
+    if (!muon && !fused && !galore) return 0;
+    std::vector<bool> factored(table.params.size(), false), projected(table.params.size(), false);
+    for (const BufferSpec& b : state) {
         if (b.state == StateKind::SECOND_ROW && b.param >= 0) factored[size_t(b.param)] = true;
+        if (b.state == StateKind::GALORE_P && b.param >= 0) projected[size_t(b.param)] = true;
+    }
     int64_t need = 0;
     for (size_t i = 0; i < table.params.size(); ++i) {
         const ParamInfo& p = table.params[i];
+        if (galore) {
+            if (projected[i])
+                need = std::max(need, cuda_ws::galore_scratch_bytes(p.n_matrices(), p.rows(), p.cols(),
+                                                                    std::min({opt.rank, p.rows(), p.cols()}),
+                                                                    opt.type == "galore-paper"));
+            continue;
+        }
         if (muon) {
-            if (!p.is_vector() && !muon_uses_adam(p)) need = std::max(need, cuda_ws::optim_muon_scratch_bytes(p.rows(), p.cols()));
+            if (!p.is_vector() && !muon_uses_adam(p)) need = std::max(need, cuda_ws::muon_scratch_bytes(p.n_matrices(), p.rows(), p.cols()));
             continue;
         }
         // A factored second moment runs per matrix; every other tensor as one 1 x numel matrix.

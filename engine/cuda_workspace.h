@@ -129,4 +129,66 @@ inline int64_t optim_muon_scratch_bytes(int64_t rows, int64_t cols) {
     return align256(4 * n) * 2 + align256(4 * a * a) * 2 + 256;
 }
 
+// ---- Muon on bf16 tensor cores (kernels/cuda/muon.cu)
+constexpr int MUON_NORM_BLOCKS = 64;                         // fixed partition of the per-matrix Frobenius norm
+constexpr int64_t MUON_CHUNK_BYTES = int64_t(512) << 20;     // bf16 Newton-Schulz buffers of one chunk of matrices
+constexpr int64_t MUON_LT_WORKSPACE_BYTES = int64_t(32) << 20;  // cuBLASLt workspace of the batched products
+
+/// Elements one matrix occupies in a strided batch (rounded up to 8 so that every matrix starts
+/// 16-byte aligned in bf16).
+inline int64_t muon_batch_stride(int64_t elems) { return (elems + 7) / 8 * 8; }
+
+/// bf16 Newton-Schulz bytes of one rows x cols matrix: X and the next X (rows*cols each), X X^T and
+/// c1 A + c2 A A (a x a each, a = min(rows, cols)).
+inline int64_t muon_matrix_bytes(int64_t rows, int64_t cols) {
+    const int64_t a = std::min(rows, cols);
+    return 2 * 2 * muon_batch_stride(rows * cols) + 2 * 2 * muon_batch_stride(a * a);
+}
+
+/// Matrices of a Muon tensor orthogonalized together (one strided batch): as many as fit in
+/// MUON_CHUNK_BYTES, at least 1, at most n_mat.
+inline int64_t muon_chunk_matrices(int64_t n_mat, int64_t rows, int64_t cols) {
+    return std::clamp<int64_t>(MUON_CHUNK_BYTES / std::max<int64_t>(1, muon_matrix_bytes(rows, cols)), 1,
+                               std::max<int64_t>(1, n_mat));
+}
+
+/// Scratch of cuda::muon_step on n_mat matrices of rows x cols: the cuBLASLt workspace, the bf16
+/// buffers of one chunk (X, next X, A, B), the Frobenius partials (double, MUON_NORM_BLOCKS per
+/// matrix). 256-byte aligned pieces in that order.
+inline int64_t muon_scratch_bytes(int64_t n_mat, int64_t rows, int64_t cols) {
+    const int64_t c = muon_chunk_matrices(n_mat, rows, cols), a = std::min(rows, cols);
+    return MUON_LT_WORKSPACE_BYTES + 2 * align256(2 * c * muon_batch_stride(rows * cols)) +
+           2 * align256(2 * c * muon_batch_stride(a * a)) + align256(8 * c * MUON_NORM_BLOCKS);
+}
+
+// ---- GaLore on the GPU (optim/galore_cuda.cpp)
+constexpr int64_t GALORE_CHUNK_BYTES = int64_t(512) << 20;  // fp32 buffers of one chunk of matrices
+
+/// Elements of GaLore's projected gradient of a rows x cols matrix at rank r: r x r (paper form),
+/// rows x r (reference, rows >= cols) or r x cols (reference, rows < cols).
+inline int64_t galore_proj_elems(int64_t rows, int64_t cols, int64_t r, bool paper) {
+    return paper ? r * r : rows >= cols ? rows * r : r * cols;
+}
+
+/// fp32 bytes of one matrix: the widened gradient, the back-projected update (rows x cols each),
+/// the projected gradient and (paper form) the rows x r intermediate.
+inline int64_t galore_matrix_bytes(int64_t rows, int64_t cols, int64_t r, bool paper) {
+    return 4 * (2 * rows * cols + galore_proj_elems(rows, cols, r, paper) + (paper ? rows * r : 0));
+}
+
+/// Matrices of a GaLore tensor processed together: as many as fit in GALORE_CHUNK_BYTES, at least 1.
+inline int64_t galore_chunk_matrices(int64_t n_mat, int64_t rows, int64_t cols, int64_t r, bool paper) {
+    return std::clamp<int64_t>(GALORE_CHUNK_BYTES / std::max<int64_t>(1, galore_matrix_bytes(rows, cols, r, paper)), 1,
+                               std::max<int64_t>(1, n_mat));
+}
+
+/// Scratch of the CUDA GaLore step on n_mat matrices of rows x cols at rank r: for one chunk the
+/// widened gradient, the back-projected update, the projected gradient, (paper) the rows x r
+/// intermediate; then one int32 flag per matrix. 256-byte aligned pieces in that order.
+inline int64_t galore_scratch_bytes(int64_t n_mat, int64_t rows, int64_t cols, int64_t r, bool paper) {
+    const int64_t c = galore_chunk_matrices(n_mat, rows, cols, r, paper);
+    return 2 * align256(4 * c * rows * cols) + align256(4 * c * galore_proj_elems(rows, cols, r, paper)) +
+           align256(paper ? 4 * c * rows * r : 0) + align256(4 * std::max<int64_t>(1, n_mat));
+}
+
 }  // namespace skew::cuda_ws

@@ -45,19 +45,23 @@ static void svd_thin(const float* G, int64_t m, int64_t n, std::vector<float>& U
         for (int64_t c = 0; c < n; ++c) Vh[size_t(j * n + c)] = uc[size_t(c + j * n)];
 }
 
-/// Orthonormalize the columns of row-major X (m x r) in place (modified Gram-Schmidt, twice).
+/// Orthonormalize the columns of row-major X (m x r) in place: Gram-Schmidt twice (each pass
+/// removes from column j its projections on columns 0..j-1 with two BLAS gemv, then normalizes it
+/// with a double-precision norm). BLAS keeps it fast at the paper's shapes (m up to 50,304, r 128).
 static void orthonormalize_columns(std::vector<float>& X, int64_t m, int64_t r) {
+    std::vector<float> d(static_cast<size_t>(std::max<int64_t>(r, 1)));
+    const int im = int(m), ir = int(r);
     for (int pass = 0; pass < 2; ++pass)
         for (int64_t j = 0; j < r; ++j) {
-            for (int64_t q = 0; q < j; ++q) {
-                double d = 0;
-                for (int64_t i = 0; i < m; ++i) d += double(X[size_t(i * r + q)]) * X[size_t(i * r + j)];
-                for (int64_t i = 0; i < m; ++i) X[size_t(i * r + j)] -= float(d) * X[size_t(i * r + q)];
+            float* xj = X.data() + j;
+            if (j > 0) {
+                cblas_sgemv(CblasRowMajor, CblasTrans, im, int(j), 1.0f, X.data(), ir, xj, ir, 0.0f, d.data(), 1);
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, im, int(j), -1.0f, X.data(), ir, d.data(), 1, 1.0f, xj, ir);
             }
             double nn = 0;
-            for (int64_t i = 0; i < m; ++i) nn += double(X[size_t(i * r + j)]) * X[size_t(i * r + j)];
-            float inv = nn > 0 ? float(1.0 / std::sqrt(nn)) : 0.0f;
-            for (int64_t i = 0; i < m; ++i) X[size_t(i * r + j)] *= inv;
+            for (int64_t i = 0; i < m; ++i) nn += double(xj[i * r]) * xj[i * r];
+            const float inv = nn > 0 ? float(1.0 / std::sqrt(nn)) : 0.0f;
+            for (int64_t i = 0; i < m; ++i) xj[i * r] *= inv;
         }
 }
 
@@ -110,6 +114,41 @@ static bool all_zero(const float* p, int64_t n) {
     return true;
 }
 
+bool galore_refresh_due(const OptimizerConfig& opt, const ParamPolicy& pol, int64_t t, bool projector_zero) {
+    if (pol.kind == OptimizerKind::GALORE_PAPER) return projector_zero;  // computed once, never refreshed
+    return (t - 1) % std::max<int64_t>(1, opt.update_proj_gap) == 0 || projector_zero;
+}
+
+void galore_projector(const OptimizerConfig& opt, const ParamPolicy& pol, const ParamInfo& p, const OptimStep& step,
+                      int64_t e, const float* G, float* Pe, float* Qe) {
+    (void)opt;
+    const MatrixShape ms = matrix_shape(p);
+    const int64_t m = ms.rows, n = ms.cols, r = pol.galore_rank;
+    if (pol.kind == OptimizerKind::GALORE_PAPER) {
+        std::vector<float> U, Vt;
+        svd_randomized(G, m, n, r, step.seed, uint32_t(step.t), p.index, e * n * r, U, Vt, p.name);
+        // U columns canonical; the matching rows of V^T flip with them (G = U S V^T).
+        std::vector<float> sg = canonical_signs(U.data(), m, r, r, 1);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < r; ++j) Pe[i * r + j] = U[size_t(i * r + j)] * sg[size_t(j)];
+        for (int64_t j = 0; j < r; ++j)
+            for (int64_t c = 0; c < n; ++c) Qe[j * n + c] = Vt[size_t(j * n + c)] * sg[size_t(j)];
+        return;
+    }
+    std::vector<float> U, Vh;
+    svd_thin(G, m, n, U, Vh, p.name);
+    const int64_t k = std::min(m, n);
+    if (m >= n) {  // Vh[:r, :] (r x n), rows canonical
+        std::vector<float> sg = canonical_signs(Vh.data(), n, r, 1, n);
+        for (int64_t j = 0; j < r; ++j)
+            for (int64_t c = 0; c < n; ++c) Pe[j * n + c] = Vh[size_t(j * n + c)] * sg[size_t(j)];
+    } else {  // U[:, :r] (m x r), columns canonical
+        std::vector<float> sg = canonical_signs(U.data(), m, r, k, 1);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < r; ++j) Pe[i * r + j] = U[size_t(i * k + j)] * sg[size_t(j)];
+    }
+}
+
 void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step) {
     const bool paper = pol.kind == OptimizerKind::GALORE_PAPER;
     if (!pol.galore_project) {
@@ -145,16 +184,8 @@ void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPoli
         float* Ve = V + e * proj_numel;
         if (paper) {
             float* Qe = Q + e * r * n;
-            if (all_zero(Pe, p_numel)) {  // computed once, never refreshed
-                std::vector<float> U, Vt;
-                svd_randomized(G.data(), m, n, r, step.seed, uint32_t(step.t), p.index, e * n * r, U, Vt, p.name);
-                // U columns canonical; the matching rows of V^T flip with them (G = U S V^T).
-                std::vector<float> sg = canonical_signs(U.data(), m, r, r, 1);
-                for (int64_t i = 0; i < m; ++i)
-                    for (int64_t j = 0; j < r; ++j) Pe[i * r + j] = U[size_t(i * r + j)] * sg[size_t(j)];
-                for (int64_t j = 0; j < r; ++j)
-                    for (int64_t c = 0; c < n; ++c) Qe[j * n + c] = Vt[size_t(j * n + c)] * sg[size_t(j)];
-            }
+            if (galore_refresh_due(opt, pol, step.t, all_zero(Pe, p_numel)))
+                galore_projector(opt, pol, p, step, e, G.data(), Pe, Qe);
             tmp.resize(size_t(m * r));
             gemm(false, true, m, r, n, G.data(), Qe, tmp.data());   // G V (m x r)
             gemm(true, false, r, r, m, Pe, tmp.data(), Gt.data());  // U^T G V (r x r)
@@ -163,21 +194,8 @@ void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPoli
             gemm(false, false, m, r, r, Pe, N.data(), tmp.data());  // U N (m x r)
             gemm(false, false, m, n, r, tmp.data(), Qe, Nf.data());  // U N V^T (m x n)
         } else {
-            const bool refresh = (step.t - 1) % std::max<int64_t>(1, opt.update_proj_gap) == 0 || all_zero(Pe, p_numel);
-            if (refresh) {
-                std::vector<float> U, Vh;
-                svd_thin(G.data(), m, n, U, Vh, p.name);
-                const int64_t k = std::min(m, n);
-                if (tall) {  // Vh[:r, :] (r x n), rows canonical
-                    std::vector<float> sg = canonical_signs(Vh.data(), n, r, 1, n);
-                    for (int64_t j = 0; j < r; ++j)
-                        for (int64_t c = 0; c < n; ++c) Pe[j * n + c] = Vh[size_t(j * n + c)] * sg[size_t(j)];
-                } else {  // U[:, :r] (m x r), columns canonical
-                    std::vector<float> sg = canonical_signs(U.data(), m, r, k, 1);
-                    for (int64_t i = 0; i < m; ++i)
-                        for (int64_t j = 0; j < r; ++j) Pe[i * r + j] = U[size_t(i * k + j)] * sg[size_t(j)];
-                }
-            }
+            if (galore_refresh_due(opt, pol, step.t, all_zero(Pe, p_numel)))
+                galore_projector(opt, pol, p, step, e, G.data(), Pe, nullptr);
             if (tall) gemm(false, true, m, r, n, G.data(), Pe, Gt.data());  // G P^T (m x r)
             else gemm(true, false, r, n, m, Pe, G.data(), Gt.data());       // P^T G (r x n)
             for (int64_t i = 0; i < proj_numel; ++i)

@@ -176,7 +176,24 @@ void skewadam_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPo
 void adamw_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
 void lion_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
 void adafactor_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
+/// Muon's orthogonalization of one rows x cols matrix U0 (row-major fp32) into O: transposed when
+/// tall, X = U0/(|U0|_F + 1e-7), `steps` Newton-Schulz iterations (3.4445, -4.7750, 2.0315) in fp32.
+/// bf16_operands rounds X, X X^T, c1 A + c2 A A and each new X to bf16 (fp32 accumulation): the
+/// CUDA step's arithmetic (kernels/cuda/muon.h), used as its twin in tests.
+void muon_orthogonalize(const float* U0, int64_t rows, int64_t cols, int64_t steps, bool bf16_operands, float* O);
 void muon_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
+/// Whether GaLore recomputes a matrix's projector at step t (1-based): the paper form only when it
+/// is still all zero (computed once), the reference form every update_proj_gap steps (t-1 a
+/// multiple of it) or when all zero.
+bool galore_refresh_due(const OptimizerConfig& opt, const ParamPolicy& pol, int64_t t, bool projector_zero);
+
+/// The projector of matrix e of GaLore parameter p from its fp32 gradient G (rows x cols,
+/// row-major), sign-canonical (docs/optimizers.md "GaLore"): the reference form writes Pe
+/// (r x cols when rows >= cols, else rows x r) from an exact SVD (LAPACK); the paper form writes
+/// Pe = U (rows x r) and Qe = V^T (r x cols) from the randomized SVD keyed by (seed, t, p.index, e).
+/// Host code; also used by the CUDA step (on a host copy of G). Throws skew::Error when LAPACK fails.
+void galore_projector(const OptimizerConfig& opt, const ParamPolicy& pol, const ParamInfo& p, const OptimStep& step,
+                      int64_t e, const float* G, float* Pe, float* Qe);
 void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step);
 
 /// Plain Adam on a slot with the given moments (m, v fp32 numel): update

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "engine/error.h"
+#include "kernels/cuda/muon.h"
+#include "optim/galore_cuda.h"
 #include "kernels/cuda/nvtx.h"
 #include "kernels/cuda/optim_kernels.h"
 #include "optim/optim_internal.h"
@@ -56,7 +58,10 @@ int64_t slot_scratch(const OptimizerConfig& opt, const ParamSlot& s) {
             }
             return cuda::optim_update_scratch_bytes(t);
         case OptimizerKind::MUON:
-            return pol.muon_adam ? 0 : cuda::optim_muon_scratch_bytes(t.rows, t.cols);
+            return pol.muon_adam ? 0 : cuda::muon_scratch_bytes(t.n_mat, t.rows, t.cols);
+        case OptimizerKind::GALORE:
+        case OptimizerKind::GALORE_PAPER:
+            return galore_cuda_scratch_bytes(opt, *s.info);
         default:
             return 0;
     }
@@ -160,15 +165,32 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                 const float shape_scale =
                     opt.shape_scale ? float(std::sqrt(std::fmax(1.0, double(dt.rows) / double(dt.cols)))) : 1.0f;
                 WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
-                cuda::optim_muon_step(dt, need_state(s, StateKind::MOMENTUM), float(opt.muon_momentum), opt.ema_momentum,
-                                      opt.nesterov, opt.ns_steps, shape_scale, device_write(wb), ctx.scratch, ctx.cublas,
-                                      ctx.stream);
+                cuda::MuonArgs ma;
+                ma.mu = float(opt.muon_momentum);
+                ma.ema = opt.ema_momentum;
+                ma.nesterov = opt.nesterov;
+                ma.ns_steps = opt.ns_steps;
+                ma.shape_scale = shape_scale;
+                cuda::muon_step(dt, need_state(s, StateKind::MOMENTUM), ma, device_write(wb), ctx.scratch,
+                                ctx.scratch_bytes, ctx.stream);
                 break;
             }
             case OptimizerKind::GALORE:
-            case OptimizerKind::GALORE_PAPER:
-                fail("optimizer '{}': GaLore runs on the CPU backend only (tensor '{}'); use runtime.backend: cpu",
-                     opt.name, p.name);
+            case OptimizerKind::GALORE_PAPER: {
+                if (pol.galore_project) {
+                    galore_step_cuda(opt, s, step, ctx);
+                    break;
+                }
+                // Off the projected matrices: Adam (reference: AdamW, bias corrected; paper: uncorrected).
+                const bool corrected = pol.kind == OptimizerKind::GALORE;
+                const float inv_bc1 = corrected ? float(1.0 / (1.0 - std::pow(opt.beta1, t))) : 1.0f;
+                const float inv_sqrt_bc2 = corrected ? float(1.0 / std::sqrt(1.0 - std::pow(opt.beta2, t))) : 1.0f;
+                WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
+                cuda::optim_adamw_step(dt, need_state(s, StateKind::ADAM_M), need_state(s, StateKind::ADAM_V),
+                                       float(opt.beta1), float(opt.beta2), inv_bc1, inv_sqrt_bc2, float(opt.eps),
+                                       device_write(wb), ctx.stream);
+                break;
+            }
         }
     }
 }

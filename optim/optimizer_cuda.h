@@ -14,7 +14,7 @@
 namespace skew {
 
 /// Device resources of one optimizer step: scratch of optimizer_cuda_scratch_bytes bytes
-/// (256-byte aligned device memory, e.g. an arena workspace buffer), a cuBLAS handle (Muon) and the stream.
+/// (256-byte aligned device memory, e.g. an arena workspace buffer), a cuBLAS handle (GaLore) and the stream.
 struct CudaOptimContext {
     void* scratch = nullptr;
     int64_t scratch_bytes = 0;
@@ -28,8 +28,8 @@ int64_t optimizer_cuda_scratch_bytes(const OptimizerConfig& opt, std::span<const
 
 /// optimizer_step on the GPU: every pointer of every slot (weight, grad, state) is device memory.
 /// Same semantics as the CPU step up to fp32 reduction order (tests compare them). Asynchronous on
-/// ctx.stream. Throws skew::Error for GaLore (CPU only for now), views, too little scratch, or a
-/// failed launch.
+/// ctx.stream, except that a GaLore projector refresh synchronizes it (host SVD, optim/galore_cuda.h).
+/// Throws skew::Error for views, too little scratch, or a failed launch.
 void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params, const OptimStep& step,
                          const CudaOptimContext& ctx);
 

@@ -40,6 +40,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_info.h"
+#include "optim/galore_cuda.h"
 #include "optim/optimizer_cuda.h"
 #endif
 
@@ -310,13 +311,14 @@ EvalResult evaluate(Model& model, const BatchStream& val, int64_t eval_batches, 
 }
 
 /// The checks of one optimizer's run that need no allocation, made for every optimizer before the
-/// run folder is created: GaLore on CUDA, the microbatch (train.microbatch, or the largest that
+/// run folder is created: the microbatch (train.microbatch, or the largest that
 /// fits when 0) and, on the CPU backend, the plan against the host's available memory. Returns
 /// the microbatch; throws skew::Error naming the optimizer.
 int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, bool on_cuda) {
-    if (on_cuda && (opt.type == "galore" || opt.type == "galore-paper"))
-        fail("{}: optimizer type '{}' (GaLore) has no CUDA step yet; train it with runtime.backend=cpu", opt.name,
-             opt.type);
+    if (on_cuda && opt.type == "galore")
+        spdlog::warn("{}: GaLore's reference form computes an exact SVD of every projected gradient on the host at "
+                     "step 1 and every {} steps (seconds per 4096 x 4096 matrix); those steps are slow",
+                     opt.name, opt.update_proj_gap);
     const int64_t mb = cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, on_cuda);
     if (!on_cuda) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb), opt);
     return mb;
@@ -539,9 +541,13 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             SKEW_NVTX_RANGE("optimizer");
             at_step(opt, step, "optimizer", [&] {
 #if defined(SKEW_HAVE_CUDA)
-                if (on_cuda)
+                if (on_cuda) {
+                    const double host_ms0 = galore_cuda_projector_host_ms();
                     optimizer_step_cuda(opt, slots, os, cuda_run->ctx);
-                else
+                    if (const double ms = galore_cuda_projector_host_ms() - host_ms0; ms > 0)
+                        spdlog::info("{}: step {}: GaLore projectors (SVD) computed on the host in {:.0f} ms", opt.name,
+                                     step, ms);
+                } else
 #endif
                     optimizer_step(opt, slots, os);
             });

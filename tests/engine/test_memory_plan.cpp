@@ -216,8 +216,17 @@ TEST_CASE("a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head,
     OptimizerConfig skew = builtin_optimizer("skewadam");
     CHECK(cuda_optimizer_scratch_bytes(skew, t) >= cuda_ws::optim_update_scratch_bytes(128, 4096, 4096));
     CHECK(cuda_optimizer_scratch_bytes(builtin_optimizer("adamw"), t) == 0);
-    // Muon: Newton-Schulz of the largest Muon-routed matrix (4096 x 4096): X, B X and two 4096^2 products.
-    CHECK(cuda_optimizer_scratch_bytes(builtin_optimizer("muon"), t) == cuda_ws::optim_muon_scratch_bytes(4096, 4096));
+    // Muon: bf16 Newton-Schulz of one chunk of 4096 x 4096 experts (X, next X, A, B: 128 MiB each
+    // matrix; MUON_CHUNK_BYTES holds 4), the cuBLASLt workspace and the norm partials.
+    CHECK(cuda_ws::muon_chunk_matrices(128, 4096, 4096) == 4);
+    CHECK(cuda_optimizer_scratch_bytes(builtin_optimizer("muon"), t) == cuda_ws::muon_scratch_bytes(128, 4096, 4096));
+    CHECK(cuda_ws::muon_scratch_bytes(128, 4096, 4096) == cuda_ws::MUON_LT_WORKSPACE_BYTES + (int64_t(512) << 20) + 2048);
+    // GaLore (paper form, rank 128): the largest projected matrix is the 50,304 x 4096 embedding,
+    // one matrix per chunk (widened G and back-projection fp32, 128 x 128 projected, 50,304 x 128).
+    CHECK(cuda_ws::galore_chunk_matrices(1, 50304, 4096, 128, true) == 1);
+    CHECK(cuda_optimizer_scratch_bytes(builtin_optimizer("galore-paper"), t) ==
+          cuda_ws::galore_scratch_bytes(1, 50304, 4096, 128, true));
+    CHECK(cuda_ws::galore_chunk_matrices(128, 4096, 4096, 128, false) == 3);
     // auto plans for the GPU; the trainer replans with the backend it resolved.
     CHECK(plan_backend(paper()) == "cuda");
     CHECK(plan_backend(cpu) == "cpu");

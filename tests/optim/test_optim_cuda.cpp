@@ -97,6 +97,12 @@ TEST_CASE("CUDA optimizer step matches the CPU step") {
             // Purely elementwise updates use no reductions: CPU and GPU must agree bit for bit
             // (no FMA contraction, IEEE sqrt and division, the same Philox words).
             const bool exact = std::string(name) == "adamw" || std::string(name) == "lion";
+            // Muon's Newton-Schulz runs in bf16 on the GPU (fp32 on the CPU): its update O may differ by
+            // up to 3% (docs/optimizers.md "Muon on the GPU"; tests/gpu/test_muon.cpp checks it closely),
+            // which exceeds an ulp of the smallest weights: allow 3% of the summed update bound
+            // sum_t lr_t * max|scale * O| (<= 1.5: NS leaves singular values below about 1.2, scale <= 1.1 here).
+            const bool muon = std::string(name).rfind("muon", 0) == 0;
+            const float muon_slack = muon ? 0.03f * (1e-3f + 2e-3f + 3e-3f) * 1.5f : 0.0f;
             for (size_t t = 0; t < cpu.infos.size(); ++t) {
                 const ParamInfo& p = cpu.infos[t];
                 INFO("tensor " << p.name);
@@ -108,7 +114,7 @@ TEST_CASE("CUDA optimizer step matches the CPU step") {
                         uint16_t h;
                         std::memcpy(&h, w.data() + 2 * i, 2);
                         a = bf16_to_f32(bf16{h});
-                        CHECK(std::fabs(a - b) <= ulp(std::fmax(std::fabs(a), std::fabs(b))) * 1.01f);
+                        CHECK(std::fabs(a - b) <= ulp(std::fmax(std::fabs(a), std::fabs(b))) * 1.01f + muon_slack);
                         if (exact) CHECK(a == b);
                     } else {
                         std::memcpy(&a, w.data() + 4 * i, 4);
