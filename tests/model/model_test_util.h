@@ -14,6 +14,7 @@
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "model/model.h"
+#include "tests/kernels/harness.h"
 
 namespace skew::test {
 
@@ -65,7 +66,8 @@ inline void set_weight(Model& m, const ParamRef& p, const std::vector<float>& v)
                        ConstTensorRef(v.data()), p.numel());
 }
 
-/// ||a - b|| / max(||b||, floor): the normalized error of a against the reference b.
+/// ||a - b|| / max(||b||, floor): the normalized error of a against the reference b; NaN when
+/// any element of either is NaN (so a partly-NaN output fails every `<=` limit).
 inline double rel_err(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-12) {
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -73,12 +75,14 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b, 
         num += d * d;
         den += double(b[i]) * double(b[i]);
     }
+    if (std::isnan(num) || std::isnan(den)) return NAN;
     return std::sqrt(num) / std::max(std::sqrt(den), floor);
 }
 
+/// max |a_i|; NaN when any element is NaN.
 inline double max_abs(const std::vector<float>& a) {
     double m = 0.0;
-    for (float x : a) m = std::max(m, double(std::fabs(x)));
+    for (float x : a) m = max_nan(m, double(std::fabs(x)));
     return m;
 }
 
