@@ -17,6 +17,10 @@
 
 namespace skew::test {
 
+/// The largest value of a reduction that propagates NaN: max_nan(a, b) is NaN when either is NaN
+/// (std::max(m, NaN) keeps m, so a partly-NaN output would look fine).
+inline double max_nan(double a, double b) { return (std::isnan(a) || std::isnan(b)) ? NAN : (a > b ? a : b); }
+
 /// n floats uniform in [lo, hi) from a seeded generator (same numbers on every machine).
 inline std::vector<float> random_vector(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
     std::mt19937 gen(seed);
@@ -103,10 +107,6 @@ double check_gradient(const std::string& name, const std::vector<A>& analytic, c
     CHECK(ok);
     return worst_err;
 }
-
-/// The largest value of a reduction that propagates NaN: max_nan(a, b) is NaN when either is NaN
-/// (std::max(m, NaN) keeps m, so a partly-NaN output would look fine).
-inline double max_nan(double a, double b) { return (std::isnan(a) || std::isnan(b)) ? NAN : (a > b ? a : b); }
 
 /// max_i |a_i - b_i| in double; NaN when any element of either side is NaN.
 template <class A, class B>
