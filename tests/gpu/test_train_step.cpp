@@ -194,7 +194,7 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
         const int64_t n = pc.numel();
         INFO("weight." << pc.info->name);
         if (pc.info->dtype == DType::BF16) {
-            std::vector<uint16_t> gw(size_t(n)), cw(size_t(n)), w0(size_t(n));
+            std::vector<uint16_t> gw(static_cast<size_t>(n)), cw(static_cast<size_t>(n)), w0(static_cast<size_t>(n));
             dev.copy_to_host(gw.data(), pg.w().data, n * 2);
             std::memcpy(cw.data(), pc.w().data, size_t(n) * 2);
             std::memcpy(w0.data(), w_before[i].data(), size_t(n) * 2);
@@ -211,7 +211,7 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
             bf16_far += far;
             CHECK(far == 0);
         } else {
-            std::vector<float> gw(size_t(n)), cw(size_t(n)), w0(size_t(n));
+            std::vector<float> gw(static_cast<size_t>(n)), cw(static_cast<size_t>(n)), w0(static_cast<size_t>(n));
             dev.copy_to_host(gw.data(), pg.w().data, n * 4);
             std::memcpy(cw.data(), pc.w().data, size_t(n) * 4);
             std::memcpy(w0.data(), w_before[i].data(), size_t(n) * 4);

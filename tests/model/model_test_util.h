@@ -31,15 +31,17 @@ struct TestModel {
 /// Build a CPU model from YAML text and overrides with `microbatch` sequences per forward. With
 /// `logits_only_head`, act.logits holds only one chunk of fp32 logits (no fused-head workspace), so
 /// the model takes the chunked matmul + cross-entropy path.
+/// `head_chunk_rows` sets the rows of that chunk (at most the microbatch's tokens).
 inline std::unique_ptr<TestModel> make_test_model(const std::string& yaml, const std::vector<std::string>& overrides,
-                                                  int64_t microbatch, bool logits_only_head = false) {
+                                                  int64_t microbatch, bool logits_only_head = false,
+                                                  int64_t head_chunk_rows = 512) {
     auto t = std::make_unique<TestModel>();
     t->cfg = load_config_text(yaml, "test.yaml", overrides);
     t->table = build_param_table(t->cfg.model);
     t->plan = build_memory_plan(t->cfg, t->table, builtin_optimizer("skewadam"), microbatch);
     if (logits_only_head) {
         BufferSpec& logits = t->plan.buffers[size_t(t->plan.find("act.logits"))];
-        logits.shape = {std::min<int64_t>(microbatch * t->cfg.train.seq_len, 512) * t->cfg.model.padded_vocab_size};
+        logits.shape = {std::min<int64_t>(microbatch * t->cfg.train.seq_len, head_chunk_rows) * t->cfg.model.padded_vocab_size};
         t->plan.offsets = layout_arena(t->plan.buffers, &t->plan.peak_bytes);
     }
     t->arena = allocate_host_arena(t->plan);

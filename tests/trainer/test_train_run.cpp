@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tests/cli_util.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -25,7 +26,7 @@ Run run(const std::string& args) { return skew::test::run_skew(args); }
 
 const std::string& work_dir() {
     static const std::string dir = [] {
-        std::string d = (fs::temp_directory_path() / ("skew-trainer-test-" + std::to_string(getpid()))).string();
+        std::string d = (skew::test::test_temp_root() / ("skew-trainer-test-" + std::to_string(getpid()))).string();
         fs::remove_all(d);
         fs::create_directories(d);
         return d;
