@@ -1,7 +1,9 @@
-// One whole training step of configs/tiny.yaml on the CUDA backend against the CPU backend (issue 7,
-// "Tests and verification"): same Philox initialization, same batch, same router noise; losses,
-// every gradient, the grad norm and the weights after the optimizer step; and the measured peak
-// device memory of the step against the memory plan. Skipped where no GPU is visible (gpu_main.cpp).
+// One whole training step of configs/tiny.yaml on the CUDA backend against the CPU backend: same
+// Philox initialization, same batch, same router noise; losses, every gradient and the grad norm;
+// then the optimizer step on identical inputs (the CPU's clipped gradients and weights copied to the
+// device), its weight changes compared bit for bit (bf16: at most one ulp apart, counted); and the
+// measured peak device memory of the step against the memory plan. Skipped where no GPU is visible
+// (gpu_main.cpp).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
