@@ -2,8 +2,10 @@
 // and an fp32 router against tests/reference/optim/make_golden.py (torch, written from the
 // equations), with rounding: nearest. Tolerances: bf16 weights within 1 bf16 ulp (and >= 90%
 // bit-identical); fp32 weights |d| <= 2e-5 + 1e-5|w|; state |d| <= 1e-4|x| + 1e-5 max|x| per tensor.
-// (2) AdamW against torch.optim.AdamW itself (make_adamw_torch.py): every step's weights with
-// rounding to nearest, and a stochastic-rounding trajectory against torch's fp32 one in expectation.
+// (2) References independent of skew's code (make_adamw_torch.py): AdamW from torch.optim.AdamW and
+// Lion from its paper's Algorithm 2, every step's weights with rounding to nearest (bf16 within 1 ulp,
+// >= 97% bit-identical), and AdamW with stochastic rounding against torch's fp32 trajectory in
+// expectation.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
@@ -199,31 +201,30 @@ OptimizerConfig adamw_from(const json& c, Rounding rounding) {
 
 }  // namespace
 
-TEST_CASE("golden: AdamW follows torch.optim.AdamW step by step (round to nearest), state included") {
-    const json& g = adamw_torch();
-    const json& n = g["nearest"];
-    const OptimizerConfig opt = adamw_from(g["config"], Rounding::NEAREST);
+// Step the "nearest" parameters (start: params, weights0, grads) with `opt` at traj's lr_t and
+// compare every step's weights with traj["weights"] and the final state with traj["state"]
+// (first-moment kinds as "exp_avg", second-moment kinds as "exp_avg_sq", torch's names).
+void check_nearest_trajectory(const json& start, const json& traj, const OptimizerConfig& opt, int steps) {
     test::TensorSet ts;
-    for (const json& p : n["params"])
+    for (const json& p : start["params"])
         ts.add(test::make_param(p["name"], p["shape"].get<std::vector<int64_t>>(), p["dtype"] == "bf16" ? DType::BF16 : DType::F32,
                                 tier_of(p["tier"]), role_of(p["role"]), p["index"]));
     ts.bind(opt);
     for (size_t t = 0; t < ts.infos.size(); ++t)
         for (int64_t i = 0; i < ts.infos[t].numel(); ++i)
-            ts.set_weight(t, i, n["weights0"][ts.infos[t].name][size_t(i)].get<float>());
-    const int steps = g["steps"];
+            ts.set_weight(t, i, start["weights0"][ts.infos[t].name][size_t(i)].get<float>());
     int64_t bf16_total = 0, bf16_exact = 0;
     for (int s = 0; s < steps; ++s) {
         for (size_t t = 0; t < ts.infos.size(); ++t)
             for (int64_t i = 0; i < ts.infos[t].numel(); ++i)
-                ts.grads[t][size_t(i)] = n["grads"][size_t(s)][ts.infos[t].name][size_t(i)].get<float>();
-        optimizer_step(opt, ts.slots, OptimStep{s + 1, n["lrs"][size_t(s)].get<double>(), 42});
+                ts.grads[t][size_t(i)] = start["grads"][size_t(s)][ts.infos[t].name][size_t(i)].get<float>();
+        optimizer_step(opt, ts.slots, OptimStep{s + 1, traj["lrs"][size_t(s)].get<double>(), 42});
         for (size_t t = 0; t < ts.infos.size(); ++t) {
             const ParamInfo& p = ts.infos[t];
-            const auto& want = n["weights"][size_t(s)][p.name];
+            const auto& want = traj["weights"][size_t(s)][p.name];
             for (int64_t i = 0; i < p.numel(); ++i) {
                 const float a = ts.weight(t, i), b = want[size_t(i)].get<float>();
-                INFO("step " << s + 1 << " tensor " << p.name << " element " << i << " engine " << a << " torch " << b);
+                INFO("step " << s + 1 << " tensor " << p.name << " element " << i << " engine " << a << " reference " << b);
                 if (p.dtype == DType::BF16) {
                     // the same fp32 value up to op order, rounded to nearest: equal, or 1 ulp at a tie
                     CHECK(std::fabs(a - b) <= bf16_ulp(std::fmax(std::fabs(a), std::fabs(b))) * 1.01f);
@@ -236,26 +237,43 @@ TEST_CASE("golden: AdamW follows torch.optim.AdamW step by step (round to neares
             }
         }
     }
-    INFO(bf16_exact << " of " << bf16_total << " bf16 weights bit-identical to torch's");
+    INFO(bf16_exact << " of " << bf16_total << " bf16 weights bit-identical to the reference's");
     CHECK(double(bf16_exact) >= 0.97 * double(bf16_total));
     for (size_t t = 0; t < ts.infos.size(); ++t) {
         const ParamInfo& p = ts.infos[t];
         for (const StateSlotSpec& spec : optimizer_param_state(opt, p)) {
-            // torch's names: exp_avg is the first moment, exp_avg_sq the second
             const bool first = spec.kind == StateKind::MOMENTUM || spec.kind == StateKind::ADAM_M;
             const char* key = first ? "exp_avg" : "exp_avg_sq";
-            INFO("tensor " << p.name << " state " << kind_key(spec.kind) << " vs torch's " << key);
-            REQUIRE(n["state"][p.name].contains(key));
-            const auto& ws = n["state"][p.name][key];
+            INFO("tensor " << p.name << " state " << kind_key(spec.kind) << " vs the reference's " << key);
+            REQUIRE(traj["state"][p.name].contains(key));
+            const auto& ws = traj["state"][p.name][key];
             REQUIRE(int64_t(ws.size()) == spec.numel());
             const float* have = ts.slots[t].st(spec.kind);
             for (int64_t i = 0; i < spec.numel(); ++i) {
                 const double b = ws[size_t(i)].get<double>(), a = have[i];
-                INFO("element " << i << " engine " << a << " torch " << b);
+                INFO("element " << i << " engine " << a << " reference " << b);
                 CHECK(std::fabs(a - b) <= 1e-6 * std::fabs(b) + 1e-12);
             }
         }
+        CHECK(traj["state"][p.name].size() == optimizer_param_state(opt, p).size());
     }
+}
+
+TEST_CASE("golden: AdamW follows torch.optim.AdamW step by step (round to nearest), state included") {
+    const json& g = adamw_torch();
+    check_nearest_trajectory(g["nearest"], g["nearest"], adamw_from(g["config"], Rounding::NEAREST), g["steps"]);
+}
+
+TEST_CASE("golden: Lion follows its paper's Algorithm 2 step by step (round to nearest), state included") {
+    const json& g = adamw_torch();
+    const json& c = g["lion"]["config"];
+    OptimizerConfig opt = builtin_optimizer("lion");
+    opt.lr = c["lr"];
+    opt.beta1 = c["beta1"];
+    opt.beta2 = c["beta2"];
+    opt.weight_decay = c["weight_decay"];
+    opt.rounding = Rounding::NEAREST;
+    check_nearest_trajectory(g["nearest"], g["lion"], opt, g["steps"]);
 }
 
 TEST_CASE("golden: AdamW with stochastic rounding follows torch's fp32 trajectory in expectation") {

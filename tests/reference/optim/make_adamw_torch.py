@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""AdamW fixtures from torch.optim.AdamW itself (an implementation independent of skew's).
+"""Optimizer fixtures independent of skew's code: AdamW from torch.optim.AdamW itself, Lion from
+the equations of its paper (Chen et al. 2023, Algorithm 2), written here without skew's code.
 
 Two trajectories of STEPS steps with fixed gradients and a varying lr_t:
 
@@ -13,6 +14,9 @@ Two trajectories of STEPS steps with fixed gradients and a varying lr_t:
   must follow this fp32 trajectory in expectation; rounding to nearest would freeze the weights.
 
 Run with Debian's python3 and python3-torch (1.13):  /usr/bin/python3 make_adamw_torch.py
+* "lion": the "nearest" parameters, weights and gradients stepped by Lion (its own lr_t), same
+  write-back.
+
 Writes adamw_torch_golden.json next to this script.
 """
 import json
@@ -36,6 +40,8 @@ PARAMS = [
     ("router", [3, 6], "f32", "router", "router", 3),
 ]
 SR_SHAPE = [16, 64]
+LION_LRS = [1e-3, 2e-3, 3e-3, 2e-3, 1.5e-3, 1e-3]
+LION_BETAS = (0.9, 0.99)
 SR_LRS = [1e-3] * STEPS
 
 
@@ -88,6 +94,52 @@ def nearest_trajectory():
     }
 
 
+class LionPaper(torch.optim.Optimizer):
+    """Lion, Chen et al. 2023 ("Symbolic Discovery of Optimization Algorithms"), Algorithm 2:
+    c = b1*m + (1-b1)*g; theta <- theta - lr*(sign(c) + wd*theta); m <- b2*m + (1-b2)*g."""
+
+    def __init__(self, params, lr, betas, weight_decay):
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            lr, wd = group["lr"], group["weight_decay"]
+            for p in group["params"]:
+                st = self.state[p]
+                if "exp_avg" not in st:
+                    st["exp_avg"] = torch.zeros_like(p)
+                m, g = st["exp_avg"], p.grad
+                c = b1 * m + (1 - b1) * g
+                p.mul_(1 - lr * wd).add_(torch.sign(c), alpha=-lr)
+                m.mul_(b2).add_(g, alpha=1 - b2)
+
+
+def lion_trajectory(start):
+    """The nearest trajectory's parameters, weights and gradients, stepped by LionPaper."""
+    tensors = {name: torch.nn.Parameter(torch.tensor(start["weights0"][name], dtype=F).view(shape))
+               for name, shape, *_ in PARAMS}
+    decay = [tensors[name] for name, _, _, tier, *_ in PARAMS if tier != "router"]
+    opt = LionPaper([{"params": decay, "weight_decay": WD}, {"params": [tensors["router"]], "weight_decay": 0.0}],
+                    lr=LION_LRS[0], betas=LION_BETAS, weight_decay=WD)
+    trajectory = []
+    for s in range(STEPS):
+        for group in opt.param_groups:
+            group["lr"] = LION_LRS[s]
+        for name, shape, *_ in PARAMS:
+            tensors[name].grad = torch.tensor(start["grads"][s][name], dtype=F).view(shape)
+        opt.step()
+        with torch.no_grad():
+            for name, shape, dt, *_ in PARAMS:
+                if dt == "bf16":
+                    tensors[name].copy_(bf16_round(tensors[name]))
+        trajectory.append({name: flat(tensors[name].detach()) for name, *_ in PARAMS})
+    state = {name: {"exp_avg": flat(opt.state[tensors[name]]["exp_avg"])} for name, *_ in PARAMS}
+    return {"lrs": LION_LRS, "config": {"lr": LION_LRS[0], "beta1": LION_BETAS[0], "beta2": LION_BETAS[1],
+                                        "weight_decay": WD}, "weights": trajectory, "state": state}
+
+
 def stochastic_trajectory():
     sign = torch.where(torch.rand(SR_SHAPE) < 0.5, -1.0, 1.0)
     w0 = bf16_round(sign * (1.0 + torch.rand(SR_SHAPE, dtype=F)))
@@ -114,6 +166,7 @@ def main():
         "nearest": nearest_trajectory(),
         "stochastic": stochastic_trajectory(),
     }
+    out["lion"] = lion_trajectory(out["nearest"])
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "adamw_torch_golden.json")
     with open(path, "w") as f:
         json.dump(out, f, separators=(",", ":"))
