@@ -277,7 +277,12 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
 
 // ---- byte-pair merging
 
+static thread_local uint64_t merge_lookups = 0;  // work counter (tokenizer_merge_lookups)
+
+uint64_t tokenizer_merge_lookups() { return merge_lookups; }
+
 static inline bool lookup_merge(const Tokenizer& tok, int32_t left, int32_t right, uint32_t& rank, int32_t& merged) {
+    ++merge_lookups;
     uint64_t v;
     if (!flat_find(tok.merges, (uint64_t(uint32_t(left)) << 32) | uint32_t(right), v)) return false;
     rank = uint32_t(v >> 32);

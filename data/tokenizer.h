@@ -73,6 +73,10 @@ void tokenizer_encode(const Tokenizer& tok, std::string_view text, std::vector<i
 /// Convenience form with a temporary workspace (no cache reuse across calls).
 std::vector<int32_t> tokenizer_encode(const Tokenizer& tok, std::string_view text, bool allow_special = false);
 
+/// Merge-table lookups made by this thread's encodes so far (a work counter: the tests bound the
+/// BPE's work by it, O(n) lookups for an n-byte piece, instead of timing it).
+uint64_t tokenizer_merge_lookups();
+
 /// Byte-pair merge one pre-tokenized piece (raw bytes) into ids, appending to out. Linear-ish:
 /// short pieces use the rank scan, long ones a heap over a linked list (O(n log n)).
 void tokenizer_bpe(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out);

@@ -66,6 +66,7 @@ Arena& Arena::operator=(Arena&& o) noexcept {
         std::swap(bytes, o.bytes);
         std::swap(plan, o.plan);
         std::swap(index, o.index);
+        std::swap(guarded, o.guarded);
     }
     return *this;
 }
@@ -106,6 +107,49 @@ Arena allocate_host_arena(const MemoryPlan& plan) {
     std::memset(a.base, 0, size);
     for (size_t i = 0; i < plan.buffers.size(); ++i) a.index.emplace(plan.buffers[i].name, int(i));
     return a;
+}
+
+void layout_arena_guarded(MemoryPlan& plan) {
+    plan.offsets.assign(plan.buffers.size(), 0);
+    int64_t cursor = 0;
+    for (size_t i = 0; i < plan.buffers.size(); ++i) {
+        plan.offsets[i] = cursor;
+        cursor = align_up(cursor + plan.buffers[i].bytes() + ARENA_CANARY_BYTES);
+    }
+    plan.peak_bytes = cursor;
+}
+
+Arena allocate_host_arena_guarded(const MemoryPlan& plan) {
+    Arena a = allocate_host_arena(plan);
+    a.guarded = true;
+    std::memset(a.base, ARENA_CANARY_BYTE, size_t(a.bytes));
+    for (size_t i = 0; i < plan.buffers.size(); ++i) {
+        const BufferSpec& b = plan.buffers[i];
+        if (plan.offsets[i] + b.bytes() + ARENA_CANARY_BYTES > a.bytes)
+            fail("arena: buffer '{}' has no canary after it: lay the plan out with layout_arena_guarded", b.name);
+        std::memset(a.base + plan.offsets[i], b.kind == BufferKind::STATE ? 0 : ARENA_POISON_BYTE, size_t(b.bytes()));
+    }
+    return a;
+}
+
+std::vector<std::string> arena_broken_canaries(const Arena& a) {
+    if (!a.guarded || a.device != ArenaDevice::HOST) fail("arena: canaries are checked on a guarded host arena only");
+    const MemoryPlan& plan = *a.plan;
+    std::vector<size_t> order(plan.buffers.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return plan.offsets[x] < plan.offsets[y]; });
+    std::vector<std::string> broken;
+    for (size_t k = 0; k < order.size(); ++k) {
+        const size_t i = order[k];
+        const int64_t begin = plan.offsets[i] + plan.buffers[i].bytes();
+        const int64_t end = k + 1 < order.size() ? plan.offsets[order[k + 1]] : a.bytes;
+        for (int64_t j = begin; j < end; ++j)
+            if (static_cast<unsigned char>(a.base[j]) != ARENA_CANARY_BYTE) {
+                broken.push_back(plan.buffers[i].name);
+                break;
+            }
+    }
+    return broken;
 }
 
 }  // namespace skew

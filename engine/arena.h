@@ -28,6 +28,7 @@ struct Arena {
     int64_t bytes = 0;
     const MemoryPlan* plan = nullptr;
     std::unordered_map<std::string, int> index;  // buffer name -> plan buffer index
+    bool guarded = false;  // test mode: poison-filled, a canary after every buffer (allocate_host_arena_guarded)
 
     Arena() = default;
     Arena(const Arena&) = delete;
@@ -47,6 +48,27 @@ struct Arena {
 /// Allocate host memory for the plan (zero-filled, 256-byte aligned). Throws skew::Error when
 /// the allocation fails, with the plan's size in GiB.
 Arena allocate_host_arena(const MemoryPlan& plan);
+
+/// Test mode, for catching reads of memory no op wrote and writes outside a buffer: the canary
+/// (ARENA_CANARY_BYTES or more of ARENA_CANARY_BYTE) follows every buffer, and buffers get poison.
+constexpr int64_t ARENA_CANARY_BYTES = 256;
+constexpr unsigned char ARENA_CANARY_BYTE = 0xA5;
+constexpr unsigned char ARENA_POISON_BYTE = 0xFF;  // every fp32 and bf16 word NaN, every int32 -1
+
+/// Re-lay `plan` for the test mode: every buffer its own bytes (no lifetime sharing, so a stale
+/// read cannot find another buffer's data by chance), each followed by at least ARENA_CANARY_BYTES
+/// before the next. Rewrites plan.offsets and plan.peak_bytes.
+void layout_arena_guarded(MemoryPlan& plan);
+
+/// Allocate a host arena for a plan laid out by layout_arena_guarded: STATE buffers zero (the
+/// optimizers' initial state, as in allocate_host_arena), every other buffer ARENA_POISON_BYTE,
+/// every gap ARENA_CANARY_BYTE. Throws skew::Error like allocate_host_arena.
+Arena allocate_host_arena_guarded(const MemoryPlan& plan);
+
+/// The names of buffers of a guarded host arena whose canary (the bytes after the buffer, up to
+/// the next buffer or the end) is no longer intact: something wrote past the buffer's end. Empty
+/// when all are intact. Throws skew::Error for an arena that is not guarded.
+std::vector<std::string> arena_broken_canaries(const Arena& arena);
 
 #if defined(SKEW_HAVE_CUDA)
 /// One cudaMalloc of plan.peak_bytes (zeroed). Throws skew::Error with the plan's numbers and the

@@ -171,11 +171,7 @@ const char* node_kind(const YAML::Node& n) {
 std::string key_default(const KeySpec& k) { return k.get ? format_config_value(k.get(Config{})) : "\"\""; }
 
 // The allowed range of a number key, for messages: ">= 1 and <= 1048576", "> 0".
-std::string range_text(const KeySpec& k) {
-    std::string r = fmt::format("{} {}", k.min_exclusive ? ">" : ">=", k.min);
-    if (k.max < 1e299) r += fmt::format(" and <= {}", k.max);
-    return r;
-}
+std::string range_text(const KeySpec& k) { return key_range_text(k); }
 
 // An integer key; a number past the 64-bit range is out of the key's range (k), not a non-integer.
 int64_t parse_int(const std::string& s, const KeySpec& k, const std::string& key, const Loc& loc) {
@@ -220,9 +216,12 @@ bool parse_bool(const std::string& s, const std::string& key, const Loc& loc) {
     fail("{}: {}: expected true or false, got '{}'", loc.where, key, s);
 }
 
+void check_range(int64_t v, const KeySpec& k, const std::string& key, const Loc& loc, const std::string& text) {
+    if (!in_key_range(k, v)) fail("{}: {}: {} is out of range: must be {}", loc.where, key, text, range_text(k));
+}
+
 void check_range(double v, const KeySpec& k, const std::string& key, const Loc& loc, const std::string& text) {
-    bool low_ok = k.min_exclusive ? v > k.min : v >= k.min;
-    if (!low_ok || v > k.max) fail("{}: {}: {} is out of range: must be {}", loc.where, key, text, range_text(k));
+    if (!in_key_range(k, v)) fail("{}: {}: {} is out of range: must be {}", loc.where, key, text, range_text(k));
 }
 
 std::string scalar_of(const YAML::Node& n, const KeySpec& k, const std::string& key, const Loc& loc) {
@@ -240,7 +239,7 @@ ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string
         case KeyType::INT: {
             std::string s = scalar_of(n, k, key, loc);
             int64_t v = parse_int(s, k, key, loc);
-            check_range(double(v), k, key, loc, s);
+            check_range(v, k, key, loc, s);
             return v;
         }
         case KeyType::FLOAT: {
@@ -272,7 +271,7 @@ ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string
                 if (!e.IsScalar()) fail("{}: {}: expected a scalar, got {}", loc.where, ekey, node_kind(e));
                 if (k.type == KeyType::INT_LIST) {
                     int64_t v = parse_int(e.Scalar(), k, ekey, loc);
-                    check_range(double(v), k, ekey, loc, e.Scalar());
+                    check_range(v, k, ekey, loc, e.Scalar());
                     ints.push_back(v);
                 } else {
                     strs.push_back(e.Scalar());

@@ -69,6 +69,12 @@ const EnumNames<Rounding> kRounding{
 const EnumNames<WeightDecayMode> kDecay{
     {{WeightDecayMode::FUSED, "fused"}, {WeightDecayMode::BF16_PREMULTIPLY, "bf16_premultiply"}}};
 
+// A key whose upper end is open (the interval is [min, max) or (min, max)).
+KeySpec open_max(KeySpec k) {
+    k.max_exclusive = true;
+    return k;
+}
+
 KeySpec tier_key(Tier tier, const std::string& field) {
     const std::string tname = tier_name(tier);
     const int ti = int(tier);
@@ -156,6 +162,8 @@ const std::vector<KeySpec>& section_key_specs() {
             SKEW_INT("train.max_skipped_steps", train.max_skipped_steps, 0, 1e12,
                      "Steps with NaN/inf loss or gradient skipped before the run stops"),
             SKEW_INT("train.seed", train.seed, 0, 9.2e18, "Seed of every random stream (init, router noise, rounding)"),
+            SKEW_STRING("train.idle_experts", train.idle_experts, (std::vector<std::string>{"skip", "step"}),
+                        "An expert that got no token in a step: skip (weights and state untouched, the paper's trainer) or step it with a zero gradient"),
 
             SKEW_STRING("runtime.backend", runtime.backend, (std::vector<std::string>{"auto", "cpu", "cuda"}),
                         "Where to train: cuda, cpu, or auto (cuda when a GPU is present)"),
@@ -180,8 +188,8 @@ const std::vector<KeySpec>& optimizer_key_specs() {
                     [](OptimizerConfig& o, const ConfigValue& v) { o.type = std::get<std::string>(v); },
                     [](const OptimizerConfig& o) { return ConfigValue(o.type); }},
             SKEW_OPT_FLOAT("lr", lr, 0, 10, true, "Peak learning rate (cosine schedule with warmup)"),
-            SKEW_OPT_FLOAT("beta1", beta1, 0, 1, false, "First-moment decay (Lion: interpolation beta1)"),
-            SKEW_OPT_FLOAT("beta2", beta2, 0, 1, false, "Second-moment decay (Lion: momentum beta2)"),
+            open_max(SKEW_OPT_FLOAT("beta1", beta1, 0, 1, false, "First-moment decay (Lion: interpolation beta1); 1 would freeze the moment and divide by a zero bias correction")),
+            open_max(SKEW_OPT_FLOAT("beta2", beta2, 0, 1, false, "Second-moment decay (Lion: momentum beta2); 1 divides by a zero bias correction")),
             SKEW_OPT_FLOAT("eps", eps, 0, 1, true, "Epsilon (SkewAdam: clamp inside the sqrt; AdamW: added to sqrt(v_hat))"),
             SKEW_OPT_FLOAT("weight_decay", weight_decay, 0, 1, false,
                            "Decoupled weight decay of backbone and experts (router: 0), non-SkewAdam types"),
@@ -196,7 +204,7 @@ const std::vector<KeySpec>& optimizer_key_specs() {
                     [](OptimizerConfig& o, const ConfigValue& v) { o.weight_decay_mode = kDecay.from(std::get<std::string>(v)); },
                     [](const OptimizerConfig& o) { return ConfigValue(kDecay.to(o.weight_decay_mode)); }},
             SKEW_OPT_FLOAT("update_clip", update_clip, 0, 1e30, true, "Update-RMS clip threshold (SkewAdam, Adafactor)"),
-            SKEW_OPT_FLOAT("muon_momentum", muon_momentum, 0, 1, false, "Muon momentum mu"),
+            open_max(SKEW_OPT_FLOAT("muon_momentum", muon_momentum, 0, 1, false, "Muon momentum mu")),
             SKEW_OPT_INT("ns_steps", ns_steps, 1, 100, "Muon Newton-Schulz iterations"),
             SKEW_OPT_BOOL("nesterov", nesterov, "Muon: Nesterov momentum"),
             SKEW_OPT_BOOL("shape_scale", shape_scale, "Muon: scale updates by sqrt(max(1, rows/cols))"),
@@ -241,12 +249,33 @@ std::string format_config_value(const ConfigValue& v) {
     return std::visit(V{}, v);
 }
 
+bool in_key_range(const KeySpec& k, double v) {
+    const bool low_ok = k.min_exclusive ? v > k.min : v >= k.min;
+    const bool high_ok = k.max_exclusive ? v < k.max : v <= k.max;
+    return low_ok && high_ok;
+}
+
+bool in_key_range(const KeySpec& k, int64_t v) {
+    // integer bounds of the schema are integral doubles; past the int64 range a bound is no limit
+    constexpr double LIMIT = 9.2233720368547758e18;
+    const bool low_ok = k.min <= -LIMIT || (k.min_exclusive ? v > int64_t(k.min) : v >= int64_t(k.min));
+    const bool high_ok = k.max >= LIMIT || (k.max_exclusive ? v < int64_t(k.max) : v <= int64_t(k.max));
+    return low_ok && high_ok;
+}
+
+std::string key_range_text(const KeySpec& k) {
+    std::string r = fmt::format("{} {}", k.min_exclusive ? ">" : ">=", k.min);
+    if (k.max < 1e299) r += fmt::format(" and {} {}", k.max_exclusive ? "<" : "<=", k.max);
+    return r;
+}
+
 std::string config_reference_markdown() {
     std::string out;
     auto range = [](const KeySpec& k) -> std::string {
         if (!k.choices.empty()) return "one of " + fmt::format("{}", fmt::join(k.choices, ", "));
         if (k.type == KeyType::INT || k.type == KeyType::FLOAT || k.type == KeyType::INT_LIST) {
             std::string lo = k.min <= -1e299 ? "" : fmt::format("{} {}", k.min_exclusive ? ">" : ">=", k.min);
+            if (k.max_exclusive) lo += fmt::format("{}< {}", lo.empty() ? "" : ", ", k.max);  // an open end is a rule, not a cap
             return lo;
         }
         return "";

@@ -21,16 +21,24 @@ using ConfigValue = std::variant<int64_t, double, bool, std::string, std::vector
 struct KeySpec {
     std::string path;
     KeyType type;
-    double min = -1e300;  // inclusive bounds for numbers (and for list elements)
+    double min = -1e300;  // bounds for numbers (and for list elements), inclusive unless marked
     double max = 1e300;
-    bool min_exclusive = false;
+    bool min_exclusive = false;  // the interval is (min, ... rather than [min, ...
     std::vector<std::string> choices;  // allowed strings (empty: any)
     std::string doc;
     std::function<void(Config&, const ConfigValue&)> set;            // section keys
     std::function<ConfigValue(const Config&)> get;
     std::function<void(OptimizerConfig&, const ConfigValue&)> set_opt;  // optimizer keys
     std::function<ConfigValue(const OptimizerConfig&)> get_opt;
+    bool max_exclusive = false;  // ..., max) rather than ..., max]: e.g. a decay beta in [0, 1)
 };
+
+/// Whether a number lies in the key's interval (its ends open or closed as the spec says).
+bool in_key_range(const KeySpec& k, double v);
+/// The same for an integer, compared exactly (a double holds integers only up to 2^53).
+bool in_key_range(const KeySpec& k, int64_t v);
+/// The interval as text for messages and the reference: ">= 0 and < 1", "> 0".
+std::string key_range_text(const KeySpec& k);
 
 /// Keys of the sections model, data, train, runtime.
 const std::vector<KeySpec>& section_key_specs();

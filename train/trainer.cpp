@@ -33,6 +33,7 @@
 #include "kernels/cuda/nvtx.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
+#include "train/idle_experts.h"
 
 #if defined(SKEW_HAVE_CUDA)
 #include <cublas_v2.h>
@@ -493,6 +494,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             ++train.position;
         });
         double lm = 0, bal = 0, z = 0;
+        ExpertTokenCounts expert_tokens;
         at_step(opt, step, "forward/backward", [&] {
             model_zero_grads(model);
             for (int64_t m = 0; m < accum; ++m) {
@@ -501,6 +503,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
                 lm += p.lm_loss / double(accum);
                 bal += p.balance_loss / double(accum);
                 z += p.z_loss / double(accum);
+                add_expert_tokens(expert_tokens, p.moe);
             }
             // Phase times by the host clock, each phase ending with the device idle: one synchronize
             // here (the grad-norm that follows reads its result back and would wait anyway), the
@@ -540,6 +543,10 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             os.seed = uint64_t(tc.seed);
             SKEW_NVTX_RANGE("optimizer");
             at_step(opt, step, "optimizer", [&] {
+                // experts that got no token keep weights and state (train.idle_experts: skip)
+                const IdleExpertSnapshot idle = tc.idle_experts == "skip"
+                                                    ? save_idle_experts(backend, opt, slots, idle_experts(expert_tokens))
+                                                    : IdleExpertSnapshot{};
 #if defined(SKEW_HAVE_CUDA)
                 if (on_cuda) {
                     const double host_ms0 = galore_cuda_projector_host_ms();
@@ -550,6 +557,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
                 } else
 #endif
                     optimizer_step(opt, slots, os);
+                restore_idle_experts(backend, idle);
             });
         }
         // the step's time is its device time; kernel errors surface here

@@ -10,13 +10,14 @@
 #include "data/batch_stream.h"
 #include "data/shard.h"
 #include "engine/error.h"
+#include "tests/temp_dir.h"
 
 using namespace skew::data;
 namespace fs = std::filesystem;
 
 // Writes tokens 0..n-1 (mod 50000) across shards of the given sizes as dir/<split>_%06d.bin.
 static fs::path make_split(const std::string& name, const std::string& split, const std::vector<int>& sizes) {
-    fs::path dir = fs::temp_directory_path() / ("skew_test_" + name);
+    fs::path dir = skew::test::test_temp_root() / ("skew_test_" + name);
     fs::remove_all(dir);
     fs::create_directories(dir);
     int next = 0;

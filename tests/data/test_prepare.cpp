@@ -20,6 +20,7 @@
 #include "data/split.h"
 #include "data/tokenizer.h"
 #include "engine/error.h"
+#include "tests/temp_dir.h"
 
 using namespace skew::data;
 namespace fs = std::filesystem;
@@ -28,7 +29,7 @@ static const std::string kSource = SKEW_SOURCE_DIR;
 static const std::string kTokenizer = kSource + "/tests/fixtures/data/gpt2";
 
 static fs::path make_corpus(const std::string& name) {
-    fs::path d = fs::temp_directory_path() / ("skew_test_" + name);
+    fs::path d = skew::test::test_temp_root() / ("skew_test_" + name);
     fs::remove_all(d);
     fs::create_directories(d / "in");
     std::ofstream jl(d / "in" / "docs.jsonl", std::ios::binary);
@@ -240,7 +241,7 @@ static std::string run(const std::string& cmd, int& status) {
 }
 
 TEST_CASE("skew tokenize encodes stdin to one line of ids and --decode reverses it") {
-    fs::path d = fs::temp_directory_path() / "skew_test_tokenize_cli";
+    fs::path d = skew::test::test_temp_root() / "skew_test_tokenize_cli";
     fs::create_directories(d);
     std::string text = "Hello world, it's 2026!\n  Café 🚀\n";
     std::ofstream(d / "in.txt", std::ios::binary) << text;

@@ -8,12 +8,13 @@
 
 #include "data/reader.h"
 #include "engine/error.h"
+#include "tests/temp_dir.h"
 
 using namespace skew::data;
 namespace fs = std::filesystem;
 
 static fs::path corpus_dir(const std::string& name) {  // one folder per test case: ctest -j runs them at once
-    fs::path d = fs::temp_directory_path() / ("skew_test_reader_" + name);
+    fs::path d = skew::test::test_temp_root() / ("skew_test_reader_" + name);
     fs::remove_all(d);
     fs::create_directories(d / "sub");
     std::ofstream(d / "a.txt", std::ios::binary) << "First document.\nStill the first.\n";
@@ -55,7 +56,7 @@ TEST_CASE("globs and explicit files are read and a pattern matching nothing is a
 }
 
 TEST_CASE("a bad .jsonl line is reported with its line number or skipped") {
-    fs::path d = fs::temp_directory_path() / "skew_test_reader_bad";
+    fs::path d = skew::test::test_temp_root() / "skew_test_reader_bad";
     fs::remove_all(d);
     fs::create_directories(d);
     std::ofstream(d / "bad.jsonl") << "{\"text\": \"ok\"}\n{\"text\": \"ok2\"}\n{broken\n{\"title\": \"no text\"}\n{\"text\": 5}\n{\"text\": \"last\"}\n";

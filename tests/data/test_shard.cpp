@@ -9,12 +9,13 @@
 
 #include "data/shard.h"
 #include "engine/error.h"
+#include "tests/temp_dir.h"
 
 using namespace skew::data;
 namespace fs = std::filesystem;
 
 static fs::path temp_dir(const std::string& name) {
-    fs::path d = fs::temp_directory_path() / ("skew_test_" + name);
+    fs::path d = skew::test::test_temp_root() / ("skew_test_" + name);
     fs::remove_all(d);
     fs::create_directories(d);
     return d;

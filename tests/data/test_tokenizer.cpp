@@ -11,6 +11,7 @@
 
 #include "data/tokenizer.h"
 #include "engine/error.h"
+#include "tests/temp_dir.h"
 
 using namespace skew::data;
 namespace fs = std::filesystem;
@@ -82,18 +83,22 @@ TEST_CASE("a single piece of a million characters finishes in linear-ish time") 
     for (int i = 0; i < 1000000; i++) word.push_back(char('a' + rng() % 26));
     TokenizerWorkspace ws;
     REQUIRE(tokenizer_pieces(gpt2(), word, ws).size() == 1);
-    auto t0 = std::chrono::steady_clock::now();
+    // Work, counted: the heap merges a piece of n bytes with O(n) merge-table lookups (the first
+    // pass over the n-1 pairs, then about two neighbours per merge); the quadratic rank scan would
+    // make ~n^2/2 (5e11 here). A wall-clock limit would fail on a loaded machine; a count does not.
     std::vector<int32_t> ids;
+    uint64_t before = tokenizer_merge_lookups();
     tokenizer_encode(gpt2(), word, ids, ws);
-    double seconds_random = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const uint64_t lookups_random = tokenizer_merge_lookups() - before;
     std::string repeated(1000000, 'x');
     std::vector<int32_t> ids_x;
-    t0 = std::chrono::steady_clock::now();
+    before = tokenizer_merge_lookups();
     tokenizer_encode(gpt2(), repeated, ids_x, ws);
-    double seconds_repeated = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // About a second each on a loaded 2-core machine; the quadratic rank scan would take hours.
-    CHECK(seconds_random < 10.0);
-    CHECK(seconds_repeated < 10.0);
+    const uint64_t lookups_repeated = tokenizer_merge_lookups() - before;
+    INFO("merge lookups: random " << lookups_random << ", repeated " << lookups_repeated << " for 1e6 bytes");
+    CHECK(lookups_random >= word.size() - 1);  // every adjacent pair is looked up at least once
+    CHECK(lookups_random <= 4 * word.size());
+    CHECK(lookups_repeated <= 4 * repeated.size());
     CHECK(tokenizer_decode(gpt2(), ids) == word);
     CHECK(tokenizer_decode(gpt2(), ids_x) == repeated);
     CHECK(ids.size() < word.size() * 2 / 3);  // random letters merge to ~1.7 bytes per token
@@ -110,7 +115,7 @@ TEST_CASE("<|endoftext|> is ordinary text unless special tokens are allowed") {
 }
 
 TEST_CASE("HuggingFace vocab.json + merges.txt load to the same tokenizer") {
-    fs::path dir = fs::temp_directory_path() / "skew_test_hf_tokenizer";
+    fs::path dir = skew::test::test_temp_root() / "skew_test_hf_tokenizer";
     fs::create_directories(dir);
     fs::copy_file(kFixtures + "/gpt2/encoder.json", dir / "vocab.json", fs::copy_options::overwrite_existing);
     fs::copy_file(kFixtures + "/gpt2/vocab.bpe", dir / "merges.txt", fs::copy_options::overwrite_existing);
@@ -122,7 +127,7 @@ TEST_CASE("HuggingFace vocab.json + merges.txt load to the same tokenizer") {
 
 TEST_CASE("tokenizer files that are missing or malformed are refused with the file named") {
     CHECK_THROWS_WITH(tokenizer_load("/nonexistent/tok"), Catch::Contains("/nonexistent/tok"));
-    fs::path dir = fs::temp_directory_path() / "skew_test_bad_tokenizer";
+    fs::path dir = skew::test::test_temp_root() / "skew_test_bad_tokenizer";
     fs::create_directories(dir);
     { std::ofstream(dir / "encoder.json") << "{not json"; }
     { std::ofstream(dir / "vocab.bpe") << "#version: 0.2\na b\n"; }

@@ -2,6 +2,8 @@
 // optimizer, and the arena laid out from it is aligned, 64-bit and overlap-free.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 
@@ -73,8 +75,24 @@ TEST_CASE("the arena's total equals the plan's peak, and every buffer is aligned
         MemoryPlan p = build_memory_plan(paper(), t, builtin_optimizer(name), 8);
         int64_t total = 0;
         std::vector<int64_t> offs = layout_arena(p.buffers, &total);
-        CHECK(total == p.peak_bytes);
+        CHECK(total == p.peak_bytes);  // the layout is deterministic
         CHECK(offs == p.offsets);
+        // Bounds independent of the layout algorithm: no valid layout holds less than the bytes live
+        // in its busiest phase, and none needs more than every buffer back to back (aligned).
+        int64_t back_to_back = 0, by_kind[5] = {0, 0, 0, 0, 0};
+        int64_t live[4] = {0, 0, 0, 0};
+        for (const BufferSpec& b : p.buffers) {
+            back_to_back += (b.bytes() + ARENA_ALIGNMENT - 1) / ARENA_ALIGNMENT * ARENA_ALIGNMENT;
+            by_kind[int(b.kind)] += b.bytes();
+            for (int ph = 0; ph < 4; ++ph) live[ph] += b.lives_in(Phase(ph)) ? b.bytes() : 0;
+        }
+        const int64_t busiest = *std::max_element(live, live + 4);
+        INFO(name << ": peak " << p.peak_bytes << ", busiest phase " << busiest << ", back to back " << back_to_back);
+        CHECK(p.peak_bytes >= busiest);
+        CHECK(p.peak_bytes <= back_to_back);
+        CHECK(p.weights_bytes == by_kind[int(BufferKind::WEIGHT)]);
+        CHECK(p.grads_bytes == by_kind[int(BufferKind::GRAD)]);
+        CHECK(p.state_bytes == by_kind[int(BufferKind::STATE)]);
         int64_t persistent = p.weights_bytes + p.grads_bytes + p.state_bytes;
         CHECK(p.peak_bytes >= persistent + p.workspace_bytes);
         for (size_t i = 0; i < p.buffers.size(); ++i) {

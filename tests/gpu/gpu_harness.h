@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -58,11 +59,25 @@ struct Dev {
 inline std::vector<float> f32(const std::vector<bf16>& v) { return to_f32(v); }
 inline std::vector<float> f32(const std::vector<float>& v) { return v; }
 
-/// Require the GPU result to be within `limit` normalized MSE of the CPU result.
+/// Require the GPU result to be finite and within `limit` normalized MSE of the CPU result, with
+/// the absolute floor `atol` (require_nmse in tests/kernels/harness.h).
 template <class A, class B>
-void require_close(const std::string& name, const std::vector<A>& gpu_out, const std::vector<B>& cpu_out, double limit) {
+void require_close(const std::string& name, const std::vector<A>& gpu_out, const std::vector<B>& cpu_out, double limit,
+                   double atol = DEFAULT_ATOL) {
     const auto g = f32(gpu_out), c = f32(cpu_out);
-    require_nmse(name, g, c, limit);
+    require_nmse(name, g, c, limit, atol);
+}
+
+/// Require two results to be bit-identical (memcmp of their bytes), reporting how many elements
+/// differ: what a "bit for bit" or "deterministic" claim means.
+template <class T>
+void require_bitwise_equal(const std::string& name, const std::vector<T>& a, const std::vector<T>& b) {
+    REQUIRE(a.size() == b.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+    INFO(name << ": " << differ << " of " << a.size() << " elements differ bitwise");
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+    CHECK(differ == 0);
 }
 
 /// bf16 vector of n values uniform in [lo, hi).

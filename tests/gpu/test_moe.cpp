@@ -184,7 +184,9 @@ TEST_CASE("gpu grouped expert matmul matches the CPU, empty experts get no gradi
     Dev<bf16> gout(out.size());
     cpu->moe_matmul_forward(out.data(), inp.data(), w.data(), off.data(), E, IN, OUT);
     gpu().moe_matmul_forward(gout.p, ginp.p, gw.p, goff.p, E, IN, OUT);
-    require_close("moe_matmul forward", gout.get(), out, 1e-5);
+    // bf16 outputs of fp32 sums in different orders: one rounding apart where they straddle a
+    // boundary (NMSE <= share * 2^-14; 1e-5 would be every element rounding independently)
+    require_close("moe_matmul forward", gout.get(), out, 1e-6);
 
     for (int acc = 0; acc < 2; ++acc) {
         std::vector<bf16> dinp = random_bf16(rows * IN, 4);
@@ -193,7 +195,7 @@ TEST_CASE("gpu grouped expert matmul matches the CPU, empty experts get no gradi
         Dev<float> gdw(dw);
         cpu->moe_matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), off.data(), E, IN, OUT, acc);
         gpu().moe_matmul_backward(gdinp.p, gdw.p, gdout.p, ginp.p, gw.p, goff.p, E, IN, OUT, acc);
-        require_close("moe_matmul dinp", gdinp.get(), dinp, 1e-5);
+        require_close("moe_matmul dinp", gdinp.get(), dinp, 1e-6);
         const auto gdw_h = gdw.get();
         require_close("moe_matmul dweight fp32", gdw_h, dw, 1e-9);
         bool empty_zero = true;
@@ -204,5 +206,5 @@ TEST_CASE("gpu grouped expert matmul matches the CPU, empty experts get no gradi
     Dev<bf16> gdwb(dwb);
     cpu->moe_matmul_backward(nullptr, dwb.data(), dout.data(), inp.data(), w.data(), off.data(), E, IN, OUT, false);
     gpu().moe_matmul_backward(nullptr, gdwb.p, gdout.p, ginp.p, gw.p, goff.p, E, IN, OUT, false);
-    require_close("moe_matmul dweight bf16", gdwb.get(), dwb, 1e-5);
+    require_close("moe_matmul dweight bf16", gdwb.get(), dwb, 1e-6);
 }

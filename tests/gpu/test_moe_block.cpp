@@ -99,13 +99,17 @@ TEST_CASE("gpu MoE feed-forward chain, forward and backward, matches the CPU wit
     CHECK(gidx.get() == idx);
     CHECK(gcounts.get() == counts);
     CHECK(goff.get() == off);
-    require_close("moe out", gout.get(), out, 1e-4);
+    // A chain of four bf16 roundings (h1, h2, act, out; the same in the backward): where one lands
+    // differently (one ulp, relative <= 2^-7) the difference carries on, so the NMSE is the share of
+    // such elements times ~2^-14 per rounding; 1e-5 allows ~15% of elements to differ at one step.
+    constexpr double CHAIN = 1e-5;
+    require_close("moe out", gout.get(), out, CHAIN);
     require_close("moe balance and z losses", gscalars.get(), scalars, 1e-8);
-    require_close("moe dx", gdx.get(), dx, 1e-4);
-    require_close("moe dWr", gdwr.get(), dwr, 1e-4);
-    require_close("moe dw1", gdw1.get(), dw1, 1e-4);
-    require_close("moe dw2", gdw2.get(), dw2, 1e-4);
-    require_close("moe dw3", gdw3.get(), dw3, 1e-4);
+    require_close("moe dx", gdx.get(), dx, CHAIN);
+    require_close("moe dWr", gdwr.get(), dwr, CHAIN);
+    require_close("moe dw1", gdw1.get(), dw1, CHAIN);
+    require_close("moe dw2", gdw2.get(), dw2, CHAIN);
+    require_close("moe dw3", gdw3.get(), dw3, CHAIN);
     const auto gdw1_h = gdw1.get();
     bool empty_zero = true;
     for (int64_t i = 5 * H * C; i < 6 * H * C; ++i) empty_zero &= gdw1_h[static_cast<size_t>(i)] == 0.0f;

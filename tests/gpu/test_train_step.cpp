@@ -1,12 +1,15 @@
-// One whole training step of configs/tiny.yaml on the CUDA backend against the CPU backend (issue 7,
-// "Tests and verification"): same Philox initialization, same batch, same router noise; losses,
-// every gradient, the grad norm and the weights after the optimizer step; and the measured peak
-// device memory of the step against the memory plan. Skipped where no GPU is visible (gpu_main.cpp).
+// One whole training step of configs/tiny.yaml on the CUDA backend against the CPU backend: same
+// Philox initialization, same batch, same router noise; losses, every gradient and the grad norm;
+// then the optimizer step on identical inputs (the CPU's clipped gradients and weights copied to the
+// device), its weight changes compared bit for bit (bf16: at most one ulp apart, counted); and the
+// measured peak device memory of the step against the memory plan. Skipped where no GPU is visible
+// (gpu_main.cpp).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -28,12 +31,20 @@ namespace {
 
 // Tolerances (normalized MSE unless said otherwise). Activations are bf16 on both backends, but the
 // CUDA kernels accumulate in other orders (cuBLASLt tiles, warp reductions, flash-style attention),
-// so results agree to bf16 precision, not bit for bit.
+// so results agree to bf16 precision, not bit for bit. One bf16 rounding that lands differently on
+// the two sides is a relative error of at most 2^-8, NMSE ~(2^-8)^2/12 ~ 1.3e-6 per rounding where
+// they disagree; a gradient passes through a handful, so 1e-4 leaves ~10x margin while a wrong term
+// (a missing aux-loss gradient, a transposed matmul: NMSE >= 1e-2) still fails.
 constexpr double LM_LOSS_ABS = 2e-3;        // |cuda - cpu| of each microbatch's mean cross-entropy (nats, ~10.8)
 constexpr double AUX_LOSS_REL = 1e-5;       // balance and z-loss: the zero-initialized router routes alike
-constexpr double GRAD_NMSE = 1e-3;          // every parameter's gradient after the step's microbatches
-constexpr double GRAD_NORM_REL = 1e-2;      // the global gradient norm
-constexpr double WEIGHT_NMSE = 1e-4;        // every weight after clipping and one SkewAdam step
+constexpr double GRAD_NMSE = 1e-4;          // every parameter's gradient after the step's microbatches
+constexpr double GRAD_NORM_REL = 3e-4;      // the global gradient norm (the H200 agreed to 4-5 decimals)
+// The optimizer step is compared on identical inputs (the CPU's clipped gradients and weights copied
+// to the device), so it is the update alone that is compared: a bf16 weight after the step must equal
+// the CPU's bit for bit, or (when the fp32 values straddle a stochastic-rounding threshold) be one
+// bf16 ulp away; such straddles happen with probability ~ (fp32 difference) / (bf16 ulp) ~ 2^-16.
+constexpr double BF16_ULP_DIFFER_FRAC = 1e-3;  // at most this share of bf16 weights 1 ulp away, none further
+constexpr double F32_DELTA_REL = 1e-4;         // fp32 weights: |delta_cuda - delta_cpu| <= this * |delta_cpu| + 1 fp32 ulp
 // The measured device memory a step adds beyond the plan's arena (which holds the backend's op
 // scratch): this much for cuBLAS / cuBLASLt handles and workspaces and lazily loaded kernel modules.
 constexpr int64_t PEAK_SLACK_BYTES = int64_t(512) << 20;
@@ -141,7 +152,22 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
     const double norm_c = model_clip_gradients(c.model, cfg.train.grad_clip);
     const double norm_g = model_clip_gradients(g.model, cfg.train.grad_clip);
     INFO("grad norm cpu " << norm_c << " cuda " << norm_g);
+    CHECK(std::isfinite(norm_g));
     CHECK(norm_g == Approx(norm_c).epsilon(GRAD_NORM_REL));
+
+    // Identical inputs for the update: the CPU's clipped gradients and its weights onto the device.
+    std::vector<std::vector<unsigned char>> w_before(c.model.params.size());
+    for (size_t i = 0; i < c.model.params.size(); ++i) {
+        const ParamRef& pc = c.model.params[i];
+        const ParamRef& pg = g.model.params[i];
+        const int64_t gbytes = pc.numel() * (pc.grad.type == ScalarType::F32 ? 4 : 2), wbytes = pc.info->bytes();
+        REQUIRE(pg.grad.type == pc.grad.type);
+        dev.copy_to_device(pg.grad.data, pc.grad.data, gbytes);
+        const auto* w = static_cast<const unsigned char*>(pc.w().data);
+        w_before[i].assign(w, w + wbytes);
+        dev.copy_to_device(pg.weight, w, wbytes);
+    }
+    dev.synchronize();
 
     OptimStep os;
     os.t = 1;
@@ -163,12 +189,54 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
     used_peak = std::max(used_peak, cuda_device_used_bytes());
     cublasDestroy(ctx.cublas);
 
+    // The weight deltas: bf16 weights bit-identical or 1 ulp (counted), fp32 weights to F32_DELTA_REL.
+    int64_t bf16_total = 0, bf16_moved = 0, bf16_one_ulp = 0, bf16_far = 0;
     for (size_t i = 0; i < c.model.params.size(); ++i) {
         const ParamRef& pc = c.model.params[i];
         const ParamRef& pg = g.model.params[i];
-        require_nmse("weight." + pc.info->name, host_f32(dev, pg.w(), pg.numel()), host_f32(*cpu, pc.w(), pc.numel()),
-                     WEIGHT_NMSE);
+        const int64_t n = pc.numel();
+        INFO("weight." << pc.info->name);
+        if (pc.info->dtype == DType::BF16) {
+            std::vector<uint16_t> gw(static_cast<size_t>(n)), cw(static_cast<size_t>(n)), w0(static_cast<size_t>(n));
+            dev.copy_to_host(gw.data(), pg.w().data, n * 2);
+            std::memcpy(cw.data(), pc.w().data, size_t(n) * 2);
+            std::memcpy(w0.data(), w_before[i].data(), size_t(n) * 2);
+            int64_t far = 0;
+            for (size_t j = 0; j < size_t(n); ++j) {
+                ++bf16_total;
+                bf16_moved += cw[j] != w0[j];
+                if (gw[j] == cw[j]) continue;
+                // adjacent bf16 values of the same sign differ by 1 in their bit pattern
+                const bool adjacent = ((gw[j] ^ cw[j]) & 0x8000) == 0 && (gw[j] > cw[j] ? gw[j] - cw[j] : cw[j] - gw[j]) == 1;
+                if (adjacent) ++bf16_one_ulp;
+                else ++far;
+            }
+            bf16_far += far;
+            CHECK(far == 0);
+        } else {
+            std::vector<float> gw(static_cast<size_t>(n)), cw(static_cast<size_t>(n)), w0(static_cast<size_t>(n));
+            dev.copy_to_host(gw.data(), pg.w().data, n * 4);
+            std::memcpy(cw.data(), pc.w().data, size_t(n) * 4);
+            std::memcpy(w0.data(), w_before[i].data(), size_t(n) * 4);
+            int64_t bad = 0;
+            double worst = 0.0;
+            for (size_t j = 0; j < size_t(n); ++j) {
+                const double dc = double(cw[j]) - double(w0[j]), dg = double(gw[j]) - double(w0[j]);
+                const double ulp = std::nextafter(std::fabs(cw[j]), INFINITY) - std::fabs(cw[j]);
+                const double err = std::fabs(dg - dc);
+                if (!(err <= F32_DELTA_REL * std::fabs(dc) + ulp)) ++bad;
+                worst = max_nan(worst, err);
+            }
+            INFO("fp32 deltas off: " << bad << " of " << n << ", worst |delta_cuda - delta_cpu| " << worst);
+            CHECK(bad == 0);
+        }
     }
+    INFO("bf16 weights: " << bf16_total << ", moved by the CPU step " << bf16_moved << ", CUDA 1 ulp away "
+                          << bf16_one_ulp << ", further " << bf16_far);
+    CHECK(bf16_moved > bf16_total / 4);  // the update is visible: the comparison is not of unchanged weights
+    CHECK(double(bf16_one_ulp) <= BF16_ULP_DIFFER_FRAC * double(bf16_total));
+    WARN("optimizer step on identical inputs: " << bf16_one_ulp << " of " << bf16_total
+                                                << " bf16 weights 1 ulp from the CPU's, " << bf16_far << " further");
 
     const int64_t own_scratch_after = dev.scratch_bytes();
     dev.set_scratch(nullptr, 0);

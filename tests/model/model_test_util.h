@@ -14,6 +14,7 @@
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "model/model.h"
+#include "tests/kernels/harness.h"
 
 namespace skew::test {
 
@@ -30,15 +31,17 @@ struct TestModel {
 /// Build a CPU model from YAML text and overrides with `microbatch` sequences per forward. With
 /// `logits_only_head`, act.logits holds only one chunk of fp32 logits (no fused-head workspace), so
 /// the model takes the chunked matmul + cross-entropy path.
+/// `head_chunk_rows` sets the rows of that chunk (at most the microbatch's tokens).
 inline std::unique_ptr<TestModel> make_test_model(const std::string& yaml, const std::vector<std::string>& overrides,
-                                                  int64_t microbatch, bool logits_only_head = false) {
+                                                  int64_t microbatch, bool logits_only_head = false,
+                                                  int64_t head_chunk_rows = 512) {
     auto t = std::make_unique<TestModel>();
     t->cfg = load_config_text(yaml, "test.yaml", overrides);
     t->table = build_param_table(t->cfg.model);
     t->plan = build_memory_plan(t->cfg, t->table, builtin_optimizer("skewadam"), microbatch);
     if (logits_only_head) {
         BufferSpec& logits = t->plan.buffers[size_t(t->plan.find("act.logits"))];
-        logits.shape = {std::min<int64_t>(microbatch * t->cfg.train.seq_len, 512) * t->cfg.model.padded_vocab_size};
+        logits.shape = {std::min<int64_t>(microbatch * t->cfg.train.seq_len, head_chunk_rows) * t->cfg.model.padded_vocab_size};
         t->plan.offsets = layout_arena(t->plan.buffers, &t->plan.peak_bytes);
     }
     t->arena = allocate_host_arena(t->plan);
@@ -65,7 +68,8 @@ inline void set_weight(Model& m, const ParamRef& p, const std::vector<float>& v)
                        ConstTensorRef(v.data()), p.numel());
 }
 
-/// ||a - b|| / max(||b||, floor): the normalized error of a against the reference b.
+/// ||a - b|| / max(||b||, floor): the normalized error of a against the reference b; NaN when
+/// any element of either is NaN (so a partly-NaN output fails every `<=` limit).
 inline double rel_err(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-12) {
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -73,12 +77,14 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b, 
         num += d * d;
         den += double(b[i]) * double(b[i]);
     }
+    if (std::isnan(num) || std::isnan(den)) return NAN;
     return std::sqrt(num) / std::max(std::sqrt(den), floor);
 }
 
+/// max |a_i|; NaN when any element is NaN.
 inline double max_abs(const std::vector<float>& a) {
     double m = 0.0;
-    for (float x : a) m = std::max(m, double(std::fabs(x)));
+    for (float x : a) m = max_nan(m, double(std::fabs(x)));
     return m;
 }
 

@@ -364,7 +364,38 @@ TEST_CASE("state bound from the arena: one step on a small model through the pla
                 else static_cast<bf16*>(gp)[k] = f32_to_bf16(gv);
             }
         }
+        // The expected result, independently of the arena binding: the same step on host copies of
+        // the weights and gradients with host state (allocate_host_state).
+        std::vector<std::vector<unsigned char>> hw(slots.size()), hg(slots.size());
+        std::vector<ParamSlot> host = slots;
+        for (size_t i = 0; i < slots.size(); ++i) {
+            const ParamInfo& p = table.params[i];
+            const auto* w = static_cast<const unsigned char*>(slots[i].weight);
+            const auto* g = static_cast<const unsigned char*>(slots[i].grad);
+            hw[i].assign(w, w + p.bytes());
+            hg[i].assign(g, g + p.numel() * (slots[i].grad_dtype == DType::F32 ? 4 : 2));
+            host[i].weight = hw[i].data();
+            host[i].grad = hg[i].data();
+            host[i].state = {};
+        }
+        HostOptimState host_state;
+        allocate_host_state(opt, host, host_state);
         REQUIRE_NOTHROW(optimizer_step(opt, slots, OptimStep{1, 1e-3, 42}));
+        optimizer_step(opt, host, OptimStep{1, 1e-3, 42});
+        int64_t moved = 0;
+        for (size_t i = 0; i < slots.size(); ++i) {
+            const ParamInfo& p = table.params[i];
+            INFO("tensor " << p.name);
+            CHECK(std::memcmp(slots[i].weight, hw[i].data(), size_t(p.bytes())) == 0);
+            for (const StateSlotSpec& spec : optimizer_param_state(opt, p)) {
+                INFO("state " << int(spec.kind));
+                REQUIRE(slots[i].st(spec.kind) != nullptr);
+                CHECK(std::memcmp(slots[i].st(spec.kind), host[i].st(spec.kind), size_t(spec.numel()) * 4) == 0);
+            }
+            const auto* w = static_cast<const unsigned char*>(slots[i].weight);
+            for (int64_t b = 0; b < p.bytes(); ++b) moved += w[b] != 0;  // the arena's weights started at 0
+        }
+        CHECK(moved > 0);  // the step changed weights: the comparison is not of two untouched arenas
         OptimizerConfig other = builtin_optimizer(std::string(name) == "adamw" ? "lion" : "adamw");
         if (other.type != opt.type) CHECK_THROWS_AS(bind_arena_state(other, table, arena, slots), skew::Error);
     }

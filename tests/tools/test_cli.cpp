@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tests/cli_util.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
@@ -18,7 +19,7 @@ Run run(const std::string& args) { return skew::test::run_skew(args); }
 std::string paper() { return std::string(SKEW_SOURCE_DIR) + "/configs/paper-6.78b.yaml"; }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-    std::string path = "/tmp/skew-test-" + name;
+    std::string path = (skew::test::test_temp_root() / ("skew-test-" + name)).string();
     std::ofstream(path) << text;
     return path;
 }
@@ -125,7 +126,7 @@ TEST_CASE("README's config reference is the generated one") {
 
 TEST_CASE("skew prepare on an input holding a symbolic link loop names the link and writes nothing") {
     namespace fs = std::filesystem;
-    const fs::path d = fs::temp_directory_path() / "skew-test-cli-prepare-loop";
+    const fs::path d = skew::test::test_temp_root() / "skew-test-cli-prepare-loop";
     fs::remove_all(d);
     fs::create_directories(d / "in" / "sub");
     std::ofstream(d / "in" / "a.txt") << "A document.\n";
@@ -158,7 +159,7 @@ TEST_CASE("skew prepare --shard-tokens 0 gives the real range") {
 
 TEST_CASE("skew prepare warns once about documents that are not UTF-8 naming the count and the first file") {
     namespace fs = std::filesystem;
-    const fs::path d = fs::temp_directory_path() / "skew-test-cli-prepare-utf8";
+    const fs::path d = skew::test::test_temp_root() / "skew-test-cli-prepare-utf8";
     fs::remove_all(d);
     fs::create_directories(d / "in");
     std::ofstream(d / "in" / "a.txt") << "A document in English.\n";

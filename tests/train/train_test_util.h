@@ -19,6 +19,7 @@
 #include "engine/config.h"
 #include "engine/memory_plan.h"
 #include "engine/param_table.h"
+#include "tests/temp_dir.h"
 
 namespace train_test {
 
@@ -104,7 +105,7 @@ inline void fill(Run& r, uint32_t seed) {
 
 /// A fresh empty folder under the system temp folder.
 inline std::string scratch(const std::string& name) {
-    auto d = std::filesystem::temp_directory_path() / ("skew-train-test-" + std::to_string(::getpid()) + "-" + name);
+    auto d = skew::test::test_temp_root() / ("skew-train-test-" + std::to_string(::getpid()) + "-" + name);
     std::filesystem::remove_all(d);
     std::filesystem::create_directories(d);
     return d.string();

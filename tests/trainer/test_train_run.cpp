@@ -4,6 +4,7 @@
 // a NaN in a gradient is caught, reported and skipped.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "tests/cli_util.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -24,7 +26,7 @@ Run run(const std::string& args) { return skew::test::run_skew(args); }
 
 const std::string& work_dir() {
     static const std::string dir = [] {
-        std::string d = (fs::temp_directory_path() / ("skew-trainer-test-" + std::to_string(getpid()))).string();
+        std::string d = (skew::test::test_temp_root() / ("skew-trainer-test-" + std::to_string(getpid()))).string();
         fs::remove_all(d);
         fs::create_directories(d);
         return d;
@@ -100,8 +102,12 @@ std::string read_bytes(const std::string& path) {
 
 TEST_CASE("a short run on real text: loss falls, metrics complete, one initialization and one batch order") {
     const std::string out = work_dir() + "/short";
+    const auto wall_start = std::chrono::steady_clock::now();
     Run r = run(train_args("--set train.steps=12 --set train.eval_every=6 --set optimizers.skewadam.lr=3e-3 "
                            "--set optimizers.adamw.lr=3e-3 --optimizers skewadam,adamw,lion,muon --out " + out));
+    // the test's own clock around the whole process: an upper bound on every step time the run reports
+    const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start).count();
+    double steps_ms_total = 0;
     INFO(r.output);
     REQUIRE(r.status == 0);
     double first_loss = -1;
@@ -120,18 +126,23 @@ TEST_CASE("a short run on real text: loss falls, metrics complete, one initializ
         // Same initialization and the same first batch: the first forward loss is identical.
         if (first_loss < 0) first_loss = steps[0]["lm_loss"].get<double>();
         CHECK(steps[0]["lm_loss"].get<double>() == first_loss);
-        // Phase times: non-negative and adding up to the step's wall time (the optimizer's is the rest).
+        // Phase times: positive and each within the step; the steps of all optimizers together fit in
+        // the wall time the test measured around the process (optimizer_ms is the step's remainder by
+        // definition, so the sum of the phases is not checked against step_ms: that would be a tautology).
         for (auto& st : steps) {
             const double step_ms = st["step_ms"].get<double>();
             CHECK(step_ms > 0);
             CHECK(st["fwd_bwd_ms"].get<double>() > 0);
             CHECK(st["grad_norm_ms"].get<double>() >= 0);
-            CHECK(st["optimizer_ms"].get<double>() >= 0);
-            CHECK(st["fwd_bwd_ms"].get<double>() + st["grad_norm_ms"].get<double>() + st["optimizer_ms"].get<double>() ==
-                  Approx(step_ms).epsilon(1e-6));
+            CHECK(st["optimizer_ms"].get<double>() > 0);  // an update of every parameter takes time
+            CHECK(st["fwd_bwd_ms"].get<double>() < step_ms);
+            CHECK(st["optimizer_ms"].get<double>() < step_ms);
             CHECK(st["tokens_per_sec"].get<double>() == Approx(4 * 32 / (step_ms / 1e3)).epsilon(1e-6));
+            steps_ms_total += step_ms;
         }
     }
+    INFO("sum of step_ms " << steps_ms_total << ", wall time of the process " << wall_ms);
+    CHECK(steps_ms_total < wall_ms);
     json s = read_json(out + "/metrics_skewadam.json");
     const double v6 = s["history"][0]["val_loss"].get<double>(), v12 = s["history"][1]["val_loss"].get<double>();
     CHECK(v12 < v6);
@@ -156,7 +167,7 @@ TEST_CASE("train.microbatch 0 takes the largest divisor of the batch that fits t
 TEST_CASE("interrupted at step k and resumed equals uninterrupted, bit for bit on the CPU") {
     const std::string a = work_dir() + "/uninterrupted", b = work_dir() + "/interrupted";
     const std::string common = "--set train.steps=6 --set train.eval_every=2 --set train.checkpoint_every=100 "
-                               "--optimizers skewadam,adamw ";
+                               "--optimizers skewadam,adamw,lion,muon,adafactor,galore,galore-paper ";
     REQUIRE(run(train_args(common + "--out " + a)).status == 0);
     Run stop = run(train_args(common + "--out " + b + " --stop-after 3"));
     INFO(stop.output);
@@ -166,7 +177,8 @@ TEST_CASE("interrupted at step k and resumed equals uninterrupted, bit for bit o
     Run resume = run("train --plain --resume " + b);
     INFO(resume.output);
     REQUIRE(resume.status == 0);
-    for (std::string opt : {"skewadam", "adamw"}) {
+    for (std::string opt : {"skewadam", "adamw", "lion", "muon", "adafactor", "galore", "galore-paper"}) {
+        INFO("optimizer " << opt);
         auto sa = read_jsonl(a + "/steps_" + opt + ".jsonl"), sb = read_jsonl(b + "/steps_" + opt + ".jsonl");
         REQUIRE(sa.size() == sb.size());
         for (size_t i = 0; i < sa.size(); ++i)

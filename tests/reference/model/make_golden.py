@@ -4,7 +4,7 @@
 # own numpy Philox4x32-10, and writes weights, batch, loss parts, logits and every gradient.
 #
 # Run with Debian's python3 (torch 1.13, numpy):  /usr/bin/python3 tests/reference/model/make_golden.py
-# Writes golden_inputs.bin, golden_noise_off.bin, golden_noise_on.bin next to this script, read by
+# Writes golden_inputs.bin and golden_{noise_off,noise_on,aux,accum2}.bin next to this script, read by
 # tests/model/test_golden.cpp. Record format (little-endian): b"SKEWGOLD", u32 count, then per record
 # u32 name length, name bytes, u32 ndim, i64 dims[ndim], f32 data.
 import math
@@ -19,6 +19,7 @@ CFG = dict(vocab_size=96, padded_vocab_size=128, d_model=32, n_blocks=3, moe_blo
            n_kv_heads=2, d_ff=64, max_seq_len=16, n_experts=4, d_expert=32, top_k=2, batch=2, seq_len=16,
            seed=42, noise_std=0.5, balance_alpha=0.05, z_coef=1e-4, eps=1e-5)
 NOISE_STEP = 7                      # optimizer step keying the router noise in the noisy variant
+AUX_Z_COEF, AUX_BALANCE_COEF = 0.1, 0.5  # the "aux" variant: auxiliary losses dominate the router
 PROBE_ROWS = [0, 5, 17, 31]         # token rows whose logits are recorded
 CONFIG_KEYS = ["vocab_size", "padded_vocab_size", "d_model", "n_blocks", "n_heads", "n_kv_heads", "d_ff",
                "max_seq_len", "n_experts", "d_expert", "top_k", "batch", "seq_len", "seed"]
@@ -167,7 +168,9 @@ def moe(x, p, pre, c, noise):
     return out.view(B, T, d), balance, z, counts
 
 
-def forward(p, tokens, targets, c, noise_step):
+def forward(p, tokens, targets, c, noise_step, row_offset=0):
+    """Loss parts of one microbatch. row_offset: its first token's row in the step's batch (token t
+    of the microbatch draws router noise at element (row_offset + t)·E + e, as in the engine)."""
     B, T = tokens.shape
     N, E, V = B * T, c["n_experts"], c["vocab_size"]
     x = p["embed.tokens"][tokens] + p["embed.positions"][:T]
@@ -180,7 +183,8 @@ def forward(p, tokens, targets, c, noise_step):
             noise = None
             if noise_step is not None:
                 tensor = [n for n, _, _ in param_table(c)].index(pre + "moe.router.weight")
-                eps = philox_normal(c["seed"], PHILOX_STREAM_ROUTER_NOISE, noise_step, tensor, np.arange(N * E))
+                eps = philox_normal(c["seed"], PHILOX_STREAM_ROUTER_NOISE, noise_step, tensor,
+                                    np.arange(row_offset * E, (row_offset + N) * E))
                 noise = c["noise_std"] * torch.from_numpy(eps.astype(np.float64)).view(N, E)
             y, bal, z, counts = moe(h, p, pre, c, noise)
             bal_total, z_total = bal_total + bal, z_total + z
@@ -237,17 +241,38 @@ def main():
     inputs += [("weight." + name, w[name]) for name, _, _ in table]
     write_records(os.path.join(here, "golden_inputs.bin"), inputs)
 
-    for variant, step in (("noise_off", None), ("noise_on", NOISE_STEP)):
+    # noise_off, noise_on: the paper's coefficients, one microbatch of the whole batch.
+    # aux: z_loss_coef 0.1 and balance_loss_coef 0.5, so the auxiliary losses dominate the router's
+    #      gradient (a halved balance gradient or a missing z-loss gradient moves it by O(1)).
+    # accum2: two microbatches of one sequence each, every loss part weighted 1/2, gradients summed
+    #      (the engine runs it with a chunked LM head); its loss record holds the microbatch means.
+    variants = [("noise_off", None, c, 1), ("noise_on", NOISE_STEP, c, 1),
+                ("aux", NOISE_STEP, dict(c, z_coef=AUX_Z_COEF, balance_alpha=AUX_BALANCE_COEF), 1),
+                ("accum2", NOISE_STEP, c, 2)]
+    for variant, step, cv, accum in variants:
         p = {n: torch.tensor(v, dtype=torch.float64, requires_grad=True) for n, v in w.items()}
-        lm, bal, z, logits, counts = forward(p, torch.from_numpy(tokens), torch.from_numpy(targets), c, step)
+        B = cv["batch"]
+        mb = B // accum
+        lm = bal = z = 0.0
+        all_counts, all_logits = [], []
+        for m in range(accum):
+            rows = slice(m * mb, (m + 1) * mb)
+            lm_m, bal_m, z_m, logits_m, counts_m = forward(p, torch.from_numpy(tokens[rows]),
+                                                           torch.from_numpy(targets[rows]), cv, step,
+                                                           row_offset=m * mb * cv["seq_len"])
+            lm, bal, z = lm + lm_m / accum, bal + bal_m / accum, z + z_m / accum
+            all_counts.append(counts_m)
+            all_logits.append(logits_m)
         total = lm + bal + z
         total.backward()
-        out = [("loss", np.array([lm.item(), float(bal), float(z), total.item()])),
+        logits = torch.cat(all_logits)
+        counts = [sum(cm[i] for cm in all_counts) for i in range(len(all_counts[0]))]
+        out = [("loss", np.array([float(lm), float(bal), float(z), float(total)])),
                ("logits", logits.detach().numpy()[PROBE_ROWS])]
         out += [(f"counts.{i}", cnt.numpy()) for i, cnt in enumerate(counts)]
         out += [("grad." + name, p[name].grad.numpy()) for name, _, _ in table]
         write_records(os.path.join(here, f"golden_{variant}.bin"), out)
-        print(f"{variant}: lm {lm.item():.6f} balance {float(bal):.6f} z {float(z):.6e} counts "
+        print(f"{variant}: lm {float(lm):.6f} balance {float(bal):.6f} z {float(z):.6e} counts "
               f"{[cnt.tolist() for cnt in counts]}")
 
 
