@@ -3,7 +3,7 @@
 // cuBLASLt GEMMs (the ceiling), the grouped expert GEMM (per-expert loop) against a dense GEMM of
 // the same FLOPs with uniform, skewed and empty-expert routing, and every other kernel's time with
 // its achieved bandwidth or FLOP rate. Built and run by bench/gpu_check.sh; writes JSON lines.
-// Usage: bench_gpu_ops [out.jsonl] [--quick]
+// Usage: bench_gpu_ops [out.jsonl] [--quick] [--optim-config configs/paper-6.78b.yaml] [--only-optim]
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -19,6 +19,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/moe_matmul.h"
+#include "bench/bench_gpu_optim.h"
 
 using namespace skew;
 
@@ -105,10 +106,13 @@ std::vector<int64_t> make_offsets(int64_t rows, int64_t E, const std::string& ki
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool quick = false;
+    bool quick = false, only_optim = false;
     const char* out_path = nullptr;
+    std::string optim_config = "configs/paper-6.78b.yaml";
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+        else if (std::strcmp(argv[i], "--only-optim") == 0) only_optim = true;
+        else if (std::strcmp(argv[i], "--optim-config") == 0 && i + 1 < argc) optim_config = argv[++i];
         else out_path = argv[i];
     }
     if (cuda::device_count() == 0) {
@@ -117,6 +121,18 @@ int main(int argc, char** argv) {
     }
     if (out_path) g_out = std::fopen(out_path, "w");
     std::printf("device: %s\n", cuda::device_name(0).c_str());
+    // ---- optimizer steps at the paper's parameter set (bench/bench_gpu_optim.cu; its own section)
+    try {
+        bench::bench_gpu_optimizers(g_out, optim_config, quick);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_gpu_ops: optimizer section failed: %s\n", e.what());
+        if (only_optim) return 1;
+    }
+    if (only_optim) {
+        if (g_out) std::fclose(g_out);
+        return 0;
+    }
+
     cuda::CudaBackend be(0);
     cudaStream_t st = be.stream();
     const int iters = quick ? 3 : 10;

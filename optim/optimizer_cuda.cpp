@@ -74,6 +74,9 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                          const CudaOptimContext& ctx) {
     using namespace optim_detail;
     if (step.t < 1) fail("optimizer '{}': step t must be >= 1 (got {})", opt.name, step.t);
+    if (step.grad_scale != 1.0f && !optimizer_folds_grad_scale(opt))
+        fail("optimizer '{}': type {} does not fold a gradient scale ({}); rescale the gradients first", opt.name,
+             opt.type, step.grad_scale);
     const double t = double(step.t);
     for (const ParamSlot& s : params) {
         if (!s.info) fail("optimizer '{}': a parameter slot has no ParamInfo", opt.name);
@@ -87,11 +90,12 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
         // Nsight Systems: one range per tensor, named by its tier ("optimizer experts blocks.1.moe.experts.w1").
         SKEW_NVTX_RANGE((std::string("optimizer ") + tier_name(p.tier) + " " + p.name).c_str());
         cuda::OptimTensor dt = device_tensor(s);
+        dt.grad_scale = step.grad_scale;
         switch (pol.kind) {
             case OptimizerKind::SKEWADAM:
             case OptimizerKind::ADAFACTOR: {
                 cuda::OptimUpdate u;
-                u.clip_threshold = float(opt.update_clip);
+                u.clip_threshold = opt.update_clip;
                 if (pol.kind == OptimizerKind::SKEWADAM) {
                     const double bc1 = 1.0 - std::pow(opt.beta1, t), bc2 = 1.0 - std::pow(opt.beta2, t);
                     const bool momentum = pol.momentum == MomentumKind::FP32;
