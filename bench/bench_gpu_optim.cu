@@ -116,7 +116,13 @@ void bench_gpu_optimizers(FILE* out, const std::string& config_path, bool quick)
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
     }
-    for (const char* name : {"skewadam", "adafactor", "adamw", "lion"}) {
+    struct Row {
+        const char* name;
+        bool matrix_by_matrix;
+    };
+    for (const Row& row_of : {Row{"skewadam", false}, Row{"skewadam", true}, Row{"adafactor", false},
+                              Row{"adafactor", true}, Row{"adamw", false}, Row{"lion", false}}) {
+        const char* name = row_of.name;
         OptimizerConfig opt = builtin_optimizer(name);
         for (const OptimizerConfig& o : cfg.optimizers)
             if (o.name == name) opt = o;  // the config's hyperparameters where it lists the optimizer
@@ -141,6 +147,7 @@ void bench_gpu_optimizers(FILE* out, const std::string& config_path, bool quick)
         ctx.scratch = dalloc(size_t(std::max<int64_t>(ctx.scratch_bytes, 256)));
         ctx.cublas = cublas;
         ctx.stream = s;
+        ctx.matrix_by_matrix = row_of.matrix_by_matrix;
         OptimStep st{1, opt.lr, 42};
         st.grad_scale = 0.5f;  // the folded clip coefficient, as a clipped step reads it
         optimizer_step_cuda(opt, slots, st, ctx);  // warm-up
@@ -155,7 +162,8 @@ void bench_gpu_optimizers(FILE* out, const std::string& config_path, bool quick)
         cuda_check(cudaEventRecord(e1, s));
         const double ms = event_ms(s, e0, e1) / iters;
         const double gbs = bytes / (ms * 1e-3) / 1e9;
-        const std::string row = std::string("optimizer step ") + name + " (paper 6.78B, bf16 W and G)";
+        const std::string row = std::string("optimizer step ") + name + " (paper 6.78B, bf16 W and G" +
+                                (row_of.matrix_by_matrix ? ", matrix by matrix)" : ")");
         std::printf("%-58s %9.3f ms %8.1f GB/s  %.1f GB moved, %.2f of copy, floor %.2f ms\n", row.c_str(), ms, gbs,
                     bytes / 1e9, gbs / copy, bytes / (copy * 1e9) * 1e3);
         if (out)

@@ -96,6 +96,7 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
             case OptimizerKind::ADAFACTOR: {
                 cuda::OptimUpdate u;
                 u.clip_threshold = opt.update_clip;
+                u.matrix_by_matrix = ctx.matrix_by_matrix;
                 if (pol.kind == OptimizerKind::SKEWADAM) {
                     const double bc1 = 1.0 - std::pow(opt.beta1, t), bc2 = 1.0 - std::pow(opt.beta2, t);
                     const bool momentum = pol.momentum == MomentumKind::FP32;

@@ -4,6 +4,7 @@
 // partitions and fixed reduction trees, no float atomics.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "kernels/common/optim_math.h"
@@ -268,14 +269,14 @@ __global__ void
 
 // ---- the update-RMS pass and the write pass over (matrix, row, 2048-column segment) items
 
-/// Block (b, e) sums U^2 over items b, b + gridDim.x, ... of matrix e into partial[e][b] (fp64).
+/// Block (b, y) sums U^2 over items b, b + gridDim.x, ... of matrix e = e0 + y into partial[e][b] (fp64).
 template <int K, bool MOM, class G>
 __global__ void
     update_sumsq_kernel(UpdateArgs a, const G* __restrict__ grad, float gs, const float* __restrict__ M,
                         const float* __restrict__ V, const float* __restrict__ rowscale, const float* __restrict__ colscale,
-                        int64_t rows, int64_t cols, bool vec, double* __restrict__ partial) {
+                        int64_t rows, int64_t cols, bool vec, int64_t e0, double* __restrict__ partial) {
     __shared__ double smem[32];
-    const int64_t e = blockIdx.y, segs = (cols + SEG - 1) / SEG, items = rows * segs;
+    const int64_t e = e0 + blockIdx.y, segs = (cols + SEG - 1) / SEG, items = rows * segs;
     const float* cs = kind_factored<K>() ? colscale + e * cols : nullptr;
     double acc = 0;
     for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
@@ -292,9 +293,10 @@ __global__ void
 
 /// clip[e] = max(1, sqrt(sum_b partial[e][b] / n) / threshold): one block per matrix, fixed tree.
 __global__ void
-    clip_kernel(const double* __restrict__ partial, int64_t blocks, int64_t n, double threshold, float* __restrict__ clip) {
+    clip_kernel(const double* __restrict__ partial, int64_t blocks, int64_t n, double threshold, int64_t e0,
+                float* __restrict__ clip) {
     __shared__ double smem[32];
-    const int64_t e = blockIdx.x;
+    const int64_t e = e0 + blockIdx.x;
     double s = 0;
     for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) s += partial[e * blocks + b];
     s = block_sum(s, smem);
@@ -306,8 +308,8 @@ template <int K, bool MOM, class W, class G>
 __global__ void
     update_apply_kernel(UpdateArgs a, W* __restrict__ weight, const G* __restrict__ grad, float gs, float* __restrict__ M,
                         float* __restrict__ V, const float* __restrict__ rowscale, const float* __restrict__ colscale,
-                        const float* __restrict__ clip, int64_t rows, int64_t cols, bool vec, OptimWrite wb) {
-    const int64_t e = blockIdx.y, segs = (cols + SEG - 1) / SEG, items = rows * segs;
+                        const float* __restrict__ clip, int64_t rows, int64_t cols, bool vec, int64_t e0, OptimWrite wb) {
+    const int64_t e = e0 + blockIdx.y, segs = (cols + SEG - 1) / SEG, items = rows * segs;
     const float* cs = kind_factored<K>() ? colscale + e * cols : nullptr;
     const float cl = clip[e];
     for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
@@ -461,21 +463,27 @@ int64_t optim_update_scratch_bytes(const OptimTensor& t) {
 
 namespace {
 
-/// Launch the RMS and write passes of kind K (momentum MOM) on one tensor.
+/// Launch the RMS and write passes of kind K (momentum MOM) on one tensor: over all matrices at once,
+/// or with u.matrix_by_matrix one matrix at a time (RMS, clip, write), so that the write pass finds
+/// the matrix's G still in L2. Same values either way.
 template <int K, bool MOM, class W, class G>
 void launch_update(const OptimTensor& t, const OptimUpdate& u, const UpdateArgs& a, W* weight, const G* grad, bool vec,
                    const float* rowscale, const float* colscale, float* clip, double* partial, const OptimWrite& w,
                    cudaStream_t stream) {
     const int64_t blocks = cuda_ws::optim_update_blocks(t.rows, t.cols);
-    const dim3 grid(unsigned(blocks), unsigned(t.n_mat));
-    update_sumsq_kernel<K, MOM, G><<<grid, THREADS, 0, stream>>>(a, grad, t.grad_scale, u.M, u.V, rowscale, colscale,
-                                                                 t.rows, t.cols, vec, partial);
-    cuda_check_kernel("update_sumsq_kernel");
-    clip_kernel<<<unsigned(t.n_mat), THREADS, 0, stream>>>(partial, blocks, t.rows * t.cols, u.clip_threshold, clip);
-    cuda_check_kernel("clip_kernel");
-    update_apply_kernel<K, MOM, W, G><<<grid, THREADS, 0, stream>>>(a, weight, grad, t.grad_scale, u.M, u.V, rowscale,
-                                                                    colscale, clip, t.rows, t.cols, vec, w);
-    cuda_check_kernel("update_apply_kernel");
+    const int64_t step = u.matrix_by_matrix ? 1 : t.n_mat;
+    for (int64_t e0 = 0; e0 < t.n_mat; e0 += step) {
+        const int64_t count = std::min(step, t.n_mat - e0);
+        const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(count));
+        update_sumsq_kernel<K, MOM, G><<<grid, THREADS, 0, stream>>>(a, grad, t.grad_scale, u.M, u.V, rowscale, colscale,
+                                                                     t.rows, t.cols, vec, e0, partial);
+        cuda_check_kernel("update_sumsq_kernel");
+        clip_kernel<<<unsigned(count), THREADS, 0, stream>>>(partial, blocks, t.rows * t.cols, u.clip_threshold, e0, clip);
+        cuda_check_kernel("clip_kernel");
+        update_apply_kernel<K, MOM, W, G><<<grid, THREADS, 0, stream>>>(a, weight, grad, t.grad_scale, u.M, u.V, rowscale,
+                                                                        colscale, clip, t.rows, t.cols, vec, e0, w);
+        cuda_check_kernel("update_apply_kernel");
+    }
 }
 
 template <class W, class G>

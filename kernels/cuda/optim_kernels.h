@@ -58,6 +58,7 @@ struct OptimUpdate {
     float coef = 1.0f;      // sqrt(1-b2^t)/(1-b1^t) with momentum, sqrt(1-b2^t) without (SkewAdam)
     float eps = 1e-8f;      // SkewAdam eps clamp; Adafactor eps1 (added to G^2)
     double clip_threshold = 1.0;  // the update-RMS clip d (the CPU divides in fp64 too)
+    bool matrix_by_matrix = false;  // RMS and write passes one matrix at a time (the write reads G from L2)
 };
 
 /// Device scratch (bytes) optim_skewadam_adafactor_step needs for a tensor: row/column sums, the
