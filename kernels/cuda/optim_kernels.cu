@@ -566,21 +566,22 @@ void optim_skewadam_adafactor_step(const OptimTensor& t, const OptimUpdate& u, c
     });
 }
 
-void optim_adamw_step(const OptimTensor& t, float* m, float* v, float b1, float b2, float inv_bc1, float inv_sqrt_bc2,
+void optim_adamw_step(const OptimTensor& t, float* m, float* v, double b1, double b2, float inv_bc1, float inv_sqrt_bc2,
                       float eps, const OptimWrite& w, cudaStream_t stream) {
     dispatch(t, [&](auto* weight, const auto* grad) {
         const bool vec = aligned16(weight, grad, m, v);
         adamw_kernel<<<grid_for((t.numel() + VEC - 1) / VEC, THREADS), THREADS, 0, stream>>>(
-            weight, grad, t.grad_scale, m, v, t.numel(), vec, b1, 1.0f - b1, b2, 1.0f - b2, inv_bc1, inv_sqrt_bc2, eps, w);
+            weight, grad, t.grad_scale, m, v, t.numel(), vec, float(b1), float(1.0 - b1), float(b2), float(1.0 - b2), inv_bc1,
+            inv_sqrt_bc2, eps, w);
         cuda_check_kernel("adamw_kernel");
     });
 }
 
-void optim_lion_step(const OptimTensor& t, float* m, float b1, float b2, const OptimWrite& w, cudaStream_t stream) {
+void optim_lion_step(const OptimTensor& t, float* m, double b1, double b2, const OptimWrite& w, cudaStream_t stream) {
     dispatch(t, [&](auto* weight, const auto* grad) {
         const bool vec = aligned16(weight, grad, m);
         lion_kernel<<<grid_for((t.numel() + VEC - 1) / VEC, THREADS), THREADS, 0, stream>>>(
-            weight, grad, t.grad_scale, m, t.numel(), vec, b1, 1.0f - b1, b2, 1.0f - b2, w);
+            weight, grad, t.grad_scale, m, t.numel(), vec, float(b1), float(1.0 - b1), float(b2), float(1.0 - b2), w);
         cuda_check_kernel("lion_kernel");
     });
 }

@@ -77,11 +77,14 @@ void optim_skewadam_adafactor_step(const OptimTensor& t, const OptimUpdate& u, c
                                    cudaStream_t stream);
 
 /// AdamW, one fused pass (PyTorch semantics): m, v (numel fp32) updated; U = (m/bc1)/(sqrt(v)/sqrt(bc2)+eps).
-void optim_adamw_step(const OptimTensor& t, float* m, float* v, float b1, float b2, float inv_bc1, float inv_sqrt_bc2,
+/// b1, b2 in fp64 as the config holds them: the kernel uses float(b) and float(1 - b), as the CPU
+/// loops do (1.0f - float(b) would differ in the last bit). 22 bytes per element (bf16 W and G).
+void optim_adamw_step(const OptimTensor& t, float* m, float* v, double b1, double b2, float inv_bc1, float inv_sqrt_bc2,
                       float eps, const OptimWrite& w, cudaStream_t stream);
 
-/// Lion, one fused pass: U = sign(b1 m + (1-b1) g), m <- b2 m + (1-b2) g.
-void optim_lion_step(const OptimTensor& t, float* m, float b1, float b2, const OptimWrite& w, cudaStream_t stream);
+/// Lion, one fused pass: U = sign(b1 m + (1-b1) g), m <- b2 m + (1-b2) g (b1, b2 in fp64, as AdamW).
+/// 14 bytes per element (bf16 W and G).
+void optim_lion_step(const OptimTensor& t, float* m, double b1, double b2, const OptimWrite& w, cudaStream_t stream);
 
 /// Device scratch (bytes) optim_muon_step needs for matrices of rows x cols (X, A, B, Y, norm).
 int64_t optim_muon_scratch_bytes(int64_t rows, int64_t cols);
