@@ -2,10 +2,10 @@
 // 32/8 heads of 128, 128 experts top-2, hidden 4096, batch 64 x 128, vocabulary 50,304): dense
 // cuBLASLt GEMMs (the ceiling), the grouped expert GEMM (per-expert loop) against a dense GEMM of
 // the same FLOPs with uniform, skewed and empty-expert routing, and every other kernel's time with
-// its achieved bandwidth or FLOP rate, and Muon's and GaLore's optimizer steps (bench/bench_gpu_muon.cuh,
-// bench/gpu_galore_bench.cpp).
-// Built and run by bench/gpu_check.sh; writes JSON lines.
-// Usage: bench_gpu_ops [out.jsonl] [--quick]
+// its achieved bandwidth or FLOP rate, the optimizer steps at the paper's parameter set
+// (bench/bench_gpu_optim.cu), and Muon's and GaLore's steps (bench/bench_gpu_muon.cuh,
+// bench/gpu_galore_bench.cpp). Built and run by bench/gpu_check.sh; writes JSON lines.
+// Usage: bench_gpu_ops [out.jsonl] [--quick] [--optim-config configs/paper-6.78b.yaml] [--only-optim]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +26,7 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/moe_matmul.h"
 #include "bench/gpu_galore_bench.h"
+#include "bench/bench_gpu_optim.h"
 
 using namespace skew;
 
@@ -239,10 +240,13 @@ void bench_gemm_section(cuda::CudaBackend& be, cudaStream_t st, int iters, bool 
 #include "bench/bench_gpu_muon.cuh"
 
 int main(int argc, char** argv) {
-    bool quick = false;
+    bool quick = false, only_optim = false;
     const char* out_path = nullptr;
+    std::string optim_config = "configs/paper-6.78b.yaml";
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+        else if (std::strcmp(argv[i], "--only-optim") == 0) only_optim = true;
+        else if (std::strcmp(argv[i], "--optim-config") == 0 && i + 1 < argc) optim_config = argv[++i];
         else out_path = argv[i];
     }
     if (cuda::device_count() == 0) {
@@ -251,6 +255,18 @@ int main(int argc, char** argv) {
     }
     if (out_path) g_out = std::fopen(out_path, "w");
     std::printf("device: %s\n", cuda::device_name(0).c_str());
+    // ---- optimizer steps at the paper's parameter set (bench/bench_gpu_optim.cu; its own section)
+    try {
+        bench::bench_gpu_optimizers(g_out, optim_config, quick);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_gpu_ops: optimizer section failed: %s\n", e.what());
+        if (only_optim) return 1;
+    }
+    if (only_optim) {
+        if (g_out) std::fclose(g_out);
+        return 0;
+    }
+
     cuda::CudaBackend be(0);
     cudaStream_t st = be.stream();
     const int iters = quick ? 3 : 10;

@@ -5,8 +5,11 @@
 # CPU backend with its peak device memory against the plan), then the whole-step training benchmark
 # (`skew train configs/paper-6.78b.yaml`, SkewAdam, batch 64 x 128, on the CUDA backend for a few
 # steps over the carried quickstart shards: tokens/s, MFU, phase times, peak device memory vs the
-# plan), a compute-sanitizer memcheck of a few tests, and the GPU micro-benchmarks, and writes every
-# log and result under $OUT. Every step is time-capped; the whole run stays within BUDGET (510 s).
+# plan), the optimizer section (each of skewadam, adamw, lion, muon, adafactor, galore on the paper
+# model for OPT_STEPS steps: step and phase times), a compute-sanitizer memcheck of a few tests, and
+# the GPU micro-benchmarks (the optimizer steps at the paper's parameter set first). Every step is
+# time-capped; the whole run stays within BUDGET (300 s). $OUT ends up holding summary.txt and
+# results.tar.gz (every log and result).
 #
 #   bench/gpu_check.sh --prepare   on the development machine (no GPU needed): build for sm_90a
 #                                  and stage the binaries with their non-system shared libraries
@@ -18,13 +21,17 @@
 #                                  made by scripts/fetch_data.sh + skew prepare).
 #   bench/gpu_check.sh             on the GPU machine: use build-gpu/carry when it is there and
 #                                  runs, else build from source with CMake on all cores.
-# Results: $OUT (default bench/results/gpu-check-<UTC time>): summary.txt, env.txt, build.log,
-# test_gpu.log (+ ctest.log in a source build), train/ (train.log, steps_skewadam.jsonl,
-# metrics_skewadam.json, config.yaml, plan.json, info.txt, nvidia-smi.csv, summary.json from
-# bench/summarize_gpu_train.py), memcheck.log, bench_gpu_ops.log and .jsonl.
-# Knobs (environment): BUDGET (510 s), TRAIN_CONFIG (configs/paper-6.78b.yaml), TRAIN_STEPS (12),
-# TRAIN_MB (microbatch, 64), TRAIN_CAP (seconds for the training run, 180), TRAIN_BACKEND (cuda;
-# cpu with a small TRAIN_CONFIG tries the training section without a GPU).
+# Results: $OUT (default bench/results/gpu-check-<UTC time>): summary.txt and results.tar.gz with
+# env.txt, build.log, test_gpu.log (+ ctest.log in a source build), train/ (train.log,
+# steps_skewadam.jsonl, metrics_skewadam.json, config.yaml, plan.json, info.txt, nvidia-smi.csv,
+# summary.json from bench/summarize_gpu_train.py), optim/<optimizer>/ (the same for each optimizer),
+# memcheck.log, bench_gpu_ops.log and .jsonl.
+# Knobs (environment): BUDGET (300 s), TRAIN_CONFIG (configs/paper-6.78b.yaml), TRAIN_STEPS (8),
+# TRAIN_MB (microbatch, 64), TRAIN_CAP (seconds for the training run, 45), TRAIN_BACKEND (cuda;
+# cpu with a small TRAIN_CONFIG tries the training section without a GPU), OPT_STEPS (6), OPT_CAP
+# (seconds per optimizer, 25), OPTIMIZERS ("adamw lion muon adafactor galore"; skewadam is the
+# training run), TEST_CAP (90), BENCH_CAP (50). The data separator is read from the shards'
+# manifest.json and passed as data.separator, so shards prepared either way run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -78,7 +85,7 @@ fi
 OUT=${OUT:-$ROOT/bench/results/gpu-check-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
 START=$(date +%s)
-BUDGET=${BUDGET:-510}  # seconds for the whole run: stays well under a 10-minute device call
+BUDGET=${BUDGET:-300}  # seconds for the whole run: about half a 10-minute device call
 # Seconds a step may take: its own cap, or what is left of the budget (at least 10).
 tmo() {
     local want=$1 left=$(( BUDGET - ($(date +%s) - START) ))
@@ -154,12 +161,12 @@ TEST_RC=skipped TRAIN_RC=skipped MEMCHECK_RC=skipped BENCH_RC=skipped
 if [[ -n "$TEST_BIN" ]]; then
     log "GPU tests"
     if [[ "$MODE" == source ]]; then
-        (cd build-gpu-src && timeout "$(tmo 150)" ctest -L gpu --output-on-failure) > "$OUT/ctest.log" 2>&1
+        (cd build-gpu-src && timeout "$(tmo "${TEST_CAP:-90}")" ctest -L gpu --output-on-failure) > "$OUT/ctest.log" 2>&1
         TEST_RC=$?
         tail -5 "$OUT/ctest.log" >> "$OUT/summary.txt"
     fi
     if [[ "$MODE" == carry ]]; then  # all of test_gpu is the ctest label `gpu`
-        timeout "$(tmo 150)" "$TEST_BIN" --durations yes > "$OUT/test_gpu.log" 2>&1
+        timeout "$(tmo "${TEST_CAP:-90}")" "$TEST_BIN" --durations yes > "$OUT/test_gpu.log" 2>&1
         TEST_RC=$?
         tail -4 "$OUT/test_gpu.log" | tee -a "$OUT/summary.txt"
     fi
@@ -167,67 +174,104 @@ if [[ -n "$TEST_BIN" ]]; then
     log "GPU tests exit $TEST_RC"
 fi
 
-# ---- the whole-step training benchmark: the paper's model, SkewAdam, batch 64 x 128, a few steps.
+# ---- the whole-step training benchmark: the paper's model, SkewAdam, batch 64 x 128, a few steps,
+# then the optimizer section: the same run for each other optimizer (OPT_STEPS steps).
 # The one evaluation runs after the last step (eval_batches 1) and writes metrics_<opt>.json; the
 # trainer then writes two checkpoints of ~14 GiB each (best, last), which would only cost time: once
 # the metrics file is there and every step is logged, the run is killed (SIGKILL: SIGTERM would
-# checkpoint too). The run folder lives outside $OUT; its small files are copied into $OUT/train.
+# checkpoint too). The run folder lives outside $OUT; its small files are copied into the section's
+# folder. The shards' separator (manifest.json) is passed as data.separator, so shards prepared with
+# either separator run (the trainer refuses a mismatch).
 TRAIN_CONFIG=${TRAIN_CONFIG:-configs/paper-6.78b.yaml}
-TRAIN_STEPS=${TRAIN_STEPS:-12}
+TRAIN_STEPS=${TRAIN_STEPS:-8}
 TRAIN_MB=${TRAIN_MB:-64}
-TRAIN_CAP=${TRAIN_CAP:-180}
+TRAIN_CAP=${TRAIN_CAP:-45}
 TRAIN_BACKEND=${TRAIN_BACKEND:-cuda}  # cpu: a dry run of this section without a GPU (with a small TRAIN_CONFIG)
-if [[ -z "$SKEW_BIN" ]]; then
-    log "training benchmark skipped: no skew binary"
-elif [[ -z "$TRAIN_DATA" ]]; then
-    log "training benchmark skipped: no prepared shards ($CARRY/data/quickstart or data/prepared/quickstart)"
-elif (( $(left) < 90 )); then
-    log "training benchmark skipped: too little time left ($(left)s)"
-else
-    T="$OUT/train"
+OPT_STEPS=${OPT_STEPS:-6}
+OPT_CAP=${OPT_CAP:-25}
+OPTIMIZERS=${OPTIMIZERS:-adamw lion muon adafactor galore}
+SEPARATOR=""
+if [[ -n "$TRAIN_DATA" ]]; then
+    SEPARATOR=$(sed -n 's/.*"separator"[[:space:]]*:[[:space:]]*"\([a-z]*\)".*/\1/p' "$TRAIN_DATA/manifest.json" | head -1)
+fi
+# run_train OPTIMIZER STEPS CAP DIR: one run killed after its evaluation (or at CAP); exit 0 when it
+# logged every step and wrote its metrics, 124 at the cap.
+run_train() {
+    local o=$1 steps=$2 cap=$3 T=$4
     mkdir -p "$T"
+    local RUN_PARENT RUN_DIR
     RUN_PARENT=$(mktemp -d "${TMPDIR:-/tmp}/skew-gpu-train.XXXXXX")
     RUN_DIR="$RUN_PARENT/run"
-    SETS=(--set "runtime.backend=$TRAIN_BACKEND" --set "data.dir=$TRAIN_DATA" --set "train.steps=$TRAIN_STEPS"
-          --set "train.microbatch=$TRAIN_MB" --set "train.eval_every=$TRAIN_STEPS" --set train.eval_batches=1
+    local SETS=(--set "runtime.backend=$TRAIN_BACKEND" --set "data.dir=$TRAIN_DATA" --set "train.steps=$steps"
+          --set "train.microbatch=$TRAIN_MB" --set "train.eval_every=$steps" --set train.eval_batches=1
           --set train.log_every=1 --set train.checkpoint_every=1000000)
+    [[ -n "$SEPARATOR" ]] && SETS+=(--set "data.separator=$SEPARATOR")
     {
         echo "commit: $COMMIT"
         echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
         echo "config: $TRAIN_CONFIG"
-        echo "command: skew train $TRAIN_CONFIG --optimizers skewadam --plain ${SETS[*]}"
+        echo "command: skew train $TRAIN_CONFIG --optimizers $o --plain ${SETS[*]}"
     } > "$T/info.txt"
-    "$SKEW_BIN" plan "$TRAIN_CONFIG" --optimizer skewadam --json "${SETS[@]}" > "$T/plan.json" 2> "$T/plan.err"
-    CAP=$(tmo "$TRAIN_CAP")
-    log "training benchmark: $TRAIN_CONFIG, skewadam, $TRAIN_STEPS steps, microbatch $TRAIN_MB (cap ${CAP}s)"
-    SMI_PID=""
+    "$SKEW_BIN" plan "$TRAIN_CONFIG" --optimizer "$o" --json "${SETS[@]}" > "$T/plan.json" 2> "$T/plan.err"
+    log "train $o: $TRAIN_CONFIG, $steps steps, microbatch $TRAIN_MB (cap ${cap}s)"
+    local SMI_PID=""
     if command -v nvidia-smi >/dev/null; then
         nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu,power.draw --format=csv -lms 500 > "$T/nvidia-smi.csv" 2>&1 &
         SMI_PID=$!
     fi
+    local TRAIN_START TRAIN_PID ENDED="exited" logged=0 rc
     TRAIN_START=$(date +%s)
-    "$SKEW_BIN" train "$TRAIN_CONFIG" --optimizers skewadam --out "$RUN_DIR" --plain "${SETS[@]}" > "$T/train.log" 2>&1 &
+    "$SKEW_BIN" train "$TRAIN_CONFIG" --optimizers "$o" --out "$RUN_DIR" --plain "${SETS[@]}" > "$T/train.log" 2>&1 &
     TRAIN_PID=$!
-    ENDED="exited"
     while kill -0 "$TRAIN_PID" 2>/dev/null; do
-        logged=$(cat "$RUN_DIR"/steps_skewadam.jsonl 2>/dev/null | wc -l)
-        if [[ -f "$RUN_DIR/metrics_skewadam.json" ]] && (( logged >= TRAIN_STEPS )); then
+        logged=$(cat "$RUN_DIR"/steps_"$o".jsonl 2>/dev/null | wc -l)
+        if [[ -f "$RUN_DIR/metrics_$o.json" ]] && (( logged >= steps )); then
             kill -KILL "$TRAIN_PID" 2>/dev/null; ENDED="killed after its evaluation (checkpoints skipped)"; break
         fi
-        if (( $(date +%s) - TRAIN_START >= CAP )); then
-            kill -KILL "$TRAIN_PID" 2>/dev/null; ENDED="killed at the ${CAP}s cap after $logged steps"; break
+        if (( $(date +%s) - TRAIN_START >= cap )); then
+            kill -KILL "$TRAIN_PID" 2>/dev/null; ENDED="killed at the ${cap}s cap after $logged steps"; break
         fi
         sleep 1
     done
     wait "$TRAIN_PID"
-    TRAIN_RC=$?
-    [[ "$ENDED" == killed\ after* ]] && TRAIN_RC=0
+    rc=$?
+    [[ "$ENDED" == killed\ after* ]] && rc=0
+    [[ "$ENDED" == killed\ at* ]] && rc=124
     [[ -n "$SMI_PID" ]] && kill "$SMI_PID" 2>/dev/null
     cp "$RUN_DIR"/metrics_*.json "$RUN_DIR"/steps_*.jsonl "$RUN_DIR"/config.yaml "$T/" 2>/dev/null
     rm -rf "$RUN_PARENT"
-    echo "ended: $ENDED after $(( $(date +%s) - TRAIN_START ))s, exit $TRAIN_RC" >> "$T/info.txt"
-    log "training benchmark $ENDED after $(( $(date +%s) - TRAIN_START ))s (exit $TRAIN_RC)"
-    tail -6 "$T/train.log" >> "$OUT/summary.txt"
+    echo "ended: $ENDED after $(( $(date +%s) - TRAIN_START ))s, exit $rc" >> "$T/info.txt"
+    log "train $o $ENDED after $(( $(date +%s) - TRAIN_START ))s (exit $rc)"
+    (( rc != 0 )) && tail -3 "$T/train.log" >> "$OUT/summary.txt"
+    if command -v python3 >/dev/null && [[ -f "$T/steps_$o.jsonl" ]]; then
+        # Median phase times over the steps after the first: optimizer step, grad-norm pass,
+        # forward/backward; the first step's time includes nothing of the init (logged separately).
+        python3 - "$T" "$o" >> "$OUT/summary.txt" 2>/dev/null <<'EOF'
+import json, os, statistics, sys
+T, o = sys.argv[1], sys.argv[2]
+rows = [json.loads(l) for l in open(os.path.join(T, f"steps_{o}.jsonl")) if l.strip()]
+later = rows[1:] or rows
+def med(k):
+    v = [r[k] for r in later if isinstance(r.get(k), (int, float))]
+    return round(statistics.median(v), 1) if v else None
+print(f"  {o}: {len(rows)} steps; median ms: step {med('step_ms')}, fwd_bwd {med('fwd_bwd_ms')}, "
+      f"grad_norm {med('grad_norm_ms')}, optimizer {med('optimizer_ms')}; tokens/s {med('tokens_per_sec')}")
+EOF
+    fi
+    return $rc
+}
+
+OPT_RC=skipped
+if [[ -z "$SKEW_BIN" ]]; then
+    log "training benchmark skipped: no skew binary"
+elif [[ -z "$TRAIN_DATA" ]]; then
+    log "training benchmark skipped: no prepared shards ($CARRY/data/quickstart or data/prepared/quickstart)"
+elif (( $(left) < 60 )); then
+    log "training benchmark skipped: too little time left ($(left)s)"
+else
+    T="$OUT/train"
+    run_train skewadam "$TRAIN_STEPS" "$(tmo "$TRAIN_CAP")" "$T"
+    TRAIN_RC=$?
     if command -v python3 >/dev/null; then
         python3 bench/summarize_gpu_train.py "$T" --out "$T/summary.json" > /dev/null 2> "$T/summary.err"
         python3 - "$T/summary.json" >> "$OUT/summary.txt" 2>/dev/null <<'EOF'
@@ -240,23 +284,49 @@ print(f"train: {s['steps_measured']} steps measured, median {s['tokens_per_sec_m
 EOF
         tail -1 "$OUT/summary.txt"
     fi
+    # ---- the optimizer section: each other optimizer's step on the paper model; the time left is
+    # shared, 90 s stay for memcheck and the micro-benchmarks.
+    OPT_RC=0
+    for o in $OPTIMIZERS; do
+        room=$(( $(left) - 90 ))
+        if (( room < 15 )); then
+            log "optimizer section: $o skipped, too little time left ($(left)s)"
+            OPT_RC=1
+            continue
+        fi
+        cap=$OPT_CAP
+        (( cap > room )) && cap=$room
+        run_train "$o" "$OPT_STEPS" "$cap" "$OUT/optim/$o" || OPT_RC=1
+    done
 fi
 
-if [[ -n "$TEST_BIN" ]] && command -v compute-sanitizer >/dev/null && (( $(left) > 160 )); then
-    log "compute-sanitizer memcheck on dispatch, gather/combine, embedding, attention"
-    timeout "$(tmo 90)" compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST_BIN" \
-        "gpu dispatch is*" "gpu gather*" "gpu embedding forward*" "gpu attention matches the CPU for head_dim 64*" \
+if [[ -n "$TEST_BIN" ]] && command -v compute-sanitizer >/dev/null && (( $(left) > 75 )); then
+    # Catch2 v2: comma-separated specs are OR-ed (spaces would AND them into one spec matching nothing).
+    MEMCHECK_TESTS="gpu dispatch is*,gpu gather*,gpu embedding forward*,gpu attention matches the CPU for head_dim 64*"
+    log "compute-sanitizer memcheck: $MEMCHECK_TESTS"
+    timeout "$(tmo 40)" compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST_BIN" "$MEMCHECK_TESTS" \
         > "$OUT/memcheck.log" 2>&1
     MEMCHECK_RC=$?
+    # A filter that matched nothing must not read as "0 errors".
+    if ! grep -qE "in [1-9][0-9]* test case|test cases: *[1-9]" "$OUT/memcheck.log"; then
+        log "memcheck ran no test case (filters: $MEMCHECK_TESTS)"
+        (( MEMCHECK_RC == 0 )) && MEMCHECK_RC=3
+    fi
     tail -3 "$OUT/memcheck.log" >> "$OUT/summary.txt"
 fi
-if [[ -n "$BENCH_BIN" ]] && (( $(left) < 60 )); then
+if [[ -n "$BENCH_BIN" ]] && (( $(left) < 30 )); then
     log "too little time left for the benchmarks ($(left)s)"
 elif [[ -n "$BENCH_BIN" ]]; then
-    log "GPU micro-benchmarks"
-    timeout "$(tmo 200)" "$BENCH_BIN" "$OUT/bench_gpu_ops.jsonl" > "$OUT/bench_gpu_ops.log" 2>&1
+    log "GPU micro-benchmarks (the optimizer steps at the paper's parameter set first)"
+    timeout "$(tmo "${BENCH_CAP:-50}")" "$BENCH_BIN" "$OUT/bench_gpu_ops.jsonl" --quick --optim-config "$TRAIN_CONFIG" \
+        > "$OUT/bench_gpu_ops.log" 2>&1
     BENCH_RC=$?
     cat "$OUT/bench_gpu_ops.log" >> "$OUT/summary.txt"
 fi
-log "mode $MODE; tests: $TEST_RC; train: $TRAIN_RC; memcheck: $MEMCHECK_RC; bench: $BENCH_RC"
+log "mode $MODE; tests: $TEST_RC; train: $TRAIN_RC; optimizers: $OPT_RC; memcheck: $MEMCHECK_RC; bench: $BENCH_RC"
+# One archive of every result next to summary.txt (the device tool brings back a flat, small folder).
+if tar -C "$OUT" --exclude=./results.tar.gz.part --exclude=./summary.txt -czf "$OUT/results.tar.gz.part" . 2>/dev/null; then
+    mv "$OUT/results.tar.gz.part" "$OUT/results.tar.gz"
+    find "$OUT" -mindepth 1 -maxdepth 1 ! -name results.tar.gz ! -name summary.txt -exec rm -rf {} +
+fi
 [[ "$TEST_RC" == 0 && "$TRAIN_RC" == 0 && "$BENCH_RC" == 0 ]]

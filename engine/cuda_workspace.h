@@ -16,7 +16,10 @@ constexpr int COUNTING_SORT_CHUNK = 512;            // keys per chunk of the cou
 constexpr int LAYERNORM_PARAM_ROW_CHUNK = 256;      // rows per partial sum of LayerNorm dweight/dbias
 constexpr int64_t SUM_SQUARES_CHUNK = int64_t(1) << 16;  // elements per block of the grad-norm
 constexpr int64_t SUM_SQUARES_DESC_BYTES = 32;      // sizeof(SumSqDesc) in elementwise.cu
-constexpr int OPTIM_SUMSQ_BLOCKS_PER_MATRIX = 64;   // fixed partition of the optimizer's per-matrix RMS
+constexpr int64_t OPTIM_SEG_COLS = 2048;           // columns of one optimizer work item (256 threads x 8 elements)
+constexpr int64_t OPTIM_WARP_COLS = 256;           // columns of one warp's row partial (32 lanes x 8 elements)
+constexpr int64_t OPTIM_ROW_TILES = 16;            // row tiles of the factored column partials
+constexpr int64_t OPTIM_SUMSQ_MAX_BLOCKS = 2048;   // cap of the per-matrix RMS partition
 constexpr int64_t LM_HEAD_CHUNK_LOGITS = int64_t(1) << 25;  // fp32 logits per chunk of the fused head (128 MiB)
 
 /// Scratch of counting_sort for n keys in [0, n_keys): per-chunk counts (int32) + per-key totals (int64).
@@ -115,11 +118,28 @@ inline int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t d_model, int64_
            align256(n * 4);
 }
 
-/// Scratch of the fused SkewAdam/Adafactor update of n_mat matrices of rows x cols: row and column
-/// means, two per-matrix scalars, and the per-matrix RMS partials.
+/// Rows of one row tile of the factored statistics (OPTIM_ROW_TILES tiles per matrix at most).
+inline int64_t optim_tile_rows(int64_t rows) { return std::max<int64_t>(1, (rows + OPTIM_ROW_TILES - 1) / OPTIM_ROW_TILES); }
+/// Row tiles of a matrix of `rows` rows.
+inline int64_t optim_row_tiles(int64_t rows) { return (rows + optim_tile_rows(rows) - 1) / optim_tile_rows(rows); }
+/// Warp column tiles (OPTIM_WARP_COLS wide) of a matrix of `cols` columns.
+inline int64_t optim_warp_col_tiles(int64_t cols) { return (cols + OPTIM_WARP_COLS - 1) / OPTIM_WARP_COLS; }
+/// Work items (row, 2048-column segment) of one matrix.
+inline int64_t optim_items(int64_t rows, int64_t cols) { return rows * ((cols + OPTIM_SEG_COLS - 1) / OPTIM_SEG_COLS); }
+/// Blocks per matrix of the update-RMS and apply passes (a pure function of the shape, so the RMS
+/// partition, and with it the result, is fixed).
+inline int64_t optim_update_blocks(int64_t rows, int64_t cols) {
+    return std::clamp<int64_t>((optim_items(rows, cols) + 3) / 4, 1, OPTIM_SUMSQ_MAX_BLOCKS);
+}
+
+/// Scratch of the SkewAdam/Adafactor update of n_mat matrices of rows x cols: [factored, i.e. not
+/// n_mat = rows = 1] fp64 row partials per warp column tile and column partials per row tile, fp32
+/// row and column scales; then the per-matrix clip and the per-matrix RMS partials (fp64).
 inline int64_t optim_update_scratch_bytes(int64_t n_mat, int64_t rows, int64_t cols) {
-    return align256(4 * n_mat * rows) + align256(4 * n_mat * cols) + align256(4 * n_mat) * 2 +
-           align256(8 * n_mat * OPTIM_SUMSQ_BLOCKS_PER_MATRIX);
+    int64_t b = align256(4 * n_mat) + align256(8 * n_mat * optim_update_blocks(rows, cols));
+    if (n_mat == 1 && rows == 1) return b;
+    return b + align256(8 * n_mat * optim_warp_col_tiles(cols) * rows) + align256(8 * n_mat * optim_row_tiles(rows) * cols) +
+           align256(4 * n_mat * rows) + align256(4 * n_mat * cols);
 }
 
 /// Scratch of Muon's Newton-Schulz on a rows x cols matrix (fp32): X and B X, two a x a products

@@ -137,6 +137,12 @@ struct Backend {
     /// Wait for all queued work and report errors the kernels recorded (skew::Error). CPU: no-op.
     virtual void synchronize() = 0;
 
+    /// Initialize n elements of backend memory x (bf16: rounded to nearest even; fp32) with
+    /// std * N(0, 1), element i drawing init_normal_value(seed, tensor, i) (kernels/common/init_math.h:
+    /// Philox stream PHILOX_STREAM_INIT, step 0). Default: drawn on the host in chunks and copied;
+    /// the CUDA backend draws on the device (the same values up to an ulp of logf / cosf).
+    virtual void init_normal(TensorRef x, int64_t n, uint64_t seed, uint32_t tensor, float std);
+
     // ---- matmul (fp32 accumulation)
 
     /// General matrix product C = alpha·op(A)·op(B) + beta·C (see MatmulShape). Each operand may be

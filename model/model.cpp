@@ -440,7 +440,6 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
 
 void model_init(Model& m, uint64_t seed) {
     const ModelConfig& c = m.cfg->model;
-    const PhiloxKey key{seed, PHILOX_STREAM_INIT};
     const double out_std = c.init_std / std::sqrt(2.0 * double(c.n_blocks));
     std::vector<float> host;
     std::vector<bf16> host16;
@@ -456,8 +455,10 @@ void model_init(Model& m, uint64_t seed) {
                 const bool out_proj =
                     info.role == Role::ATTN_O || info.role == Role::FFN_W3 || info.role == Role::EXPERT_W3;
                 const float std = float(out_proj ? out_std : c.init_std);
-#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
-                for (int64_t i = 0; i < n; ++i) host[size_t(i)] = std * philox_normal(key, 0, info.index, uint64_t(i));
+                // Drawn where the weights live (the CUDA backend: a kernel; the CPU: host loops).
+                m.backend->init_normal(TensorRef(p.weight, info.dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32),
+                                       n, seed, info.index, std);
+                continue;
             }
         }
         if (info.dtype == DType::BF16) {

@@ -133,8 +133,8 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
 /// N(0, init_std); attn.wo, ffn.w3 and experts.w3 N(0, init_std / sqrt(2 n_blocks)); the router
 /// zero; LayerNorm weight 1, bias 0. Element i of parameter p draws philox_normal(seed,
 /// PHILOX_STREAM_INIT, step 0, tensor p.index, element i), so every backend initializes alike.
-/// bf16 weights are rounded to nearest even. Drawn on the host, one parameter at a time, and
-/// copied into the arena with Backend::copy_to_device (host or device arenas alike).
+/// bf16 weights are rounded to nearest even. The normals are drawn by Backend::init_normal (on the
+/// device for the CUDA backend); ones and zeros are copied from the host.
 void model_init(Model& m, uint64_t seed);
 
 /// Set every gradient buffer to zero (once per optimizer step, before the microbatches).

@@ -18,10 +18,12 @@ namespace skew::optim_detail {
 /// Loops over fewer elements than this run on one thread (a parallel region costs more).
 constexpr int64_t OPTIM_PARALLEL_MIN = 1 << 15;
 
-/// Gradient element i (relative to the slot's view) as fp32.
+/// Gradient element i (relative to the slot's view) as fp32, times the slot's grad_scale (the folded
+/// clip coefficient; 1 reads it exactly), rounded once as the CUDA kernels do.
 inline float grad_at(const ParamSlot& s, int64_t i) {
-    return s.grad_dtype == DType::F32 ? static_cast<const float*>(s.grad)[i]
-                                      : bf16_to_f32(static_cast<const bf16*>(s.grad)[i]);
+    const float g = s.grad_dtype == DType::F32 ? static_cast<const float*>(s.grad)[i]
+                                               : bf16_to_f32(static_cast<const bf16*>(s.grad)[i]);
+    return rn_mul(g, s.grad_scale);
 }
 
 /// Weight element i (relative to the view) as fp32.

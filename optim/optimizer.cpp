@@ -162,11 +162,28 @@ void allocate_host_state(const OptimizerConfig& opt, std::span<ParamSlot> params
     }
 }
 
+bool optimizer_folds_grad_scale(const OptimizerConfig& opt) {
+    switch (optimizer_kind(opt)) {
+        case OptimizerKind::SKEWADAM:
+        case OptimizerKind::ADAMW:
+        case OptimizerKind::LION:
+        case OptimizerKind::ADAFACTOR:
+            return true;
+        default:
+            return false;
+    }
+}
+
 void optimizer_step(const OptimizerConfig& opt, std::span<ParamSlot> params, const OptimStep& step) {
     if (step.t < 1) fail("optimizer '{}': step t must be >= 1 (got {})", opt.name, step.t);
-    for (const ParamSlot& s : params) {
-        if (!s.info) fail("optimizer '{}': a parameter slot has no ParamInfo", opt.name);
-        if (!s.grad) continue;  // no gradient this step: no step at all (research §7.2 item 11)
+    if (step.grad_scale != 1.0f && !optimizer_folds_grad_scale(opt))
+        fail("optimizer '{}': type {} does not fold a gradient scale ({}); rescale the gradients first", opt.name,
+             opt.type, step.grad_scale);
+    for (const ParamSlot& slot : params) {
+        if (!slot.info) fail("optimizer '{}': a parameter slot has no ParamInfo", opt.name);
+        if (!slot.grad) continue;  // no gradient this step: no step at all (research §7.2 item 11)
+        ParamSlot s = slot;
+        s.grad_scale = step.grad_scale;
         ParamPolicy pol = param_policy(opt, *s.info);
         switch (pol.kind) {
             case OptimizerKind::SKEWADAM: optim_detail::skewadam_step(opt, s, pol, step); break;

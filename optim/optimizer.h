@@ -74,6 +74,7 @@ struct ParamSlot {
     std::array<float*, STATE_KIND_COUNT> state{};
     int64_t view_begin = 0;
     int64_t view_count = -1;
+    float grad_scale = 1.0f;  // multiplies every gradient element as it is read (set from OptimStep::grad_scale)
 
     float* st(StateKind k) const { return state[size_t(k)]; }
 };
@@ -84,7 +85,15 @@ struct OptimStep {
     int64_t t = 1;
     double lr = 0.0;
     uint64_t seed = 42;  // run seed; rounding noise is Philox(seed, ROUNDING, t, ParamInfo::index, element)
+    /// The global-norm clip coefficient min(1, max_norm / (norm + 1e-6)) folded into the step: each
+    /// gradient element is read as fp32 g * grad_scale (no separate rescale pass; 1 reads G exactly).
+    /// Only where optimizer_folds_grad_scale(opt); other optimizers need 1 (the caller rescales).
+    float grad_scale = 1.0f;
 };
+
+/// True when `opt`'s step applies OptimStep::grad_scale itself (SkewAdam, AdamW, Lion, Adafactor on
+/// the CPU and CUDA backends); false for Muon and GaLore, whose gradients the caller rescales.
+bool optimizer_folds_grad_scale(const OptimizerConfig& opt);
 
 /// Apply one step of `opt` to every parameter in `params` on the CPU (OpenMP loops).
 /// Throws skew::Error naming the tensor when a required state pointer is missing, a view is given

@@ -79,6 +79,9 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                          const CudaOptimContext& ctx) {
     using namespace optim_detail;
     if (step.t < 1) fail("optimizer '{}': step t must be >= 1 (got {})", opt.name, step.t);
+    if (step.grad_scale != 1.0f && !optimizer_folds_grad_scale(opt))
+        fail("optimizer '{}': type {} does not fold a gradient scale ({}); rescale the gradients first", opt.name,
+             opt.type, step.grad_scale);
     const double t = double(step.t);
     for (const ParamSlot& s : params) {
         if (!s.info) fail("optimizer '{}': a parameter slot has no ParamInfo", opt.name);
@@ -92,11 +95,13 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
         // Nsight Systems: one range per tensor, named by its tier ("optimizer experts blocks.1.moe.experts.w1").
         SKEW_NVTX_RANGE((std::string("optimizer ") + tier_name(p.tier) + " " + p.name).c_str());
         cuda::OptimTensor dt = device_tensor(s);
+        dt.grad_scale = step.grad_scale;
         switch (pol.kind) {
             case OptimizerKind::SKEWADAM:
             case OptimizerKind::ADAFACTOR: {
                 cuda::OptimUpdate u;
-                u.clip_threshold = float(opt.update_clip);
+                u.clip_threshold = opt.update_clip;
+                u.matrix_by_matrix = ctx.matrix_by_matrix;
                 if (pol.kind == OptimizerKind::SKEWADAM) {
                     const double bc1 = 1.0 - std::pow(opt.beta1, t), bc2 = 1.0 - std::pow(opt.beta2, t);
                     const bool momentum = pol.momentum == MomentumKind::FP32;
@@ -141,13 +146,13 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                 const float inv_sqrt_bc2 = float(1.0 / std::sqrt(1.0 - std::pow(opt.beta2, t)));
                 WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
                 cuda::optim_adamw_step(dt, need_state(s, StateKind::MOMENTUM), need_state(s, StateKind::SECOND_FULL),
-                                       float(opt.beta1), float(opt.beta2), inv_bc1, inv_sqrt_bc2, float(opt.eps),
+                                       opt.beta1, opt.beta2, inv_bc1, inv_sqrt_bc2, float(opt.eps),
                                        device_write(wb), ctx.stream);
                 break;
             }
             case OptimizerKind::LION: {
                 WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
-                cuda::optim_lion_step(dt, need_state(s, StateKind::MOMENTUM), float(opt.beta1), float(opt.beta2),
+                cuda::optim_lion_step(dt, need_state(s, StateKind::MOMENTUM), opt.beta1, opt.beta2,
                                       device_write(wb), ctx.stream);
                 break;
             }
@@ -158,7 +163,7 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                     const float inv_sqrt_bc2 = float(1.0 / std::sqrt(1.0 - std::pow(opt.beta2, t)));
                     WriteBack wb = make_write_back(opt, s, step, lr_adam, step.lr, 0.0);
                     cuda::optim_adamw_step(dt, need_state(s, StateKind::ADAM_M), need_state(s, StateKind::ADAM_V),
-                                           float(opt.beta1), float(opt.beta2), inv_bc1, inv_sqrt_bc2, float(opt.eps),
+                                           opt.beta1, opt.beta2, inv_bc1, inv_sqrt_bc2, float(opt.eps),
                                            device_write(wb), ctx.stream);
                     break;
                 }

@@ -20,6 +20,11 @@ struct CudaOptimContext {
     int64_t scratch_bytes = 0;
     cublasHandle_t cublas = nullptr;
     cudaStream_t stream = nullptr;
+    /// SkewAdam/Adafactor on an expert stack: run the update-RMS and write passes one matrix at a
+    /// time, so each matrix's gradient (32 MiB at 4096 x 4096) is read from HBM once for both
+    /// (the second read hits the L2), at the cost of three launches per matrix. Same results;
+    /// bench_gpu_ops measures both ways.
+    bool matrix_by_matrix = false;
 };
 
 /// Device scratch bytes the step needs for these parameters (the largest single tensor's need;

@@ -514,8 +514,15 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         if (step == opts.inject_nan_step) inject_nan_gradient(model);
         const double loss = lm + bal + z;
         double grad_norm = 0;
+        float grad_scale = 1.0f;  // the clip coefficient, folded into the optimizer's read of G where it can be
         at_step(opt, step, "gradient norm", [&] {
-            grad_norm = tc.grad_clip > 0 ? model_clip_gradients(model, tc.grad_clip) : model_grad_norm(model);
+            if (tc.grad_clip > 0 && optimizer_folds_grad_scale(opt)) {
+                grad_norm = model_grad_norm(model);
+                const double coef = tc.grad_clip / (grad_norm + 1e-6);  // clip_grad_norm_'s coefficient
+                if (std::isfinite(grad_norm) && coef < 1.0) grad_scale = float(coef);
+            } else {
+                grad_norm = tc.grad_clip > 0 ? model_clip_gradients(model, tc.grad_clip) : model_grad_norm(model);
+            }
         });
         const auto t_grad_norm = Clock::now();
         StepRecord rec;
@@ -541,6 +548,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             os.t = optimizer_t;
             os.lr = lr;
             os.seed = uint64_t(tc.seed);
+            os.grad_scale = grad_scale;
             SKEW_NVTX_RANGE("optimizer");
             at_step(opt, step, "optimizer", [&] {
                 // experts that got no token keep weights and state (train.idle_experts: skip)

@@ -57,9 +57,15 @@ SKEW_HD Philox4 philox_block(PhiloxKey key, uint32_t step, uint32_t tensor, uint
                          uint32_t(key.seed >> 32) ^ (key.stream * 0x9E3779B9u));
 }
 
+/// Word k (0..3) of a block by selects, not a runtime array index: on the device a runtime index
+/// into Philox4 forces the block into local memory (a stack frame); the selects keep it in registers.
+SKEW_HD uint32_t philox_word(const Philox4& b, uint32_t k) {
+    return k == 0u ? b.v[0] : k == 1u ? b.v[1] : k == 2u ? b.v[2] : b.v[3];
+}
+
 /// One 32-bit word for element `element` (word element % 4 of group element / 4).
 SKEW_HD uint32_t philox_u32(PhiloxKey key, uint32_t step, uint32_t tensor, uint64_t element) {
-    return philox_block(key, step, tensor, element >> 2).v[element & 3u];
+    return philox_word(philox_block(key, step, tensor, element >> 2), uint32_t(element & 3u));
 }
 
 /// Uniform float in [0, 1) from a 32-bit word (top 24 bits; exact multiples of 2^-24).
@@ -73,9 +79,9 @@ SKEW_HD float u32_to_uniform_open0(uint32_t u) { return (float(u >> 8) + 1.0f) *
 /// (libm vs CUDA logf/cosf), not bit for bit.
 SKEW_HD float philox_normal(PhiloxKey key, uint32_t step, uint32_t tensor, uint64_t element) {
     Philox4 r = philox_block(key, step, tensor, element >> 1);
-    uint32_t w = uint32_t(element & 1u) * 2u;
-    float u1 = u32_to_uniform_open0(r.v[w]);
-    float u2 = u32_to_uniform(r.v[w + 1]);
+    const bool hi = (element & 1u) != 0;
+    float u1 = u32_to_uniform_open0(hi ? r.v[2] : r.v[0]);
+    float u2 = u32_to_uniform(hi ? r.v[3] : r.v[1]);
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
 }
 

@@ -17,6 +17,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/init_kernels.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/moe_dispatch.h"
@@ -261,6 +262,11 @@ void CudaBackend::accumulate(TensorRef dst, ConstTensorRef src, int64_t n) { cud
 void CudaBackend::scale(TensorRef x, float factor, int64_t n) { cuda::scale(x, factor, n, stream_); }
 
 void CudaBackend::zero(TensorRef x, int64_t n) { cuda::zero(x, n, stream_); }
+
+void CudaBackend::init_normal(TensorRef x, int64_t n, uint64_t seed, uint32_t tensor, float std) {
+    check_nonneg("init_normal numel", n);
+    cuda::init_normal(x, n, seed, tensor, std, stream_);
+}
 
 void CudaBackend::convert(TensorRef dst, ConstTensorRef src, int64_t n) { cuda::convert(dst, src, n, stream_); }
 

@@ -106,6 +106,7 @@ public:
     void accumulate(TensorRef dst, ConstTensorRef src, int64_t n) override;
     void scale(TensorRef x, float factor, int64_t n) override;
     void zero(TensorRef x, int64_t n) override;
+    void init_normal(TensorRef x, int64_t n, uint64_t seed, uint32_t tensor, float std) override;
     void convert(TensorRef dst, ConstTensorRef src, int64_t n) override;
     double sum_squares(std::span<const BufferRef> buffers) override;
 

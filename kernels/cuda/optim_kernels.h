@@ -34,6 +34,7 @@ struct OptimTensor {
     const void* grad = nullptr;
     bool grad_f32 = false;
     int64_t n_mat = 1, rows = 1, cols = 1;
+    float grad_scale = 1.0f;  // the global-norm clip coefficient, applied as G is read (g * grad_scale; 1: exact)
     int64_t numel() const { return n_mat * rows * cols; }
 };
 
@@ -56,26 +57,34 @@ struct OptimUpdate {
     float b1 = 0.9f, omb1 = 0.1f, b2 = 0.999f, omb2 = 0.001f;
     float coef = 1.0f;      // sqrt(1-b2^t)/(1-b1^t) with momentum, sqrt(1-b2^t) without (SkewAdam)
     float eps = 1e-8f;      // SkewAdam eps clamp; Adafactor eps1 (added to G^2)
-    float clip_threshold = 1.0f;
+    double clip_threshold = 1.0;  // the update-RMS clip d (the CPU divides in fp64 too)
+    bool matrix_by_matrix = false;  // RMS and write passes one matrix at a time (the write reads G from L2)
 };
 
 /// Device scratch (bytes) optim_skewadam_adafactor_step needs for a tensor: row/column sums, the
 /// per-matrix normalizer and clip, per-block RMS partials. 256-byte aligned pieces.
 int64_t optim_update_scratch_bytes(const OptimTensor& t);
 
-/// One SkewAdam or Adafactor step on the device: [factored kinds] row and column means of
-/// G^2 (+eps1) and the R, C EMA with the per-matrix Rbar (one block per matrix); the per-matrix sum
-/// of U^2 (fixed partition, deterministic); the per-matrix clip max(1, RMS/threshold); then one fused
-/// pass reading W, G, M, V and writing W, M, V. Throws skew::Error on a launch failure.
+/// One SkewAdam or Adafactor step on the device: [factored kinds] one read of G for the fp64 row and
+/// column sums of G^2 (+eps1), the R, C EMA with the per-matrix normalizer and the row and column
+/// scales precomputed once per matrix; the per-matrix sum of U^2 (fixed partition, deterministic);
+/// the per-matrix clip max(1, RMS/threshold); then one pass reading W, G, M, V and writing W, M, V
+/// with 16-byte accesses (one Philox block per four elements for the rounding). Bytes per element
+/// (bf16 W and G, fp32 state): factored 2 (stats) + 2 + 4M (RMS) + 2 + 2 + 8M (write);
+/// full 2 + 4 + 4M (RMS) + 2 + 2 + 8 + 8M. Throws skew::Error on a launch failure or an
+/// unsupported shape (a factored 1 x n matrix, more than 65535 matrices).
 void optim_skewadam_adafactor_step(const OptimTensor& t, const OptimUpdate& u, const OptimWrite& w, void* scratch,
                                    cudaStream_t stream);
 
 /// AdamW, one fused pass (PyTorch semantics): m, v (numel fp32) updated; U = (m/bc1)/(sqrt(v)/sqrt(bc2)+eps).
-void optim_adamw_step(const OptimTensor& t, float* m, float* v, float b1, float b2, float inv_bc1, float inv_sqrt_bc2,
+/// b1, b2 in fp64 as the config holds them: the kernel uses float(b) and float(1 - b), as the CPU
+/// loops do (1.0f - float(b) would differ in the last bit). 22 bytes per element (bf16 W and G).
+void optim_adamw_step(const OptimTensor& t, float* m, float* v, double b1, double b2, float inv_bc1, float inv_sqrt_bc2,
                       float eps, const OptimWrite& w, cudaStream_t stream);
 
-/// Lion, one fused pass: U = sign(b1 m + (1-b1) g), m <- b2 m + (1-b2) g.
-void optim_lion_step(const OptimTensor& t, float* m, float b1, float b2, const OptimWrite& w, cudaStream_t stream);
+/// Lion, one fused pass: U = sign(b1 m + (1-b1) g), m <- b2 m + (1-b2) g (b1, b2 in fp64, as AdamW).
+/// 14 bytes per element (bf16 W and G).
+void optim_lion_step(const OptimTensor& t, float* m, double b1, double b2, const OptimWrite& w, cudaStream_t stream);
 
 /// Device scratch (bytes) optim_muon_step needs for matrices of rows x cols (X, A, B, Y, norm).
 int64_t optim_muon_scratch_bytes(int64_t rows, int64_t cols);
