@@ -121,8 +121,9 @@ McItem shared_context(std::string context, const std::vector<std::string>& choic
 
 McItem piqa(const json& j, const std::string& where) {
     const std::string goal = get_string(j, "goal", where);
-    return shared_context("Question: " + goal + "\nAnswer:", {get_string(j, "sol1", where), get_string(j, "sol2", where)},
-                          get_index(j, "label", where), where);
+    const std::string sol1 = get_string(j, "sol1", where), sol2 = get_string(j, "sol2", where);
+    const int64_t label = get_index(j, "label", where);
+    return shared_context("Question: " + goal + "\nAnswer:", {sol1, sol2}, label, where);
 }
 
 McItem winogrande(const json& j, const std::string& where) {

@@ -138,7 +138,7 @@ void run_sample(const SampleArgs& a) {
                           {"seed", a.seed},
                           {"decode_tokens_per_sec", tps},
                           {"samples", samples}}
-                         .dump(2)
+                         .dump(2, ' ', false, json::error_handler_t::replace)  // a cut multi-byte character
                   << "\n";
 }
 
