@@ -118,6 +118,17 @@ std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::str
     lm->arena = allocate_host_arena(*lm->plan);
 #endif
     lm->arena.plan = lm->plan.get();
+#if defined(SKEW_HAVE_CUDA)
+    if (on_cuda) {  // the backend's scratch, widening buffer and library workspace from the arena, as in training
+        auto& cb = static_cast<cuda::CudaBackend&>(*lm->backend);
+        const MemoryPlan& p = *lm->plan;
+        if (const int i = p.find("ws.cuda_scratch"); i >= 0) cb.set_scratch(lm->arena.ptr(i), p.buffers[size_t(i)].bytes());
+        if (const int i = p.find("ws.cuda_widen"); i >= 0)
+            cb.set_matmul_widen_buffer(static_cast<float*>(lm->arena.ptr(i)), p.buffers[size_t(i)].numel());
+        if (const int i = p.find("ws.library"); i >= 0)
+            cb.set_matmul_workspace(lm->arena.ptr(i), p.buffers[size_t(i)].bytes());
+    }
+#endif
     read_safetensors_into((fs::path(ref.dir) / "model.safetensors").string(), weight_tensors(lm->arena));
     lm->model = model_bind(lm->cfg, lm->table, lm->arena, *lm->backend);
     return lm;
