@@ -149,8 +149,30 @@ KvCache kv_cache_make(const Model& m, int64_t max_len) {
         kc.moe_h2 = a.get<bf16>("kv.moe_h2");
         kc.moe_act = a.get<bf16>("kv.moe_act");
     }
+    if (std::string(m.backend->name()) == "cpu") {
+        auto widen = [&](const ParamRef& p) {
+            if (p.info->dtype != DType::BF16) return;
+            std::vector<float>& w = kc.widened[p.weight];
+            w.resize(size_t(p.numel()));
+            m.backend->convert(TensorRef(w.data()), p.w(), p.numel());
+        };
+        widen(m.wte);
+        for (const BlockParams& b : m.blocks)
+            for (const ParamRef* p : {&b.wq, &b.wk, &b.wv, &b.wo, &b.ffn_w1, &b.ffn_w2, &b.ffn_w3})
+                if (p->info) widen(*p);
+    }
     return kc;
 }
+
+namespace {
+
+// A linear layer's weight operand: its fp32 copy in the cache when there is one.
+ConstTensorRef weight_of(const KvCache& kc, const ParamRef& p) {
+    const auto it = kc.widened.find(p.weight);
+    return it == kc.widened.end() ? p.w() : ConstTensorRef(it->second.data());
+}
+
+}  // namespace
 
 std::vector<float> kv_cache_forward(Model& m, KvCache& kc, std::span<const int32_t> tokens, bool all_logits) {
     const ModelConfig& c = m.cfg->model;
@@ -177,20 +199,20 @@ std::vector<float> kv_cache_forward(Model& m, KvCache& kc, std::span<const int32
         be.layernorm_forward(kc.ln_out, nullptr, nullptr, kc.x, static_cast<const float*>(p.ln1_w.weight),
                              static_cast<const float*>(p.ln1_b.weight), n, d, eps);
         bf16* q_rows = kc.q + p0 * qd;
-        be.matmul_forward(q_rows, kc.ln_out, p.wq.w(), n, d, qd);
-        be.matmul_forward(kc.k[bi] + p0 * kvd, kc.ln_out, p.wk.w(), n, d, kvd);
-        be.matmul_forward(kc.v[bi] + p0 * kvd, kc.ln_out, p.wv.w(), n, d, kvd);
+        be.matmul_forward(q_rows, kc.ln_out, weight_of(kc, p.wq), n, d, qd);
+        be.matmul_forward(kc.k[bi] + p0 * kvd, kc.ln_out, weight_of(kc, p.wk), n, d, kvd);
+        be.matmul_forward(kc.v[bi] + p0 * kvd, kc.ln_out, weight_of(kc, p.wv), n, d, kvd);
         // causal attention over positions 0..L-1; rows before p0 recompute cached outputs (ignored)
         be.attention_forward(kc.attn_out, kc.lse, kc.q, kc.k[bi], kc.v[bi], AttentionShape{1, L, H, KV, hd});
-        be.matmul_forward(kc.resid1, kc.attn_out + p0 * qd, p.wo.w(), n, qd, d);
+        be.matmul_forward(kc.resid1, kc.attn_out + p0 * qd, weight_of(kc, p.wo), n, qd, d);
         be.residual_forward(kc.resid1, kc.resid1, kc.x, n * d);
         be.layernorm_forward(kc.ln_out, nullptr, nullptr, kc.resid1, static_cast<const float*>(p.ln2_w.weight),
                              static_cast<const float*>(p.ln2_b.weight), n, d, eps);
         if (!p.moe) {
-            be.matmul_forward(kc.ffn_h1, kc.ln_out, p.ffn_w1.w(), n, d, ff);
-            be.matmul_forward(kc.ffn_h2, kc.ln_out, p.ffn_w2.w(), n, d, ff);
+            be.matmul_forward(kc.ffn_h1, kc.ln_out, weight_of(kc, p.ffn_w1), n, d, ff);
+            be.matmul_forward(kc.ffn_h2, kc.ln_out, weight_of(kc, p.ffn_w2), n, d, ff);
             be.swiglu_forward(kc.ffn_act, kc.ffn_h1, kc.ffn_h2, n * ff);
-            be.matmul_forward(kc.y, kc.ffn_act, p.ffn_w3.w(), n, ff, d);
+            be.matmul_forward(kc.y, kc.ffn_act, weight_of(kc, p.ffn_w3), n, ff, d);
         } else {
             be.matmul_forward(kc.router_logits, kc.ln_out, p.router.w(), n, d, E);
             RouterOptions ro;  // noise_std 0: inference
@@ -211,7 +233,7 @@ std::vector<float> kv_cache_forward(Model& m, KvCache& kc, std::span<const int32
     be.layernorm_forward(kc.ln_out, nullptr, nullptr, kc.x, static_cast<const float*>(m.lnf_w.weight),
                          static_cast<const float*>(m.lnf_b.weight), n, d, eps);
     const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
-    be.matmul_forward(kc.logits, kc.ln_out + first * d, m.wte.w(), rows, d, Vp);
+    be.matmul_forward(kc.logits, kc.ln_out + first * d, weight_of(kc, m.wte), rows, d, Vp);
     std::vector<float> out(size_t(rows * Vp));
     be.copy_to_host(out.data(), kc.logits, int64_t(out.size() * sizeof(float)));
     kc.length = L;

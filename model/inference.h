@@ -4,6 +4,7 @@
 // Everything runs through the Backend ops, so the CPU and CUDA backends behave alike. No router noise.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -48,10 +49,16 @@ struct KvCache {
     bf16 *moe_h1 = nullptr, *moe_h2 = nullptr, *moe_act = nullptr;  // (R * k, d_expert)
     float* logits = nullptr;                // (R, padded_vocab_size) fp32
     float* scalars = nullptr;               // (8) fp32: the router's loss outputs (unused)
+    // CPU backend only: the tied head and the dense layers' bf16 weights widened to fp32 once
+    // (exact), so a decode step does not widen them again per token; keyed by the bf16 pointer.
+    std::map<const void*, std::vector<float>> widened;
 };
 
-/// Allocate a cache for `m` holding up to max_len positions. Errors: max_len outside
-/// [1, model.max_seq_len] (skew::Error).
+/// Allocate a cache for `m` holding up to max_len positions. On the CPU backend it also keeps
+/// fp32 copies of the LM head and the non-expert linear weights (4 bytes per parameter; the
+/// widening is exact, so results are unchanged; the weights must not change while the cache is
+/// used). Errors: max_len outside [1, model.max_seq_len]
+/// (skew::Error).
 KvCache kv_cache_make(const Model& m, int64_t max_len);
 
 /// Forward `tokens` (n >= 1, each in [0, padded_vocab_size)) at positions cache.length ..
