@@ -68,7 +68,10 @@ void run_sample(const SampleArgs& a) {
              ref.run_dir);
     const data::Tokenizer tok = data::tokenizer_load(tok_dir);
     std::string prompt = a.prompt;
-    if (!a.prompt_given) prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    if (!a.prompt_given) {  // standard input, without the one newline that ends it (echo, a file)
+        prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+        if (!prompt.empty() && prompt.back() == '\n') prompt.pop_back();
+    }
 
     const int64_t L = run_cfg.model.max_seq_len, V = run_cfg.model.vocab_size;
     std::vector<int32_t> ids = prompt.empty() ? std::vector<int32_t>{tok.eot} : data::tokenizer_encode(tok, prompt);
@@ -79,7 +82,7 @@ void run_sample(const SampleArgs& a) {
         spdlog::warn("sample: the prompt has {} tokens, more than the model's {} positions leave room for; its first {} "
                      "tokens were dropped", int64_t(ids.size()) + dropped, L, dropped);
     }
-    auto lm = eval::load_model(ref, a.backend, 1, 1);
+    auto lm = eval::load_model(ref, a.backend, 1, L);  // op scratch sized for a prefill of L tokens
     spdlog::info("sample: {} ({} step {}) on {}", ref.dir, ref.optimizer, ref.step, lm->backend->name());
     KvCache cache = kv_cache_make(lm->model, L);
 
@@ -151,7 +154,7 @@ void register_sample_command(CLI::App& app) {
     cmd->add_option("--optimizer", a->optimizer, "The optimizer whose checkpoint to use (needed when the run has several)");
     cmd->add_option("--which", a->which, "best or last (default: best when present, else last)")
         ->check(CLI::IsMember({"best", "last"}));
-    cmd->add_option("--prompt", a->prompt, "Prompt text (default: read standard input)")
+    cmd->add_option("--prompt", a->prompt, "Prompt text (default: standard input, less its final newline)")
         ->each([a](const std::string&) { a->prompt_given = true; });
     cmd->add_option("--max-tokens", a->max_tokens, "Tokens to generate at most (default 128)");
     cmd->add_option("--temperature", a->temperature, "Softmax temperature; 0 = greedy (default 1)");

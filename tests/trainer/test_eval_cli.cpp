@@ -146,6 +146,13 @@ TEST_CASE("skew sample: the same seed gives the same text; greedy is top-k 1; a 
     const json k1 = json_of(run(base + " --top-k 1 --seed 9").output);
     CHECK(g["samples"][0]["tokens"] == k1["samples"][0]["tokens"]);
 
+    // standard input, less its final newline, is the same prompt
+    const std::string in = (fs::temp_directory_path() / "skew_sample_prompt.txt").string();
+    std::ofstream(in) << "The history of\n";
+    const json from_stdin = json_of(run("sample " + run_dir() + " --max-tokens 8 --json --temperature 0 < " + in).output);
+    CHECK(from_stdin["samples"][0]["tokens"] == g["samples"][0]["tokens"]);
+    CHECK(from_stdin["prompt"] == "The history of");
+
     std::string long_prompt;
     for (int i = 0; i < 40; ++i) long_prompt += "one two ";  // 80 tokens; tiny.yaml has 64 positions
     Run l = run("sample " + run_dir() + " --prompt '" + long_prompt + "' --max-tokens 4 --json");
