@@ -106,13 +106,12 @@ TaskResult score_task(const std::vector<McItem>& items, TaskFormat format, const
         for (size_t r = r0; r < r1; ++r) batch.push_back(reqs[r].tokens);
         const auto lp = logprobs(batch);
         for (size_t r = r0; r < r1; ++r) {
+            // v[i] scores token i + 1; the continuation is the last n tokens; summed in float32 as
+            // the harness sums its float32 log-probabilities
             const std::vector<float>& v = lp[r - r0];
-            double sum = 0.0;
-            // v[i] scores token i + 1; the continuation is the last n tokens
-            float acc = 0.0f;  // the harness sums in float32
-            for (size_t i = v.size() - size_t(reqs[r].n_continuation); i < v.size(); ++i) acc += v[i];
-            sum = double(acc);
-            ll[r] = sum;
+            float sum = 0.0f;
+            for (size_t i = v.size() - size_t(reqs[r].n_continuation); i < v.size(); ++i) sum += v[i];
+            ll[r] = double(sum);
         }
         if (progress) progress(int64_t(r1), int64_t(reqs.size()));
     }

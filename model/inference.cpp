@@ -76,7 +76,7 @@ KvCache kv_cache_make(const Model& m, int64_t max_len) {
     const bool has_moe = !c.moe_blocks.empty(), has_dense = int64_t(c.moe_blocks.size()) < c.n_blocks;
     if (has_dense)
         for (const char* n : {"kv.ffn_h1", "kv.ffn_h2", "kv.ffn_act"}) list.push_back({n, DType::BF16, R * c.d_ff});
-    if (has_moe) {
+    if (has_moe) {  // int64 buffers as pairs of 4-byte words (the activation plan does the same)
         list.push_back({"kv.router_logits", DType::F32, R * E});
         list.push_back({"kv.router_probs", DType::F32, R * E});
         list.push_back({"kv.topk_idx", DType::I32, R * K});
