@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
 #include "engine/error.h"
@@ -60,7 +61,7 @@ TEST_CASE("PIQA: 'Question: goal\\nAnswer:' and each solution after a space", "[
 
 TEST_CASE("WinoGrande: the option fills the blank in the context, the rest of the sentence is scored", "[eval][tasks]") {
     const auto items = read_task_file(fixture("winogrande.jsonl"), TaskFormat::WINOGRANDE);
-    REQUIRE(items.size() == 3);
+    REQUIRE(items.size() == 4);
     const McItem& it = items[0];
     CHECK(it.contexts[0] == "The kettle would not fit in the cupboard because the kettle");
     CHECK(it.contexts[1] == "The kettle would not fit in the cupboard because the cupboard");
@@ -81,7 +82,7 @@ TEST_CASE("WinoGrande: the option fills the blank in the context, the rest of th
 
 TEST_CASE("HellaSwag: capitalize ctx_b, strip, [title] to '. ', brackets removed, double spaces once", "[eval][tasks]") {
     const auto items = read_task_file(fixture("hellaswag.jsonl"), TaskFormat::HELLASWAG);
-    REQUIRE(items.size() == 2);
+    REQUIRE(items.size() == 3);
     const McItem& it = items[0];
     CHECK(it.contexts[0] ==
           "Cleaning a kettle: How to descale a kettle. Fill it with vinegar. Let it soak for an hour. Then rinse it with water");
@@ -102,6 +103,28 @@ TEST_CASE("HellaSwag: capitalize ctx_b, strip, [title] to '. ', brackets removed
     CHECK(items[1].gold == 0);  // an integer label (the original JSONL)
 }
 
+// tests/reference/eval/make_task_requests.py builds the same requests with Python's own strip,
+// capitalize and re, from the harness's task definitions; the fixtures include non-ASCII text
+// (capitalize of É, NBSP stripped, an em dash counted as one character), a tag at the start of an
+// ending, a bracket across a newline, trailing spaces after a WinoGrande blank, five ARC choices.
+TEST_CASE("every fixture item's requests equal the Python reference's, byte for byte", "[eval][tasks]") {
+    std::ifstream in(fixture("expected_requests.json"));
+    REQUIRE(in.good());
+    const nlohmann::json want = nlohmann::json::parse(in);
+    for (const char* name : {"piqa", "winogrande", "hellaswag", "arc"}) {
+        const auto items = read_task_file(fixture(std::string(name) + ".jsonl"), task_format_from_name(name));
+        REQUIRE(items.size() == want[name].size());
+        for (size_t i = 0; i < items.size(); ++i) {
+            INFO(name << " item " << i);
+            const nlohmann::json& w = want[name][i];
+            CHECK(items[i].contexts == w["contexts"].get<std::vector<std::string>>());
+            CHECK(items[i].continuations == w["continuations"].get<std::vector<std::string>>());
+            CHECK(items[i].norm_chars == w["norm_chars"].get<std::vector<int64_t>>());
+            CHECK(items[i].gold == w["gold"].get<int64_t>());
+        }
+    }
+}
+
 TEST_CASE("HellaSwag's text helpers follow Python: strip, capitalize, one pass of double-space replacement", "[eval][tasks]") {
     CHECK(hellaswag_preprocess("a   b") == "a  b");  // three spaces -> two (one left-to-right pass)
     CHECK(hellaswag_preprocess("  x [step] y ") == "x y");
@@ -117,7 +140,7 @@ TEST_CASE("HellaSwag's text helpers follow Python: strip, capitalize, one pass o
 
 TEST_CASE("ARC: both the HuggingFace and the original AI2 layouts; gold by answerKey among the labels", "[eval][tasks]") {
     const auto items = read_task_file(fixture("arc.jsonl"), TaskFormat::ARC);
-    REQUIRE(items.size() == 2);
+    REQUIRE(items.size() == 3);
     const McItem& it = items[0];
     CHECK(it.contexts[0] == "Question: Which tool is best for measuring the mass of a rock?\nAnswer:");
     CHECK(enc(it.contexts[0]).size() == 17);
@@ -171,11 +194,11 @@ TEST_CASE("contexts longer than the model's positions lose tokens on the left an
         return out;
     };
     const TaskResult r = score_task(items, TaskFormat::ARC, gpt2(), 13, 3, fake);
-    CHECK(r.requests == 7);
-    CHECK(r.truncated_requests == 7);
+    CHECK(r.requests == 12);
+    CHECK(r.truncated_requests == 12);  // every context is longer than 12 positions allow
     // each choice scores -(its token count): the shortest continuation wins acc
     CHECK(r.items[0].loglik[0] == -2.0);  // " a ruler"
-    CHECK(r.n == 2);
+    CHECK(r.n == 3);
 }
 
 TEST_CASE("a malformed task line is refused naming the file and the line", "[eval][tasks]") {

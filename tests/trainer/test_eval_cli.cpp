@@ -85,10 +85,10 @@ TEST_CASE("skew eval scores the four task formats, writes eval_<optimizer>.json,
     CHECK(r.output.find("hellaswag") != std::string::npos);
     const json out = read_json(run_dir() + "/eval_adamw.json");
     CHECK(out["tasks"]["piqa"]["n"] == 3);
-    CHECK(out["tasks"]["winogrande"]["n"] == 3);
-    CHECK(out["tasks"]["hellaswag"]["n"] == 2);
-    CHECK(out["tasks"]["arc"]["n"] == 2);
-    CHECK(out["tasks"]["arc"]["requests"] == 7);
+    CHECK(out["tasks"]["winogrande"]["n"] == 4);
+    CHECK(out["tasks"]["hellaswag"]["n"] == 3);
+    CHECK(out["tasks"]["arc"]["n"] == 3);
+    CHECK(out["tasks"]["arc"]["requests"] == 12);
     CHECK(out["tasks"]["piqa"]["truncated_requests"] == 0);
     for (const auto& [name, t] : out["tasks"].items()) {
         const double acc = t["acc"].get<double>();
