@@ -20,6 +20,7 @@
 #include "engine/metrics.h"
 #include "engine/status_line.h"
 #include "tools/commands.h"
+#include "tools/report_table9.h"
 
 namespace skew::tools {
 namespace {
@@ -339,10 +340,10 @@ std::string render(const Run& run) {
 }  // namespace
 
 void register_report_command(CLI::App& app) {
-    auto* cmd = app.add_subcommand("report", "Print the paper's Table 1 and per-evaluation perplexity (Appendix C) for a run, as Markdown");
+    auto* cmd = app.add_subcommand("report", "Print the paper's Table 1, per-evaluation perplexity (Appendix C) and, after skew eval, Table 9 for a run, as Markdown");
     auto run_dir = std::make_shared<std::string>();
     cmd->add_option("RUNDIR", *run_dir, "Run folder holding metrics_<optimizer>.json (skew train --out)")->required();
-    cmd->callback([run_dir] { std::cout << render(load_run(*run_dir)) << std::flush; });
+    cmd->callback([run_dir] { std::cout << render(load_run(*run_dir)) << render_table9(*run_dir) << std::flush; });
 }
 
 }  // namespace skew::tools

@@ -1,0 +1,55 @@
+// Loading a trained checkpoint for inference (docs/evaluation.md): a run folder (+ optimizer name,
+// best or last) or a checkpoint folder, its run's config.yaml, the weights of model.safetensors,
+// on the CPU or CUDA backend, bound as a Model of chosen microbatch and sequence length.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/arena.h"
+#include "engine/config.h"
+#include "engine/memory_plan.h"
+#include "engine/param_table.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+
+namespace skew::eval {
+
+/// Where a checkpoint is: its folder, the run folder, the optimizer and the step.
+struct CheckpointRef {
+    std::string dir;        // the folder holding model.safetensors and trainer_state.json
+    std::string run_dir;    // the run folder (config.yaml), two levels above checkpoints/<opt>/
+    std::string optimizer;  // from trainer_state.json
+    int64_t step = 0;
+    std::string which;      // "best", "last" or the folder's own name
+};
+
+/// Resolve `path`: a checkpoint folder (trainer_state.json inside), or a run folder with
+/// checkpoints/<optimizer>/<which> (which = "best" when it exists, else "last", unless given).
+/// `optimizer` may be empty when the run has exactly one. Throws skew::Error naming what is
+/// missing (no such folder, no checkpoint, several optimizers and none chosen).
+CheckpointRef resolve_checkpoint(const std::string& path, const std::string& optimizer, const std::string& which = "");
+
+/// A model with its weights loaded, owning everything the Model view points into.
+struct LoadedModel {
+    Config cfg;
+    ParamTable table;
+    std::unique_ptr<MemoryPlan> plan;
+    Arena arena;
+    std::unique_ptr<Backend> backend;
+    Model model;
+    CheckpointRef ref;
+};
+
+/// Load `ref`'s weights into a model of `microbatch` sequences of `seq_len` tokens (<=
+/// model.max_seq_len) on `backend` ("cpu", "cuda", or "auto": CUDA when built with it and a GPU is
+/// visible). The plan is the trainer's without optimizer state. Throws skew::Error naming the
+/// file (config.yaml, model.safetensors) on anything missing, corrupt or of another shape.
+std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::string& backend, int64_t microbatch,
+                                        int64_t seq_len);
+
+/// The backend of a name: cpu, cuda (device 0) or auto. Throws skew::Error when cuda is asked
+/// for without a CUDA build or a visible GPU.
+std::unique_ptr<Backend> make_named_backend(const std::string& name);
+
+}  // namespace skew::eval

@@ -1,0 +1,243 @@
+// Inference on a trained model (docs/evaluation.md): per-token log-probabilities through the
+// trainer's forward, and the KV-cache forward of generation (prefill + decode), both written
+// against the Backend ops (paper Section 4's model, router without noise).
+#include "model/inference.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/error.h"
+
+namespace skew {
+
+std::vector<std::vector<float>> model_token_logprobs(Model& m, const std::vector<std::vector<int32_t>>& seqs) {
+    const int64_t B = m.microbatch, T = m.seq_len, V = m.cfg->model.vocab_size;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+        const int64_t n = int64_t(seqs[s].size());
+        if (n < 1 || n > T + 1)
+            fail("inference: sequence {} has {} tokens; scoring needs 1 to seq_len + 1 = {}", s, n, T + 1);
+        for (int64_t i = 0; i < n; ++i)
+            if (seqs[s][size_t(i)] < 0 || seqs[s][size_t(i)] >= V)
+                fail("inference: sequence {} token {} is {}, outside the vocabulary [0, {})", s, i, seqs[s][size_t(i)], V);
+    }
+    std::vector<std::vector<float>> out(seqs.size());
+    std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T));
+    std::vector<float> losses(size_t(B * T));
+    for (size_t s0 = 0; s0 < seqs.size(); s0 += size_t(B)) {
+        std::fill(tokens.begin(), tokens.end(), 0);
+        std::fill(targets.begin(), targets.end(), 0);
+        const size_t n_here = std::min(size_t(B), seqs.size() - s0);
+        for (size_t b = 0; b < n_here; ++b) {
+            const std::vector<int32_t>& q = seqs[s0 + b];
+            for (size_t i = 0; i + 1 < q.size(); ++i) {
+                tokens[b * size_t(T) + i] = q[i];
+                targets[b * size_t(T) + i] = q[i + 1];
+            }
+        }
+        model_eval(m, tokens.data(), targets.data());
+        m.backend->copy_to_host(losses.data(), m.act.losses, int64_t(losses.size() * sizeof(float)));
+        for (size_t b = 0; b < n_here; ++b) {
+            const size_t n = seqs[s0 + b].size() - 1;
+            out[s0 + b].resize(n);
+            for (size_t i = 0; i < n; ++i) out[s0 + b][i] = -losses[b * size_t(T) + i];
+        }
+    }
+    return out;
+}
+
+namespace {
+
+// Buffers of a cache: name, dtype, element count.
+struct CacheBuffer {
+    std::string name;
+    DType dtype;
+    int64_t numel;
+};
+
+}  // namespace
+
+KvCache kv_cache_make(const Model& m, int64_t max_len) {
+    const ModelConfig& c = m.cfg->model;
+    if (max_len < 1 || max_len > c.max_seq_len)
+        fail("inference: a KV cache of {} positions; the model has {} (model.max_seq_len)", max_len, c.max_seq_len);
+    const int64_t R = max_len, d = c.d_model, hd = c.head_dim(), qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
+    const int64_t E = c.n_experts, K = c.top_k;
+    std::vector<CacheBuffer> list = {
+        {"kv.tokens", DType::I32, R},           {"kv.x", DType::BF16, R * d},
+        {"kv.y", DType::BF16, R * d},           {"kv.ln_out", DType::BF16, R * d},
+        {"kv.resid1", DType::BF16, R * d},      {"kv.q", DType::BF16, R * qd},
+        {"kv.attn_out", DType::BF16, R * qd},   {"kv.lse", DType::F32, c.n_heads * R},
+        {"kv.logits", DType::F32, R * c.padded_vocab_size}, {"kv.scalars", DType::F32, 8},
+    };
+    for (int64_t b = 0; b < c.n_blocks; ++b) {
+        list.push_back({"kv.k." + std::to_string(b), DType::BF16, R * kvd});
+        list.push_back({"kv.v." + std::to_string(b), DType::BF16, R * kvd});
+    }
+    const bool has_moe = !c.moe_blocks.empty(), has_dense = int64_t(c.moe_blocks.size()) < c.n_blocks;
+    if (has_dense)
+        for (const char* n : {"kv.ffn_h1", "kv.ffn_h2", "kv.ffn_act"}) list.push_back({n, DType::BF16, R * c.d_ff});
+    if (has_moe) {  // int64 buffers as pairs of 4-byte words (the activation plan does the same)
+        list.push_back({"kv.router_logits", DType::F32, R * E});
+        list.push_back({"kv.router_probs", DType::F32, R * E});
+        list.push_back({"kv.topk_idx", DType::I32, R * K});
+        list.push_back({"kv.topk_gate", DType::F32, R * K});
+        list.push_back({"kv.counts", DType::F32, 2 * E});
+        list.push_back({"kv.offsets", DType::F32, 2 * (E + 1)});
+        list.push_back({"kv.sorted_to_copy", DType::F32, 2 * R * K});
+        list.push_back({"kv.copy_to_sorted", DType::F32, 2 * R * K});
+        list.push_back({"kv.moe_in", DType::BF16, R * K * d});
+        list.push_back({"kv.moe_out", DType::BF16, R * K * d});
+        for (const char* n : {"kv.moe_h1", "kv.moe_h2", "kv.moe_act"}) list.push_back({n, DType::BF16, R * K * c.d_expert});
+    }
+    KvCache kc;
+    kc.max_len = max_len;
+    kc.plan = std::make_unique<MemoryPlan>();
+    MemoryPlan& plan = *kc.plan;
+    plan.optimizer = "kv-cache";
+    plan.microbatch = 1;
+    plan.seq_len = max_len;
+    for (const CacheBuffer& b : list) {
+        BufferSpec s;
+        s.name = b.name;
+        s.kind = BufferKind::ACTIVATION;
+        s.dtype = b.dtype;
+        s.shape = {b.numel};
+        s.first = Phase::FORWARD;
+        s.last = Phase::OPTIMIZER;  // all live together
+        plan.buffers.push_back(s);
+    }
+    plan.offsets = layout_arena(plan.buffers, &plan.peak_bytes);
+    plan.activation_bytes = plan.peak_bytes;
+#if defined(SKEW_HAVE_CUDA)
+    kc.arena = m.arena->device == ArenaDevice::CUDA ? allocate_cuda_arena(plan) : allocate_host_arena(plan);
+#else
+    kc.arena = allocate_host_arena(plan);
+#endif
+    kc.arena.plan = kc.plan.get();
+    Arena& a = kc.arena;
+    for (int64_t b = 0; b < c.n_blocks; ++b) {
+        kc.k.push_back(a.get<bf16>("kv.k." + std::to_string(b)));
+        kc.v.push_back(a.get<bf16>("kv.v." + std::to_string(b)));
+    }
+    kc.tokens = a.get<int32_t>("kv.tokens");
+    kc.x = a.get<bf16>("kv.x");
+    kc.y = a.get<bf16>("kv.y");
+    kc.ln_out = a.get<bf16>("kv.ln_out");
+    kc.resid1 = a.get<bf16>("kv.resid1");
+    kc.q = a.get<bf16>("kv.q");
+    kc.attn_out = a.get<bf16>("kv.attn_out");
+    kc.lse = a.get<float>("kv.lse");
+    kc.logits = a.get<float>("kv.logits");
+    kc.scalars = a.get<float>("kv.scalars");
+    if (has_dense) {
+        kc.ffn_h1 = a.get<bf16>("kv.ffn_h1");
+        kc.ffn_h2 = a.get<bf16>("kv.ffn_h2");
+        kc.ffn_act = a.get<bf16>("kv.ffn_act");
+    }
+    if (has_moe) {
+        kc.router_logits = a.get<float>("kv.router_logits");
+        kc.router_probs = a.get<float>("kv.router_probs");
+        kc.topk_idx = a.get<int32_t>("kv.topk_idx");
+        kc.topk_gate = a.get<float>("kv.topk_gate");
+        kc.counts = a.get<int64_t>("kv.counts");
+        kc.offsets = a.get<int64_t>("kv.offsets");
+        kc.sorted_to_copy = a.get<int64_t>("kv.sorted_to_copy");
+        kc.copy_to_sorted = a.get<int64_t>("kv.copy_to_sorted");
+        kc.moe_in = a.get<bf16>("kv.moe_in");
+        kc.moe_out = a.get<bf16>("kv.moe_out");
+        kc.moe_h1 = a.get<bf16>("kv.moe_h1");
+        kc.moe_h2 = a.get<bf16>("kv.moe_h2");
+        kc.moe_act = a.get<bf16>("kv.moe_act");
+    }
+    if (std::string(m.backend->name()) == "cpu") {
+        auto widen = [&](const ParamRef& p) {
+            if (p.info->dtype != DType::BF16) return;
+            std::vector<float>& w = kc.widened[p.weight];
+            w.resize(size_t(p.numel()));
+            m.backend->convert(TensorRef(w.data()), p.w(), p.numel());
+        };
+        widen(m.wte);
+        for (const BlockParams& b : m.blocks)
+            for (const ParamRef* p : {&b.wq, &b.wk, &b.wv, &b.wo, &b.ffn_w1, &b.ffn_w2, &b.ffn_w3})
+                if (p->info) widen(*p);
+    }
+    return kc;
+}
+
+namespace {
+
+// A linear layer's weight operand: its fp32 copy in the cache when there is one.
+ConstTensorRef weight_of(const KvCache& kc, const ParamRef& p) {
+    const auto it = kc.widened.find(p.weight);
+    return it == kc.widened.end() ? p.w() : ConstTensorRef(it->second.data());
+}
+
+}  // namespace
+
+std::vector<float> kv_cache_forward(Model& m, KvCache& kc, std::span<const int32_t> tokens, bool all_logits) {
+    const ModelConfig& c = m.cfg->model;
+    Backend& be = *m.backend;
+    const int64_t n = int64_t(tokens.size()), p0 = kc.length, L = p0 + n;
+    if (n < 1) fail("inference: kv_cache_forward needs at least one token");
+    if (L > kc.max_len)
+        fail("inference: {} new tokens after {} cached overflow the KV cache of {} positions (model.max_seq_len {})", n,
+             p0, kc.max_len, c.max_seq_len);
+    for (int64_t i = 0; i < n; ++i)
+        if (tokens[size_t(i)] < 0 || tokens[size_t(i)] >= c.padded_vocab_size)
+            fail("inference: token {} at position {} is outside the embedding table [0, {})", tokens[size_t(i)], p0 + i,
+                 c.padded_vocab_size);
+    const int64_t d = c.d_model, hd = c.head_dim(), H = c.n_heads, KV = c.n_kv_heads, qd = H * hd, kvd = KV * hd;
+    const int64_t E = c.n_experts, K = c.top_k, de = c.d_expert, ff = c.d_ff, Vp = c.padded_vocab_size;
+    const float eps = float(c.layernorm_eps);
+
+    be.copy_to_device(kc.tokens, tokens.data(), n * int64_t(sizeof(int32_t)));
+    // positions p0.. : the position table read from row p0
+    be.embedding_forward(kc.x, kc.tokens, static_cast<const bf16*>(m.wte.weight),
+                         static_cast<const bf16*>(m.wpe.weight) + p0 * d, 1, n, d, Vp);
+    for (size_t bi = 0; bi < m.blocks.size(); ++bi) {
+        const BlockParams& p = m.blocks[bi];
+        be.layernorm_forward(kc.ln_out, nullptr, nullptr, kc.x, static_cast<const float*>(p.ln1_w.weight),
+                             static_cast<const float*>(p.ln1_b.weight), n, d, eps);
+        bf16* q_rows = kc.q + p0 * qd;
+        be.matmul_forward(q_rows, kc.ln_out, weight_of(kc, p.wq), n, d, qd);
+        be.matmul_forward(kc.k[bi] + p0 * kvd, kc.ln_out, weight_of(kc, p.wk), n, d, kvd);
+        be.matmul_forward(kc.v[bi] + p0 * kvd, kc.ln_out, weight_of(kc, p.wv), n, d, kvd);
+        // causal attention over positions 0..L-1; rows before p0 recompute cached outputs (ignored)
+        be.attention_forward(kc.attn_out, kc.lse, kc.q, kc.k[bi], kc.v[bi], AttentionShape{1, L, H, KV, hd});
+        be.matmul_forward(kc.resid1, kc.attn_out + p0 * qd, weight_of(kc, p.wo), n, qd, d);
+        be.residual_forward(kc.resid1, kc.resid1, kc.x, n * d);
+        be.layernorm_forward(kc.ln_out, nullptr, nullptr, kc.resid1, static_cast<const float*>(p.ln2_w.weight),
+                             static_cast<const float*>(p.ln2_b.weight), n, d, eps);
+        if (!p.moe) {
+            be.matmul_forward(kc.ffn_h1, kc.ln_out, weight_of(kc, p.ffn_w1), n, d, ff);
+            be.matmul_forward(kc.ffn_h2, kc.ln_out, weight_of(kc, p.ffn_w2), n, d, ff);
+            be.swiglu_forward(kc.ffn_act, kc.ffn_h1, kc.ffn_h2, n * ff);
+            be.matmul_forward(kc.y, kc.ffn_act, weight_of(kc, p.ffn_w3), n, ff, d);
+        } else {
+            be.matmul_forward(kc.router_logits, kc.ln_out, p.router.w(), n, d, E);
+            RouterOptions ro;  // noise_std 0: inference
+            ro.balance_alpha = float(c.balance_loss_coef);
+            ro.z_coef = float(c.z_loss_coef);
+            be.moe_router_forward(kc.router_probs, kc.topk_idx, kc.topk_gate, kc.counts, kc.scalars + 0,
+                                  kc.scalars + 1, nullptr, kc.router_logits, RouterShape{n, E, K}, ro);
+            be.moe_dispatch(kc.sorted_to_copy, kc.copy_to_sorted, kc.offsets, kc.topk_idx, n, K, E);
+            be.moe_gather_forward(kc.moe_in, kc.ln_out, kc.sorted_to_copy, n, K, d);
+            be.moe_matmul_forward(kc.moe_h1, kc.moe_in, p.expert_w1.w(), kc.offsets, E, d, de);
+            be.moe_matmul_forward(kc.moe_h2, kc.moe_in, p.expert_w2.w(), kc.offsets, E, d, de);
+            be.swiglu_forward(kc.moe_act, kc.moe_h1, kc.moe_h2, n * K * de);
+            be.moe_matmul_forward(kc.moe_out, kc.moe_act, p.expert_w3.w(), kc.offsets, E, de, d);
+            be.moe_combine_forward(kc.y, kc.moe_out, kc.topk_gate, kc.copy_to_sorted, n, K, d);
+        }
+        be.residual_forward(kc.x, kc.y, kc.resid1, n * d);  // next block's input
+    }
+    be.layernorm_forward(kc.ln_out, nullptr, nullptr, kc.x, static_cast<const float*>(m.lnf_w.weight),
+                         static_cast<const float*>(m.lnf_b.weight), n, d, eps);
+    const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
+    be.matmul_forward(kc.logits, kc.ln_out + first * d, weight_of(kc, m.wte), rows, d, Vp);
+    std::vector<float> out(size_t(rows * Vp));
+    be.copy_to_host(out.data(), kc.logits, int64_t(out.size() * sizeof(float)));
+    kc.length = L;
+    return out;
+}
+
+}  // namespace skew

@@ -1,0 +1,186 @@
+// Inference (model/inference.h) on the CPU backend: per-token log-probabilities against an
+// independent PyTorch computation (tests/reference/eval/make_logprobs.py), and the KV cache's
+// logits against the uncached full forward at every position, on the golden model's weights.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "engine/error.h"
+#include "model/inference.h"
+#include "model_test_util.h"
+
+using namespace skew;
+using namespace skew::test;
+
+namespace {
+
+// The tiny model of tests/reference/model/make_golden.py (CFG there; GOLDEN_YAML of test_golden.cpp).
+const char* TINY_YAML = R"(
+model:
+  vocab_size: 96
+  padded_vocab_size: 128
+  d_model: 32
+  n_blocks: 3
+  moe_blocks: [1, 2]
+  n_heads: 4
+  n_kv_heads: 2
+  d_ff: 64
+  max_seq_len: 16
+  n_experts: 4
+  d_expert: 32
+  top_k: 2
+train:
+  batch_size: 2
+  seq_len: 16
+  microbatch: 2
+  seed: 42
+runtime:
+  backend: cpu
+  workspace_gib: 0
+  grad_dtype: fp32
+)";
+
+struct Record {
+    std::vector<int64_t> shape;
+    std::vector<float> data;
+};
+
+// SKEWGOLD records (format in tests/reference/model/make_golden.py).
+std::map<std::string, Record> read_records(const std::string& path) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) fail("{}: cannot open (run /usr/bin/python3 tests/reference/eval/make_logprobs.py)", path);
+    char magic[8];
+    uint32_t count = 0;
+    std::map<std::string, Record> out;
+    bool ok = std::fread(magic, 1, 8, f) == 8 && std::memcmp(magic, "SKEWGOLD", 8) == 0 && std::fread(&count, 4, 1, f) == 1;
+    for (uint32_t r = 0; ok && r < count; ++r) {
+        uint32_t len = 0, ndim = 0;
+        ok = std::fread(&len, 4, 1, f) == 1;
+        std::string name(len, '\0');
+        ok = ok && std::fread(name.data(), 1, len, f) == len && std::fread(&ndim, 4, 1, f) == 1;
+        Record rec;
+        rec.shape.resize(ndim);
+        ok = ok && std::fread(rec.shape.data(), 8, ndim, f) == ndim;
+        int64_t n = 1;
+        for (int64_t d : rec.shape) n *= d;
+        rec.data.resize(size_t(n));
+        ok = ok && std::fread(rec.data.data(), 4, size_t(n), f) == size_t(n);
+        out[name] = std::move(rec);
+    }
+    std::fclose(f);
+    if (!ok) fail("{}: truncated or not a SKEWGOLD file", path);
+    return out;
+}
+
+std::string source_path(const std::string& rel) { return std::string(SKEW_SOURCE_DIR) + "/" + rel; }
+
+// A CPU model of `microbatch` sequences carrying the golden weights.
+std::unique_ptr<TestModel> golden_model(int64_t microbatch) {
+    auto in = read_records(source_path("tests/reference/model/golden_inputs.bin"));
+    auto t = make_test_model(TINY_YAML, {}, microbatch);
+    for (const ParamRef& p : t->model.params) {
+        const auto it = in.find("weight." + p.info->name);
+        REQUIRE(it != in.end());
+        set_weight(t->model, p, it->second.data);
+    }
+    return t;
+}
+
+// The golden token stream of row `row` (17 tokens: its inputs and the last target).
+std::vector<int32_t> golden_row(int row) {
+    auto in = read_records(source_path("tests/reference/model/golden_inputs.bin"));
+    std::vector<int32_t> s;
+    for (int i = 0; i < 16; ++i) s.push_back(int32_t(in["tokens"].data[size_t(row * 16 + i)]));
+    s.push_back(int32_t(in["targets"].data[size_t(row * 16 + 15)]));
+    return s;
+}
+
+}  // namespace
+
+// bf16 weights and activations against float64: the golden test's logits agree to ~1e-2
+// relative; a log-probability of about -6 nats moves by a few hundredths (measured: max |error|
+// 0.044 per token, sums within 0.2%). A wrong position (off by one), a wrong target or padding
+// leaking into the scored positions moves a token by nats and a sum by far more than 1%.
+TEST_CASE("token log-probabilities of variable-length sequences match the PyTorch reference", "[model][inference]") {
+    auto ref = read_records(source_path("tests/reference/eval/golden_logprobs.bin"));
+    auto t = golden_model(2);
+    std::vector<std::vector<int32_t>> seqs;
+    const size_t n_seq = ref["sequences"].shape[0];
+    for (size_t i = 0; i < n_seq; ++i) {
+        std::vector<int32_t> s;
+        for (float v : ref["tokens." + std::to_string(i)].data) s.push_back(int32_t(v));
+        seqs.push_back(s);
+    }
+    const auto lp = model_token_logprobs(t->model, seqs);  // 5 sequences: 3 microbatches, right padding
+    REQUIRE(lp.size() == n_seq);
+    double worst = 0;
+    for (size_t i = 0; i < n_seq; ++i) {
+        const auto& want = ref["logprobs." + std::to_string(i)].data;
+        REQUIRE(lp[i].size() == want.size());
+        double sum = 0, sum_ref = 0;
+        for (size_t j = 0; j < want.size(); ++j) {
+            INFO("sequence " << i << " token " << j + 1);
+            CHECK(std::fabs(lp[i][j] - want[j]) <= 0.1);
+            worst = std::max(worst, std::fabs(double(lp[i][j]) - want[j]));
+            sum += lp[i][j];
+            sum_ref += want[j];
+        }
+        INFO("sequence " << i << ": log-likelihood " << sum << " vs " << sum_ref);
+        CHECK(std::fabs(sum - sum_ref) <= 0.01 * std::fabs(sum_ref));
+    }
+    WARN("token log-probabilities: worst |error| " << worst << " nats");
+}
+
+TEST_CASE("token log-probabilities refuse sequences longer than seq_len + 1 or with tokens outside the vocabulary",
+          "[model][inference]") {
+    auto t = golden_model(2);
+    CHECK_THROWS_WITH(model_token_logprobs(t->model, {std::vector<int32_t>(18, 1)}),
+                      Catch::Contains("sequence 0 has 18 tokens"));
+    CHECK_THROWS_WITH(model_token_logprobs(t->model, {{1, 2, 96}}), Catch::Contains("outside the vocabulary"));
+    CHECK_THROWS(model_token_logprobs(t->model, {std::vector<int32_t>{}}));
+}
+
+// The cached path computes each row with the same ops on fewer rows; CPU GEMMs round the same
+// row the same way, so the logits agree to bf16 round-off (measured: max relative error ~1e-3).
+TEST_CASE("the KV cache's logits equal the uncached full forward at every position", "[model][inference]") {
+    auto full = golden_model(1);
+    const std::vector<int32_t> s = golden_row(0);
+    std::vector<int32_t> tokens(s.begin(), s.begin() + 16), targets(s.begin() + 1, s.end());
+    for (int64_t r = 0; r < 16; ++r) full->model.probe_rows.push_back(r);
+    const LossParts lp = model_eval(full->model, tokens.data(), targets.data());
+    const int64_t Vp = 128;
+
+    auto t = golden_model(1);
+    for (int prefill : {1, 6, 16}) {
+        KvCache kc = kv_cache_make(t->model, 16);
+        std::vector<float> got = kv_cache_forward(t->model, kc, std::span<const int32_t>(tokens.data(), size_t(prefill)), true);
+        REQUIRE(int64_t(got.size()) == prefill * Vp);
+        for (int64_t p = prefill; p < 16; ++p) {
+            const std::vector<float> row = kv_cache_forward(t->model, kc, std::span<const int32_t>(&tokens[size_t(p)], 1));
+            got.insert(got.end(), row.begin(), row.end());
+        }
+        REQUIRE(kc.length == 16);
+        for (int64_t p = 0; p < 16; ++p) {
+            std::vector<float> a(got.begin() + p * Vp, got.begin() + (p + 1) * Vp);
+            std::vector<float> b(lp.probe_logits.begin() + p * Vp, lp.probe_logits.begin() + (p + 1) * Vp);
+            INFO("prefill " << prefill << ", position " << p << ": rel err " << rel_err(a, b));
+            CHECK(rel_err(a, b) <= 1e-2);
+        }
+    }
+}
+
+TEST_CASE("the KV cache refuses positions beyond max_seq_len and tokens outside the table", "[model][inference]") {
+    auto t = golden_model(1);
+    CHECK_THROWS_WITH(kv_cache_make(t->model, 17), Catch::Contains("max_seq_len"));
+    KvCache kc = kv_cache_make(t->model, 16);
+    std::vector<int32_t> toks(16, 3);
+    kv_cache_forward(t->model, kc, std::span<const int32_t>(toks.data(), 10));
+    CHECK_THROWS_WITH(kv_cache_forward(t->model, kc, std::span<const int32_t>(toks.data(), 7)),
+                      Catch::Contains("overflow the KV cache of 16 positions"));
+    CHECK(kc.length == 10);
+    const int32_t bad = 128;
+    CHECK_THROWS_WITH(kv_cache_forward(t->model, kc, std::span<const int32_t>(&bad, 1)), Catch::Contains("outside the embedding table"));
+}

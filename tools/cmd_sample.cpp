@@ -1,0 +1,171 @@
+// skew sample CHECKPOINT_OR_RUN: generate text from a trained checkpoint (docs/evaluation.md,
+// "skew sample"): the prompt is prefilled into a KV cache, then tokens are drawn one at a time
+// (temperature, top-k, top-p, seed) and streamed to stdout until <|endoftext|>, --max-tokens or the
+// model's positions run out.
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "data/tokenizer.h"
+#include "engine/config.h"
+#include "engine/error.h"
+#include "eval/load.h"
+#include "eval/sampling.h"
+#include "model/inference.h"
+#include "tools/commands.h"
+
+namespace skew::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct SampleArgs {
+    std::string path;
+    std::string optimizer;
+    std::string which;
+    std::string prompt;
+    bool prompt_given = false;
+    int64_t max_tokens = 128;
+    double temperature = 1.0;
+    int64_t top_k = 0;
+    double top_p = 1.0;
+    uint64_t seed = 0;
+    int64_t num_samples = 1;
+    std::string tokenizer_dir;
+    std::string backend = "auto";
+    bool json_out = false;
+};
+
+// Log lines go to stderr: stdout carries the results (--json) or the generated text.
+void log_to_stderr() {
+    const auto level = spdlog::get_level();
+    auto logger = spdlog::get("stderr");
+    if (!logger) logger = spdlog::stderr_color_mt("stderr");
+    spdlog::set_default_logger(logger);
+    spdlog::set_level(level);
+    spdlog::set_pattern("[%H:%M:%S] [%^%l%$] %v");
+}
+
+void run_sample(const SampleArgs& a) {
+    log_to_stderr();
+    if (a.max_tokens < 1) fail("--max-tokens {}: must be >= 1", a.max_tokens);
+    if (a.num_samples < 1) fail("--num-samples {}: must be >= 1", a.num_samples);
+    eval::SamplingOptions so{a.temperature, a.top_k, a.top_p, a.seed};
+    eval::sampling_distribution(std::vector<float>{0.0f}, 1, so);  // validates the options before loading
+    const eval::CheckpointRef ref = eval::resolve_checkpoint(a.path, a.optimizer, a.which);
+    const Config run_cfg = load_config((fs::path(ref.run_dir) / "config.yaml").string());
+    const std::string tok_dir = a.tokenizer_dir.empty() ? run_cfg.data.tokenizer_dir : a.tokenizer_dir;
+    if (!fs::is_directory(tok_dir))
+        fail("tokenizer folder {} (data.tokenizer_dir of {}/config.yaml) does not exist; give --tokenizer DIR", tok_dir,
+             ref.run_dir);
+    const data::Tokenizer tok = data::tokenizer_load(tok_dir);
+    std::string prompt = a.prompt;
+    if (!a.prompt_given) {  // standard input, without the one newline that ends it (echo, a file)
+        prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+        if (!prompt.empty() && prompt.back() == '\n') prompt.pop_back();
+    }
+
+    const int64_t L = run_cfg.model.max_seq_len, V = run_cfg.model.vocab_size;
+    std::vector<int32_t> ids = prompt.empty() ? std::vector<int32_t>{tok.eot} : data::tokenizer_encode(tok, prompt);
+    int64_t dropped = 0;
+    if (int64_t(ids.size()) > L - 1) {  // keep room for one generated token; the left is dropped
+        dropped = int64_t(ids.size()) - (L - 1);
+        ids.erase(ids.begin(), ids.begin() + dropped);
+        spdlog::warn("sample: the prompt has {} tokens, more than the model's {} positions leave room for; its first {} "
+                     "tokens were dropped", int64_t(ids.size()) + dropped, L, dropped);
+    }
+    auto lm = eval::load_model(ref, a.backend, 1, L);  // op scratch sized for a prefill of L tokens
+    spdlog::info("sample: {} ({} step {}) on {}", ref.dir, ref.optimizer, ref.step, lm->backend->name());
+    KvCache cache = kv_cache_make(lm->model, L);
+
+    json samples = json::array();
+    double decode_seconds = 0;
+    int64_t decode_tokens = 0;
+    for (int64_t s = 0; s < a.num_samples; ++s) {
+        cache.length = 0;
+        if (!a.json_out) {
+            if (a.num_samples > 1) fmt::print("{}--- sample {}\n", s ? "\n" : "", s + 1);
+            fmt::print("{}", prompt);
+            std::fflush(stdout);
+        }
+        std::vector<float> logits = kv_cache_forward(lm->model, cache, ids);
+        std::vector<int32_t> gen;
+        std::string stop = "max_tokens";
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t i = 0; i < a.max_tokens; ++i) {
+            const int32_t t = eval::sample_token(logits, V, so, uint32_t(s), uint64_t(cache.length));
+            if (t == tok.eot) {
+                stop = "eot";
+                break;
+            }
+            gen.push_back(t);
+            if (!a.json_out) {
+                const std::string piece = data::tokenizer_decode(tok, std::span<const int32_t>(&gen.back(), 1));
+                std::fwrite(piece.data(), 1, piece.size(), stdout);
+                std::fflush(stdout);
+            }
+            if (cache.length >= L) {
+                stop = "max_seq_len";
+                break;
+            }
+            if (i + 1 < a.max_tokens) {
+                logits = kv_cache_forward(lm->model, cache, std::span<const int32_t>(&gen.back(), 1));
+                ++decode_tokens;
+            }
+        }
+        decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        samples.push_back(json{{"text", data::tokenizer_decode(tok, gen)},
+                               {"tokens", gen},
+                               {"stop", stop}});
+        if (!a.json_out) fmt::print("\n");
+    }
+    const double tps = decode_seconds > 0 ? double(decode_tokens) / decode_seconds : 0.0;
+    spdlog::info("sample: {} decode steps in {:.2f} s: {:.1f} tokens/s ({} backend)", decode_tokens, decode_seconds, tps,
+                 lm->backend->name());
+    if (a.json_out)
+        std::cout << json{{"checkpoint", ref.dir},
+                          {"optimizer", ref.optimizer},
+                          {"step", ref.step},
+                          {"backend", lm->backend->name()},
+                          {"prompt", prompt},
+                          {"prompt_tokens", int64_t(ids.size())},
+                          {"prompt_tokens_dropped", dropped},
+                          {"seed", a.seed},
+                          {"decode_tokens_per_sec", tps},
+                          {"samples", samples}}
+                         .dump(2, ' ', false, json::error_handler_t::replace)  // a cut multi-byte character
+                  << "\n";
+}
+
+}  // namespace
+
+void register_sample_command(CLI::App& app) {
+    auto a = std::make_shared<SampleArgs>();
+    CLI::App* cmd = app.add_subcommand("sample", "Generate text from a checkpoint (KV cache; streams to stdout)");
+    cmd->add_option("checkpoint", a->path, "A run folder (with --optimizer) or a checkpoint folder")->required();
+    cmd->add_option("--optimizer", a->optimizer, "The optimizer whose checkpoint to use (needed when the run has several)");
+    cmd->add_option("--which", a->which, "best or last (default: best when present, else last)")
+        ->check(CLI::IsMember({"best", "last"}));
+    cmd->add_option("--prompt", a->prompt, "Prompt text (default: standard input, less its final newline)")
+        ->each([a](const std::string&) { a->prompt_given = true; });
+    cmd->add_option("--max-tokens", a->max_tokens, "Tokens to generate at most (default 128)");
+    cmd->add_option("--temperature", a->temperature, "Softmax temperature; 0 = greedy (default 1)");
+    cmd->add_option("--top-k", a->top_k, "Sample among the k most probable tokens; 0 = all (default)");
+    cmd->add_option("--top-p", a->top_p, "Nucleus: the smallest set of tokens with probability >= p (default 1)");
+    cmd->add_option("--seed", a->seed, "Seed of the draws: the same seed gives the same text on the same backend");
+    cmd->add_option("--num-samples", a->num_samples, "Independent samples of the same prompt (default 1)");
+    cmd->add_option("--tokenizer", a->tokenizer_dir, "GPT-2 tokenizer folder (default: the run's data.tokenizer_dir)");
+    cmd->add_option("--backend", a->backend, "auto (default), cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    cmd->add_flag("--json", a->json_out, "Print the samples as JSON instead of streaming text");
+    cmd->callback([a] { run_sample(*a); });
+}
+
+}  // namespace skew::tools
