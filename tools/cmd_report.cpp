@@ -17,8 +17,8 @@
 #include "engine/config.h"
 #include "engine/error.h"
 #include "engine/memory_plan.h"
-#include "engine/metrics.h"
-#include "engine/status_line.h"
+#include "train/metrics.h"
+#include "train/status_line.h"
 #include "tools/commands.h"
 
 namespace skew::tools {

@@ -1,7 +1,7 @@
 // Checkpoint I/O: durable (temp + fsync + rename) writers, a safetensors writer and a validating
 // reader, and the checkpoint folder {model,optimizer}.safetensors + trainer_state.json swapped in
 // atomically. Format: https://github.com/huggingface/safetensors (8-byte LE header length, JSON).
-#include "engine/checkpoint.h"
+#include "train/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint.h"  // NamedTensor
+#include "train/checkpoint.h"  // NamedTensor
 
 namespace skew {
 

@@ -7,7 +7,7 @@
 
 #include "engine/config.h"
 #include "engine/error.h"
-#include "engine/schedule.h"
+#include "train/schedule.h"
 
 using namespace skew;
 
