@@ -15,7 +15,7 @@
 
 #include "bench/bench_util.h"
 #include "engine/config.h"
-#include "engine/memory_plan.h"
+#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/philox.h"

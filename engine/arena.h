@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/memory_plan.h"
+#include "kernels/backend.h"
 
 namespace skew {
 
@@ -47,6 +48,14 @@ struct Arena {
 /// Allocate host memory for the plan (zero-filled, 256-byte aligned). Throws skew::Error when
 /// the allocation fails, with the plan's size in GiB.
 Arena allocate_host_arena(const MemoryPlan& plan);
+
+/// The plan's arena where `backend` keeps its memory: host memory, or one device allocation
+/// (allocate_cuda_arena) for a backend with device_memory(). Throws skew::Error as those do.
+Arena allocate_arena(const MemoryPlan& plan, const Backend& backend);
+
+/// The arena's buffers the backend uses for its own work (the plan's backend_workspace: ws.library,
+/// ws.cuda_scratch, ws.cuda_widen), for Backend::bind_workspace; absent ones stay empty.
+BackendWorkspaceMemory backend_workspace_memory(const Arena& arena);
 
 #if defined(SKEW_HAVE_CUDA)
 /// One cudaMalloc of plan.peak_bytes (zeroed). Throws skew::Error with the plan's numbers and the

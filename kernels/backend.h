@@ -114,6 +114,17 @@ struct ClassifierShape {
     int64_t padded_vocab_size = 0;  // Vp: rows of the embedding table
 };
 
+/// Memory of the run's arena that a backend uses for its own work (the memory plan's ws.* buffers,
+/// engine/memory_plan.h backend_workspace); nullptr / 0: none, the backend uses its own.
+struct BackendWorkspaceMemory {
+    void* library = nullptr;   // matrix-library workspace (cuBLASLt), library_bytes bytes
+    int64_t library_bytes = 0;
+    void* scratch = nullptr;   // op scratch (sorts, reduction partials), scratch_bytes bytes
+    int64_t scratch_bytes = 0;
+    float* widen = nullptr;    // fp32 widening buffer of mixed-dtype products, widen_elems elements
+    int64_t widen_elems = 0;
+};
+
 // ---- the interface
 
 /// The ops interface. One instance per device; methods are not reentrant across threads.
@@ -122,6 +133,18 @@ struct Backend {
 
     /// Human-readable name ("cpu", "cuda").
     virtual const char* name() const = 0;
+
+    // ---- device memory
+
+    /// Whether the backend's memory is device memory (the arena is allocated on the device).
+    virtual bool device_memory() const { return false; }
+    /// Use `ws` (memory of the run's arena) for the backend's own work until the next call; an empty
+    /// BackendWorkspaceMemory returns to backend-owned memory. Default: nothing to bind (CPU).
+    virtual void bind_workspace(const BackendWorkspaceMemory& ws) { (void)ws; }
+    /// Device memory in use (bytes, the whole device), or -1 when the backend has no device.
+    virtual int64_t device_memory_used_bytes() const { return -1; }
+    /// Free device memory (bytes), or -1 when the backend has no device or the query fails.
+    virtual int64_t device_memory_free_bytes() const { return -1; }
 
     // ---- host <-> backend memory
 

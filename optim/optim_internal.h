@@ -30,6 +30,16 @@ inline float weight_at(const ParamSlot& s, int64_t i) {
                                        : bf16_to_f32(static_cast<const bf16*>(s.weight)[i]);
 }
 
+/// SkewAdam's numerator coefficient at step t (Algorithm 1 lines 8, 10): sqrt(1-beta2^t)/(1-beta1^t)
+/// with momentum, sqrt(1-beta2^t) without; with no second moment (D = 1) the sqrt factor is dropped.
+/// One source for the CPU loop and the CUDA step.
+inline float skewadam_numerator_coef(const OptimizerConfig& opt, const ParamPolicy& pol, int64_t t) {
+    const double bc1 = 1.0 - std::pow(opt.beta1, double(t)), bc2 = 1.0 - std::pow(opt.beta2, double(t));
+    const bool momentum = pol.momentum == MomentumKind::FP32;
+    const bool has_second = pol.second_moment != SecondMomentKind::NONE;
+    return float((has_second ? std::sqrt(bc2) : 1.0) / (momentum ? bc1 : 1.0));
+}
+
 /// Everything the write-back of one tensor needs.
 struct WriteBack {
     RoundingMode mode = ROUNDING_STOCHASTIC;

@@ -56,6 +56,33 @@ void CudaBackend::set_scratch(void* scratch, int64_t bytes) {
 
 void CudaBackend::set_matmul_widen_buffer(float* buffer, int64_t elems) { mm_->set_widen_buffer(buffer, elems); }
 
+void CudaBackend::bind_workspace(const BackendWorkspaceMemory& ws) {
+    // The cuBLASLt workspace is rebound only to or from an arena buffer: without one the backend
+    // keeps its own.
+    if (ws.library || library_bound_) set_matmul_workspace(ws.library, ws.library ? ws.library_bytes : 0);
+    library_bound_ = ws.library != nullptr;
+    set_scratch(ws.scratch, ws.scratch ? ws.scratch_bytes : 0);
+    set_matmul_widen_buffer(ws.widen, ws.widen ? ws.widen_elems : 0);
+}
+
+int64_t CudaBackend::device_memory_used_bytes() const {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return int64_t(total_b - free_b);
+}
+
+int64_t CudaBackend::device_memory_free_bytes() const {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return int64_t(free_b);
+}
+
 void* CudaBackend::scratch(int64_t bytes) {
     bytes = std::max<int64_t>(bytes, 256);
     if (ext_scratch_ && bytes <= ext_scratch_bytes_) return ext_scratch_;
