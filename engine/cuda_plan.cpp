@@ -15,9 +15,6 @@ std::string plan_backend(const Config& cfg) { return cfg.runtime.backend == "cpu
 
 namespace {
 
-/// The model's LM-head chunk of the unfused path (model/activations.h LOGITS_CHUNK_TOKENS).
-constexpr int64_t LM_HEAD_CHUNK_TOKENS = 512;
-
 /// ws.library: the cuBLASLt workspace of runtime.workspace_gib (bf16 words), none when 0.
 std::vector<BufferSpec> library_workspace(const Config& cfg) {
     std::vector<BufferSpec> out;
@@ -46,7 +43,7 @@ BackendWorkspace cpu_backend_workspace(const Config& cfg, const ParamTable&, int
     const int64_t N = microbatch * cfg.train.seq_len, Vp = m.padded_vocab_size;
     BackendWorkspace ws;
     ws.whole_step = library_workspace(cfg);
-    ws.lm_head_bytes = (std::min(N, LM_HEAD_CHUNK_TOKENS) * Vp + 2 * Vp * m.d_model) * 4;
+    ws.lm_head_bytes = (std::min(N, LOGITS_CHUNK_TOKENS) * Vp + 2 * Vp * m.d_model) * 4;
     return ws;
 }
 

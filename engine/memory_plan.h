@@ -61,6 +61,11 @@ struct PlanComponent {
     int64_t bytes = 0;
 };
 
+/// Tokens per chunk of the model's unfused LM head: its act.logits slot holds at least
+/// min(N, LOGITS_CHUNK_TOKENS) x padded_vocab_size fp32 logits (model/activations.h), and the CPU
+/// backend's fused head works in the same chunk (cpu_backend_workspace).
+constexpr int64_t LOGITS_CHUNK_TOKENS = 512;
+
 /// The backend a plan is sized for: "cpu" for runtime.backend cpu, else "cuda" (auto plans for
 /// the GPU; the trainer plans with the backend it resolved).
 std::string plan_backend(const Config& cfg);

@@ -26,9 +26,6 @@ struct ActDims {
     int64_t logits = 0;            // fp32 words of act.logits (LM head chunk, or the backend's fused head)
 };
 
-/// Tokens per chunk of the unfused LM head (fp32 logits of LOGITS_CHUNK_TOKENS x padded_vocab_size).
-constexpr int64_t LOGITS_CHUNK_TOKENS = 512;
-
 /// The dimensions of `m` for `microbatch` sequences of `seq_len` tokens; act.logits holds
 /// max(min(N, LOGITS_CHUNK_TOKENS) x padded_vocab_size, the backend's fused LM head workspace).
 /// lm_head_workspace_bytes: that workspace (0: the backend has no fused head).
