@@ -1,4 +1,4 @@
-// One training step of the MoE transformer on the CPU backend (issue 3, "Performance"): zero
+// One training step of the MoE transformer on the CPU backend: zero
 // gradients, forward + backward over every microbatch (per-block checkpointing, aux losses), global
 // grad-norm clip; no optimizer. Prints tokens/s and peak RSS as JSON, tagged with the git commit.
 //

@@ -1,4 +1,4 @@
-// The backend ops interface: every op the MoE transformer of design.md ("The paper's model") needs,
+// The backend ops interface: every op the MoE transformer of docs/design.md ("The paper's model") needs,
 // forward and backward. The model (model/) is written once against `Backend`; the CPU reference
 // (kernels/cpu/) and the CUDA backend (kernels/cuda/) are its two implementations.
 //
@@ -85,7 +85,7 @@ struct AttentionShape {
     int64_t batch = 0, seq_len = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
 };
 
-/// The router of one MoE block (design.md, "Router (fp32)").
+/// The router of one MoE block (docs/design.md, "Router (fp32)").
 struct RouterShape {
     int64_t n_tokens = 0;   // tokens in the microbatch (batch * seq_len)
     int64_t n_experts = 0;  // E
@@ -169,7 +169,7 @@ struct Backend {
     virtual void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s) = 0;
 
     /// Linear layer forward: out (n_rows, out_features) = inp (n_rows, in_features) ·
-    /// weight (out_features, in_features)^T, + out when accumulate. No bias (design.md).
+    /// weight (out_features, in_features)^T, + out when accumulate. No bias (docs/design.md).
     void matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight, int64_t n_rows, int64_t in_features,
                         int64_t out_features, bool accumulate = false) {
         matmul(out, inp, weight,

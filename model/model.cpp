@@ -1,4 +1,4 @@
-// The MoE transformer's forward and backward over the Backend ops (design.md "The data path";
+// The MoE transformer's forward and backward over the Backend ops (docs/design.md "The data path";
 // paper Section 4): per-block activation checkpointing (forward keeps block inputs, backward
 // recomputes each block with the same router noise), loss = LM + Σ_MoE (balance + z), each / accum.
 #include "model/model.h"

@@ -1,4 +1,4 @@
-// The MoE transformer of design.md ("The paper's model"; paper Section 4), written once against the
+// The MoE transformer of docs/design.md ("The paper's model"; paper Section 4), written once against the
 // Backend ops interface: embedding + positions, per block pre-LayerNorm GQA attention and a dense
 // SwiGLU FFN or a top-k MoE, final LayerNorm, tied LM head, cross-entropy + balance loss + z-loss.
 // Per-block activation checkpointing: the forward keeps each block's input, the backward recomputes.
@@ -85,7 +85,7 @@ struct LossParts {
 /// d_model is not n_heads * head_dim.
 Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backend& backend);
 
-/// Initialize every weight (design.md, "The paper's model"): linear and embedding weights
+/// Initialize every weight (docs/design.md, "The paper's model"): linear and embedding weights
 /// N(0, init_std); attn.wo, ffn.w3 and experts.w3 N(0, init_std / sqrt(2 n_blocks)); the router
 /// zero; LayerNorm weight 1, bias 0. Element i of parameter p draws philox_normal(seed,
 /// PHILOX_STREAM_INIT, step 0, tensor p.index, element i), so every backend initializes alike.

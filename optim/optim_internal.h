@@ -1,6 +1,6 @@
 // Helpers shared by the CPU optimizer loops (optim/*.cpp): reading gradients and weights of either
 // dtype, the one write-back (decay fused in fp32 or the trainer's bf16 premultiply, then the
-// configured rounding; research/optimizers.md §9), per-algorithm entry points.
+// configured rounding; docs/optimizers.md §9), per-algorithm entry points.
 #pragma once
 #include <algorithm>
 #include <cmath>

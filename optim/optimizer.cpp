@@ -1,4 +1,4 @@
-// The tier policy as data, the per-parameter state layout (paper Eq. 2; research/optimizers.md §1),
+// The tier policy as data, the per-parameter state layout (paper Eq. 2; docs/optimizers.md §1),
 // the common entry optimizer_step and host state storage.
 #include "optim/optimizer.h"
 
@@ -169,7 +169,7 @@ void optimizer_step(const OptimizerConfig& opt, std::span<ParamSlot> params, con
     if (step.t < 1) fail("optimizer '{}': step t must be >= 1 (got {})", opt.name, step.t);
     for (const ParamSlot& s : params) {
         if (!s.info) fail("optimizer '{}': a parameter slot has no ParamInfo", opt.name);
-        if (!s.grad) continue;  // no gradient this step: no step at all (research §7.2 item 11)
+        if (!s.grad) continue;  // no gradient this step: no step at all (docs/optimizers.md §7.2 item 11)
         ParamPolicy pol = param_policy(opt, *s.info);
         switch (pol.kind) {
             case OptimizerKind::SKEWADAM: optim_detail::skewadam_step(opt, s, pol, step); break;

@@ -1,5 +1,5 @@
-// The optimizer step over the parameter table (design.md "Optimizers"): the tier policy as data,
-// the state each parameter keeps (paper Eq. 2, research/optimizers.md §1), one entry
+// The optimizer step over the parameter table (docs/design.md "Optimizers"): the tier policy as data,
+// the state each parameter keeps (paper Eq. 2, docs/optimizers.md §1), one entry
 // `optimizer_step` dispatching to SkewAdam (Algorithm 1), AdamW, Lion, Muon, Adafactor and
 // GaLore on the CPU.
 #pragma once

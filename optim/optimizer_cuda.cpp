@@ -1,6 +1,6 @@
 // The CUDA optimizer step: resolves each parameter's policy exactly as the CPU step does
 // (optim/optimizer.cpp) and calls the fused kernels of kernels/cuda/optim_kernels.cu
-// (paper Algorithm 1; research/optimizers.md §2-§5).
+// (paper Algorithm 1; docs/optimizers.md §2-§5).
 #if defined(SKEW_HAVE_CUDA)
 #include "optim/optimizer_cuda.h"
 

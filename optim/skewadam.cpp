@@ -1,4 +1,4 @@
-// SkewAdam on the CPU: paper Algorithm 1 with design.md's clamps (research/optimizers.md §7).
+// SkewAdam on the CPU: paper Algorithm 1 with docs/design.md's clamps (docs/optimizers.md §7).
 // Per matrix (each expert of a stack is its own W): factored R, C from row/column means of G^2,
 // tier momentum, update RMS clip, one fused write-back. Three passes: means, RMS, write.
 #include <cmath>

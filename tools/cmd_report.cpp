@@ -182,7 +182,7 @@ Run load_run(const std::string& run_dir) {
     return run;
 }
 
-// The balance-loss floor under uniform routing: alpha times the number of MoE blocks (design.md).
+// The balance-loss floor under uniform routing: alpha times the number of MoE blocks (docs/design.md).
 double balance_floor(const RunMetrics& r) {
     const auto& cfg = r.config;
     if (!cfg.is_object() || !cfg.contains("model") || !cfg["model"].is_object()) return NO_VALUE;

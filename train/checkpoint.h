@@ -1,4 +1,4 @@
-// Checkpoints and durable files (design.md, "Errors, not crashes": a checkpoint on disk is never
+// Checkpoints and durable files (docs/design.md, "Errors, not crashes": a checkpoint on disk is never
 // left half-written). Weights and optimizer state are safetensors files (header JSON + raw
 // little-endian data, readable by PyTorch's `safetensors`); the trainer's scalars are a JSON file.
 #pragma once

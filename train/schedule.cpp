@@ -1,5 +1,5 @@
 // The trainer's learning-rate schedule: linear warmup from 0, cosine decay to lr * min_lr_frac
-// (research/optimizers.md §8). Written in the same operation order as the Python reference so that
+// (docs/optimizers.md §8). Written in the same operation order as the Python reference so that
 // the rates match it to the bit.
 #include "train/schedule.h"
 

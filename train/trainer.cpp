@@ -185,7 +185,7 @@ double unigram_val_perplexity(const TokenSplit& train, const TokenSplit& val, in
 }
 
 /// Validation loss over the fixed validation batches: mean over batches of each batch's mean LM
-/// loss (design.md, "Training protocol"), and the mean balance loss (no router noise).
+/// loss (docs/design.md, "Training protocol"), and the mean balance loss (no router noise).
 struct EvalResult {
     double val_loss = 0;
     double val_balance_loss = 0;

@@ -1,4 +1,4 @@
-// CUDA flash-style causal GQA attention (design.md, "The paper's model"; FlashAttention-2's
+// CUDA flash-style causal GQA attention (docs/design.md, "The paper's model"; FlashAttention-2's
 // schedule: Dao 2023). Correctness-first CUDA-core version: tiles of 32 queries x 32 keys in shared
 // memory (bf16, rows padded one word against bank conflicts), online softmax in fp32, lse saved;
 // the backward recomputes P from lse. Query head h reads KV head h / (H / KV). Tensor-core (wgmma)

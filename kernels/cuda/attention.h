@@ -1,4 +1,4 @@
-// CUDA causal grouped-query attention, flash-style (design.md: 32 query heads share 8 KV heads,
+// CUDA causal grouped-query attention, flash-style (docs/design.md: 32 query heads share 8 KV heads,
 // head dim 128): tiles of Q, K, V in shared memory, online softmax, the log-sum-exp saved for the
 // backward, scores recomputed there. head_dim 16, 32 (tiny.yaml), 64 and 128 (the paper). CPU twin: kernels/cpu/attention.cpp;
 // semantics and layouts: AttentionShape and Backend::attention_* in kernels/backend.h.

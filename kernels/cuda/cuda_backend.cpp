@@ -1,6 +1,6 @@
 // The CUDA backend: Backend (kernels/backend.h) forwarding to the launchers of kernels/cuda/ on one
 // stream, with a growable device scratch for the reductions' partial sums and the sorts, and a
-// device error word for index errors found inside kernels (design.md, "Two backends, one model").
+// device error word for index errors found inside kernels (docs/design.md, "Two backends, one model").
 // Host code, compiled by the host compiler (fmt is fine here).
 #include "kernels/cuda/cuda_backend.h"
 

@@ -1,5 +1,5 @@
 // The CUDA backend: the Backend interface (kernels/backend.h) on one GPU, forwarding every op to
-// the launchers of kernels/cuda/<op>.h on one stream (design.md, "Two backends, one model"). The
+// the launchers of kernels/cuda/<op>.h on one stream (docs/design.md, "Two backends, one model"). The
 // CPU backend (kernels/cpu/) is its reference; tests/gpu/ holds every op to it.
 #pragma once
 #include <cuda_runtime_api.h>

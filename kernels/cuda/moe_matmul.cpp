@@ -1,4 +1,4 @@
-// Grouped expert matmul, baseline: the per-expert cuBLASLt loop (research/engines.md §3.4,
+// Grouped expert matmul, baseline: the per-expert cuBLASLt loop (docs/architecture.md, "MoE expert products",
 // "host-synced sort + loop"; TE's original GroupedLinear). The offsets come to pinned host memory
 // once per call; each non-empty expert is one cuBLASLt product on the backend's stream. Host code.
 #include "kernels/cuda/moe_matmul.h"

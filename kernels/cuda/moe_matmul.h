@@ -1,5 +1,5 @@
-// Grouped expert matrix products for variable per-expert token counts (design.md: 128 SwiGLU
-// experts, dropless; research/engines.md §3): forward (variable M), data gradient (variable M) and
+// Grouped expert matrix products for variable per-expert token counts (docs/design.md: 128 SwiGLU
+// experts, dropless; docs/architecture.md, "MoE expert products"): forward (variable M), data gradient (variable M) and
 // weight gradient (variable K). Behind one interface so the algorithm can change; the baseline is a
 // per-expert cuBLASLt loop with the counts copied to the host. CPU twin: kernels/cpu/moe_dispatch.cpp.
 #pragma once

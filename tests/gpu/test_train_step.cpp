@@ -1,4 +1,4 @@
-// One whole training step of configs/tiny.yaml on the CUDA backend against the CPU backend (issue 7,
+// One whole training step of configs/tiny.yaml on the CUDA backend against the CPU backend (
 // "Tests and verification"): same Philox initialization, same batch, same router noise; losses,
 // every gradient, the grad norm and the weights after the optimizer step; and the measured peak
 // device memory of the step against the memory plan. Skipped where no GPU is visible (gpu_main.cpp).

@@ -1,4 +1,4 @@
-// Optimizer-level properties: fused weight decay survives bf16 (design.md "Weight decay"),
+// Optimizer-level properties: fused weight decay survives bf16 (docs/design.md "Weight decay"),
 // stochastic write-back equals the fp32 step in expectation, resumed equals uninterrupted, rounding
 // streams are distinct per tensor, 64-bit element indexing, skipped parameters, and the state the
 // optimizers touch is exactly the memory plan's (paper Eq. 2, Appendix B).

@@ -1,4 +1,4 @@
-// CPU/CUDA twin test of the optimizer step (design.md "Every CUDA kernel has a CPU twin"): three
+// CPU/CUDA twin test of the optimizer step (docs/design.md "Every CUDA kernel has a CPU twin"): three
 // steps of each optimizer on the same small model on both backends. Tolerance: bf16 weights within
 // 1 ulp, fp32 weights and state |d| <= 1e-4|x| + 1e-5 max|x| (reduction order differs). Runs only
 // where a GPU is present; elsewhere it passes with a warning (the CUDA code is compile-checked).
