@@ -1,4 +1,4 @@
-// GPU micro-benchmarks of the CUDA backend's ops at the paper's shapes (design.md: d_model 4096,
+// GPU micro-benchmarks of the CUDA backend's ops at the paper's shapes (docs/design.md: d_model 4096,
 // 32/8 heads of 128, 128 experts top-2, hidden 4096, batch 64 x 128, vocabulary 50,304): dense
 // cuBLASLt GEMMs (the ceiling), the grouped expert GEMM (per-expert loop) against a dense GEMM of
 // the same FLOPs with uniform, skewed and empty-expert routing, and every other kernel's time with

@@ -1,4 +1,4 @@
-// CPU op benchmark (issue 3): milliseconds per call of every Backend op, forward and backward, at the
+// CPU op benchmark: milliseconds per call of every Backend op, forward and backward, at the
 // shapes of one microbatch of the issue's CPU comparison model (d_model 128, 8 experts top-2, GPT-2
 // vocabulary padded to 50,304, batch 8 x 128). Not a test. Writes JSON with the commit.
 // Usage: bench_ops [--reps N] [--out FILE]

@@ -1,4 +1,4 @@
-// Optimizer step benchmark on the CPU (issue 4, "Performance"): step time per parameter for every
+// Optimizer step benchmark on the CPU: step time per parameter for every
 // built-in optimizer on a small representative parameter set, the bytes each step moves per
 // parameter, and the state size of each optimizer for the paper's model (from the memory plan).
 // Usage: bench_optim [--reps N] [--scale S] [--out FILE]; prints JSON tagged with the git commit.
@@ -15,7 +15,7 @@
 
 #include "bench/bench_util.h"
 #include "engine/config.h"
-#include "engine/memory_plan.h"
+#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/philox.h"

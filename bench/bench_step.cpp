@@ -1,4 +1,4 @@
-// One training step of the MoE transformer on the CPU backend (issue 3, "Performance"): zero
+// One training step of the MoE transformer on the CPU backend: zero
 // gradients, forward + backward over every microbatch (per-block checkpointing, aux losses), global
 // grad-norm clip; no optimizer. Prints tokens/s and peak RSS as JSON, tagged with the git commit.
 //
@@ -23,7 +23,7 @@
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/error.h"
-#include "engine/memory_plan.h"
+#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "model/model.h"

@@ -1,4 +1,4 @@
-// Tokenizer throughput (issue 5): MB/s of skew's GPT-2 BPE on the fetched corpus on one core and on
+// Tokenizer throughput: MB/s of skew's GPT-2 BPE on the fetched corpus on one core and on
 // all cores, side by side in the same run with tiktoken (WebAssembly) and gpt-3-encoder under node
 // (bench/tokenizer/bench.mjs), checking that the token ids are identical. Writes JSON with the commit.
 // One-core figures are given by wall clock and by CPU time; the latter is the fair one on a shared machine.

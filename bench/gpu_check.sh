@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu_check.sh: the one script a GPU machine runs for the CUDA backend (issue 7). It builds
+# bench/gpu_check.sh: the one script a GPU machine runs for the CUDA backend. It builds
 # (or takes prebuilt) test_gpu, skew and bench_gpu_ops for sm_90a, runs the GPU tests (ctest label
 # `gpu`: every CUDA op against its CPU twin, and one training step of configs/tiny.yaml against the
 # CPU backend with its peak device memory against the plan), then the whole-step training benchmark

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarize the whole-step GPU training benchmark of bench/gpu_check.sh (issue 7 targets).
+"""Summarize the whole-step GPU training benchmark of bench/gpu_check.sh (targets).
 
 gpu_check.sh runs `skew train configs/paper-6.78b.yaml` on the CUDA backend for a few steps and
 copies into $OUT/train: steps_<opt>.jsonl (every step), metrics_<opt>.json (written at the one
@@ -19,7 +19,7 @@ plan.json (`skew plan --json` of the same run), train.log (the trainer's log) an
                where the step log has them (null otherwise)
   memory       metrics' peak_memory_bytes (device memory in use, whole device) against
                plan_peak_bytes; without metrics, the trainer's last log line that reports them
-  targets      tokens/s >= 100,000 and |measured peak - plan| <= 1 GiB (design.md, "Targets on a
+  targets      tokens/s >= 100,000 and |measured peak - plan| <= 1 GiB (docs/design.md, "Targets on a
                GPU"); pass is null when the number is missing
 
 Usage: bench/summarize_gpu_train.py TRAIN_DIR [--out FILE] [--optimizer skewadam] [--warmup 2]

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-# PyTorch eager twin of bench/bench_step.cpp (issue 3, "Performance"): the same MoE transformer
-# (design.md "The paper's model": pre-LN GQA attention, dense SwiGLU / top-2 MoE with balance and
+# PyTorch eager twin of bench/bench_step.cpp: the same MoE transformer
+# (docs/design.md "The paper's model": pre-LN GQA attention, dense SwiGLU / top-2 MoE with balance and
 # z-loss, tied LM head over the padded vocabulary), one training step = zero grads, forward +
 # backward with per-block activation checkpointing, grad-norm clip; no optimizer. fp32 on the CPU.
 #
 # Usage (Debian's torch 1.13): /usr/bin/python3 bench/torch_step.py --model moe10m --threads 2
-# Side by side (issue 3's benchmark): /usr/bin/python3 bench/torch_step.py --compare build/bench/bench_step
+# Side by side (benchmark): /usr/bin/python3 bench/torch_step.py --compare build/bench/bench_step
 #   runs --rounds alternating skew / torch processes per model and writes bench/results/step_cpu.json.
 #   Both sides run with OMP_WAIT_POLICY=passive: with libgomp's default spin-wait, idle OpenMP workers
 #   and OpenBLAS's pthreads fight for the cores (skew and Debian's torch both link libgomp and

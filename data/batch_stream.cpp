@@ -1,5 +1,5 @@
 // Batch stream over memory-mapped llm.c shards: a split is one stream of uint16 tokens; batches are
-// fixed windows of B*T + 1 tokens B*T apart (design.md "Data"), read straight from the mapping.
+// fixed windows of B*T + 1 tokens B*T apart (docs/design.md "Data"), read straight from the mapping.
 #include "data/batch_stream.h"
 
 #include <fcntl.h>

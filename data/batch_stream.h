@@ -1,4 +1,4 @@
-// The batch stream (design.md "Data"): a split's shards are one token stream; batch i takes tokens
+// The batch stream (docs/design.md "Data"): a split's shards are one token stream; batch i takes tokens
 // [i*B*T, i*B*T + B*T + 1), x = all but the last, y = all but the first. Deterministic in i, so every
 // optimizer of a run sees the same batches, validation batches are fixed and a resume is a seek.
 #pragma once

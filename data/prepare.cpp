@@ -1,7 +1,7 @@
 // The preparation pipeline: read chunks of records on a helper thread, parse + split + tokenize each
 // chunk in parallel (OpenMP, one tokenizer workspace per thread), append them in input order to the train and
 // val shard writers, rotate shards at shard_tokens, then put every shard and manifest.json in place
-// together (design.md "Data"). Until then all output is hidden temporaries, so an earlier dataset in
+// together (docs/design.md "Data"). Until then all output is hidden temporaries, so an earlier dataset in
 // the folder stays whole if this run fails or is interrupted.
 #include "data/prepare.h"
 

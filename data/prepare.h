@@ -1,4 +1,4 @@
-// `skew prepare`: text corpus -> token shards (design.md "Data"). Streams documents in bounded
+// `skew prepare`: text corpus -> token shards (docs/design.md "Data"). Streams documents in bounded
 // chunks, tokenizes each chunk on all cores, routes documents by the MD5 split and writes llm.c
 // .bin shards plus manifest.json, every file through a hidden temporary name, all renamed into place
 // together at the end (an interrupted run leaves an earlier dataset whole).

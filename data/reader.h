@@ -1,4 +1,4 @@
-// Corpus readers (design.md "Data"): .txt (a file is one document) and .jsonl (one JSON object per
+// Corpus readers (docs/design.md "Data"): .txt (a file is one document) and .jsonl (one JSON object per
 // line, field "text"), plain or gzip-compressed (.gz, through zlib); inputs may be files,
 // directories (searched recursively) or glob patterns. Documents stream; nothing is held whole.
 #pragma once

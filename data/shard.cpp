@@ -1,5 +1,5 @@
 // llm.c .bin token shards: whole-file write/read with header checks, and a streaming writer that
-// patches the token count into the header on close (research/engines.md §1.4).
+// patches the token count into the header on close (docs/data.md, "Shard format (llm.c)").
 #include "data/shard.h"
 
 #include <cerrno>

@@ -1,4 +1,4 @@
-// Token shards in llm.c's .bin layout (research/engines.md §1.4): a 256 x int32 header (magic
+// Token shards in llm.c's .bin layout (docs/data.md, "Shard format (llm.c)"): a 256 x int32 header (magic
 // 20240520, version 1, token count), then uint16 tokens. Shards from llm.c's data scripts load
 // unchanged; shards are written to a hidden temporary file and renamed into place.
 #pragma once

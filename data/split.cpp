@@ -1,4 +1,4 @@
-// Document-hash split (design.md "Data"): MD5 through OpenSSL's EVP interface over the first 1024
+// Document-hash split (docs/design.md "Data"): MD5 through OpenSSL's EVP interface over the first 1024
 // code points, bucket mod 1000, train below round(1000 * (1 - val_ratio)).
 #include "data/split.h"
 

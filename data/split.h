@@ -1,4 +1,4 @@
-// The paper's document-hash train/validation split (design.md "Data"): MD5 of the UTF-8 bytes of a
+// The paper's document-hash train/validation split (docs/design.md "Data"): MD5 of the UTF-8 bytes of a
 // document's first 1024 Unicode code points; bucket = (first 8 hex digits as an integer) mod 1000;
 // a document is in train when bucket < 1000 * (1 - val_ratio), i.e. < 950 for the default 0.05.
 #pragma once

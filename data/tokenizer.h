@@ -1,4 +1,4 @@
-// GPT-2 byte-level BPE tokenizer (design.md "Data"): GPT-2's pre-tokenization regex through PCRE2
+// GPT-2 byte-level BPE tokenizer (docs/design.md "Data"): GPT-2's pre-tokenization regex through PCRE2
 // with Unicode properties, the byte-to-unicode map, merge ranks and a per-thread word cache.
 // Token ids equal OpenAI's (tiktoken "gpt2", the original encoder.py) on valid UTF-8.
 #pragma once

@@ -150,6 +150,13 @@ std::vector<std::string> arena_broken_canaries(const Arena& a) {
             }
     }
     return broken;
+Arena allocate_arena(const MemoryPlan& plan, const Backend& backend) {
+    if (!backend.device_memory()) return allocate_host_arena(plan);
+#if defined(SKEW_HAVE_CUDA)
+    return allocate_cuda_arena(plan);
+#else
+    fail("arena: backend '{}' keeps device memory but this build has no CUDA", backend.name());
+#endif
 }
 
 }  // namespace skew

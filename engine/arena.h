@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/memory_plan.h"
+#include "kernels/backend.h"
 
 namespace skew {
 
@@ -69,6 +70,13 @@ Arena allocate_host_arena_guarded(const MemoryPlan& plan);
 /// the next buffer or the end) is no longer intact: something wrote past the buffer's end. Empty
 /// when all are intact. Throws skew::Error for an arena that is not guarded.
 std::vector<std::string> arena_broken_canaries(const Arena& arena);
+/// The plan's arena where `backend` keeps its memory: host memory, or one device allocation
+/// (allocate_cuda_arena) for a backend with device_memory(). Throws skew::Error as those do.
+Arena allocate_arena(const MemoryPlan& plan, const Backend& backend);
+
+/// The arena's buffers the backend uses for its own work (the plan's backend_workspace: ws.library,
+/// ws.cuda_scratch, ws.cuda_widen), for Backend::bind_workspace; absent ones stay empty.
+BackendWorkspaceMemory backend_workspace_memory(const Arena& arena);
 
 #if defined(SKEW_HAVE_CUDA)
 /// One cudaMalloc of plan.peak_bytes (zeroed). Throws skew::Error with the plan's numbers and the

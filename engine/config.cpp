@@ -100,7 +100,7 @@ OptimizerConfig builtin_optimizer(const std::string& name) {
         o.nesterov = true;
         o.shape_scale = true;
         o.ema_momentum = true;
-        // Keller Jordan's MuonWithAuxAdam defaults for the internal Adam (research/optimizers.md §4.1)
+        // Keller Jordan's MuonWithAuxAdam defaults for the internal Adam (docs/optimizers.md §4.1)
         o.beta2 = 0.95;
         o.eps = 1e-10;
         o.adam_lr = 3e-4;

@@ -42,7 +42,7 @@ enum class SecondMomentKind : uint8_t { NONE, FULL, FACTORED };
 enum class Rounding : uint8_t { STOCHASTIC, DITHERED, NEAREST };
 enum class WeightDecayMode : uint8_t { FUSED, BF16_PREMULTIPLY };
 
-/// What one tier keeps (design.md, "Optimizers"): momentum, second moment, weight decay.
+/// What one tier keeps (docs/design.md, "Optimizers"): momentum, second moment, weight decay.
 /// Vectors always get a full second moment where the policy says factored (Algorithm 1 line 2).
 struct TierPolicy {
     MomentumKind momentum = MomentumKind::NONE;
@@ -80,7 +80,7 @@ struct OptimizerConfig {
     double galore_scale = 0.25;
 };
 
-/// Data sources and split (design.md, "Data").
+/// Data sources and split (docs/design.md, "Data").
 struct DataConfig {
     std::string dir = "data/prepared";         // token shards + manifest written by `skew prepare`
     std::string tokenizer_dir = "data/tokenizer";

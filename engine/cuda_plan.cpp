@@ -1,9 +1,11 @@
-// The CUDA backend's own device memory in the plan: op scratch (sorts, reduction partials), the
-// fp32 widening buffer of mixed-dtype products (the fp32 router), and the CUDA optimizer step's
-// per-tensor scratch, sized from engine/cuda_workspace.h so a CUDA run allocates nothing outside
-// the arena (issue 7: the measured peak within 1 GiB of the plan).
+// Each backend's own memory in the plan, from its device-free size model: the CUDA backend's op
+// scratch (sorts, reduction partials), the fp32 widening buffer of mixed-dtype products (the fp32
+// router) and its fused LM head's workspace, sized from engine/cuda_workspace.h so a CUDA run
+// allocates nothing outside the arena (docs/design.md, "One memory plan"); the CPU backend's
+// fused LM head; the cuBLASLt workspace of runtime.workspace_gib.
 #include <algorithm>
 
+#include "engine/arena.h"
 #include "engine/cuda_workspace.h"
 #include "engine/memory_plan.h"
 
@@ -11,7 +13,41 @@ namespace skew {
 
 std::string plan_backend(const Config& cfg) { return cfg.runtime.backend == "cpu" ? "cpu" : "cuda"; }
 
-std::vector<BufferSpec> cuda_workspace_buffers(const Config& cfg, const ParamTable& table, int64_t microbatch) {
+namespace {
+
+/// ws.library: the cuBLASLt workspace of runtime.workspace_gib (bf16 words), none when 0.
+std::vector<BufferSpec> library_workspace(const Config& cfg) {
+    std::vector<BufferSpec> out;
+    if (cfg.runtime.workspace_gib <= 0) return out;
+    BufferSpec b;
+    b.name = "ws.library";
+    b.kind = BufferKind::WORKSPACE;
+    b.dtype = DType::U16;
+    b.shape = {int64_t(cfg.runtime.workspace_gib * GIB / 2.0)};
+    b.first = Phase::FORWARD;
+    b.last = Phase::OPTIMIZER;
+    b.component = "workspace";
+    out.push_back(std::move(b));
+    return out;
+}
+
+}  // namespace
+
+BackendWorkspace backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch) {
+    return plan_backend(cfg) == "cpu" ? cpu_backend_workspace(cfg, table, microbatch)
+                                      : cuda_backend_workspace(cfg, table, microbatch);
+}
+
+BackendWorkspace cpu_backend_workspace(const Config& cfg, const ParamTable&, int64_t microbatch) {
+    const ModelConfig& m = cfg.model;
+    const int64_t N = microbatch * cfg.train.seq_len, Vp = m.padded_vocab_size;
+    BackendWorkspace ws;
+    ws.whole_step = library_workspace(cfg);
+    ws.lm_head_bytes = (std::min(N, LOGITS_CHUNK_TOKENS) * Vp + 2 * Vp * m.d_model) * 4;
+    return ws;
+}
+
+BackendWorkspace cuda_backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch) {
     const ModelConfig& m = cfg.model;
     const int64_t B = microbatch, T = cfg.train.seq_len, N = B * T, d = m.d_model;
     const bool has_moe = !m.moe_blocks.empty();
@@ -43,43 +79,30 @@ std::vector<BufferSpec> cuda_workspace_buffers(const Config& cfg, const ParamTab
     // product, so the bf16 operand (forward: the LN output; backward: the LN output for the weight
     // gradient, the bf16 input gradient it accumulates into) is widened to fp32 once per product.
     if (has_moe) add("ws.cuda_widen", DType::F32, N * d + int64_t(m.n_experts) * d);
-    return out;
+    BackendWorkspace ws;
+    ws.whole_step = library_workspace(cfg);
+    ws.ops = std::move(out);
+    ws.lm_head_bytes = cuda_ws::lm_head_workspace_bytes(N, d, m.padded_vocab_size);
+    return ws;
 }
 
-int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTable& table,
-                                     const std::vector<BufferSpec>& state) {
-    const bool muon = opt.type == "muon" || opt.type == "muon-kj";
-    const bool fused = opt.type == "skewadam" || opt.type == "adafactor";
-    const bool galore = opt.type == "galore" || opt.type == "galore-paper";
-    if (!muon && !fused && !galore) return 0;
-    std::vector<bool> factored(table.params.size(), false), projected(table.params.size(), false);
-    for (const BufferSpec& b : state) {
-        if (b.state == StateKind::SECOND_ROW && b.param >= 0) factored[size_t(b.param)] = true;
-        if (b.state == StateKind::GALORE_P && b.param >= 0) projected[size_t(b.param)] = true;
+BackendWorkspaceMemory backend_workspace_memory(const Arena& arena) {
+    BackendWorkspaceMemory ws;
+    if (!arena.plan) return ws;
+    const MemoryPlan& plan = *arena.plan;
+    if (const int i = plan.find("ws.library"); i >= 0) {
+        ws.library = arena.ptr(i);
+        ws.library_bytes = plan.buffers[size_t(i)].bytes();
     }
-    int64_t need = 0;
-    for (size_t i = 0; i < table.params.size(); ++i) {
-        const ParamInfo& p = table.params[i];
-        if (galore) {
-            if (projected[i])
-                need = std::max(need, cuda_ws::galore_scratch_bytes(p.n_matrices(), p.rows(), p.cols(),
-                                                                    std::min({opt.rank, p.rows(), p.cols()}),
-                                                                    opt.type == "galore-paper"));
-            continue;
-        }
-        if (muon) {
-            if (!p.is_vector() && !muon_uses_adam(p)) need = std::max(need, cuda_ws::muon_scratch_bytes(p.n_matrices(), p.rows(), p.cols()));
-            continue;
-        }
-        // A factored second moment runs per matrix; every other tensor as one 1 x numel matrix.
-        need = std::max(need, factored[i] ? cuda_ws::optim_update_scratch_bytes(p.n_matrices(), p.rows(), p.cols())
-                                          : cuda_ws::optim_update_scratch_bytes(1, 1, p.numel()));
+    if (const int i = plan.find("ws.cuda_scratch"); i >= 0) {
+        ws.scratch = arena.ptr(i);
+        ws.scratch_bytes = plan.buffers[size_t(i)].bytes();
     }
-    return need;
-}
-
-int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTable& table) {
-    return cuda_optimizer_scratch_bytes(opt, table, optimizer_state_buffers(opt, table));
+    if (const int i = plan.find("ws.cuda_widen"); i >= 0) {
+        ws.widen = static_cast<float*>(arena.ptr(i));
+        ws.widen_elems = plan.buffers[size_t(i)].numel();
+    }
+    return ws;
 }
 
 }  // namespace skew

@@ -61,40 +61,43 @@ struct PlanComponent {
     int64_t bytes = 0;
 };
 
-/// The optimizer state of `opt` for every parameter, as buffers (kind STATE), in table order.
-/// Closed form of paper Eq. 2 generalized to every optimizer and tier policy:
-/// research/optimizers.md §1. Throws skew::Error for an unknown optimizer type.
-std::vector<BufferSpec> optimizer_state_buffers(const OptimizerConfig& opt, const ParamTable& table);
-
-/// The state the paper's accounting reports for `opt` (Table 1/3): equal to the state bytes
-/// except for Muon, which the paper charges 4 B per parameter for every parameter (its internal
-/// Adam's extra 4 B on Adam-routed parameters is reported separately, Table 1 footnote).
-int64_t paper_state_bytes(const OptimizerConfig& opt, const ParamTable& table);
-
-/// Whether Muon sends parameter `p` to its internal Adam (embeddings, positions, router, vectors)
-/// rather than Newton-Schulz; role-based, from the parameter table.
-bool muon_uses_adam(const ParamInfo& p);
-
-/// The activation slots of one microbatch (sequences) of length seq_len with per-block
-/// checkpointing, and the workspace; see activation_plan.cpp for the list.
-std::vector<BufferSpec> activation_buffers(const Config& cfg, int64_t microbatch);
+/// Tokens per chunk of the model's unfused LM head: its act.logits slot holds at least
+/// min(N, LOGITS_CHUNK_TOKENS) x padded_vocab_size fp32 logits (model/activations.h), and the CPU
+/// backend's fused head works in the same chunk (cpu_backend_workspace).
+constexpr int64_t LOGITS_CHUNK_TOKENS = 512;
 
 /// The backend a plan is sized for: "cpu" for runtime.backend cpu, else "cuda" (auto plans for
 /// the GPU; the trainer plans with the backend it resolved).
 std::string plan_backend(const Config& cfg);
 
-/// The CUDA backend's device scratch for one microbatch (sequences) as WORKSPACE buffers
-/// (FORWARD..BACKWARD): ws.cuda_scratch (fp32 words holding the largest op scratch: embedding/LayerNorm/
-/// attention backward, router, dispatch sort, grad-norm partials) and, with MoE blocks,
-/// ws.cuda_widen (fp32, the router's bf16 operands widened). Formulas: engine/cuda_workspace.h.
-std::vector<BufferSpec> cuda_workspace_buffers(const Config& cfg, const ParamTable& table, int64_t microbatch);
+/// What a backend declares to the plan for one microbatch, from its device-free size model:
+/// buffers it holds for the whole step (the cuBLASLt workspace ws.library, runtime.workspace_gib),
+/// its op scratch for forward and backward, and the bytes its fused LM head + cross-entropy needs
+/// (the model's act.logits slot is at least that large).
+struct BackendWorkspace {
+    std::vector<BufferSpec> whole_step;  // FORWARD..OPTIMIZER
+    std::vector<BufferSpec> ops;         // FORWARD..BACKWARD
+    int64_t lm_head_bytes = 0;
+};
 
-/// Device scratch bytes the CUDA optimizer step needs for its largest tensor (one tensor at a
-/// time): the fused SkewAdam/Adafactor update's reductions, or Muon's Newton-Schulz matrices.
-int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTable& table);
-/// The same from the plan's state buffers of `opt` (optimizer_state_buffers), not computed again.
-int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTable& table,
-                                     const std::vector<BufferSpec>& state);
+/// The workspace of plan_backend(cfg) for `microbatch` sequences: cpu_backend_workspace or
+/// cuda_backend_workspace.
+BackendWorkspace backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
+
+/// The CPU backend's: its fused LM head works on the model's logits chunk (min(N, 512) tokens)
+/// plus the embedding widened to fp32 and an fp32 accumulator for its gradient (2 Vp d words;
+/// kernels/cpu/cross_entropy.cpp); no op scratch.
+BackendWorkspace cpu_backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
+
+/// The CUDA backend's (formulas: engine/cuda_workspace.h): ws.cuda_scratch (fp32 words holding the
+/// largest op scratch: embedding/LayerNorm/attention backward, router, dispatch sort, grad-norm
+/// partials), with MoE blocks ws.cuda_widen (fp32, the router's bf16 operands widened), and the
+/// fused LM head's chunk logits, dlogits, losses and dwte accumulator.
+BackendWorkspace cuda_backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
+
+/// Weights "weight.<param>" (the table's dtype) and gradients "grad.<param>" (grad_dtype for
+/// bf16 parameters, fp32 for fp32 ones) of every parameter, in table order, live the whole step.
+std::vector<BufferSpec> parameter_buffers(const ParamTable& table, DType grad_dtype);
 
 struct MemoryPlan {
     std::string optimizer;        // OptimizerConfig::name
@@ -116,14 +119,13 @@ struct MemoryPlan {
     int find(const std::string& name) const;
 };
 
-/// Build the full plan for one optimizer and microbatch (sequences; must divide batch_size).
-MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
-                             int64_t microbatch);
-
-/// The largest microbatch (a divisor of train.batch_size) whose plan peak fits `budget_bytes`;
-/// 0 when none does.
-int64_t largest_fitting_microbatch(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
-                                   int64_t budget_bytes);
+/// Lay out declared buffers as one plan (the arithmetic of paper Eq. 2 / Appendix B): totals per
+/// kind (workspace: the backends' ws.library and ws.cuda_*; activations: the peak of the rest
+/// after lifetime sharing), the Appendix B rows of the STATE buffers in tier order, and the arena
+/// offsets of layout_arena. `buffers` in plan order (weights, gradients, state, activations,
+/// workspace). Throws skew::Error when a buffer or the total exceeds 4 EiB.
+MemoryPlan lay_out_memory_plan(const std::string& optimizer, int64_t microbatch, int64_t seq_len,
+                               const ParamTable& table, std::vector<BufferSpec> buffers, int64_t paper_state_bytes);
 
 constexpr double GIB = 1024.0 * 1024.0 * 1024.0;
 constexpr double MIB = 1024.0 * 1024.0;

@@ -1,4 +1,4 @@
-// The parameter table of the MoE transformer (design.md, "The paper's model"; paper Appendix B):
+// The parameter table of the MoE transformer (docs/design.md, "The paper's model"; paper Appendix B):
 // names, shapes, dtypes, tiers and roles of every parameter, in a fixed order.
 #include "engine/param_table.h"
 

@@ -1,4 +1,4 @@
-// The one parameter table (design.md, "One parameter table"): every parameter of the model with
+// The one parameter table (docs/design.md, "One parameter table"): every parameter of the model with
 // its HF-style name, shape, dtype, tier and role. The memory plan, arena layout, optimizer tiers,
 // checkpoint names and Muon's routing all read it; nothing re-derives tiers from shapes elsewhere.
 // Parameter counts for the paper's config: paper Appendix B.
@@ -38,7 +38,7 @@ const char* tier_name(Tier t);
 const char* role_name(Role r);
 
 /// One parameter tensor. Expert banks are stored stacked (n_experts, rows, cols) but every
-/// optimizer treats each expert matrix as its own W (design.md, "Optimizers"): `n_matrices()`
+/// optimizer treats each expert matrix as its own W (docs/design.md, "Optimizers"): `n_matrices()`
 /// is n_experts for a bank, 1 for any other matrix, 0 for a vector.
 struct ParamInfo {
     std::string name;            // HF-style, e.g. "blocks.1.moe.experts.w1"
@@ -70,7 +70,7 @@ struct ParamTable {
     const ParamInfo* find(const std::string& name) const;
 };
 
-/// Build the table from a validated model config. Shapes and dtypes: design.md, "The paper's model".
+/// Build the table from a validated model config. Shapes and dtypes: docs/design.md, "The paper's model".
 ParamTable build_param_table(const ModelConfig& model);
 
 }  // namespace skew

@@ -1,4 +1,4 @@
-// The backend ops interface: every op the MoE transformer of design.md ("The paper's model") needs,
+// The backend ops interface: every op the MoE transformer of docs/design.md ("The paper's model") needs,
 // forward and backward. The model (model/) is written once against `Backend`; the CPU reference
 // (kernels/cpu/) and the CUDA backend (kernels/cuda/) are its two implementations.
 //
@@ -85,7 +85,7 @@ struct AttentionShape {
     int64_t batch = 0, seq_len = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
 };
 
-/// The router of one MoE block (design.md, "Router (fp32)").
+/// The router of one MoE block (docs/design.md, "Router (fp32)").
 struct RouterShape {
     int64_t n_tokens = 0;   // tokens in the microbatch (batch * seq_len)
     int64_t n_experts = 0;  // E
@@ -114,6 +114,17 @@ struct ClassifierShape {
     int64_t padded_vocab_size = 0;  // Vp: rows of the embedding table
 };
 
+/// Memory of the run's arena that a backend uses for its own work (the memory plan's ws.* buffers,
+/// engine/memory_plan.h backend_workspace); nullptr / 0: none, the backend uses its own.
+struct BackendWorkspaceMemory {
+    void* library = nullptr;   // matrix-library workspace (cuBLASLt), library_bytes bytes
+    int64_t library_bytes = 0;
+    void* scratch = nullptr;   // op scratch (sorts, reduction partials), scratch_bytes bytes
+    int64_t scratch_bytes = 0;
+    float* widen = nullptr;    // fp32 widening buffer of mixed-dtype products, widen_elems elements
+    int64_t widen_elems = 0;
+};
+
 // ---- the interface
 
 /// The ops interface. One instance per device; methods are not reentrant across threads.
@@ -122,6 +133,18 @@ struct Backend {
 
     /// Human-readable name ("cpu", "cuda").
     virtual const char* name() const = 0;
+
+    // ---- device memory
+
+    /// Whether the backend's memory is device memory (the arena is allocated on the device).
+    virtual bool device_memory() const { return false; }
+    /// Use `ws` (memory of the run's arena) for the backend's own work until the next call; an empty
+    /// BackendWorkspaceMemory returns to backend-owned memory. Default: nothing to bind (CPU).
+    virtual void bind_workspace(const BackendWorkspaceMemory& ws) { (void)ws; }
+    /// Device memory in use (bytes, the whole device), or -1 when the backend has no device.
+    virtual int64_t device_memory_used_bytes() const { return -1; }
+    /// Free device memory (bytes), or -1 when the backend has no device or the query fails.
+    virtual int64_t device_memory_free_bytes() const { return -1; }
 
     // ---- host <-> backend memory
 
@@ -152,7 +175,7 @@ struct Backend {
     virtual void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s) = 0;
 
     /// Linear layer forward: out (n_rows, out_features) = inp (n_rows, in_features) ·
-    /// weight (out_features, in_features)^T, + out when accumulate. No bias (design.md).
+    /// weight (out_features, in_features)^T, + out when accumulate. No bias (docs/design.md).
     void matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight, int64_t n_rows, int64_t in_features,
                         int64_t out_features, bool accumulate = false) {
         matmul(out, inp, weight,

@@ -1,4 +1,4 @@
-// The MoE transformer's forward and backward over the Backend ops (design.md "The data path";
+// The MoE transformer's forward and backward over the Backend ops (docs/design.md "The data path";
 // paper Section 4): per-block activation checkpointing (forward keeps block inputs, backward
 // recomputes each block with the same router noise), loss = LM + Σ_MoE (balance + z), each / accum.
 #include "model/model.h"
@@ -39,20 +39,6 @@ ParamRef bind_param(const ParamTable& table, Arena& arena, const std::string& na
     if (gi < 0) fail("model: the memory plan has no gradient buffer 'grad.{}'", name);
     r.grad = TensorRef(arena.ptr(gi), scalar_of(arena.plan->buffers[size_t(gi)].dtype));
     return r;
-}
-
-// A slot of the plan with at least `bytes` bytes; throws naming it when missing or too small.
-void* slot(Arena& arena, const std::string& name, int64_t bytes) {
-    const int i = arena.plan->find(name);
-    if (i < 0) fail("model: the memory plan has no activation slot '{}'", name);
-    const int64_t have = arena.plan->buffers[size_t(i)].bytes();
-    if (have < bytes) fail("model: activation slot '{}' holds {} bytes, the model needs {}", name, have, bytes);
-    return arena.ptr(i);
-}
-
-template <class T>
-T* slot_t(Arena& arena, const std::string& name, int64_t numel) {
-    return static_cast<T*>(slot(arena, name, numel * int64_t(sizeof(T))));
 }
 
 // Shapes of one microbatch.
@@ -135,8 +121,8 @@ void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, b
         be.matmul_forward(a.router_logits, a.ln2_out, p.router.w(), x.N, x.d, x.E);
         const RouterShape rs{x.N, x.E, x.k};
         const RouterOptions ro = router_options(m, p, mb, step, noise);
-        float* bal = a.scalars + 2;
-        float* z = a.scalars + 3;
+        float* bal = a.scalar(ACT_SCALAR_BALANCE_LOSS);
+        float* z = a.scalar(ACT_SCALAR_Z_LOSS);
         be.moe_router_forward(a.router_probs, a.topk_idx, a.topk_gate, a.router_counts, bal, z, nullptr,
                               a.router_logits, rs, ro);
         if (stats) {
@@ -307,7 +293,7 @@ LossParts forward_and_head(Model& m, const int32_t* tokens, const int32_t* targe
             from_backend(be, lp.probe_logits.data() + r * size_t(x.Vp), a.logits, size_t(x.Vp) * sizeof(float));
         }
     }
-    float* mean_loss = a.scalars + 0;
+    float* mean_loss = a.scalar(ACT_SCALAR_LM_LOSS);
     lm_head(m, mean_loss, backward, loss_weight);
     if (backward) {
         be.layernorm_backward(a.d_resid, static_cast<float*>(m.lnf_w.grad.data), static_cast<float*>(m.lnf_b.grad.data),
@@ -369,72 +355,11 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
     m.lnf_b = P("final_ln.bias");
 
     const Dims x = dims_of(m);
-    ActSlots& a = m.act;
-    a.tokens = slot_t<int32_t>(arena, "act.tokens", x.N);
-    a.targets = slot_t<int32_t>(arena, "act.targets", x.N);
-    for (int64_t b = 0; b < c.n_blocks; ++b)
-        a.block_input.push_back(slot_t<bf16>(arena, "act.block_input." + std::to_string(b), x.N * x.d));
-    a.final_input = slot_t<bf16>(arena, "act.final_input", x.N * x.d);
-    a.ln1_out = slot_t<bf16>(arena, "act.ln1_out", x.N * x.d);
-    a.ln1_mean = slot_t<float>(arena, "act.ln1_mean", x.N);
-    a.ln1_rstd = slot_t<float>(arena, "act.ln1_rstd", x.N);
-    a.q = slot_t<bf16>(arena, "act.q", x.N * x.qd);
-    a.k = slot_t<bf16>(arena, "act.k", x.N * x.kvd);
-    a.v = slot_t<bf16>(arena, "act.v", x.N * x.kvd);
-    a.attn_lse = slot_t<float>(arena, "act.attn_lse", x.B * x.H * x.T);
-    a.attn_out = slot_t<bf16>(arena, "act.attn_out", x.N * x.qd);
-    a.resid1 = slot_t<bf16>(arena, "act.resid1", x.N * x.d);
-    a.ln2_out = slot_t<bf16>(arena, "act.ln2_out", x.N * x.d);
-    a.ln2_mean = slot_t<float>(arena, "act.ln2_mean", x.N);
-    a.ln2_rstd = slot_t<float>(arena, "act.ln2_rstd", x.N);
-    const bool has_moe = m.n_moe_blocks > 0, has_dense = m.n_moe_blocks < c.n_blocks;
-    if (has_dense) {
-        a.ffn_h1 = slot_t<bf16>(arena, "act.ffn_h1", x.N * x.ff);
-        a.ffn_h2 = slot_t<bf16>(arena, "act.ffn_h2", x.N * x.ff);
-        a.ffn_act = slot_t<bf16>(arena, "act.ffn_act", x.N * x.ff);
-        a.d_ffn_h1 = slot_t<bf16>(arena, "act.d_ffn_h1", x.N * x.ff);
-        a.d_ffn_h2 = slot_t<bf16>(arena, "act.d_ffn_h2", x.N * x.ff);
-        a.d_ffn_act = slot_t<bf16>(arena, "act.d_ffn_act", x.N * x.ff);
-    }
-    if (has_moe) {
-        a.router_logits = slot_t<float>(arena, "act.router_logits", x.N * x.E);
-        a.router_probs = slot_t<float>(arena, "act.router_probs", x.N * x.E);
-        a.topk_idx = slot_t<int32_t>(arena, "act.topk_idx", x.N * x.k);
-        a.topk_gate = slot_t<float>(arena, "act.topk_gate", x.N * x.k);
-        a.router_counts = slot_t<int64_t>(arena, "act.router_counts", x.E);
-        a.expert_offsets = slot_t<int64_t>(arena, "act.expert_offsets", x.E + 1);
-        a.sorted_to_copy = slot_t<int64_t>(arena, "act.moe_sorted_to_copy", x.NK);
-        a.copy_to_sorted = slot_t<int64_t>(arena, "act.moe_copy_to_sorted", x.NK);
-        a.moe_in = slot_t<bf16>(arena, "act.moe_in", x.NK * x.d);
-        a.moe_h1 = slot_t<bf16>(arena, "act.moe_h1", x.NK * x.de);
-        a.moe_h2 = slot_t<bf16>(arena, "act.moe_h2", x.NK * x.de);
-        a.moe_act = slot_t<bf16>(arena, "act.moe_act", x.NK * x.de);
-        a.moe_out = slot_t<bf16>(arena, "act.moe_out", x.NK * x.d);
-        a.d_router_logits = slot_t<float>(arena, "act.d_router_logits", x.N * x.E);
-        a.d_topk_gate = slot_t<float>(arena, "act.d_topk_gate", x.N * x.k);
-        a.d_moe_out = slot_t<bf16>(arena, "act.d_moe_out", x.NK * x.d);
-        a.d_moe_h1 = slot_t<bf16>(arena, "act.d_moe_h1", x.NK * x.de);
-        a.d_moe_h2 = slot_t<bf16>(arena, "act.d_moe_h2", x.NK * x.de);
-        a.d_moe_act = slot_t<bf16>(arena, "act.d_moe_act", x.NK * x.de);
-        a.d_moe_in = slot_t<bf16>(arena, "act.d_moe_in", x.NK * x.d);
-    }
-    a.final_ln_out = slot_t<bf16>(arena, "act.final_ln_out", x.N * x.d);
-    a.final_ln_mean = slot_t<float>(arena, "act.final_ln_mean", x.N);
-    a.final_ln_rstd = slot_t<float>(arena, "act.final_ln_rstd", x.N);
+    // Bind with the model's own need for act.logits (one chunk of the unfused head); the plan's
+    // slot may be larger, and then the backend's fused head runs in it.
+    m.act = act_slots_bind(cfg, act_dims(c, m.microbatch, m.seq_len, 0), arena);
     const ClassifierShape cs{x.N, x.d, x.V, x.Vp};
-    a.logits = static_cast<float*>(slot(arena, "act.logits", x.Vp * int64_t(sizeof(float))));
-    a.logits_bytes = arena.plan->buffers[size_t(arena.plan->find("act.logits"))].bytes();
-    a.fused_head = backend.lm_head_workspace_bytes(cs) <= a.logits_bytes;
-    a.losses = slot_t<float>(arena, "act.losses", x.N);
-    a.d_final_ln_out = slot_t<bf16>(arena, "act.d_final_ln_out", x.N * x.d);
-    a.d_stream = slot_t<float>(arena, "act.d_stream", x.N * x.d);
-    a.d_resid = slot_t<bf16>(arena, "act.d_resid", x.N * x.d);
-    a.d_ln_out = slot_t<bf16>(arena, "act.d_ln_out", x.N * x.d);
-    a.d_q = slot_t<bf16>(arena, "act.d_q", x.N * x.qd);
-    a.d_k = slot_t<bf16>(arena, "act.d_k", x.N * x.kvd);
-    a.d_v = slot_t<bf16>(arena, "act.d_v", x.N * x.kvd);
-    a.d_attn_out = slot_t<bf16>(arena, "act.d_attn_out", x.N * x.qd);
-    a.scalars = slot_t<float>(arena, "ws.scalars", 8);
+    m.act.fused_head = backend.lm_head_workspace_bytes(cs) <= m.act.logits_bytes;
     return m;
 }
 

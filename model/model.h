@@ -1,4 +1,4 @@
-// The MoE transformer of design.md ("The paper's model"; paper Section 4), written once against the
+// The MoE transformer of docs/design.md ("The paper's model"; paper Section 4), written once against the
 // Backend ops interface: embedding + positions, per block pre-LayerNorm GQA attention and a dense
 // SwiGLU FFN or a top-k MoE, final LayerNorm, tied LM head, cross-entropy + balance loss + z-loss.
 // Per-block activation checkpointing: the forward keeps each block's input, the backward recomputes.
@@ -11,6 +11,7 @@
 #include "engine/config.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
+#include "model/activations.h"
 
 namespace skew {
 
@@ -39,51 +40,6 @@ struct BlockParams {
     int moe_index = -1;             // position among the MoE blocks (routing stats), -1 for dense
 };
 
-/// The activation slots of one microbatch (names "act.<slot>" of engine/activation_plan.cpp).
-/// N = microbatch * seq_len tokens, NK = N * top_k token copies.
-struct ActSlots {
-    int32_t* tokens = nullptr;                // (B, T)
-    int32_t* targets = nullptr;               // (B, T)
-    std::vector<bf16*> block_input;           // n_blocks x (N, d_model), kept FORWARD..BACKWARD
-    bf16* final_input = nullptr;              // (N, d_model)
-    bf16* ln1_out = nullptr;                  // (N, d_model)
-    float *ln1_mean = nullptr, *ln1_rstd = nullptr;  // (N)
-    bf16* q = nullptr;                        // (N, n_heads*head_dim)
-    bf16 *k = nullptr, *v = nullptr;          // (N, n_kv_heads*head_dim)
-    float* attn_lse = nullptr;                // (B, n_heads, T)
-    bf16* attn_out = nullptr;                 // (N, n_heads*head_dim)
-    bf16* resid1 = nullptr;                   // (N, d_model)
-    bf16* ln2_out = nullptr;                  // (N, d_model)
-    float *ln2_mean = nullptr, *ln2_rstd = nullptr;  // (N)
-    bf16 *ffn_h1 = nullptr, *ffn_h2 = nullptr, *ffn_act = nullptr;  // (N, d_ff)
-    float *router_logits = nullptr, *router_probs = nullptr;        // (N, E)
-    int32_t* topk_idx = nullptr;              // (N, k)
-    float* topk_gate = nullptr;               // (N, k)
-    int64_t* router_counts = nullptr;         // (E)
-    int64_t* expert_offsets = nullptr;        // (E + 1)
-    int64_t *sorted_to_copy = nullptr, *copy_to_sorted = nullptr;  // (NK)
-    bf16* moe_in = nullptr;                   // (NK, d_model)
-    bf16 *moe_h1 = nullptr, *moe_h2 = nullptr, *moe_act = nullptr;  // (NK, d_expert)
-    bf16* moe_out = nullptr;                  // (NK, d_model)
-    bf16* final_ln_out = nullptr;             // (N, d_model)
-    float *final_ln_mean = nullptr, *final_ln_rstd = nullptr;  // (N)
-    float* logits = nullptr;                  // LM head workspace: (chunk, padded_vocab) fp32 logits
-    int64_t logits_bytes = 0;                 // its size in bytes
-    bool fused_head = false;                  // the backend's fused LM head fits act.logits
-    float* losses = nullptr;                  // (N) per-token cross-entropy
-    bf16* d_final_ln_out = nullptr;           // (N, d_model)
-    float* d_stream = nullptr;                // (N, d_model) fp32 residual-stream gradient
-    bf16* d_resid = nullptr;                  // (N, d_model) bf16 scratch for LayerNorm dinp
-    bf16* d_ln_out = nullptr;                 // (N, d_model)
-    bf16 *d_q = nullptr, *d_k = nullptr, *d_v = nullptr, *d_attn_out = nullptr;
-    bf16 *d_ffn_h1 = nullptr, *d_ffn_h2 = nullptr, *d_ffn_act = nullptr;  // (N, d_ff)
-    float* d_router_logits = nullptr;         // (N, E)
-    float* d_topk_gate = nullptr;             // (N, k)
-    bf16 *d_moe_out = nullptr, *d_moe_in = nullptr;                 // (NK, d_model)
-    bf16 *d_moe_h1 = nullptr, *d_moe_h2 = nullptr, *d_moe_act = nullptr;  // (NK, d_expert)
-    float* scalars = nullptr;                 // ws.scalars (64) fp32: loss outputs of the ops
-};
-
 /// A view of the model over an allocated arena: weights, gradients and activation slots by name
 /// from the memory plan, and the backend that runs the ops. Owns nothing; the Config, ParamTable,
 /// Arena and Backend must outlive it.
@@ -99,7 +55,7 @@ struct Model {
     std::vector<BlockParams> blocks;
     ParamRef lnf_w, lnf_b;   // (d_model) fp32
     std::vector<ParamRef> params;  // every parameter, in table order
-    ActSlots act;
+    ActSlots act;            // the activation table bound to the arena (model/activations.h)
     int64_t n_moe_blocks = 0;
     std::vector<int64_t> probe_rows;  // token rows (b*T + t) whose logits a forward copies out (tests)
 };
@@ -129,7 +85,7 @@ struct LossParts {
 /// d_model is not n_heads * head_dim.
 Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backend& backend);
 
-/// Initialize every weight (design.md, "The paper's model"): linear and embedding weights
+/// Initialize every weight (docs/design.md, "The paper's model"): linear and embedding weights
 /// N(0, init_std); attn.wo, ffn.w3 and experts.w3 N(0, init_std / sqrt(2 n_blocks)); the router
 /// zero; LayerNorm weight 1, bias 0. Element i of parameter p draws philox_normal(seed,
 /// PHILOX_STREAM_INIT, step 0, tensor p.index, element i), so every backend initializes alike.

@@ -1,5 +1,5 @@
 // Adafactor on the CPU with HuggingFace semantics as the paper ran it (scale_parameter=False,
-// relative_step=False, beta1=None; research/optimizers.md §5): eps1 added to G^2 before the means,
+// relative_step=False, beta1=None; docs/optimizers.md §5): eps1 added to G^2 before the means,
 // beta2_t = 1 - t^-0.8, U = G / sqrt(R_i C_j / mean(R)), RMS clip before the lr, decay -lr*wd*W.
 #include <cmath>
 #include <vector>

@@ -1,5 +1,5 @@
-// AdamW on the CPU with PyTorch semantics (research/optimizers.md §2): eps added to sqrt(v_hat),
-// decoupled decay lr*wd fused in fp32 into the value rounded (design.md "Weight decay"). The same
+// AdamW on the CPU with PyTorch semantics (docs/optimizers.md §2): eps added to sqrt(v_hat),
+// decoupled decay lr*wd fused in fp32 into the value rounded (docs/design.md "Weight decay"). The same
 // elementwise Adam serves Muon's internal Adam and GaLore's unprojected parameters.
 #include <cmath>
 

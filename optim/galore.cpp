@@ -1,4 +1,4 @@
-// GaLore on the CPU (research/optimizers.md §6). `galore` (reference, jiaweizzhao/GaLore): one-sided
+// GaLore on the CPU (docs/optimizers.md §6). `galore` (reference, jiaweizzhao/GaLore): one-sided
 // projection from an exact SVD refreshed every update_proj_gap steps, Adam in the subspace with bias
 // correction, scale galore_scale. `galore-paper` (the paper's trainer): two-sided r x r projection from
 // a randomized SVD (Philox Gaussian test matrix, 2 power iterations) computed once, no bias correction.

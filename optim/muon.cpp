@@ -1,4 +1,4 @@
-// Muon on the CPU (research/optimizers.md §4; design.md "Muon"): the paper's form by default (sum
+// Muon on the CPU (docs/optimizers.md §4; docs/design.md "Muon"): the paper's form by default (sum
 // momentum 0.95, no Nesterov, 3 Newton-Schulz steps (3.4445, -4.7750, 2.0315) on
 // buf/(||buf||_F + 1e-7), tall matrices transposed, no shape scale) with Keller Jordan's options;
 // embeddings, positions, router and vectors go to an internal Adam at adam_lr * lr_t / lr.

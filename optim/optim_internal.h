@@ -1,6 +1,6 @@
 // Helpers shared by the CPU optimizer loops (optim/*.cpp): reading gradients and weights of either
 // dtype, the one write-back (decay fused in fp32 or the trainer's bf16 premultiply, then the
-// configured rounding; research/optimizers.md §9), per-algorithm entry points.
+// configured rounding; docs/optimizers.md §9), per-algorithm entry points.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -30,6 +30,16 @@ inline float grad_at(const ParamSlot& s, int64_t i) {
 inline float weight_at(const ParamSlot& s, int64_t i) {
     return s.info->dtype == DType::F32 ? static_cast<const float*>(s.weight)[i]
                                        : bf16_to_f32(static_cast<const bf16*>(s.weight)[i]);
+}
+
+/// SkewAdam's numerator coefficient at step t (Algorithm 1 lines 8, 10): sqrt(1-beta2^t)/(1-beta1^t)
+/// with momentum, sqrt(1-beta2^t) without; with no second moment (D = 1) the sqrt factor is dropped.
+/// One source for the CPU loop and the CUDA step.
+inline float skewadam_numerator_coef(const OptimizerConfig& opt, const ParamPolicy& pol, int64_t t) {
+    const double bc1 = 1.0 - std::pow(opt.beta1, double(t)), bc2 = 1.0 - std::pow(opt.beta2, double(t));
+    const bool momentum = pol.momentum == MomentumKind::FP32;
+    const bool has_second = pol.second_moment != SecondMomentKind::NONE;
+    return float((has_second ? std::sqrt(bc2) : 1.0) / (momentum ? bc1 : 1.0));
 }
 
 /// Everything the write-back of one tensor needs.

@@ -1,11 +1,9 @@
-// The tier policy as data, the per-parameter state layout (paper Eq. 2; research/optimizers.md §1),
-// the common entry optimizer_step, host state storage and bit-exact state save/load.
+// The tier policy as data, the per-parameter state layout (paper Eq. 2; docs/optimizers.md §1),
+// the common entry optimizer_step and host state storage.
 #include "optim/optimizer.h"
 
 #include <algorithm>
 #include <cstring>
-#include <istream>
-#include <ostream>
 
 #include "engine/error.h"
 #include "optim/optim_internal.h"
@@ -24,6 +22,11 @@ OptimizerKind optimizer_kind(const OptimizerConfig& opt) {
     fail("optimizer '{}': unknown type '{}' (expected skewadam, adamw, lion, muon, muon-kj, adafactor, galore, "
          "galore-paper)",
          opt.name, t);
+}
+
+bool muon_uses_adam(const ParamInfo& p) {
+    return p.is_vector() || p.role == Role::TOKEN_EMBEDDING || p.role == Role::POSITION_EMBEDDING ||
+           p.role == Role::ROUTER;
 }
 
 static bool is_attn_or_mlp(Role r) {
@@ -85,9 +88,9 @@ int64_t StateSlotSpec::numel() const {
     return n;
 }
 
-/// Prefix the expert count to a per-matrix shape when the parameter is a stack.
+/// Prefix the matrix count (experts of a stack, else 1) to a per-matrix shape.
 static std::vector<int64_t> stacked(const ParamInfo& p, std::vector<int64_t> per) {
-    if (p.shape.size() == 3) per.insert(per.begin(), p.shape[0]);
+    per.insert(per.begin(), p.n_matrices());
     return per;
 }
 
@@ -181,7 +184,7 @@ void optimizer_step(const OptimizerConfig& opt, std::span<ParamSlot> params, con
              opt.type, step.grad_scale);
     for (const ParamSlot& slot : params) {
         if (!slot.info) fail("optimizer '{}': a parameter slot has no ParamInfo", opt.name);
-        if (!slot.grad) continue;  // no gradient this step: no step at all (research §7.2 item 11)
+        if (!slot.grad) continue;  // no gradient this step: no step at all (docs/optimizers.md §7.2 item 11)
         ParamSlot s = slot;
         s.grad_scale = step.grad_scale;
         ParamPolicy pol = param_policy(opt, *s.info);
@@ -193,91 +196,6 @@ void optimizer_step(const OptimizerConfig& opt, std::span<ParamSlot> params, con
             case OptimizerKind::ADAFACTOR: optim_detail::adafactor_step(opt, s, pol, step); break;
             case OptimizerKind::GALORE:
             case OptimizerKind::GALORE_PAPER: optim_detail::galore_step(opt, s, pol, step); break;
-        }
-    }
-}
-
-// ---- checkpoint I/O: "SKEWOPT1", type, count, then per state: name, kind, numel, raw fp32
-
-static void put_u64(std::ostream& out, uint64_t v) {
-    unsigned char b[8];
-    for (int i = 0; i < 8; ++i) b[i] = (unsigned char)(v >> (8 * i));
-    out.write(reinterpret_cast<const char*>(b), 8);
-}
-static void put_str(std::ostream& out, const std::string& s) {
-    put_u64(out, s.size());
-    out.write(s.data(), std::streamsize(s.size()));
-}
-static uint64_t get_u64(std::istream& in, const char* what) {
-    unsigned char b[8];
-    if (!in.read(reinterpret_cast<char*>(b), 8)) fail("optimizer state: truncated stream reading {}", what);
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= uint64_t(b[i]) << (8 * i);
-    return v;
-}
-static std::string get_str(std::istream& in, const char* what) {
-    uint64_t n = get_u64(in, what);
-    if (n > (1u << 20)) fail("optimizer state: implausible string length {} reading {}", n, what);
-    std::string s(n, '\0');
-    if (!in.read(s.data(), std::streamsize(n))) fail("optimizer state: truncated stream reading {}", what);
-    return s;
-}
-
-static_assert(sizeof(float) == 4, "fp32 state");
-
-void save_optimizer_state(std::ostream& out, const OptimizerConfig& opt, std::span<const ParamSlot> params) {
-    out.write("SKEWOPT1", 8);
-    put_str(out, opt.type);
-    uint64_t count = 0;
-    for (const ParamSlot& s : params) count += optimizer_param_state(opt, *s.info).size();
-    put_u64(out, count);
-    std::vector<unsigned char> buf;
-    for (const ParamSlot& s : params) {
-        for (const StateSlotSpec& spec : optimizer_param_state(opt, *s.info)) {
-            const float* p = s.st(spec.kind);
-            if (!p) fail("optimizer state: tensor '{}' has no {} state bound", s.info->name, state_kind_name(spec.kind));
-            put_str(out, s.info->name);
-            put_u64(out, uint64_t(spec.kind));
-            put_u64(out, uint64_t(spec.numel()));
-            buf.resize(size_t(spec.numel()) * 4);
-            for (int64_t i = 0; i < spec.numel(); ++i) {
-                uint32_t u;
-                std::memcpy(&u, p + i, 4);
-                for (int k = 0; k < 4; ++k) buf[size_t(i) * 4 + k] = (unsigned char)(u >> (8 * k));
-            }
-            out.write(reinterpret_cast<const char*>(buf.data()), std::streamsize(buf.size()));
-        }
-    }
-    if (!out) fail("optimizer state: write failed");
-}
-
-void load_optimizer_state(std::istream& in, const OptimizerConfig& opt, std::span<ParamSlot> params) {
-    char magic[8];
-    if (!in.read(magic, 8) || std::memcmp(magic, "SKEWOPT1", 8) != 0)
-        fail("optimizer state: not a skew optimizer state stream (bad magic)");
-    std::string type = get_str(in, "optimizer type");
-    if (type != opt.type) fail("optimizer state: saved for type '{}', loading into '{}'", type, opt.type);
-    uint64_t count = get_u64(in, "state count"), expected = 0;
-    for (const ParamSlot& s : params) expected += optimizer_param_state(opt, *s.info).size();
-    if (count != expected) fail("optimizer state: {} state tensors saved, {} expected", count, expected);
-    std::vector<unsigned char> buf;
-    for (ParamSlot& s : params) {
-        for (const StateSlotSpec& spec : optimizer_param_state(opt, *s.info)) {
-            std::string name = get_str(in, "parameter name");
-            uint64_t kind = get_u64(in, "state kind"), numel = get_u64(in, "state size");
-            if (name != s.info->name || kind != uint64_t(spec.kind) || numel != uint64_t(spec.numel()))
-                fail("optimizer state: expected '{}' {} ({} values), found '{}' kind {} ({} values)", s.info->name,
-                     state_kind_name(spec.kind), spec.numel(), name, kind, numel);
-            float* p = s.st(spec.kind);
-            if (!p) fail("optimizer state: tensor '{}' has no {} state bound", s.info->name, state_kind_name(spec.kind));
-            buf.resize(size_t(numel) * 4);
-            if (!in.read(reinterpret_cast<char*>(buf.data()), std::streamsize(buf.size())))
-                fail("optimizer state: truncated stream in '{}' {}", name, state_kind_name(spec.kind));
-            for (uint64_t i = 0; i < numel; ++i) {
-                uint32_t u = 0;
-                for (int k = 0; k < 4; ++k) u |= uint32_t(buf[size_t(i) * 4 + k]) << (8 * k);
-                std::memcpy(p + i, &u, 4);
-            }
         }
     }
 }

@@ -1,11 +1,10 @@
-// The optimizer step over the parameter table (design.md "Optimizers"): the tier policy as data,
-// the state each parameter keeps (paper Eq. 2, research/optimizers.md §1), one entry
+// The optimizer step over the parameter table (docs/design.md "Optimizers"): the tier policy as data,
+// the state each parameter keeps (paper Eq. 2, docs/optimizers.md §1), one entry
 // `optimizer_step` dispatching to SkewAdam (Algorithm 1), AdamW, Lion, Muon, Adafactor and
-// GaLore on the CPU, and bit-exact state save/load for checkpoints.
+// GaLore on the CPU.
 #pragma once
 #include <array>
 #include <cstdint>
-#include <iosfwd>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +40,10 @@ struct ParamPolicy {
     int64_t galore_rank = 0;      // effective rank min(rank, rows, cols)
 };
 
+/// Whether Muon sends parameter `p` to its internal Adam (embeddings, positions, router, vectors)
+/// rather than Newton-Schulz; role-based, from the parameter table.
+bool muon_uses_adam(const ParamInfo& p);
+
 /// Resolve the policy of parameter `p` under `opt`. Throws skew::Error for an unknown type.
 ParamPolicy param_policy(const OptimizerConfig& opt, const ParamInfo& p);
 
@@ -51,8 +54,9 @@ struct StateSlotSpec {
     int64_t numel() const;
 };
 
-/// The state tensors of parameter `p` under `opt`, in StateKind order (all fp32). This is the
-/// optimizer's own accounting; tests check it against the memory plan's optimizer_state_buffers.
+/// The state tensors of parameter `p` under `opt`, in StateKind order (all fp32): the one source of
+/// the state layout (the memory plan's buffers are these, optim/state_plan.h). Factored and GaLore
+/// state carry the matrix count first: (n_matrices, rows), (n_matrices, r, cols), ...
 std::vector<StateSlotSpec> optimizer_param_state(const OptimizerConfig& opt, const ParamInfo& p);
 
 /// Total optimizer state bytes of `opt` over `table` (fp32 state), from optimizer_param_state.
@@ -107,10 +111,10 @@ struct HostOptimState {
 };
 void allocate_host_state(const OptimizerConfig& opt, std::span<ParamSlot> params, HostOptimState& storage);
 
-/// Bind each slot's state pointers to the arena's STATE buffers (the plan the arena was laid out
-/// with; optimizer_state_buffers: "state.<param>.<kind>"). `params[i].info` must be table.params[i]'s.
-/// Throws skew::Error when the plan lacks a state the optimizer needs, holds state it does not use
-/// (a plan built for another optimizer), or a size differs.
+/// Bind each slot's state pointers to the arena's buffers "state.<param>.<kind>" (the plan declared
+/// them from optimizer_param_state). `params[i].info` must be table.params[i]'s. Throws skew::Error
+/// when the plan lacks a state the optimizer needs or holds other state (a plan built for another
+/// optimizer).
 void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena,
                       std::span<ParamSlot> params);
 
@@ -118,13 +122,6 @@ void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const
 /// "grad.<param>" (its dtype from the plan) and the state bound by bind_arena_state. The arena must
 /// have been allocated from a plan for `opt`; throws skew::Error naming a missing buffer.
 std::vector<ParamSlot> arena_param_slots(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena);
-
-/// Write every state tensor (param name, kind, numel, raw fp32 little-endian) to `out`; bit-exact.
-void save_optimizer_state(std::ostream& out, const OptimizerConfig& opt, std::span<const ParamSlot> params);
-
-/// Read what save_optimizer_state wrote into the bound state; throws skew::Error naming the tensor
-/// on any mismatch (optimizer type, parameter name, kind, size) or a truncated stream.
-void load_optimizer_state(std::istream& in, const OptimizerConfig& opt, std::span<ParamSlot> params);
 
 /// Bytes the CPU step reads and writes per parameter element (weights, grads, state; the
 /// reductions' second read of grad and state included), for the benchmark.

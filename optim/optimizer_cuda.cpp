@@ -1,6 +1,6 @@
 // The CUDA optimizer step: resolves each parameter's policy exactly as the CPU step does
 // (optim/optimizer.cpp) and calls the fused kernels of kernels/cuda/optim_kernels.cu
-// (paper Algorithm 1; research/optimizers.md §2-§5).
+// (paper Algorithm 1; docs/optimizers.md §2-§5).
 #if defined(SKEW_HAVE_CUDA)
 #include "optim/optimizer_cuda.h"
 
@@ -14,6 +14,7 @@
 #include "kernels/cuda/nvtx.h"
 #include "kernels/cuda/optim_kernels.h"
 #include "optim/optim_internal.h"
+#include "optim/state_plan.h"
 
 namespace skew {
 
@@ -46,25 +47,7 @@ cuda::OptimWrite device_write(const optim_detail::WriteBack& wb) {
 }
 
 int64_t slot_scratch(const OptimizerConfig& opt, const ParamSlot& s) {
-    ParamPolicy pol = param_policy(opt, *s.info);
-    cuda::OptimTensor t = device_tensor(s);
-    switch (pol.kind) {
-        case OptimizerKind::SKEWADAM:
-        case OptimizerKind::ADAFACTOR:
-            if (pol.second_moment != SecondMomentKind::FACTORED) {  // launched as one 1 x numel W
-                t.n_mat = 1;
-                t.rows = 1;
-                t.cols = s.info->numel();
-            }
-            return cuda::optim_update_scratch_bytes(t);
-        case OptimizerKind::MUON:
-            return pol.muon_adam ? 0 : cuda::muon_scratch_bytes(t.n_mat, t.rows, t.cols);
-        case OptimizerKind::GALORE:
-        case OptimizerKind::GALORE_PAPER:
-            return galore_cuda_scratch_bytes(opt, *s.info);
-        default:
-            return 0;
-    }
+    return cuda_optimizer_tensor_scratch_bytes(opt, *s.info);  // the plan's size model (optim/state_plan.h)
 }
 
 }  // namespace
@@ -103,13 +86,11 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                 u.clip_threshold = opt.update_clip;
                 u.matrix_by_matrix = ctx.matrix_by_matrix;
                 if (pol.kind == OptimizerKind::SKEWADAM) {
-                    const double bc1 = 1.0 - std::pow(opt.beta1, t), bc2 = 1.0 - std::pow(opt.beta2, t);
                     const bool momentum = pol.momentum == MomentumKind::FP32;
-                    const bool has_second = pol.second_moment != SecondMomentKind::NONE;
                     u.kind = pol.second_moment == SecondMomentKind::FACTORED ? cuda::OPTIM_SKEWADAM_FACTORED
                              : pol.second_moment == SecondMomentKind::FULL   ? cuda::OPTIM_SKEWADAM_FULL
                                                                              : cuda::OPTIM_SKEWADAM_NONE;
-                    u.coef = float((has_second ? std::sqrt(bc2) : 1.0) / (momentum ? bc1 : 1.0));
+                    u.coef = skewadam_numerator_coef(opt, pol, step.t);
                     u.M = momentum ? need_state(s, StateKind::MOMENTUM) : nullptr;
                     u.b1 = float(opt.beta1);
                     u.omb1 = float(1.0 - opt.beta1);

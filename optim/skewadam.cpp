@@ -1,4 +1,4 @@
-// SkewAdam on the CPU: paper Algorithm 1 with design.md's clamps (research/optimizers.md §7).
+// SkewAdam on the CPU: paper Algorithm 1 with docs/design.md's clamps (docs/optimizers.md §7).
 // Per matrix (each expert of a stack is its own W): factored R, C from row/column means of G^2,
 // tier momentum, update RMS clip, one fused write-back. Three passes: means, RMS, write.
 #include <cmath>
@@ -11,13 +11,8 @@ namespace skew::optim_detail {
 void skewadam_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step) {
     require_whole(s, "skewadam");
     const ParamInfo& p = *s.info;
-    const double t = double(step.t);
-    const double bc1 = 1.0 - std::pow(opt.beta1, t), bc2 = 1.0 - std::pow(opt.beta2, t);
     const bool momentum = pol.momentum == MomentumKind::FP32;
-    // Numerator coefficient: sqrt(bc2)/bc1 with momentum, sqrt(bc2) without (Algorithm 1 lines 8, 10).
-    // With no second moment the sqrt(bc2) factor is dropped (D = 1): plain (bias-corrected) momentum or G.
-    const bool has_second = pol.second_moment != SecondMomentKind::NONE;
-    const float coef = float((has_second ? std::sqrt(bc2) : 1.0) / (momentum ? bc1 : 1.0));
+    const float coef = skewadam_numerator_coef(opt, pol, step.t);
     const float b1 = float(opt.beta1), omb1 = float(1.0 - opt.beta1);
     const float b2 = float(opt.beta2), omb2 = float(1.0 - opt.beta2);
     const float eps = float(opt.eps);

@@ -1,6 +1,6 @@
-// Binding optimizer state to the arena: every state tensor is the memory plan's buffer
-// "state.<param>.<kind>" (engine/memory_plan.h optimizer_state_buffers), so the state the optimizer
-// touches is the plan's by construction; a missing or differently sized buffer is an error.
+// Binding optimizer state to the arena: the plan declared every state tensor from
+// optimizer_param_state (optim/state_plan.h) as "state.<param>.<kind>", so binding looks each one
+// up by name; a plan built for another optimizer lacks one or holds others, and is refused.
 #include "engine/arena.h"
 #include "engine/error.h"
 #include "optim/optimizer.h"
@@ -9,48 +9,32 @@ namespace skew {
 
 void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena,
                       std::span<ParamSlot> params) {
+    if (!arena.plan) fail("optimizer '{}': the arena has no memory plan", opt.name);
     if (params.size() != table.params.size())
         fail("optimizer '{}': {} parameter slots for a table of {} parameters", opt.name, params.size(),
              table.params.size());
-    // The state buffers the arena was laid out with (its plan), else the plan's closed form.
-    std::vector<BufferSpec> state_bufs;
-    if (arena.plan) {
-        for (const BufferSpec& b : arena.plan->buffers)
-            if (b.kind == BufferKind::STATE) state_bufs.push_back(b);
-    } else {
-        state_bufs = optimizer_state_buffers(opt, table);
-    }
-    for (ParamSlot& s : params) s.state.fill(nullptr);
-    for (const BufferSpec& b : state_bufs) {
-        if (b.param < 0 || size_t(b.param) >= params.size())
-            fail("optimizer '{}': plan buffer '{}' names no parameter", opt.name, b.name);
-        if (b.dtype != DType::F32) fail("optimizer '{}': plan buffer '{}' is not fp32", opt.name, b.name);
-        params[size_t(b.param)].state[size_t(b.state)] = arena.get<float>(b.name);
-    }
+    size_t bound = 0;
     for (size_t i = 0; i < params.size(); ++i) {
         const ParamInfo& p = table.params[i];
         if (params[i].info != &p && (!params[i].info || params[i].info->name != p.name))
             fail("optimizer '{}': slot {} is '{}', the table says '{}'", opt.name, i,
                  params[i].info ? params[i].info->name : std::string("?"), p.name);
+        params[i].state.fill(nullptr);
         for (const StateSlotSpec& spec : optimizer_param_state(opt, p)) {
-            if (!params[i].st(spec.kind))
-                fail("optimizer '{}': the memory plan has no {} state for '{}'", opt.name, state_kind_name(spec.kind),
-                     p.name);
+            const std::string name = "state." + p.name + "." + state_kind_name(spec.kind);
+            const int b = arena.plan->find(name);
+            if (b < 0)
+                fail("optimizer '{}': the memory plan has no {} state for '{}' (a plan built for optimizer '{}')",
+                     opt.name, state_kind_name(spec.kind), p.name, arena.plan->optimizer);
+            params[i].state[size_t(spec.kind)] = static_cast<float*>(arena.ptr(b));
+            ++bound;
         }
     }
-    // Sizes: the plan's buffer of each kind must hold exactly what the optimizer touches.
-    for (const BufferSpec& b : state_bufs) {
-        bool found = false;
-        for (const StateSlotSpec& spec : optimizer_param_state(opt, table.params[size_t(b.param)]))
-            if (spec.kind == b.state) {
-                found = true;
-                if (spec.numel() != b.numel())
-                    fail("optimizer '{}': plan buffer '{}' holds {} values, the optimizer uses {}", opt.name, b.name,
-                         b.numel(), spec.numel());
-            }
-        if (!found)
-            fail("optimizer '{}': plan buffer '{}' is state the optimizer does not use", opt.name, b.name);
-    }
+    size_t planned = 0;
+    for (const BufferSpec& b : arena.plan->buffers) planned += b.kind == BufferKind::STATE ? 1 : 0;
+    if (planned != bound)
+        fail("optimizer '{}': the memory plan holds {} state tensors, the optimizer uses {} (a plan built for "
+             "optimizer '{}')", opt.name, planned, bound, arena.plan->optimizer);
 }
 
 std::vector<ParamSlot> arena_param_slots(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena) {

@@ -11,7 +11,7 @@
 
 #include "engine/config.h"
 #include "engine/error.h"
-#include "engine/memory_plan.h"
+#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "engine/sizes.h"
 #include "tools/commands.h"

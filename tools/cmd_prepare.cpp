@@ -1,5 +1,5 @@
 // skew prepare: text corpus (.txt / .jsonl / .gz files, directories, globs) -> llm.c token shards
-// split by document hash, plus manifest.json (design.md "Data"; data/prepare.h does the work).
+// split by document hash, plus manifest.json (docs/design.md "Data"; data/prepare.h does the work).
 #include <spdlog/spdlog.h>
 
 #include "data/prepare.h"

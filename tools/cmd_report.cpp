@@ -17,8 +17,8 @@
 #include "engine/config.h"
 #include "engine/error.h"
 #include "engine/memory_plan.h"
-#include "engine/metrics.h"
-#include "engine/status_line.h"
+#include "train/metrics.h"
+#include "train/status_line.h"
 #include "tools/commands.h"
 #include "tools/report_table9.h"
 
@@ -183,7 +183,7 @@ Run load_run(const std::string& run_dir) {
     return run;
 }
 
-// The balance-loss floor under uniform routing: alpha times the number of MoE blocks (design.md).
+// The balance-loss floor under uniform routing: alpha times the number of MoE blocks (docs/design.md).
 double balance_floor(const RunMetrics& r) {
     const auto& cfg = r.config;
     if (!cfg.is_object() || !cfg.contains("model") || !cfg["model"].is_object()) return NO_VALUE;

@@ -10,7 +10,7 @@
 
 #include "engine/config.h"
 #include "engine/error.h"
-#include "engine/signals.h"
+#include "train/signals.h"
 #include "tools/commands.h"
 #include "train/trainer.h"
 

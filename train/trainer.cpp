@@ -13,37 +13,32 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
 #include "data/batch_stream.h"
 #include "data/prepare.h"
+#include "data/resume_check.h"
 #include <nlohmann/json.hpp>
 #include "engine/arena.h"
-#include "engine/checkpoint.h"
+#include "train/checkpoint.h"
 #include "engine/error.h"
-#include "engine/faults.h"
-#include "engine/memory_plan.h"
-#include "engine/metrics.h"
+#include "train/faults.h"
+#include "plan/plan.h"
+#include "train/metrics.h"
 #include "engine/param_table.h"
-#include "engine/schedule.h"
-#include "engine/signals.h"
-#include "engine/status_line.h"
+#include "train/schedule.h"
+#include "train/signals.h"
+#include "train/status_line.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/nvtx.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
+#include "optim/optimizer_runner.h"
+#include "train/backend_factory.h"
 #include "train/idle_experts.h"
 
-#if defined(SKEW_HAVE_CUDA)
-#include <cublas_v2.h>
-#include <cuda_runtime_api.h>
-
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/device_info.h"
-#include "optim/galore_cuda.h"
-#include "optim/optimizer_cuda.h"
-#endif
 
 namespace skew {
 namespace {
@@ -63,37 +58,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-/// The backend of runtime.backend: `cpu`; `cuda` (device 0; a clear error when this build has no
-/// CUDA backend or no GPU is visible); `auto`, the CUDA backend when built with CUDA and a GPU is
-/// visible, else the CPU.
-std::unique_ptr<Backend> make_backend(const Config& cfg) {
-    const std::string& b = cfg.runtime.backend;
-    if (b == "cpu") return make_cpu_backend();
-#if defined(SKEW_HAVE_CUDA)
-    const int n_devices = cuda::device_count();
-    if (b == "cuda") {
-        if (n_devices == 0)
-            fail("{}: runtime.backend: cuda, but no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
-                 "hides it; see nvidia-smi)\n--> HINT: use runtime.backend=cpu (or auto, which falls back to the CPU)",
-                 cfg.source);
-        return cuda::make_cuda_backend(0);
-    }
-    if (b == "auto") {
-        if (n_devices > 0) return cuda::make_cuda_backend(0);
-        spdlog::info("runtime.backend: auto: no CUDA device visible, training on the CPU backend");
-        return make_cpu_backend();
-    }
-#else
-    if (b == "cuda")
-        fail("{}: runtime.backend: cuda, but this skew was built without the CUDA backend (-DSKEW_CUDA=OFF or no nvcc)"
-             "\n--> HINT: rebuild with -DSKEW_CUDA=ON, or use runtime.backend=cpu", cfg.source);
-    if (b == "auto") return make_cpu_backend();
-#endif
-    fail("{}: runtime.backend: unknown backend '{}' (expected cpu, cuda or auto)", cfg.source, b);
-}
-
-bool is_cuda(const Backend& backend) { return std::string_view(backend.name()) == "cuda"; }
-
 /// Testing hook (--debug-inject-nan): element 0 of the last MoE block's router gradient (or the
 /// last parameter's gradient in a dense model) becomes NaN, as a numerical fault would leave it.
 void inject_nan_gradient(Model& m) {
@@ -108,69 +72,6 @@ void inject_nan_gradient(Model& m) {
         m.backend->copy_to_device(target->grad.data, &nan, sizeof(nan));
     }
 }
-
-#if defined(SKEW_HAVE_CUDA)
-/// What the CUDA path of one optimizer's run holds besides the arena: the optimizer step's
-/// context (scratch from the arena's ws.optimizer, or a separate allocation when a tensor needs
-/// more; a cuBLAS handle on the backend's stream), and the cuBLASLt workspace binding (the arena's
-/// ws.library when the plan has one) and the backend's op scratch and widening buffer (the
-/// arena's ws.cuda_scratch and ws.cuda_widen), undone on destruction so the shared backend never
-/// keeps a pointer into a freed arena.
-struct CudaRun {
-    cuda::CudaBackend* backend = nullptr;
-    CudaOptimContext ctx;
-    void* extra_scratch = nullptr;
-    bool bound_workspace = false;
-
-    CudaRun(cuda::CudaBackend& be, const OptimizerConfig& opt, std::span<const ParamSlot> slots, const Arena& arena) {
-        backend = &be;
-        ctx.stream = be.stream();
-        if (cublasCreate(&ctx.cublas) != CUBLAS_STATUS_SUCCESS)
-            fail("{}: cublasCreate failed for the CUDA optimizer step", opt.name);
-        cublasSetStream(ctx.cublas, ctx.stream);
-        const MemoryPlan& plan = *arena.plan;
-        const int64_t need = optimizer_cuda_scratch_bytes(opt, slots);
-        const int wi = plan.find("ws.optimizer");
-        const int64_t have = wi >= 0 ? plan.buffers[size_t(wi)].bytes() : 0;
-        if (wi >= 0 && need <= have) {
-            ctx.scratch = arena.ptr(wi);
-            ctx.scratch_bytes = have;
-        } else if (need > 0) {
-            spdlog::warn("{}: the optimizer step needs {} bytes of device scratch, the plan's ws.optimizer holds {}; "
-                         "allocating it outside the arena", opt.name, need, have);
-            if (cudaMalloc(&extra_scratch, size_t(need)) != cudaSuccess) {
-                cudaGetLastError();
-                cublasDestroy(ctx.cublas);
-                fail("{}: cudaMalloc of {} bytes of optimizer scratch failed", opt.name, need);
-            }
-            ctx.scratch = extra_scratch;
-            ctx.scratch_bytes = need;
-        }
-        const int li = plan.find("ws.library");
-        if (li >= 0) {
-            be.set_matmul_workspace(arena.ptr(li), plan.buffers[size_t(li)].bytes());
-            bound_workspace = true;
-        }
-        if (const int si = plan.find("ws.cuda_scratch"); si >= 0)
-            be.set_scratch(arena.ptr(si), plan.buffers[size_t(si)].bytes());
-        if (const int wi2 = plan.find("ws.cuda_widen"); wi2 >= 0)
-            be.set_matmul_widen_buffer(static_cast<float*>(arena.ptr(wi2)), plan.buffers[size_t(wi2)].numel());
-    }
-    ~CudaRun() {
-        cudaStreamSynchronize(ctx.stream);
-        try {
-            if (bound_workspace) backend->set_matmul_workspace(nullptr, 0);
-            backend->set_scratch(nullptr, 0);
-            backend->set_matmul_widen_buffer(nullptr, 0);
-        } catch (...) {
-        }
-        if (ctx.cublas) cublasDestroy(ctx.cublas);
-        if (extra_scratch) cudaFree(extra_scratch);
-    }
-    CudaRun(const CudaRun&) = delete;
-    CudaRun& operator=(const CudaRun&) = delete;
-};
-#endif
 
 /// Reset the process's resident-memory high-water mark (Linux: "5" into /proc/self/clear_refs), so
 /// that each optimizer's measured CPU peak is its own, not the largest of the runs before it.
@@ -216,25 +117,24 @@ void at_step(const OptimizerConfig& opt, int64_t step, const char* phase, F&& f)
     }
 }
 
-/// Memory left out of a CUDA device's free memory when train.microbatch is 0: what cuBLAS/cuBLASLt
-/// handles, kernel modules and the allocator take after the arena (not in the plan).
-constexpr int64_t CUDA_AUTO_RESERVE_BYTES = int64_t(512) << 20;
+/// Memory left out of a device's free memory when train.microbatch is 0: what library handles
+/// (cuBLAS/cuBLASLt), kernel modules and the allocator take after the arena (not in the plan).
+constexpr int64_t DEVICE_AUTO_RESERVE_BYTES = int64_t(512) << 20;
 
-/// train.microbatch 0: the largest divisor of train.batch_size whose plan fits the device: the
-/// CUDA device's free memory less CUDA_AUTO_RESERVE_BYTES, or the host's available memory on the
-/// CPU backend (the whole batch when that is unknown). Throws skew::Error naming the memory at
+/// train.microbatch 0: the largest divisor of train.batch_size whose plan fits the backend: a
+/// device's free memory less DEVICE_AUTO_RESERVE_BYTES, or the host's available memory for a host
+/// backend (the whole batch when that is unknown). Throws skew::Error naming the memory at
 /// microbatch 1 when nothing fits.
-int64_t auto_microbatch(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, bool on_cuda) {
+int64_t auto_microbatch(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, const Backend& backend) {
     int64_t budget = -1;
     const char* where = "the host's available memory";
-#if defined(SKEW_HAVE_CUDA)
-    if (on_cuda) {
-        budget = cuda_device_free_bytes();
-        if (budget >= 0) budget = std::max<int64_t>(0, budget - CUDA_AUTO_RESERVE_BYTES);
-        where = "the CUDA device's free memory less 0.5 GiB";
+    if (backend.device_memory()) {
+        budget = backend.device_memory_free_bytes();
+        if (budget >= 0) budget = std::max<int64_t>(0, budget - DEVICE_AUTO_RESERVE_BYTES);
+        where = "the device's free memory less 0.5 GiB";
+    } else {
+        budget = host_available_bytes();
     }
-#endif
-    if (!on_cuda) budget = host_available_bytes();
     if (budget < 0) return cfg.train.batch_size;
     const int64_t mb = largest_fitting_microbatch(cfg, table, opt, budget);
     if (mb == 0)
@@ -286,7 +186,7 @@ double unigram_val_perplexity(const TokenSplit& train, const TokenSplit& val, in
 }
 
 /// Validation loss over the fixed validation batches: mean over batches of each batch's mean LM
-/// loss (design.md, "Training protocol"), and the mean balance loss (no router noise).
+/// loss (docs/design.md, "Training protocol"), and the mean balance loss (no router noise).
 struct EvalResult {
     double val_loss = 0;
     double val_balance_loss = 0;
@@ -312,16 +212,15 @@ EvalResult evaluate(Model& model, const BatchStream& val, int64_t eval_batches, 
 }
 
 /// The checks of one optimizer's run that need no allocation, made for every optimizer before the
-/// run folder is created: the microbatch (train.microbatch, or the largest that
-/// fits when 0) and, on the CPU backend, the plan against the host's available memory. Returns
+/// run folder is created: an optimizer the backend cannot run, the microbatch
+/// (train.microbatch, or the largest that fits when 0) and, on a host backend, the plan against
+/// the host's available memory. Returns
 /// the microbatch; throws skew::Error naming the optimizer.
-int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, bool on_cuda) {
-    if (on_cuda && opt.type == "galore")
-        spdlog::warn("{}: GaLore's reference form computes an exact SVD of every projected gradient on the host at "
-                     "step 1 and every {} steps (seconds per 4096 x 4096 matrix); those steps are slow",
-                     opt.name, opt.update_proj_gap);
-    const int64_t mb = cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, on_cuda);
-    if (!on_cuda) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb), opt);
+int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
+                            const Backend& backend) {
+    require_optimizer_backend(opt, backend);
+    const int64_t mb = cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, backend);
+    if (!backend.device_memory()) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb), opt);
     return mb;
 }
 
@@ -360,67 +259,116 @@ struct RunWrites {
     }
 };
 
-TrainResult train_one(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, const Batches& data,
-                      const TrainOptions& opts, Backend& backend, int64_t mb, RunWrites& writes) {
+/// One optimizer's run in progress: its plan and arena, the model and optimizer over them, the
+/// trainer state and metrics, the batch streams and the run's files. Built by open_run; the
+/// backend's workspace binding is undone on destruction, so the shared backend never keeps a
+/// pointer into a freed arena.
+struct OptimizerRun {
+    const Config& cfg;
+    const OptimizerConfig& opt;
+    const TrainOptions& opts;
+    Backend& backend;
+    RunWrites& writes;
+    int64_t mb = 0, accum = 0;
+    MemoryPlan plan;
+    Arena arena;
+    Model model;
+    std::vector<ParamSlot> slots;
+    std::unique_ptr<OptimizerRunner> optimizer;
+    TrainerState state;
+    RunMetrics metrics;
+    std::string last_dir, best_dir;
+    StepLog log;
+    BatchStream train, val;
+    std::vector<int32_t> x, y;
+    int64_t warmup = 0;
+    SkipPolicy policy;
+    StatusLine status;
+    int64_t optimizer_t = 0;   // steps the optimizer has taken (skipped steps excluded)
+    int64_t device_peak = 0;   // measured peak device memory (device backends)
+    double last_val_ppl = std::nan("");
+    double since_eval_seconds = 0;
+    int64_t since_eval_tokens = 0;
+    Clock::time_point run_start;
+    double wall_before = 0;
+
+    OptimizerRun(const Config& c, const OptimizerConfig& o, const TrainOptions& to, Backend& be, RunWrites& w,
+                 const ParamTable& table, int64_t microbatch)
+        : cfg(c), opt(o), opts(to), backend(be), writes(w), mb(microbatch), accum(c.train.batch_size / microbatch),
+          plan(build_memory_plan(c, table, o, microbatch)), arena(allocate_arena(plan, be)),
+          model(model_bind(c, table, arena, be)), slots(arena_param_slots(o, table, arena)) {
+        optimizer = make_optimizer_runner(opt, backend, arena);
+        backend.bind_workspace(backend_workspace_memory(arena));  // last: nothing below throws
+    }
+    ~OptimizerRun() {
+        try {
+            optimizer.reset();
+            backend.synchronize();
+            backend.bind_workspace(BackendWorkspaceMemory{});
+        } catch (...) {
+        }
+    }
+    OptimizerRun(const OptimizerRun&) = delete;
+    OptimizerRun& operator=(const OptimizerRun&) = delete;
+
+    /// Measured peak: the device's memory in use, sampled after every step (device backends), or the
+    /// process's peak resident set (host backends).
+    int64_t measured_peak() const { return backend.device_memory() ? device_peak : process_peak_rss_bytes(); }
+
+    void checkpoint(const std::string& dir) {
+        state.extra["optimizer_t"] = optimizer_t;
+        sync_step_log(log);
+        save_checkpoint(dir, arena, state, &backend);
+        writes.committed = true;
+    }
+
+    RunTotals totals() const {
+        return RunTotals{state.step, state.skipped_steps, state.tokens_seen, state.train_seconds,
+                         wall_before + seconds_since(run_start)};
+    }
+};
+
+/// Open one optimizer's run: plan and arena, the model and optimizer over them, then resume from
+/// the run's last checkpoint (--resume) or initialize the weights. Returns nullopt-like `done` when
+/// the optimizer has nothing left to do (already finished, or --stop-after reached), with its result.
+/// Otherwise opens the step log and batch streams for training from state.step + 1.
+std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
+                                       const Batches& data, const TrainOptions& opts, Backend& backend, int64_t mb,
+                                       RunWrites& writes, std::optional<TrainResult>& done) {
     const TrainConfig& tc = cfg.train;
     const int64_t B = tc.batch_size, T = tc.seq_len;
-    const bool on_cuda = is_cuda(backend);
-    const int64_t accum = B / mb;
-    MemoryPlan plan = build_memory_plan(cfg, table, opt, mb);
+    auto run = std::make_unique<OptimizerRun>(cfg, opt, opts, backend, writes, table, mb);
+    OptimizerRun& r = *run;
     spdlog::info("{}: plan {:.3f} GiB (state {:.3f} GiB), microbatch {} x {} tokens, {} accumulation steps", opt.name,
-                 double(plan.peak_bytes) / GIB, double(plan.state_bytes) / GIB, mb, T, accum);
-#if defined(SKEW_HAVE_CUDA)
-    Arena arena = on_cuda ? allocate_cuda_arena(plan) : allocate_host_arena(plan);
-#else
-    Arena arena = allocate_host_arena(plan);
-#endif
-    Model model = model_bind(cfg, table, arena, backend);
+                 double(r.plan.peak_bytes) / GIB, double(r.plan.state_bytes) / GIB, mb, T, r.accum);
 
-    std::vector<ParamSlot> slots = arena_param_slots(opt, table, arena);
-#if defined(SKEW_HAVE_CUDA)
-    std::unique_ptr<CudaRun> cuda_run;
-    if (on_cuda) cuda_run = std::make_unique<CudaRun>(static_cast<cuda::CudaBackend&>(backend), opt, slots, arena);
-#endif
-    // Measured peak: the device's memory in use, sampled after every step (CUDA), or the process's
-    // peak resident set (CPU).
-    int64_t device_peak = 0;
-    auto measured_peak = [&]() -> int64_t {
-#if defined(SKEW_HAVE_CUDA)
-        if (on_cuda) return device_peak;
-#endif
-        return process_peak_rss_bytes();
-    };
-    bool profiling = false;
-
-    const std::string run_dir = opts.run_dir;
-    const std::string last_dir = checkpoint_dir(run_dir, opt.name, "last");
-    const std::string best_dir = checkpoint_dir(run_dir, opt.name, "best");
+    const std::string& run_dir = opts.run_dir;
+    r.last_dir = checkpoint_dir(run_dir, opt.name, "last");
+    r.best_dir = checkpoint_dir(run_dir, opt.name, "best");
     const std::string hash = config_hash(cfg.resolved_yaml);
-
-    TrainerState state;
-    state.optimizer = opt.name;
-    state.seed = tc.seed;
-    state.config_hash = hash;
-    RunMetrics metrics = make_run_metrics(cfg, opt, plan);
-    metrics.unigram_val_ppl = data.unigram_val_ppl;
-    if (opts.resume && checkpoint_exists(last_dir)) {
-        state = load_checkpoint(last_dir, arena);
-        if (state.config_hash != hash)
+    r.state.optimizer = opt.name;
+    r.state.seed = tc.seed;
+    r.state.config_hash = hash;
+    r.metrics = make_run_metrics(cfg, opt, r.plan);
+    r.metrics.unigram_val_ppl = data.unigram_val_ppl;
+    if (opts.resume && checkpoint_exists(r.last_dir)) {
+        r.state = load_checkpoint(r.last_dir, r.arena, &backend);
+        if (r.state.config_hash != hash)
             fail("{}: the checkpoint was written by a run with another config (hash {} vs {}); resume with the run's own "
-                 "config.yaml", last_dir, state.config_hash, hash);
+                 "config.yaml", r.last_dir, r.state.config_hash, hash);
         if (fs::exists(metrics_path(run_dir, opt.name))) {
-            metrics = read_metrics(metrics_path(run_dir, opt.name));
-            truncate_history(metrics, state.step);
-            metrics.unigram_val_ppl = data.unigram_val_ppl;
+            r.metrics = read_metrics(metrics_path(run_dir, opt.name));
+            truncate_history(r.metrics, r.state.step);
+            r.metrics.unigram_val_ppl = data.unigram_val_ppl;
         }
-        spdlog::info("{}: resuming from step {} ({})", opt.name, state.step, last_dir);
+        spdlog::info("{}: resuming from step {} ({})", opt.name, r.state.step, r.last_dir);
     } else {
         const std::string steps_file = step_log_path(run_dir, opt.name), metrics_file = metrics_path(run_dir, opt.name);
         if (opts.resume && (fs::exists(steps_file) || fs::exists(metrics_file))) {
             // Killed before its first checkpoint and first evaluation (e.g. a second Ctrl-C, kill -9):
             // nothing was kept but a few logged steps, which the same initialization and batches
             // reproduce, so it trains again from step 1. Anything more is refused, not thrown away.
-            const fs::path opt_checkpoints = fs::path(last_dir).parent_path();
+            const fs::path opt_checkpoints = fs::path(r.last_dir).parent_path();
             std::error_code ec;
             const bool any_checkpoint = fs::exists(opt_checkpoints, ec) && !fs::is_empty(opt_checkpoints, ec);
             int64_t logged = 0;
@@ -432,205 +380,212 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             } else {
                 fail("{}: --resume: {} has {}'s metrics or step log but no complete checkpoint in {} (trainer_state.json, "
                      "model.safetensors, optimizer.safetensors); refusing to start it again from step 1 over its files "
-                     "(to do that, remove {}, {} and {})", opt.name, run_dir, opt.name, last_dir, steps_file, metrics_file,
+                     "(to do that, remove {}, {} and {})", opt.name, run_dir, opt.name, r.last_dir, steps_file, metrics_file,
                      opt_checkpoints.string());
             }
         }
-        model_init(model, uint64_t(tc.seed));
+        model_init(r.model, uint64_t(tc.seed));
     }
     reset_peak_rss();
-    if (state.step >= tc.steps) {
-        spdlog::info("{}: already finished ({} steps)", opt.name, state.step);
-        return TrainResult{opt.name, state.step, metrics.summary.final_val_ppl, false};
+    if (r.state.step >= tc.steps) {
+        spdlog::info("{}: already finished ({} steps)", opt.name, r.state.step);
+        done = TrainResult{opt.name, r.state.step, r.metrics.summary.final_val_ppl, false};
+        return run;
     }
-    if (opts.stop_after_step > 0 && state.step >= opts.stop_after_step) {
+    if (opts.stop_after_step > 0 && r.state.step >= opts.stop_after_step) {
         spdlog::info("{}: --stop-after {}: the checkpoint is at step {} already; stopping without a step (checkpoint "
-                     "unchanged)", opt.name, opts.stop_after_step, state.step);
-        return TrainResult{opt.name, state.step, metrics.summary.final_val_ppl, true};
+                     "unchanged)", opt.name, opts.stop_after_step, r.state.step);
+        done = TrainResult{opt.name, r.state.step, r.metrics.summary.final_val_ppl, true};
+        return run;
     }
 
     writes.file(step_log_path(run_dir, opt.name));
     writes.file(metrics_path(run_dir, opt.name));
     writes.dir(fs::path(run_dir) / "checkpoints" / opt.name);
-    StepLog log = open_step_log(step_log_path(run_dir, opt.name), state.step);
-    BatchStream train = batch_stream_make(data.train, B, T, state.data_position);
-    BatchStream val = batch_stream_make(data.val, B, T, 0);
-    batch_stream_require(val, tc.eval_batches, "train.eval_batches validation batches");
-    if (train.num_batches < tc.steps)
+    r.log = open_step_log(step_log_path(run_dir, opt.name), r.state.step);
+    r.train = batch_stream_make(data.train, B, T, r.state.data_position);
+    r.val = batch_stream_make(data.val, B, T, 0);
+    batch_stream_require(r.val, tc.eval_batches, "train.eval_batches validation batches");
+    if (r.train.num_batches < tc.steps)
         spdlog::warn("{}: the training split holds {} distinct batches of {} x {} tokens for {} steps: batches repeat "
-                     "(the paper's protocol is one epoch without repeats)", cfg.data.dir, train.num_batches, B, T, tc.steps);
-    std::vector<int32_t> x(size_t(B * T)), y(size_t(B * T));
-    const int64_t warmup = warmup_steps(tc.steps, tc.warmup_frac);
-    SkipPolicy policy{tc.max_skipped_steps, state.skipped_steps};
-    StatusLine status = make_status_line(state.step, tc.log_every, opts.force_plain_log);
-    int64_t optimizer_t = state.extra.value("optimizer_t", state.step - state.skipped_steps);
-    double last_val_ppl = std::nan("");
-    double since_eval_seconds = 0;
-    int64_t since_eval_tokens = 0;
-    const auto run_start = Clock::now();
-    const double wall_before = metrics.summary.wall_seconds;
-    bool stopped = false;
+                     "(the paper's protocol is one epoch without repeats)", cfg.data.dir, r.train.num_batches, B, T, tc.steps);
+    r.x.assign(size_t(B * T), 0);
+    r.y.assign(size_t(B * T), 0);
+    r.warmup = warmup_steps(tc.steps, tc.warmup_frac);
+    r.policy = SkipPolicy{tc.max_skipped_steps, r.state.skipped_steps};
+    r.status = make_status_line(r.state.step, tc.log_every, opts.force_plain_log);
+    r.optimizer_t = r.state.extra.value("optimizer_t", r.state.step - r.state.skipped_steps);
+    r.run_start = Clock::now();
+    r.wall_before = r.metrics.summary.wall_seconds;
+    return run;
+}
 
-    auto checkpoint = [&](const std::string& dir) {
-        state.extra["optimizer_t"] = optimizer_t;
-        sync_step_log(log);
-        save_checkpoint(dir, arena, state);
-        writes.committed = true;
-    };
+/// One training step `step`: the batch, forward and backward over the microbatches, the gradient
+/// norm and clip, the non-finite check, the optimizer update, the step log and the running totals.
+/// Returns the step's record; throws skew::Error naming the step and phase (or when the skip
+/// policy stops the run, after a checkpoint).
+StepRecord train_step(OptimizerRun& r, int64_t step) {
+    const TrainConfig& tc = r.cfg.train;
+    const int64_t B = tc.batch_size, T = tc.seq_len;
+    const OptimizerConfig& opt = r.opt;
+    SKEW_NVTX_RANGE(fmt::format("step {}", step).c_str());
+    const auto t0 = Clock::now();
+    const double lr = cosine_lr(opt.lr, step, tc.steps, r.warmup, tc.min_lr_frac);
+    at_step(opt, step, "batch", [&] {
+        batch_stream_get(r.train, r.train.position, r.x.data(), r.y.data());
+        batch_stream_check_ids(r.train, r.train.position, r.x.data(), r.y.data(), r.cfg.model.vocab_size);
+        ++r.train.position;
+    });
+    double lm = 0, bal = 0, z = 0;
+    ExpertTokenCounts expert_tokens;
+    at_step(opt, step, "forward/backward", [&] {
+        model_zero_grads(r.model);
+        for (int64_t m = 0; m < r.accum; ++m) {
+            LossParts p = model_forward_backward(r.model, r.x.data() + m * r.mb * T, r.y.data() + m * r.mb * T, m,
+                                                 uint32_t(step), r.accum, true);
+            lm += p.lm_loss / double(r.accum);
+            bal += p.balance_loss / double(r.accum);
+            z += p.z_loss / double(r.accum);
+            add_expert_tokens(expert_tokens, p.moe);
+        }
+        // Phase times by the host clock, each phase ending with the device idle: one synchronize
+        // here (the grad-norm that follows reads its result back and would wait anyway), the
+        // norm's read-back, and the synchronize after the update.
+        r.backend.synchronize();
+    });
+    const auto t_fwd_bwd = Clock::now();
+    if (step == r.opts.inject_nan_step) inject_nan_gradient(r.model);
+    const double loss = lm + bal + z;
+    double grad_norm = 0;
+    float grad_scale = 1.0f;  // the clip coefficient, folded into the optimizer's read of G where it can be
+    at_step(opt, step, "gradient norm", [&] {
+        if (tc.grad_clip > 0 && optimizer_folds_grad_scale(opt)) {
+            grad_norm = model_grad_norm(r.model);
+            const double coef = tc.grad_clip / (grad_norm + 1e-6);  // clip_grad_norm_'s coefficient
+            if (std::isfinite(grad_norm) && coef < 1.0) grad_scale = float(coef);
+        } else {
+            grad_norm = tc.grad_clip > 0 ? model_clip_gradients(r.model, tc.grad_clip) : model_grad_norm(r.model);
+        }
+    });
+    const auto t_grad_norm = Clock::now();
+    StepRecord rec;
+    rec.step = step;
+    rec.lr = lr;
+    rec.lm_loss = lm;
+    rec.balance_loss = bal;
+    rec.z_loss = z;
+    rec.grad_norm = grad_norm;
+    if (auto fault = check_step_finite(step, loss, grad_norm, buffer_tensors(r.arena, BufferKind::GRAD, &r.backend),
+                                       r.policy)) {
+        rec.skipped = true;
+        r.state.skipped_steps = r.policy.skipped;
+        if (fault->action == FaultAction::STOP) {
+            append_step(r.log, rec);
+            r.checkpoint(r.last_dir);
+            fail("{}: {}; stopped with the checkpoint of step {} in {}", opt.name, fault_message(*fault), r.state.step,
+                 r.last_dir);
+        }
+        status_warning(r.status, fmt::format("{}: {}", opt.name, fault_message(*fault)));
+    } else {
+        ++r.optimizer_t;
+        OptimStep os;
+        os.t = r.optimizer_t;
+        os.lr = lr;
+        os.seed = uint64_t(tc.seed);
+        os.grad_scale = grad_scale;
+        SKEW_NVTX_RANGE("optimizer");
+        at_step(opt, step, "optimizer", [&] {
+            // experts that got no token keep weights and state (train.idle_experts: skip)
+            const IdleExpertSnapshot idle = tc.idle_experts == "skip"
+                                                ? save_idle_experts(r.backend, opt, r.slots, idle_experts(expert_tokens))
+                                                : IdleExpertSnapshot{};
+            r.optimizer->step(r.slots, os);
+            restore_idle_experts(r.backend, idle);
+        });
+    }
+    // the step's time is its device time; kernel errors surface here
+    at_step(opt, step, "optimizer", [&] { r.backend.synchronize(); });
+    const double dt = seconds_since(t0);
+    if (r.backend.device_memory()) r.device_peak = std::max(r.device_peak, r.backend.device_memory_used_bytes());
+    rec.tokens_per_sec = double(B * T) / dt;
+    rec.step_ms = dt * 1e3;
+    rec.fwd_bwd_ms = std::chrono::duration<double, std::milli>(t_fwd_bwd - t0).count();
+    rec.grad_norm_ms = std::chrono::duration<double, std::milli>(t_grad_norm - t_fwd_bwd).count();
+    if (!rec.skipped) rec.optimizer_ms = dt * 1e3 - rec.fwd_bwd_ms - rec.grad_norm_ms;
+    append_step(r.log, rec);
+    r.state.step = step;
+    r.state.data_position = r.train.position;
+    r.state.tokens_seen += B * T;
+    r.state.train_seconds += dt;
+    r.since_eval_seconds += dt;
+    r.since_eval_tokens += B * T;
+    return rec;
+}
 
-    for (int64_t step = state.step + 1; step <= tc.steps; ++step) {
-        if (step == opts.profile_first && on_cuda) {
+/// Evaluation after step `rec.step` (every train.eval_every steps and at the last): validation
+/// loss on the fixed batches, the metrics file, and the best checkpoint when the loss improved
+/// (record_validation).
+void evaluate_step(OptimizerRun& r, const StepRecord& rec) {
+    const TrainConfig& tc = r.cfg.train;
+    const int64_t step = rec.step;
+    EvalResult ev;
+    at_step(r.opt, step, "evaluation", [&] {
+        ev = evaluate(r.model, r.val, tc.eval_batches, tc.batch_size, r.mb, tc.seq_len, r.cfg.model.vocab_size, r.x, r.y);
+    });
+    EvalRecord e;
+    e.step = step;
+    e.train_lm_loss = rec.lm_loss;
+    e.aux_loss = rec.balance_loss + rec.z_loss;
+    e.balance_loss = rec.balance_loss;
+    e.z_loss = rec.z_loss;
+    e.val_loss = ev.val_loss;
+    e.val_ppl = std::exp(ev.val_loss);
+    e.val_balance_loss = ev.val_balance_loss;
+    e.tokens_per_sec = double(r.since_eval_tokens) / r.since_eval_seconds;
+    e.peak_memory_bytes = r.measured_peak();
+    e.lr = rec.lr;
+    e.grad_norm = rec.grad_norm;
+    add_eval(r.metrics, e);
+    r.since_eval_seconds = 0;
+    r.since_eval_tokens = 0;
+    r.last_val_ppl = e.val_ppl;
+    status_message(r.status, fmt::format("{} step {}: val loss {:.4f}, val ppl {:.2f}, balance {:.5f}", r.opt.name, step,
+                                         e.val_loss, e.val_ppl, e.val_balance_loss));
+    r.metrics.summary = summarize(r.metrics.history, r.totals());
+    write_metrics(r.opts.run_dir, r.metrics);
+    if (record_validation(r.state, step, ev.val_loss)) r.checkpoint(r.best_dir);
+}
+
+/// Train one optimizer of the run from its checkpoint (or step 1) to train.steps, a stop signal
+/// or --stop-after: open_run, then per step train_step, evaluate_step when due, the status line,
+/// the profiler window and the last checkpoint.
+TrainResult train_one(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, const Batches& data,
+                      const TrainOptions& opts, Backend& backend, int64_t mb, RunWrites& writes) {
+    const TrainConfig& tc = cfg.train;
+    std::optional<TrainResult> done;
+    std::unique_ptr<OptimizerRun> run = open_run(cfg, table, opt, data, opts, backend, mb, writes, done);
+    if (done) return *done;
+    OptimizerRun& r = *run;
+    bool profiling = false, stopped = false;
+    for (int64_t step = r.state.step + 1; step <= tc.steps; ++step) {
+        if (step == opts.profile_first) {
             backend.synchronize();
             cuda::profiler_start();
             profiling = true;
             spdlog::info("{}: profiler capture started before step {}", opt.name, step);
         }
-        SKEW_NVTX_RANGE(fmt::format("step {}", step).c_str());
-        const auto t0 = Clock::now();
-        const double lr = cosine_lr(opt.lr, step, tc.steps, warmup, tc.min_lr_frac);
-        at_step(opt, step, "batch", [&] {
-            batch_stream_get(train, train.position, x.data(), y.data());
-            batch_stream_check_ids(train, train.position, x.data(), y.data(), cfg.model.vocab_size);
-            ++train.position;
-        });
-        double lm = 0, bal = 0, z = 0;
-        ExpertTokenCounts expert_tokens;
-        at_step(opt, step, "forward/backward", [&] {
-            model_zero_grads(model);
-            for (int64_t m = 0; m < accum; ++m) {
-                LossParts p = model_forward_backward(model, x.data() + m * mb * T, y.data() + m * mb * T, m,
-                                                     uint32_t(step), accum, true);
-                lm += p.lm_loss / double(accum);
-                bal += p.balance_loss / double(accum);
-                z += p.z_loss / double(accum);
-                add_expert_tokens(expert_tokens, p.moe);
-            }
-            // Phase times by the host clock, each phase ending with the device idle: one synchronize
-            // here (the grad-norm that follows reads its result back and would wait anyway), the
-            // norm's read-back, and the synchronize after the update.
-            backend.synchronize();
-        });
-        const auto t_fwd_bwd = Clock::now();
-        if (step == opts.inject_nan_step) inject_nan_gradient(model);
-        const double loss = lm + bal + z;
-        double grad_norm = 0;
-        float grad_scale = 1.0f;  // the clip coefficient, folded into the optimizer's read of G where it can be
-        at_step(opt, step, "gradient norm", [&] {
-            if (tc.grad_clip > 0 && optimizer_folds_grad_scale(opt)) {
-                grad_norm = model_grad_norm(model);
-                const double coef = tc.grad_clip / (grad_norm + 1e-6);  // clip_grad_norm_'s coefficient
-                if (std::isfinite(grad_norm) && coef < 1.0) grad_scale = float(coef);
-            } else {
-                grad_norm = tc.grad_clip > 0 ? model_clip_gradients(model, tc.grad_clip) : model_grad_norm(model);
-            }
-        });
-        const auto t_grad_norm = Clock::now();
-        StepRecord rec;
-        rec.step = step;
-        rec.lr = lr;
-        rec.lm_loss = lm;
-        rec.balance_loss = bal;
-        rec.z_loss = z;
-        rec.grad_norm = grad_norm;
-        if (auto fault = check_step_finite(step, loss, grad_norm, buffer_tensors(arena, BufferKind::GRAD), policy)) {
-            rec.skipped = true;
-            state.skipped_steps = policy.skipped;
-            if (fault->action == FaultAction::STOP) {
-                append_step(log, rec);
-                checkpoint(last_dir);
-                fail("{}: {}; stopped with the checkpoint of step {} in {}", opt.name, fault_message(*fault), state.step,
-                     last_dir);
-            }
-            status_warning(status, fmt::format("{}: {}", opt.name, fault_message(*fault)));
-        } else {
-            ++optimizer_t;
-            OptimStep os;
-            os.t = optimizer_t;
-            os.lr = lr;
-            os.seed = uint64_t(tc.seed);
-            os.grad_scale = grad_scale;
-            SKEW_NVTX_RANGE("optimizer");
-            at_step(opt, step, "optimizer", [&] {
-                // experts that got no token keep weights and state (train.idle_experts: skip)
-                const IdleExpertSnapshot idle = tc.idle_experts == "skip"
-                                                    ? save_idle_experts(backend, opt, slots, idle_experts(expert_tokens))
-                                                    : IdleExpertSnapshot{};
-#if defined(SKEW_HAVE_CUDA)
-                if (on_cuda) {
-                    const double host_ms0 = galore_cuda_projector_host_ms();
-                    optimizer_step_cuda(opt, slots, os, cuda_run->ctx);
-                    if (const double ms = galore_cuda_projector_host_ms() - host_ms0; ms > 0)
-                        spdlog::info("{}: step {}: GaLore projectors (SVD) computed on the host in {:.0f} ms", opt.name,
-                                     step, ms);
-                } else
-#endif
-                    optimizer_step(opt, slots, os);
-                restore_idle_experts(backend, idle);
-            });
-        }
-        // the step's time is its device time; kernel errors surface here
-        at_step(opt, step, "optimizer", [&] { backend.synchronize(); });
-        const double dt = seconds_since(t0);
-#if defined(SKEW_HAVE_CUDA)
-        if (on_cuda) device_peak = std::max(device_peak, cuda_device_used_bytes());
-#endif
-        rec.tokens_per_sec = double(B * T) / dt;
-        rec.step_ms = dt * 1e3;
-        rec.fwd_bwd_ms = std::chrono::duration<double, std::milli>(t_fwd_bwd - t0).count();
-        rec.grad_norm_ms = std::chrono::duration<double, std::milli>(t_grad_norm - t_fwd_bwd).count();
-        if (!rec.skipped) rec.optimizer_ms = dt * 1e3 - rec.fwd_bwd_ms - rec.grad_norm_ms;
-        append_step(log, rec);
-        state.step = step;
-        state.data_position = train.position;
-        state.tokens_seen += B * T;
-        state.train_seconds += dt;
-        since_eval_seconds += dt;
-        since_eval_tokens += B * T;
-
+        const StepRecord rec = train_step(r, step);
         const bool last_step = step == tc.steps;
-        if (step % tc.eval_every == 0 || last_step) {
-            EvalResult ev;
-            at_step(opt, step, "evaluation", [&] {
-                ev = evaluate(model, val, tc.eval_batches, B, mb, T, cfg.model.vocab_size, x, y);
-            });
-            EvalRecord e;
-            e.step = step;
-            e.train_lm_loss = lm;
-            e.aux_loss = bal + z;
-            e.balance_loss = bal;
-            e.z_loss = z;
-            e.val_loss = ev.val_loss;
-            e.val_ppl = std::exp(ev.val_loss);
-            e.val_balance_loss = ev.val_balance_loss;
-            e.tokens_per_sec = double(since_eval_tokens) / since_eval_seconds;
-            e.peak_memory_bytes = measured_peak();
-            e.lr = lr;
-            e.grad_norm = grad_norm;
-            add_eval(metrics, e);
-            since_eval_seconds = 0;
-            since_eval_tokens = 0;
-            last_val_ppl = e.val_ppl;
-            status_message(status, fmt::format("{} step {}: val loss {:.4f}, val ppl {:.2f}, balance {:.5f}", opt.name, step,
-                                               e.val_loss, e.val_ppl, e.val_balance_loss));
-            RunTotals totals{state.step, state.skipped_steps, state.tokens_seen, state.train_seconds,
-                             wall_before + seconds_since(run_start)};
-            metrics.summary = summarize(metrics.history, totals);
-            write_metrics(run_dir, metrics);
-            if (std::isfinite(ev.val_loss) && ev.val_loss < state.best_val_loss) {
-                state.best_val_loss = ev.val_loss;
-                state.best_val_step = step;
-                checkpoint(best_dir);
-            }
-        }
+        if (step % tc.eval_every == 0 || last_step) evaluate_step(r, rec);
         Progress pr;
         pr.optimizer = opt.name;
         pr.step = step;
         pr.total_steps = tc.steps;
-        pr.loss = loss;
-        pr.val_ppl = last_val_ppl;
+        pr.loss = rec.lm_loss + rec.balance_loss + rec.z_loss;
+        pr.val_ppl = r.last_val_ppl;
         pr.tokens_per_sec = rec.tokens_per_sec;
-        pr.lr = lr;
-        status_update(status, pr);
+        pr.lr = rec.lr;
+        status_update(r.status, pr);
 
         if (profiling && step == opts.profile_last) {
             backend.synchronize();
@@ -640,11 +595,11 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         }
 
         const bool stop = stop_requested() || (opts.stop_after_step > 0 && step >= opts.stop_after_step);
-        if (step % tc.checkpoint_every == 0 || last_step || stop) checkpoint(last_dir);
+        if (step % tc.checkpoint_every == 0 || last_step || stop) r.checkpoint(r.last_dir);
         if (stop && !last_step) {
             stopped = true;
-            status_message(status, fmt::format("{}: stopped after step {}; checkpoint in {} (continue with skew train --resume {})",
-                                               opt.name, step, last_dir, run_dir));
+            status_message(r.status, fmt::format("{}: stopped after step {}; checkpoint in {} (continue with skew train "
+                                                 "--resume {})", opt.name, step, r.last_dir, opts.run_dir));
             break;
         }
     }
@@ -652,75 +607,20 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         backend.synchronize();
         cuda::profiler_stop();
     }
-    status_finish(status);
-    if (on_cuda)
+    status_finish(r.status);
+    if (backend.device_memory())
         spdlog::info("{}: measured peak device memory {:.3f} GiB (whole device), plan {:.3f} GiB", opt.name,
-                     double(device_peak) / GIB, double(plan.peak_bytes) / GIB);
-    RunTotals totals{state.step, state.skipped_steps, state.tokens_seen, state.train_seconds,
-                     wall_before + seconds_since(run_start)};
-    metrics.summary = summarize(metrics.history, totals);
-    write_metrics(run_dir, metrics);
-    sync_step_log(log);
-    return TrainResult{opt.name, state.step, metrics.summary.final_val_ppl, stopped};
+                     double(r.device_peak) / GIB, double(r.plan.peak_bytes) / GIB);
+    r.metrics.summary = summarize(r.metrics.history, r.totals());
+    write_metrics(opts.run_dir, r.metrics);
+    sync_step_log(r.log);
+    return TrainResult{opt.name, r.state.step, r.metrics.summary.final_val_ppl, stopped};
 }
 
 /// Read a whole file ("" when it cannot be opened).
 std::string read_text(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-/// --resume: the data must be where and what it was. A relative data.dir that does not exist is
-/// reported as relative to the current directory; when the run folder holds a manifest.json, the
-/// data's own must exist and describe the same shards (manifest_first_difference).
-void check_resume_data(const Config& cfg, const TrainOptions& opts) {
-    const fs::path dir = cfg.data.dir;
-    std::error_code ec;
-    if (dir.is_relative() && !fs::exists(dir, ec))
-        fail("--resume {}: data.dir {} is relative to the current directory ({}) and does not exist there; resume the "
-             "run from the directory it was started in", opts.run_dir, cfg.data.dir, fs::current_path(ec).string());
-    const fs::path run_copy = fs::path(opts.run_dir) / "manifest.json";
-    if (!fs::exists(run_copy, ec)) return;  // started on shards without a manifest (llm.c's)
-    const fs::path data_manifest = dir / "manifest.json";
-    if (!fs::exists(data_manifest, ec))
-        fail("--resume {}: the run was started on the data of {}, but {} has none: this is not the data the run was "
-             "started with (restore it, or start a new run with --out)", opts.run_dir, run_copy.string(),
-             data_manifest.string());
-    const std::string run_manifest = read_text(run_copy);
-    std::string diff;
-    try {
-        diff = data::manifest_first_difference(run_manifest, read_text(data_manifest));
-    } catch (const Error& e) {
-        fail("--resume {}: cannot compare {} with {}: {}", opts.run_dir, data_manifest.string(), run_copy.string(), e.what());
-    }
-    if (!diff.empty())
-        fail("--resume {}: the data changed since the run started: {} differs from the run's copy {}: {}; resuming "
-             "would train on other batches (restore the data, or start a new run with --out)", opts.run_dir,
-             data_manifest.string(), run_copy.string(), diff);
-    // The manifests agree; the shards themselves could still have been edited in place. Re-hash
-    // them against the MD5s the run started with when that is cheap (<= 1 GiB of shards).
-    constexpr int64_t REHASH_MAX_BYTES = int64_t(1) << 30;
-    const auto manifest = nlohmann::json::parse(run_manifest, nullptr, false);
-    if (manifest.is_discarded() || !manifest.contains("shards") || !manifest["shards"].is_array()) return;
-    int64_t total = 0;
-    for (const auto& s : manifest["shards"])
-        if (s.is_object() && s.contains("file") && s["file"].is_string())
-            total += int64_t(fs::file_size(dir / s["file"].get<std::string>(), ec));
-    if (total > REHASH_MAX_BYTES) {
-        spdlog::info("--resume: {:.1f} GiB of shards in {}: not re-hashed (only up to 1 GiB is)", double(total) / GIB,
-                     cfg.data.dir);
-        return;
-    }
-    for (const auto& s : manifest["shards"]) {
-        if (!s.is_object() || !s.contains("file") || !s.contains("md5") || !s["file"].is_string() || !s["md5"].is_string())
-            continue;
-        const fs::path shard = dir / s["file"].get<std::string>();
-        const std::string now = data::md5_file(shard.string()), then = s["md5"].get<std::string>();
-        if (now != then)
-            fail("--resume {}: shard {} changed since the run started (MD5 {} now, {} in the run's {}); resuming would "
-                 "train on other batches (restore the data, or start a new run with --out)", opts.run_dir, shard.string(),
-                 now, then, run_copy.string());
-    }
 }
 
 }  // namespace
@@ -732,7 +632,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) 
     if (!opts.resume && fs::exists(config_path))
         fail("--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
              "choose another --out", opts.run_dir, opts.run_dir);
-    if (opts.resume) check_resume_data(cfg, opts);
+    if (opts.resume) data::check_resume_data(cfg.data.dir, opts.run_dir);
 
     // Every check that can be made before training, before the run folder is touched: the data
     // (manifest, token ids, batch counts), the backend, --profile-steps, each optimizer's plan.
@@ -748,8 +648,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) 
         batch_stream_make(data.train, B, T, 0);
     }
     std::unique_ptr<Backend> backend = make_backend(cfg);
-    const bool on_cuda = is_cuda(*backend);
-    if (opts.profile_first > 0 && !on_cuda)
+    if (opts.profile_first > 0 && !backend->device_memory())
         fail("--profile-steps {}:{}: profiling brackets steps with cudaProfilerStart/Stop and needs the CUDA backend; "
              "this run uses the {} backend (runtime.backend: {})", opts.profile_first, opts.profile_last, backend->name(),
              cfg.runtime.backend);
@@ -759,7 +658,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) 
     run_cfg.runtime.backend = backend->name();
     std::vector<int64_t> microbatch;
     for (const OptimizerConfig& opt : cfg.optimizers)
-        microbatch.push_back(check_optimizer_run(run_cfg, table, opt, on_cuda));
+        microbatch.push_back(check_optimizer_run(run_cfg, table, opt, *backend));
 
     RunWrites writes;
     if (!opts.resume) {

@@ -1,5 +1,5 @@
 // Activation formulas shared by the CPU reference and the CUDA kernels: SiLU and its derivative,
-// used by the SwiGLU feed-forward w3(silu(w1 x) * w2 x) of design.md ("The paper's model").
+// used by the SwiGLU feed-forward w3(silu(w1 x) * w2 x) of docs/design.md ("The paper's model").
 // Plain fp32 scalar math, callable from host and device.
 #pragma once
 #include <cmath>

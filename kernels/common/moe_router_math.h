@@ -1,4 +1,4 @@
-// The per-token router math shared by the CPU loop and the CUDA kernel (design.md, "Router (fp32)"):
+// The per-token router math shared by the CPU loop and the CUDA kernel (docs/design.md, "Router (fp32)"):
 // noisy logits, a stable softmax, top-k by probability (distinct experts, ties to the lower index)
 // and gates renormalized to sum to 1.
 #pragma once

@@ -1,7 +1,7 @@
 // Per-element optimizer update math shared by the CPU loops (optim/) and the CUDA kernels
 // (kernels/cuda/optim_*.cu): SkewAdam (paper Algorithm 1), AdamW, Lion, Muon's momentum,
 // Adafactor, GaLore's subspace Adam, and the fused fp32 weight-decay target. Equations and their
-// sources: research/optimizers.md §2-§7. All arithmetic in fp32; scalars (bias corrections,
+// sources: docs/optimizers.md §2-§7. All arithmetic in fp32; scalars (bias corrections,
 // decay factors) are computed by the caller in double and passed as float.
 #pragma once
 #include <cmath>
@@ -28,7 +28,7 @@ SKEW_HD float optim_ema(float s, float x, float beta, float one_minus_beta) {
 }
 
 /// The value rounded back to bf16 (or stored exactly for fp32 params) with decay fused in fp32:
-/// w * keep - lr * u, keep = 1 - lr*wd (design.md "Weight decay"). With keep = 1 it is plain w - lr*u.
+/// w * keep - lr * u, keep = 1 - lr*wd (docs/design.md "Weight decay"). With keep = 1 it is plain w - lr*u.
 SKEW_HD float optim_decayed_target(float w, float keep, float lr, float u) { return rn_sub(rn_mul(w, keep), rn_mul(lr, u)); }
 
 /// Position (matrix, row, col) of flat element i of a stack of (rows x cols) matrices, 64-bit.
@@ -42,7 +42,7 @@ SKEW_HD MatrixCoord optim_matrix_coord(int64_t i, int64_t rows, int64_t cols) {
     return MatrixCoord{m, r, rem - r * cols};
 }
 
-// ---- AdamW (PyTorch semantics, research §2)
+// ---- AdamW (PyTorch semantics, docs/optimizers.md §2)
 
 /// One AdamW element: m <- b1 m + (1-b1) g; v <- b2 v + (1-b2) g^2; returns the update
 /// U = (m / bc1) / (sqrt(v) / sqrt(bc2) + eps) (eps outside the sqrt, after bias correction).
@@ -55,7 +55,7 @@ SKEW_HD float adamw_element(float g, float& m, float& v, float b1, float omb1, f
     return rn_mul(m, inv_bc1) / denom;
 }
 
-// ---- Lion (Chen et al. 2023 Alg. 2; lucidrains/automl, research §3)
+// ---- Lion (Chen et al. 2023 Alg. 2; lucidrains/automl, docs/optimizers.md §3)
 
 /// sign with sign(0) = 0 (torch.sign); NaN propagates.
 SKEW_HD float optim_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
@@ -67,7 +67,7 @@ SKEW_HD float lion_element(float g, float& m, float b1, float omb1, float b2, fl
     return optim_sign(c);
 }
 
-// ---- SkewAdam (paper Algorithm 1; design.md clamps; research §7)
+// ---- SkewAdam (paper Algorithm 1; docs/design.md clamps; docs/optimizers.md §7)
 
 /// Numerator with fp32 momentum (backbone tier): m <- b1 m + (1-b1) g; returns coef * m with
 /// coef = sqrt(1-b2^t)/(1-b1^t).
@@ -91,7 +91,7 @@ SKEW_HD float skewadam_col_scale(float c, float eps) { return sqrtf(fmaxf(c, eps
 /// The floor of the factored normalizer's mean (skewadam.py: hard-coded 1e-15).
 constexpr float SKEWADAM_RBAR_FLOOR = 1e-15f;
 
-// ---- Adafactor (HF transformers, scale_parameter=False, relative_step=False, beta1=None; research §5)
+// ---- Adafactor (HF transformers, scale_parameter=False, relative_step=False, beta1=None; docs/optimizers.md §5)
 
 /// beta2_t = 1 - t^decay_rate (decay_rate = -0.8): 0 at t = 1.
 inline double adafactor_beta2(int64_t t, double decay_rate) { return 1.0 - std::pow(double(t), decay_rate); }
@@ -107,7 +107,7 @@ SKEW_HD float adafactor_factored_element(float g, float r, float rmean, float c)
     return rn_mul(rn_mul(g, optim_rsqrt(r / rmean)), optim_rsqrt(c));
 }
 
-// ---- Muon momentum (research §4; design.md "Muon")
+// ---- Muon momentum (docs/optimizers.md §4; docs/design.md "Muon")
 
 /// Momentum buffer update: sum form B <- mu B + g (the paper) or EMA form B <- B + (1-mu)(g - B)
 /// (Keller Jordan since 2025-02). Returns what Newton-Schulz orthogonalizes: B, or with Nesterov
@@ -121,7 +121,7 @@ SKEW_HD float muon_momentum_element(float g, float& b, float mu, bool ema, bool 
     return nesterov ? rn_add(g, rn_mul(mu, b)) : b;
 }
 
-// ---- GaLore subspace Adam (research §6)
+// ---- GaLore subspace Adam (docs/optimizers.md §6)
 
 /// Adam in the projected space without bias correction in the element: m, v EMAs; returns
 /// N = m / (sqrt(v) + eps) (eps on the uncorrected sqrt(v)); the caller scales by

@@ -2,7 +2,7 @@
 // 1, 2, 3", SC'11), callable from host and device. Every draw in skew (initialization, router
 // noise, stochastic rounding) is a pure function of (seed, stream, step, tensor, element), so the
 // CPU and CUDA backends draw the same numbers and a resumed run draws what an uninterrupted one
-// would (design.md, "Counter-based randomness").
+// would (docs/design.md, "Counter-based randomness").
 #pragma once
 #include <cmath>
 #include <cstdint>

@@ -1,6 +1,6 @@
-// The one bf16 write-back path of every optimizer (design.md, "Optimizers"): exact unbiased
-// stochastic rounding with Philox bits (research/optimizers.md §9.1), the paper's dithered
-// approximation (Algorithm 1 line 13; its bias: research §9.2) and round-to-nearest-even.
+// The one bf16 write-back path of every optimizer (docs/design.md, "Optimizers"): exact unbiased
+// stochastic rounding with Philox bits (docs/optimizers.md §9.1), the paper's dithered
+// approximation (Algorithm 1 line 13; its bias: docs/optimizers.md §9.2) and round-to-nearest-even.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -45,7 +45,7 @@ enum RoundingMode : uint8_t { ROUNDING_STOCHASTIC = 0, ROUNDING_DITHERED = 1, RO
 /// (low 16 bits zero) never moves; NaN stays NaN (quiet, sign kept); ±inf stay ±inf; a finite x
 /// whose carry would produce ±inf (|x| above the largest finite bf16, 0x7F7F) is truncated to
 /// ±0x7F7F instead (the only biased case: the 2^-16-wide band just under FLT_MAX's bf16 ceiling).
-/// Source: llm.c `stochastic_rounding`, torchao `_fp32_to_bf16_sr` (research §9.1).
+/// Source: llm.c `stochastic_rounding`, torchao `_fp32_to_bf16_sr` (docs/optimizers.md §9.1).
 SKEW_HD bf16 bf16_round_stochastic(float x, uint32_t r) {
     uint32_t b = f32_bits(x);
     if ((b & 0x7F800000u) == 0x7F800000u) {
@@ -61,7 +61,7 @@ SKEW_HD bf16 bf16_round_stochastic(float x, uint32_t r) {
 /// The paper's dithered rounding (nuemaan `SkewAdam.step`, Algorithm 1 line 13):
 /// y = RNE(x + xi), xi = (u - 0.5) * |x| * 2^-7 with u uniform in [0, 1) from the 32-bit word r
 /// (top 24 bits). Biased toward zero by about u_bf16/8 just above a power of two and u_bf16/4
-/// just below the next (research §9.2); a representable value with a zero update moves.
+/// just below the next (docs/optimizers.md §9.2); a representable value with a zero update moves.
 /// NaN stays NaN; inf stays inf.
 SKEW_HD bf16 bf16_round_dithered(float x, uint32_t r) {
     if ((f32_bits(x) & 0x7F800000u) == 0x7F800000u) return f32_to_bf16(x);  // NaN, inf

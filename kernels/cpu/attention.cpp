@@ -1,4 +1,4 @@
-// CPU causal grouped-query attention (design.md, "The paper's model": 32 query heads share 8 KV
+// CPU causal grouped-query attention (docs/design.md, "The paper's model": 32 query heads share 8 KV
 // heads; query head h reads KV head h / (n_heads / n_kv_heads)), scale 1/sqrt(head_dim). Forward
 // saves the log-sum-exp per query row; backward recomputes the probabilities from it.
 #include <omp.h>

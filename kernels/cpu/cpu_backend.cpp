@@ -1,6 +1,6 @@
 // The CPU reference backend: the Backend interface (kernels/backend.h) forwarding to the free
 // functions of kernels/cpu/cpu_ops.h with bf16 activations. It is the reference every CUDA kernel
-// is compared with (design.md, "Two backends, one model").
+// is compared with (docs/design.md, "Two backends, one model").
 #include <cstring>
 #include <memory>
 

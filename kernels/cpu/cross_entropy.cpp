@@ -1,4 +1,4 @@
-// CPU cross-entropy over the padded vocabulary with the tied LM head (design.md: GPT-2 vocabulary
+// CPU cross-entropy over the padded vocabulary with the tied LM head (docs/design.md: GPT-2 vocabulary
 // padded to 50,304, tied embedding and LM head). Padding columns are masked to probability 0; the
 // log-sum-exp subtracts the row max, so logits in the hundreds stay finite.
 #include <omp.h>

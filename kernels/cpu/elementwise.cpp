@@ -1,6 +1,6 @@
 // CPU elementwise ops and reductions: residual add, gradient accumulation, in-place scaling (1/accum
 // steps, global grad-norm clipping), zero, dtype conversion, and the sum of squares over many
-// buffers in double for the global grad-norm (design.md, "Training protocol": clip at 1.0).
+// buffers in double for the global grad-norm (docs/design.md, "Training protocol": clip at 1.0).
 #include <omp.h>
 
 #include <vector>

@@ -1,4 +1,4 @@
-// CPU token + learned position embedding, forward and deterministic backward (design.md, "The
+// CPU token + learned position embedding, forward and deterministic backward (docs/design.md, "The
 // paper's model": learned positions, tied embedding). The backward buckets positions by token (a
 // stable counting sort) so every gradient row is summed in a fixed order without atomics.
 #include <omp.h>

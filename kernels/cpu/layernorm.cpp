@@ -1,4 +1,4 @@
-// CPU LayerNorm with bias and fp32 parameters (design.md: pre-LayerNorm blocks and final LayerNorm,
+// CPU LayerNorm with bias and fp32 parameters (docs/design.md: pre-LayerNorm blocks and final LayerNorm,
 // fp32 LayerNorm parameters), forward saving mean and rstd, and backward. Parameter gradients are
 // reduced over rows per channel in a fixed order, so results do not depend on the thread count.
 #include <omp.h>

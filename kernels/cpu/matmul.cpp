@@ -1,5 +1,5 @@
 // CPU matrix products: bf16 or fp32 operands widened to fp32 in k-panels, multiplied by OpenBLAS
-// cblas_sgemm with fp32 accumulation (design.md: bf16 storage, fp32 accumulation). Every linear
+// cblas_sgemm with fp32 accumulation (docs/design.md: bf16 storage, fp32 accumulation). Every linear
 // layer of the model (attention, SwiGLU, experts, router, tied LM head) and its backward runs here.
 #include <cblas.h>
 #include <omp.h>

@@ -1,4 +1,4 @@
-// CPU dropless MoE dispatch (design.md, "The data path": router -> top-2 -> dispatch -> expert
+// CPU dropless MoE dispatch (docs/design.md, "The data path": router -> top-2 -> dispatch -> expert
 // SwiGLU -> combine): a stable counting sort of the n·k token copies by expert, row gather, grouped
 // expert matmuls over variable token counts (a loop over experts), weighted combine, and backwards.
 #include <omp.h>

@@ -1,4 +1,4 @@
-// CPU MoE router in fp32 (design.md, "Router (fp32)"): Philox noise N(0, sigma^2) on the logits in
+// CPU MoE router in fp32 (docs/design.md, "Router (fp32)"): Philox noise N(0, sigma^2) on the logits in
 // training, softmax, top-k by probability (distinct, ties to the lower index), renormalized gates,
 // the Switch balance loss α·E·Σ p̄_i f_i (f without gradient) and the z-loss coef·mean(lse^2).
 #include <omp.h>

@@ -1,5 +1,5 @@
 // CPU SwiGLU activation h = silu(a) * b and its backward: the inner product of the feed-forward
-// w3(silu(w1 x) * w2 x) (design.md, "The paper's model"; dense block and every expert).
+// w3(silu(w1 x) * w2 x) (docs/design.md, "The paper's model"; dense block and every expert).
 // Formulas: kernels/common/activations.h, shared with the CUDA kernels.
 #include <omp.h>
 

@@ -1,4 +1,4 @@
-// Stable device counting sort (MoE dispatch: design.md "dropless", a permutation that groups token
+// Stable device counting sort (MoE dispatch: docs/design.md "dropless", a permutation that groups token
 // copies by expert; embedding backward: positions grouped by token). Integer counts only, so the
 // result is exact and independent of timing. CPU twins: moe_dispatch / embedding_backward in kernels/cpu/.
 #include "kernels/cuda/common.cuh"

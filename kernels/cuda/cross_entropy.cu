@@ -1,5 +1,5 @@
 // CUDA cross-entropy over the padded vocabulary, and the fused tied LM head that runs it in token
-// chunks (design.md: padded vocabulary 50,304, tied head; llm.c fused_classifier.cuh). One block per
+// chunks (docs/design.md: padded vocabulary 50,304, tied head; llm.c fused_classifier.cuh). One block per
 // token row; block reductions are fixed trees, so losses are deterministic. CPU twin:
 // kernels/cpu/cross_entropy.cpp.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// CUDA cross-entropy over the padded vocabulary and the fused tied LM head (design.md: GPT-2
+// CUDA cross-entropy over the padded vocabulary and the fused tied LM head (docs/design.md: GPT-2
 // vocabulary padded to 50,304, tied embedding and LM head), in token chunks so fp32 logits for the
 // whole batch are never held at once (llm.c's fused classifier). CPU twin: kernels/cpu/cross_entropy.cpp.
 #pragma once

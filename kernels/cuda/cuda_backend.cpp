@@ -1,6 +1,6 @@
 // The CUDA backend: Backend (kernels/backend.h) forwarding to the launchers of kernels/cuda/ on one
 // stream, with a growable device scratch for the reductions' partial sums and the sorts, and a
-// device error word for index errors found inside kernels (design.md, "Two backends, one model").
+// device error word for index errors found inside kernels (docs/design.md, "Two backends, one model").
 // Host code, compiled by the host compiler (fmt is fine here).
 #include "kernels/cuda/cuda_backend.h"
 
@@ -68,6 +68,33 @@ void CudaBackend::set_scratch(void* scratch, int64_t bytes) {
 }
 
 void CudaBackend::set_matmul_widen_buffer(float* buffer, int64_t elems) { mm_->set_widen_buffer(buffer, elems); }
+
+void CudaBackend::bind_workspace(const BackendWorkspaceMemory& ws) {
+    // The cuBLASLt workspace is rebound only to or from an arena buffer: without one the backend
+    // keeps its own.
+    if (ws.library || library_bound_) set_matmul_workspace(ws.library, ws.library ? ws.library_bytes : 0);
+    library_bound_ = ws.library != nullptr;
+    set_scratch(ws.scratch, ws.scratch ? ws.scratch_bytes : 0);
+    set_matmul_widen_buffer(ws.widen, ws.widen ? ws.widen_elems : 0);
+}
+
+int64_t CudaBackend::device_memory_used_bytes() const {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return int64_t(total_b - free_b);
+}
+
+int64_t CudaBackend::device_memory_free_bytes() const {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return int64_t(free_b);
+}
 
 void* CudaBackend::scratch(int64_t bytes) {
     bytes = std::max<int64_t>(bytes, 256);

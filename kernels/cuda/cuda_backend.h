@@ -1,5 +1,5 @@
 // The CUDA backend: the Backend interface (kernels/backend.h) on one GPU, forwarding every op to
-// the launchers of kernels/cuda/<op>.h on one stream (design.md, "Two backends, one model"). The
+// the launchers of kernels/cuda/<op>.h on one stream (docs/design.md, "Two backends, one model"). The
 // CPU backend (kernels/cpu/) is its reference; tests/gpu/ holds every op to it.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -30,6 +30,14 @@ public:
     CudaBackend& operator=(const CudaBackend&) = delete;
 
     const char* name() const override { return "cuda"; }
+    bool device_memory() const override { return true; }
+    /// Bind the arena's ws.library, ws.cuda_scratch and ws.cuda_widen (set_matmul_workspace,
+    /// set_scratch, set_matmul_widen_buffer); an empty binding returns to backend-owned memory.
+    void bind_workspace(const BackendWorkspaceMemory& ws) override;
+    /// total - free of cudaMemGetInfo (every process on the device), 0 when the query fails.
+    int64_t device_memory_used_bytes() const override;
+    /// free of cudaMemGetInfo, -1 when the query fails.
+    int64_t device_memory_free_bytes() const override;
 
     /// The stream every op runs on (blocking with respect to the legacy default stream).
     cudaStream_t stream() const { return stream_; }
@@ -131,6 +139,7 @@ private:
     void* ext_scratch_ = nullptr;    // caller-owned (arena)
     int64_t ext_scratch_bytes_ = 0;
     bool warned_scratch_ = false;
+    bool library_bound_ = false;  // bind_workspace gave the cuBLASLt workspace (an arena buffer)
     std::unique_ptr<Matmul> mm_;
     std::unique_ptr<GroupedMatmul> grouped_;
 };

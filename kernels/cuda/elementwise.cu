@@ -1,4 +1,4 @@
-// CUDA elementwise ops and the global grad-norm's sum of squares (design.md, "Training protocol").
+// CUDA elementwise ops and the global grad-norm's sum of squares (docs/design.md, "Training protocol").
 // CPU twin: kernels/cpu/elementwise.cpp. Grid-stride loops with 64-bit indices; fp32 math with one
 // rounding per stored element, so bf16 results match the CPU bit for bit.
 #include <vector>

@@ -1,5 +1,5 @@
 // CUDA elementwise ops and the global grad-norm reduction: residual add, gradient accumulation,
-// scaling, zero, dtype conversion, sum of squares over many buffers (design.md, "Training
+// scaling, zero, dtype conversion, sum of squares over many buffers (docs/design.md, "Training
 // protocol": clip at 1.0). CPU twin: kernels/cpu/elementwise.cpp; semantics: kernels/backend.h.
 // Every launcher takes the CPU twin's arguments plus the stream; pointers are device memory.
 #pragma once

@@ -1,4 +1,4 @@
-// CUDA token + position embedding (design.md, "The paper's model"). The backward groups positions by
+// CUDA token + position embedding (docs/design.md, "The paper's model"). The backward groups positions by
 // token with the stable counting sort (counting_sort.h) and sums each token's rows in position
 // order in one block: deterministic, no floating-point atomics. CPU twin: kernels/cpu/embedding.cpp.
 #include "kernels/cuda/common.cuh"

@@ -1,4 +1,4 @@
-// CUDA token + learned position embedding, forward and deterministic backward (design.md: learned
+// CUDA token + learned position embedding, forward and deterministic backward (docs/design.md: learned
 // positions, tied embedding). CPU twin: kernels/cpu/embedding.cpp; semantics: Backend::embedding_*.
 #pragma once
 #include <cuda_runtime_api.h>

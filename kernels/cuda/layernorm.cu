@@ -1,4 +1,4 @@
-// CUDA LayerNorm forward and backward (design.md, "The paper's model": pre-LayerNorm, fp32
+// CUDA LayerNorm forward and backward (docs/design.md, "The paper's model": pre-LayerNorm, fp32
 // parameters). One warp per row; the parameter gradients are summed over rows in fixed chunks, then
 // over chunks in order, so they do not depend on timing. CPU twin: kernels/cpu/layernorm.cpp.
 #include "kernels/cuda/common.cuh"

@@ -1,4 +1,4 @@
-// CUDA LayerNorm with bias and fp32 parameters (design.md: pre-LayerNorm blocks, fp32 LayerNorm
+// CUDA LayerNorm with bias and fp32 parameters (docs/design.md: pre-LayerNorm blocks, fp32 LayerNorm
 // parameters): forward saving mean and rstd, backward with deterministic parameter gradients.
 // CPU twin: kernels/cpu/layernorm.cpp; semantics: Backend::layernorm_* in kernels/backend.h.
 #pragma once

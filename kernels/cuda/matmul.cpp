@@ -1,4 +1,4 @@
-// cuBLASLt wrapper for every dense matrix product of the CUDA backend (design.md: bf16 storage, fp32
+// cuBLASLt wrapper for every dense matrix product of the CUDA backend (docs/design.md: bf16 storage, fp32
 // accumulation; router in fp32). Host code only, compiled by the host compiler; the dtype widening
 // it sometimes needs runs on the device through elementwise.h's convert. Source of the pattern:
 // llm.c llmc/matmul.cuh (descriptors, top-1 heuristic, 16-byte alignment, fp32 compute).

@@ -1,4 +1,4 @@
-// CUDA MoE dispatch, gather and combine (design.md: dropless top-2 routing; research/engines.md §2:
+// CUDA MoE dispatch, gather and combine (docs/design.md: dropless top-2 routing; docs/architecture.md, "MoE expert products":
 // permute by a stable sort of expert ids). The sort is counting_sort.h (integer, exact); gathers
 // and combines sum in slot order, so every result is deterministic. CPU twin: kernels/cpu/moe_dispatch.cpp.
 #include "kernels/cuda/common.cuh"

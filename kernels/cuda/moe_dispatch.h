@@ -1,6 +1,6 @@
 // CUDA MoE dispatch (dropless): the stable counting sort of token copies by expert, the gather of
 // token rows into expert order and its backward, and the weighted combine and its backward
-// (design.md, "The paper's model": top-2 over 128 experts). CPU twin: kernels/cpu/moe_dispatch.cpp;
+// (docs/design.md, "The paper's model": top-2 over 128 experts). CPU twin: kernels/cpu/moe_dispatch.cpp;
 // semantics: Backend::moe_dispatch / moe_gather_* / moe_combine_* in kernels/backend.h.
 #pragma once
 #include <cuda_runtime_api.h>

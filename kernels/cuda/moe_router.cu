@@ -1,4 +1,4 @@
-// CUDA MoE router (design.md, "Router (fp32)"; Switch balance loss α·E·Σ p̄_i f_i, z-loss
+// CUDA MoE router (docs/design.md, "Router (fp32)"; Switch balance loss α·E·Σ p̄_i f_i, z-loss
 // coef·mean(lse²)). One thread per token for softmax/top-k and the backward (E is small); one block
 // per expert for p̄; one block for the two losses. CPU twin: kernels/cpu/moe_router.cpp.
 #include "kernels/common/moe_router_math.h"

@@ -1,4 +1,4 @@
-// CUDA MoE router in fp32 (design.md, "Router (fp32)"): Philox noise, softmax, top-k (distinct,
+// CUDA MoE router in fp32 (docs/design.md, "Router (fp32)"): Philox noise, softmax, top-k (distinct,
 // ties to the lower index), renormalized gates, expert counts, the Switch balance loss and the
 // z-loss, and the gradient to the clean logits. CPU twin: kernels/cpu/moe_router.cpp; semantics:
 // Backend::moe_router_* in kernels/backend.h. Noise draws the same Philox numbers as the CPU.

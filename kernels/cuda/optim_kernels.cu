@@ -1,4 +1,4 @@
-// CUDA optimizer kernels (GPU twins of optim/*.cpp; paper Algorithm 1, research/optimizers.md §2-§5):
+// CUDA optimizer kernels (GPU twins of optim/*.cpp; paper Algorithm 1, docs/optimizers.md §2-§5):
 // factored row/column reductions, the per-matrix update-RMS reduction, one fused update-and-write
 // kernel per tier kind, AdamW, Lion, Muon's momentum / Newton-Schulz / write. Deterministic: fixed
 // partitions and fixed reduction trees, no float atomics.

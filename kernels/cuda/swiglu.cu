@@ -1,4 +1,4 @@
-// CUDA SwiGLU activation forward and backward (design.md, "The paper's model"), elementwise with
+// CUDA SwiGLU activation forward and backward (docs/design.md, "The paper's model"), elementwise with
 // the activation formulas of kernels/common/activations.h. CPU twin: kernels/cpu/swiglu.cpp.
 #include "kernels/common/activations.h"
 #include "kernels/cuda/common.cuh"

@@ -1,4 +1,4 @@
-// CUDA SwiGLU activation h = silu(a) * b and its backward (design.md: the dense block's and every
+// CUDA SwiGLU activation h = silu(a) * b and its backward (docs/design.md: the dense block's and every
 // expert's w3(silu(w1 x) * w2 x)). Formulas: kernels/common/activations.h, shared with the CPU twin
 // kernels/cpu/swiglu.cpp; semantics: Backend::swiglu_* in kernels/backend.h.
 #pragma once

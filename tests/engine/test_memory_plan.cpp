@@ -11,7 +11,7 @@
 #include "engine/error.h"
 #include "engine/config.h"
 #include "engine/cuda_workspace.h"
-#include "engine/memory_plan.h"
+#include "plan/plan.h"
 #include "engine/param_table.h"
 
 using namespace skew;

@@ -9,7 +9,7 @@ using namespace skew;
 TEST_CASE("the paper's model has the Appendix B parameter counts") {
     Config c = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/paper-6.78b.yaml");
     ParamTable t = build_param_table(c.model);
-    CHECK(t.total_numel() == 6784327680);  // the trainer's logged count (research/optimizers.md §4.3)
+    CHECK(t.total_numel() == 6784327680);  // the trainer's logged count (docs/optimizers.md §4.3)
     CHECK(t.tier_numel(Tier::EXPERTS) == 128LL * 3 * 4096 * 4096);
     CHECK(t.tier_numel(Tier::ROUTER) == 128 * 4096);
     CHECK(double(t.tier_numel(Tier::BACKBONE)) / 1e6 == Approx(341.4).margin(0.05));

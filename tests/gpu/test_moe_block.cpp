@@ -1,4 +1,4 @@
-// GPU test of the ops composed as one MoE feed-forward does (design.md: router -> top-2 -> dispatch
+// GPU test of the ops composed as one MoE feed-forward does (docs/design.md: router -> top-2 -> dispatch
 // -> expert SwiGLU -> combine), forward and backward, against the same chain on the CPU backend,
 // with uneven routing and an empty expert. Device offsets feed the grouped matmul directly, as in
 // the model. Tolerance: normalized MSE <= 1e-4 on outputs and gradients (several bf16 roundings).

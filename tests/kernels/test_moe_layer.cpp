@@ -1,4 +1,4 @@
-// The ops composed into one MoE feed-forward layer as the model will run it (design.md, "The data
+// The ops composed into one MoE feed-forward layer as the model will run it (docs/design.md, "The data
 // path": router -> top-2 -> dispatch -> expert SwiGLU -> combine, plus balance and z-loss): the
 // gradient of the input, the router and all three expert banks against finite differences, with
 // router noise off and on. Catches a misuse of the interface's conventions, not just one op's error.

@@ -1,4 +1,4 @@
-// Tests of the fp32 MoE router (kernels/cpu/moe_router.cpp; design.md "Router (fp32)"): top-2
+// Tests of the fp32 MoE router (kernels/cpu/moe_router.cpp; docs/design.md "Router (fp32)"): top-2
 // distinct with ties to the lower index, deterministic routing of all-equal logits, the balance loss
 // at its floor α under uniform routing, Philox noise, finite z-loss for logits in the hundreds, and
 // the gradient to the logits (gates, balance and z-loss together) against finite differences.

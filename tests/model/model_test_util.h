@@ -10,7 +10,7 @@
 
 #include "engine/arena.h"
 #include "engine/config.h"
-#include "engine/memory_plan.h"
+#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "model/model.h"

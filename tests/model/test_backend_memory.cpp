@@ -1,4 +1,4 @@
-// The model touches backend memory only through the Backend interface (issue 7: the model runs
+// The model touches backend memory only through the Backend interface (the model runs
 // unchanged on the GPU, where the arena is device memory a host dereference would crash on). The
 // CPU backend is wrapped so that the arena's pages are inaccessible (mprotect PROT_NONE) except
 // while a backend op runs: binding, initialization, forward/backward over microbatches, grad norm,
@@ -18,7 +18,7 @@
 
 #include "engine/arena.h"
 #include "engine/config.h"
-#include "engine/memory_plan.h"
+#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "model/model.h"

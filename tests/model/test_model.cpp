@@ -1,4 +1,4 @@
-// Whole-model edge cases of issue 3 (design.md "The paper's model"): gradient accumulation with
+// Whole-model edge cases (docs/design.md "The paper's model"): gradient accumulation with
 // the aux losses divided like the LM loss, idle experts, the zero-initialized router, large
 // logits, initialization, global grad-norm and clipping.
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// 64-bit indexing on a real tensor of more than 2^31 elements (design.md "64-bit indexing"): one
+// 64-bit indexing on a real tensor of more than 2^31 elements (docs/design.md "64-bit indexing"): one
 // SkewAdam expert-tier step (factored R, C, per-matrix RMS clip) on a (2, 32768, 32769) bf16 stack,
 // checked on a strided subset of elements, including those beyond 2^31, against an independent
 // computation. Needs ~8.6 GB of RAM and a minute: hidden, run with `test_optim "[large]"`.

@@ -1,5 +1,5 @@
 // The bf16 write-back (kernels/common/rounding.h): exact stochastic rounding is unbiased and
-// idempotent (research/optimizers.md §9.1); the paper's dithered rounding is biased toward zero at
+// idempotent (docs/optimizers.md §9.1); the paper's dithered rounding is biased toward zero at
 // binade edges and that bias is asserted (§9.2); the noise streams are distinct per tensor and step.
 #include <catch2/catch.hpp>
 #include <cfloat>

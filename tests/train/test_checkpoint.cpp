@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint.h"
+#include "train/checkpoint.h"
 #include "engine/error.h"
 #include "train_test_util.h"
 #include "tests/skip.h"

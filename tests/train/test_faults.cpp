@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "engine/faults.h"
+#include "train/faults.h"
 #include "train_test_util.h"
 
 using namespace skew;

@@ -9,9 +9,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "engine/checkpoint.h"
+#include "train/checkpoint.h"
 #include "engine/error.h"
-#include "engine/metrics.h"
+#include "train/metrics.h"
 #include "train_test_util.h"
 
 using namespace skew;

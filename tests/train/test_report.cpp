@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "engine/metrics.h"
+#include "train/metrics.h"
 #include "train_test_util.h"
 #include "tests/skip.h"
 

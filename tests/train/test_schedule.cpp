@@ -1,4 +1,4 @@
-// The trainer's cosine schedule (research/optimizers.md §8): warmup = max(1, int(steps*frac)),
+// The trainer's cosine schedule (docs/optimizers.md §8): warmup = max(1, int(steps*frac)),
 // lr*s/warmup up to the warmup, then cosine to lr*min_lr_frac; values checked to the bit against
 // the Python expression of the paper's trainer (float.hex() of nuemaan's cosine_lr).
 #include <catch2/catch.hpp>
@@ -7,7 +7,7 @@
 
 #include "engine/config.h"
 #include "engine/error.h"
-#include "engine/schedule.h"
+#include "train/schedule.h"
 
 using namespace skew;
 

@@ -7,7 +7,7 @@
 
 #include <csignal>
 
-#include "engine/signals.h"
+#include "train/signals.h"
 
 using namespace skew;
 

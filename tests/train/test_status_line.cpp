@@ -9,7 +9,7 @@
 #include <memory>
 #include <sstream>
 
-#include "engine/status_line.h"
+#include "train/status_line.h"
 
 using namespace skew;
 

@@ -17,7 +17,7 @@
 #include "engine/arena.h"
 #include "engine/error.h"
 #include "engine/config.h"
-#include "engine/memory_plan.h"
+#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "tests/temp_dir.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# Independent PyTorch reference for the whole MoE transformer (design.md "The paper's model"; paper
+# Independent PyTorch reference for the whole MoE transformer (docs/design.md "The paper's model"; paper
 # Section 4): builds the tiny model from the equations in float64, draws the router noise from its
 # own numpy Philox4x32-10, and writes weights, batch, loss parts, logits and every gradient.
 #

@@ -1,12 +1,12 @@
 #!/usr/bin/python3
 """Golden fixtures for skew's optimizers, written from the equations (not from the engine).
 
-Five steps of each optimizer (SkewAdam per paper Algorithm 1 with design.md's clamps, AdamW with
+Five steps of each optimizer (SkewAdam per paper Algorithm 1 with docs/design.md's clamps, AdamW with
 PyTorch semantics, Lion, Muon paper form and Keller Jordan form, HF Adafactor, GaLore reference and
 paper form) on four tensors -- a bf16 matrix, an fp32 vector, a bf16 expert stack (each expert its
 own W) and an fp32 router -- with fixed gradients and a varying lr_t. Write-back: round to nearest
 (bf16 params), exact fp32 (fp32 params); weight decay fused in fp32: W*(1 - lr*wd) - lr*U.
-Equations: /work/shared/research/optimizers.md sections 2-7.
+Equations: docs/optimizers.md sections 2-7.
 
 Run with Debian's python3 and python3-torch (1.13):  /usr/bin/python3 make_golden.py
 Writes optim_golden.json next to this script.

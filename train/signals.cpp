@@ -1,6 +1,6 @@
 // SIGINT/SIGTERM handling for the training loop: a lock-free flag set by an async-signal-safe
 // handler; the second signal ends the process immediately (_exit, no destructors, no checkpoint).
-#include "engine/signals.h"
+#include "train/signals.h"
 
 #include <unistd.h>
 

@@ -1,6 +1,6 @@
 // The live status line and its plain-log fallback. Live mode writes "\r<text>\x1b[K" to stderr;
 // log lines (spdlog, stdout by default) first clear it so the two never interleave on one line.
-#include "engine/status_line.h"
+#include "train/status_line.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

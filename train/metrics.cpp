@@ -1,7 +1,7 @@
 // Run metrics: metrics_<optimizer>.json (history + summary, written atomically) and the per-step
 // JSONL log (whole-line appends, trimmed to the checkpoint's step on resume). Field meanings:
 // docs/training.md; what the paper reports from them: Table 1, Figures 2-3, Appendix C.
-#include "engine/metrics.h"
+#include "train/metrics.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/checkpoint.h"
+#include "train/checkpoint.h"
 #include "engine/error.h"
 
 namespace skew {

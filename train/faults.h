@@ -1,4 +1,4 @@
-// Numerical faults (design.md, "Errors, not crashes"): a NaN or inf in the loss or gradient norm
+// Numerical faults (docs/design.md, "Errors, not crashes"): a NaN or inf in the loss or gradient norm
 // is reported with the step and the first tensor holding one, and the step is skipped, up to
 // train.max_skipped_steps; past that the run stops (with a checkpoint of the last good state).
 #pragma once
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint.h"  // NamedTensor
+#include "train/checkpoint.h"  // NamedTensor
 
 namespace skew {
 

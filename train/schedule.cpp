@@ -1,7 +1,7 @@
 // The trainer's learning-rate schedule: linear warmup from 0, cosine decay to lr * min_lr_frac
-// (research/optimizers.md §8). Written in the same operation order as the Python reference so that
+// (docs/optimizers.md §8). Written in the same operation order as the Python reference so that
 // the rates match it to the bit.
-#include "engine/schedule.h"
+#include "train/schedule.h"
 
 #include <cmath>
 #include <numbers>

@@ -1,4 +1,4 @@
-// Checkpoints and durable files (design.md, "Errors, not crashes": a checkpoint on disk is never
+// Checkpoints and durable files (docs/design.md, "Errors, not crashes": a checkpoint on disk is never
 // left half-written). Weights and optimizer state are safetensors files (header JSON + raw
 // little-endian data, readable by PyTorch's `safetensors`); the trainer's scalars are a JSON file.
 #pragma once
@@ -25,21 +25,24 @@ struct NamedTensor {
     std::vector<int64_t> shape;  // row-major
     void* data = nullptr;        // host pointer, or device pointer when device == CUDA
     ArenaDevice device = ArenaDevice::HOST;
+    Backend* backend = nullptr;  // copies device memory (Backend::copy_to_host/_device); needed when device != HOST
 
     int64_t numel() const;
     int64_t bytes() const { return numel() * dtype_bytes(dtype); }
 };
 
 /// The weights of an arena as tensors named by the parameter table ("blocks.1.moe.router"), in
-/// table order: the plan's "weight.<param>" buffers with the prefix removed.
-std::vector<NamedTensor> weight_tensors(const Arena& arena);
+/// table order: the plan's "weight.<param>" buffers with the prefix removed. `backend` copies a
+/// device arena's memory (nullptr for a host arena).
+std::vector<NamedTensor> weight_tensors(const Arena& arena, Backend* backend = nullptr);
 
 /// The plan buffers of one kind (GRAD, STATE, ...), named exactly as the plan names them
-/// ("grad.<param>", "state.<param>.<kind>"), in plan order.
-std::vector<NamedTensor> buffer_tensors(const Arena& arena, BufferKind kind);
+/// ("grad.<param>", "state.<param>.<kind>"), in plan order; `backend` as for weight_tensors.
+std::vector<NamedTensor> buffer_tensors(const Arena& arena, BufferKind kind, Backend* backend = nullptr);
 
-/// Copy `bytes` bytes starting `offset` bytes into t's data to host memory dst (cudaMemcpy for a
-/// CUDA tensor). Throws skew::Error naming the tensor on a range outside it or a CUDA failure.
+/// Copy `bytes` bytes starting `offset` bytes into t's data to host memory dst (t.backend's
+/// copy_to_host for device memory). Throws skew::Error naming the tensor on a range outside it, a
+/// device tensor without a backend, or a failed copy.
 void copy_tensor_to_host(void* dst, const NamedTensor& t, int64_t offset, int64_t bytes);
 
 /// The reverse: host memory src into t's data at `offset`.
@@ -145,8 +148,8 @@ std::string checkpoint_dir(const std::string& run_dir, const std::string& optimi
 /// files carry the step in their metadata. The files are written into a hidden temporary sibling
 /// folder, fsynced, and swapped in with one rename (renameat2 RENAME_EXCHANGE), so `dir` always
 /// holds one complete checkpoint, old or new. Throws skew::Error naming the file; `dir` is then
-/// left as it was.
-void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerState& state);
+/// left as it was. `backend` copies a device arena's tensors (nullptr for a host arena).
+void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerState& state, Backend* backend = nullptr);
 
 /// Whether `dir` holds a checkpoint (its trainer_state.json exists).
 bool checkpoint_exists(const std::string& dir);
@@ -154,7 +157,7 @@ bool checkpoint_exists(const std::string& dir);
 /// Load the checkpoint in `dir` into the arena's weights and state and return the trainer state.
 /// Refuses, with a skew::Error naming the file and the problem, a missing or corrupt file, a
 /// tensor missing or extra or with another shape or dtype than the plan, a state file of another
-/// optimizer, or files of different steps.
-TrainerState load_checkpoint(const std::string& dir, const Arena& arena);
+/// optimizer, or files of different steps. `backend` as for save_checkpoint.
+TrainerState load_checkpoint(const std::string& dir, const Arena& arena, Backend* backend = nullptr);
 
 }  // namespace skew

@@ -1,6 +1,6 @@
 // Finite checks over named buffers (bit tests on the exponent field, bf16 and fp32) and the
 // skip-count policy for NaN/inf steps (train.max_skipped_steps).
-#include "engine/faults.h"
+#include "train/faults.h"
 
 #include <fmt/format.h>
 

@@ -1,7 +1,7 @@
 // Checkpoint I/O: durable (temp + fsync + rename) writers, a safetensors writer and a validating
 // reader, and the checkpoint folder {model,optimizer}.safetensors + trainer_state.json swapped in
 // atomically. Format: https://github.com/huggingface/safetensors (8-byte LE header length, JSON).
-#include "engine/checkpoint.h"
+#include "train/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -18,9 +18,6 @@
 #include <fstream>
 #include <sstream>
 
-#if defined(SKEW_HAVE_CUDA)
-#include <cuda_runtime.h>
-#endif
 
 #include "engine/error.h"
 
@@ -181,19 +178,19 @@ std::string strip_prefix(const std::string& s, const std::string& prefix) {
 
 int64_t NamedTensor::numel() const { return product(shape); }
 
-std::vector<NamedTensor> buffer_tensors(const Arena& arena, BufferKind kind) {
+std::vector<NamedTensor> buffer_tensors(const Arena& arena, BufferKind kind, Backend* backend) {
     if (!arena.plan) fail("checkpoint: the arena has no memory plan");
     std::vector<NamedTensor> out;
     const auto& bufs = arena.plan->buffers;
     for (size_t i = 0; i < bufs.size(); ++i) {
         if (bufs[i].kind != kind) continue;
-        out.push_back(NamedTensor{bufs[i].name, bufs[i].dtype, bufs[i].shape, arena.ptr(int(i)), arena.device});
+        out.push_back(NamedTensor{bufs[i].name, bufs[i].dtype, bufs[i].shape, arena.ptr(int(i)), arena.device, backend});
     }
     return out;
 }
 
-std::vector<NamedTensor> weight_tensors(const Arena& arena) {
-    std::vector<NamedTensor> out = buffer_tensors(arena, BufferKind::WEIGHT);
+std::vector<NamedTensor> weight_tensors(const Arena& arena, Backend* backend) {
+    std::vector<NamedTensor> out = buffer_tensors(arena, BufferKind::WEIGHT, backend);
     for (auto& t : out) t.name = strip_prefix(t.name, "weight.");
     return out;
 }
@@ -205,12 +202,12 @@ void copy_tensor_to_host(void* dst, const NamedTensor& t, int64_t offset, int64_
         std::memcpy(dst, src, size_t(bytes));
         return;
     }
-#if defined(SKEW_HAVE_CUDA)
-    cudaError_t e = cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) fail("tensor '{}': copy from the GPU failed: {}", t.name, cudaGetErrorString(e));
-#else
-    fail("tensor '{}' is in GPU memory but this build has no CUDA", t.name);
-#endif
+    if (!t.backend) fail("tensor '{}' is in device memory and no backend was given to copy it", t.name);
+    try {
+        t.backend->copy_to_host(dst, src, bytes);
+    } catch (const Error& e) {
+        fail("tensor '{}': copy from the device failed: {}", t.name, e.what());
+    }
 }
 
 void copy_tensor_from_host(const NamedTensor& t, int64_t offset, const void* src, int64_t bytes) {
@@ -220,12 +217,12 @@ void copy_tensor_from_host(const NamedTensor& t, int64_t offset, const void* src
         std::memcpy(dst, src, size_t(bytes));
         return;
     }
-#if defined(SKEW_HAVE_CUDA)
-    cudaError_t e = cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyHostToDevice);
-    if (e != cudaSuccess) fail("tensor '{}': copy to the GPU failed: {}", t.name, cudaGetErrorString(e));
-#else
-    fail("tensor '{}' is in GPU memory but this build has no CUDA", t.name);
-#endif
+    if (!t.backend) fail("tensor '{}' is in device memory and no backend was given to copy it", t.name);
+    try {
+        t.backend->copy_to_device(dst, src, bytes);  // returns once src may be reused
+    } catch (const Error& e) {
+        fail("tensor '{}': copy to the device failed: {}", t.name, e.what());
+    }
 }
 
 // ---- durable files
@@ -490,7 +487,7 @@ std::string checkpoint_dir(const std::string& run_dir, const std::string& optimi
 
 bool checkpoint_exists(const std::string& dir) { return fs::exists(fs::path(dir) / STATE_FILE); }
 
-void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerState& state) {
+void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerState& state, Backend* backend) {
     if (!arena.plan) fail("{}: the arena has no memory plan", dir);
     fs::path target = fs::path(dir).lexically_normal();
     if (target.filename().empty()) target = target.parent_path();
@@ -515,8 +512,8 @@ void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerSt
     try {
         const std::map<std::string, std::string> meta = {
             {"format", "pt"}, {"step", std::to_string(state.step)}, {"optimizer", state.optimizer}};
-        write_safetensors((temp / MODEL_FILE).string(), weight_tensors(arena), meta);
-        write_safetensors((temp / OPTIMIZER_FILE).string(), buffer_tensors(arena, BufferKind::STATE), meta);
+        write_safetensors((temp / MODEL_FILE).string(), weight_tensors(arena, backend), meta);
+        write_safetensors((temp / OPTIMIZER_FILE).string(), buffer_tensors(arena, BufferKind::STATE, backend), meta);
         write_file_atomic((temp / STATE_FILE).string(), trainer_state_to_json(state).dump(2) + "\n");
         fsync_directory(temp.string());
         if (fs::exists(target)) {
@@ -544,7 +541,7 @@ void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerSt
     }
 }
 
-TrainerState load_checkpoint(const std::string& dir, const Arena& arena) {
+TrainerState load_checkpoint(const std::string& dir, const Arena& arena, Backend* backend) {
     if (!arena.plan) fail("{}: the arena has no memory plan", dir);
     fs::path d(dir);
     if (!checkpoint_exists(dir)) {
@@ -569,7 +566,7 @@ TrainerState load_checkpoint(const std::string& dir, const Arena& arena) {
         fail("{}: checkpoint of optimizer '{}' cannot be loaded into a run of optimizer '{}'", state_path, s.optimizer, arena.plan->optimizer);
     for (const char* file : {MODEL_FILE, OPTIMIZER_FILE}) {
         const std::string path = (d / file).string();
-        auto meta = read_safetensors_into(path, std::string_view(file) == MODEL_FILE ? weight_tensors(arena) : buffer_tensors(arena, BufferKind::STATE));
+        auto meta = read_safetensors_into(path, std::string_view(file) == MODEL_FILE ? weight_tensors(arena, backend) : buffer_tensors(arena, BufferKind::STATE, backend));
         auto it = meta.find("step");
         if (it == meta.end()) fail("{}: metadata has no 'step'", path);
         if (it->second != std::to_string(s.step))

@@ -1,4 +1,4 @@
-// Graceful stop on SIGINT/SIGTERM (design.md, "Errors, not crashes"): the first signal sets a flag
+// Graceful stop on SIGINT/SIGTERM (docs/design.md, "Errors, not crashes"): the first signal sets a flag
 // the training loop polls between steps (finish the step, checkpoint, exit cleanly); a second
 // signal exits at once with status 128 + signal number.
 #pragma once

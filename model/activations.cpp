@@ -1,0 +1,109 @@
+// The activation table read two ways: as memory-plan buffers and as arena bindings
+// (model/activations.h has the table and what each slot holds).
+#include "model/activations.h"
+
+#include <algorithm>
+#include <initializer_list>
+
+#include "engine/error.h"
+
+namespace skew {
+namespace {
+
+bool holds(const ModelConfig& m, ActWhen when) {
+    switch (when) {
+        case ActWhen::ALL:
+        case ActWhen::PER_BLOCK: return true;
+        case ActWhen::DENSE: return int64_t(m.moe_blocks.size()) < m.n_blocks;
+        case ActWhen::MOE: return !m.moe_blocks.empty();
+    }
+    return false;
+}
+
+int64_t shape_bytes(DType dt, std::initializer_list<int64_t> shape) {
+    int64_t n = dtype_bytes(dt);
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+// The plan's buffer `name` with at least `bytes` bytes; throws naming it when missing or too small.
+void* slot_ptr(const Arena& arena, const std::string& name, int64_t bytes) {
+    const int i = arena.plan->find(name);
+    if (i < 0) fail("model: the memory plan has no activation slot '{}'", name);
+    const int64_t have = arena.plan->buffers[size_t(i)].bytes();
+    if (have < bytes) fail("model: activation slot '{}' holds {} bytes, the model needs {}", name, have, bytes);
+    return arena.ptr(i);
+}
+
+template <class T>
+void bind_slot(T*& member, const Arena& arena, const std::string& name, int64_t bytes, int64_t) {
+    member = static_cast<T*>(slot_ptr(arena, name, bytes));
+}
+
+template <class T>
+void bind_slot(std::vector<T*>& member, const Arena& arena, const std::string& name, int64_t bytes, int64_t n_blocks) {
+    member.clear();
+    for (int64_t b = 0; b < n_blocks; ++b) member.push_back(static_cast<T*>(slot_ptr(arena, name + std::to_string(b), bytes)));
+}
+
+}  // namespace
+
+ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes) {
+    ActDims D;
+    D.B = microbatch;
+    D.T = seq_len;
+    D.N = D.B * D.T;
+    D.d = m.d_model;
+    D.H = m.n_heads;
+    D.qd = m.n_heads * m.head_dim();
+    D.kvd = m.n_kv_heads * m.head_dim();
+    D.ff = m.d_ff;
+    D.de = m.d_expert;
+    D.E = m.n_experts;
+    D.k = m.top_k;
+    D.NK = D.N * D.k;
+    D.logits = std::max(std::min(D.N, LOGITS_CHUNK_TOKENS) * m.padded_vocab_size, (lm_head_workspace_bytes + 3) / 4);
+    return D;
+}
+
+std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDims& D) {
+    const ModelConfig& m = cfg.model;
+    const Phase F = Phase::FORWARD, H = Phase::HEAD, BW = Phase::BACKWARD, O = Phase::OPTIMIZER;
+    std::vector<BufferSpec> out;
+    auto add = [&](const std::string& name, DType dtype, ActWhen when, BufferKind kind, Phase first, Phase last,
+                   std::vector<int64_t> shape) {
+        if (!holds(m, when)) return;
+        const int64_t copies = when == ActWhen::PER_BLOCK ? m.n_blocks : 1;
+        for (int64_t c = 0; c < copies; ++c) {
+            BufferSpec b;
+            b.name = when == ActWhen::PER_BLOCK ? name + std::to_string(c) : name;
+            b.kind = kind;
+            b.dtype = dtype;
+            b.shape = shape;
+            b.first = first;
+            b.last = last;
+            b.component = kind == BufferKind::WORKSPACE ? "workspace" : "activations";
+            out.push_back(std::move(b));
+        }
+    };
+#define SKEW_ACT_DECLARE(member, type, name, dtype, when, kind, first, last, ...) \
+    add(name, DType::dtype, ActWhen::when, BufferKind::kind, first, last, {__VA_ARGS__});
+    SKEW_ACTIVATIONS(SKEW_ACT_DECLARE)
+#undef SKEW_ACT_DECLARE
+    (void)O;
+    return out;
+}
+
+ActSlots act_slots_bind(const Config& cfg, const ActDims& D, const Arena& arena) {
+    if (!arena.plan) fail("model: the arena has no memory plan");
+    const ModelConfig& m = cfg.model;
+    ActSlots a;
+#define SKEW_ACT_BIND(member, type, name, dtype, when, kind, first, last, ...) \
+    if (holds(m, ActWhen::when)) bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), m.n_blocks);
+    SKEW_ACTIVATIONS(SKEW_ACT_BIND)
+#undef SKEW_ACT_BIND
+    a.logits_bytes = arena.plan->buffers[size_t(arena.plan->find("act.logits"))].bytes();
+    return a;
+}
+
+}  // namespace skew

@@ -1,0 +1,41 @@
+// Backend selection for `skew train` (train/backend_factory.h).
+#include "train/backend_factory.h"
+
+#include <spdlog/spdlog.h>
+
+#include "engine/error.h"
+
+#if defined(SKEW_HAVE_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_info.h"
+#endif
+
+namespace skew {
+
+std::unique_ptr<Backend> make_backend(const Config& cfg) {
+    const std::string& b = cfg.runtime.backend;
+    if (b == "cpu") return make_cpu_backend();
+#if defined(SKEW_HAVE_CUDA)
+    const int n_devices = cuda::device_count();
+    if (b == "cuda") {
+        if (n_devices == 0)
+            fail("{}: runtime.backend: cuda, but no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
+                 "hides it; see nvidia-smi)\n--> HINT: use runtime.backend=cpu (or auto, which falls back to the CPU)",
+                 cfg.source);
+        return cuda::make_cuda_backend(0);
+    }
+    if (b == "auto") {
+        if (n_devices > 0) return cuda::make_cuda_backend(0);
+        spdlog::info("runtime.backend: auto: no CUDA device visible, training on the CPU backend");
+        return make_cpu_backend();
+    }
+#else
+    if (b == "cuda")
+        fail("{}: runtime.backend: cuda, but this skew was built without the CUDA backend (-DSKEW_CUDA=OFF or no nvcc)"
+             "\n--> HINT: rebuild with -DSKEW_CUDA=ON, or use runtime.backend=cpu", cfg.source);
+    if (b == "auto") return make_cpu_backend();
+#endif
+    fail("{}: runtime.backend: unknown backend '{}' (expected cpu, cuda or auto)", cfg.source, b);
+}
+
+}  // namespace skew

@@ -1,0 +1,16 @@
+// The backend of a run, chosen from runtime.backend: the one place above kernels/ that names the
+// backends (the trainer itself works through the Backend interface only).
+#pragma once
+#include <memory>
+
+#include "engine/config.h"
+#include "kernels/backend.h"
+
+namespace skew {
+
+/// The backend of runtime.backend: `cpu`; `cuda` (device 0; a clear error when this build has no
+/// CUDA backend or no GPU is visible); `auto`, the CUDA backend when built with CUDA and a GPU is
+/// visible, else the CPU. Throws skew::Error naming the config file and the key.
+std::unique_ptr<Backend> make_backend(const Config& cfg);
+
+}  // namespace skew
