@@ -20,6 +20,7 @@
 #include "engine/config.h"
 #include "engine/error.h"
 #include "engine/memory_plan.h"
+#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "eval/load.h"
 #include "model/inference.h"

@@ -150,6 +150,8 @@ std::vector<std::string> arena_broken_canaries(const Arena& a) {
             }
     }
     return broken;
+}
+
 Arena allocate_arena(const MemoryPlan& plan, const Backend& backend) {
     if (!backend.device_memory()) return allocate_host_arena(plan);
 #if defined(SKEW_HAVE_CUDA)

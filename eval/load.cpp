@@ -6,7 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint.h"
+#include "train/checkpoint.h"
+#include "plan/plan.h"
 #include "engine/error.h"
 #if defined(SKEW_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
-#include "engine/checkpoint.h"
+#include "train/checkpoint.h"
 #include "engine/error.h"
 #include "eval/load.h"
 #include "eval/perplexity.h"

@@ -1,6 +1,6 @@
 // Parameter initialization shared by the host draw (kernels/backend_init.cpp) and the CUDA kernel
 // (kernels/cuda/init_kernels.cu): element i of parameter `tensor` is std * N(0, 1) from
-// philox_normal(seed, PHILOX_STREAM_INIT, step 0, tensor, i) (design.md, "Counter-based randomness").
+// philox_normal(seed, PHILOX_STREAM_INIT, step 0, tensor, i) (docs/design.md, "Counter-based randomness").
 // The two agree bit for bit in fp32 except where the device's logf / cosf differ from libm's by an
 // ulp; after rounding to bf16 that shows in a few elements per million.
 #pragma once

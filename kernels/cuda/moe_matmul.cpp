@@ -1,4 +1,4 @@
-// Grouped expert matmul (moe_matmul.h): the per-expert cuBLASLt loop (research/engines.md §3.4,
+// Grouped expert matmul (moe_matmul.h): the per-expert cuBLASLt loop (docs/architecture.md, "MoE expert products",
 // TE's original GroupedLinear) and one cublasGemmGroupedBatchedEx per product (cuBLAS
 // "Grouped GEMM" API: sizes in host arrays, operand pointers in device arrays). Offsets reach the
 // host once per dispatch through prefetch_offsets. Host code.

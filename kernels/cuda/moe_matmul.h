@@ -1,4 +1,4 @@
-// Grouped expert matrix products for variable per-expert token counts (design.md: 128 SwiGLU
+// Grouped expert matrix products for variable per-expert token counts (docs/design.md: 128 SwiGLU
 // experts, dropless): forward (variable M), data gradient (variable M) and weight gradient
 // (variable K). Two algorithms behind one interface: a per-expert cuBLASLt loop, and one cuBLAS
 // grouped GEMM (cublasGemmGroupedBatchedEx) per projection and direction. Both need the expert

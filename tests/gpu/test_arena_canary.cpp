@@ -13,6 +13,7 @@
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/memory_plan.h"
+#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "model/model.h"
 #include "optim/optimizer.h"

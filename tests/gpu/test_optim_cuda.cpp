@@ -1,4 +1,4 @@
-// CPU/CUDA twin tests of the optimizer step (design.md "Every CUDA kernel has a CPU twin") for
+// CPU/CUDA twin tests of the optimizer step (docs/design.md "Every CUDA kernel has a CPU twin") for
 // SkewAdam (every tier kind: factored with and without momentum, full, none), Adafactor, AdamW and
 // Lion: several steps on both backends from the same weights, gradients (fp32 and bf16) and Philox
 // stream, with the folded clip coefficient (OptimStep::grad_scale) active on some steps, shapes that

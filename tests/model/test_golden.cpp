@@ -1,5 +1,5 @@
 // The whole model against an independent PyTorch reference (tests/reference/model/make_golden.py,
-// float64, built from design.md's equations, its own numpy Philox for the router noise): loss
+// float64, built from docs/design.md's equations, its own numpy Philox for the router noise): loss
 // parts, logits, routing counts and every parameter gradient, with router noise off and on, with
 // the auxiliary losses dominant (z_loss_coef 0.1, balance_loss_coef 0.5), and over two accumulated
 // microbatches through a chunked LM head.

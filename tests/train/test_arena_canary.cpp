@@ -11,6 +11,7 @@
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/memory_plan.h"
+#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "kernels/common/bf16.h"
