@@ -94,9 +94,13 @@ std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDim
     return out;
 }
 
-ActSlots act_slots_bind(const Config& cfg, const ActDims& D, const Arena& arena) {
+ActSlots act_slots_bind(const Config& cfg, const ActDims& dims, const Arena& arena) {
     if (!arena.plan) fail("model: the arena has no memory plan");
     const ModelConfig& m = cfg.model;
+    // The LM head works in token chunks of act.logits's size (model.cpp): one row of padded_vocab_size
+    // fp32 logits is the least it needs; the plan gives it dims.logits.
+    ActDims D = dims;
+    D.logits = m.padded_vocab_size;
     ActSlots a;
 #define SKEW_ACT_BIND(member, type, name, dtype, when, kind, first, last, ...) \
     if (holds(m, ActWhen::when)) bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), m.n_blocks);
