@@ -371,6 +371,11 @@ struct Loader {
         std::vector<std::pair<std::string, YAML::Node>> leaves;
         collect_leaves(entry, "", leaves, "optimizers." + name, optimizer_rel_keys());
         for (auto& [rel, node] : leaves) apply_optimizer_key(name, rel, node, Loc{file_loc(source, node.Mark())}, o);
+        // An empty `tiers: {}` (or `tiers: {router: {}}`) sets no key for check_optimizer_keys to see.
+        if (entry["tiers"] && o.type != "skewadam" &&
+            std::none_of(leaves.begin(), leaves.end(), [](const auto& l) { return l.first.rfind("tiers.", 0) == 0; }))
+            fail("{}: optimizers.{}.tiers: tiers is a SkewAdam setting, but optimizer '{}' has type {}, which ignores it; "
+                 "remove the key or set `type: skewadam`", file_loc(source, entry["tiers"].Mark()), name, name, o.type);
     }
 
     static std::vector<std::string> optimizer_rel_keys() {

@@ -18,9 +18,11 @@
 
 #include "data/batch_stream.h"
 #include "data/prepare.h"
+#include "data/shard_identity.h"
 #include <nlohmann/json.hpp>
 #include "engine/arena.h"
 #include "engine/checkpoint.h"
+#include "engine/dir_lock.h"
 #include "engine/error.h"
 #include "engine/faults.h"
 #include "engine/memory_plan.h"
@@ -58,6 +60,9 @@ using data::token_split_check_manifest;
 using data::token_split_read;
 using data::token_split_open;
 using Clock = std::chrono::steady_clock;
+
+/// The lock file of a run folder (dir_lock), held while `skew train` writes it.
+constexpr const char* RUN_LOCK_FILE = ".skew-train.lock";
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -201,6 +206,33 @@ void refuse_if_host_too_small(const MemoryPlan& plan, const OptimizerConfig& opt
          "model", opt.name, double(plan.peak_bytes) / GIB, double(plan.weights_bytes) / GIB, double(plan.grads_bytes) / GIB,
          double(plan.state_bytes) / GIB, double(plan.activation_bytes) / GIB, double(plan.workspace_bytes) / GIB,
          double(avail) / GIB);
+}
+
+/// What a non-finite step scans for its first culprit: the weights first (a NaN weight makes every
+/// gradient NaN, and the weight is the cause), then the gradients, each named as the plan names it.
+std::vector<NamedTensor> fault_scan_tensors(const Arena& arena) {
+    std::vector<NamedTensor> t = buffer_tensors(arena, BufferKind::WEIGHT);
+    for (NamedTensor& g : buffer_tensors(arena, BufferKind::GRAD)) t.push_back(std::move(g));
+    return t;
+}
+
+/// After a run's first step: warn naming every trainable tensor whose gradient is identically zero
+/// (no gradient path: the loss does not depend on it, so training never changes it).
+void warn_zero_gradients(const OptimizerConfig& opt, const Arena& arena) {
+    const std::vector<std::string> zero = all_zero_tensors(buffer_tensors(arena, BufferKind::GRAD));
+    if (!zero.empty())
+        spdlog::warn("{}: after step 1 the gradient of {} is identically zero: no gradient path reaches {} (check the "
+                     "model settings, e.g. top_k, or the loss coefficients)", opt.name, fmt::join(zero, ", "),
+                     zero.size() == 1 ? "it" : "them");
+}
+
+/// A run whose last step(s) were skipped for non-finite values did not train to its end: throws
+/// skew::Error naming the optimizer and the skipped steps (the checkpoint and metrics are written).
+void refuse_trailing_skipped(const OptimizerConfig& opt, int64_t last_step, int64_t trailing_skipped) {
+    if (trailing_skipped == 0) return;
+    fail("{}: the run ended with {} step(s) skipped for non-finite values (steps {} to {}), so its last updates never "
+         "happened; see the step log for the first non-finite tensor (lower the learning rate, or resume from the best "
+         "checkpoint)", opt.name, trailing_skipped, last_step - trailing_skipped + 1, last_step);
 }
 
 /// Run one phase of a training step; an error inside it (a kernel's error word, a CUDA or shape
@@ -467,6 +499,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
     const auto run_start = Clock::now();
     const double wall_before = metrics.summary.wall_seconds;
     bool stopped = false;
+    int64_t trailing_skipped = 0;  // steps skipped in a row up to the latest one
 
     auto checkpoint = [&](const std::string& dir) {
         state.extra["optimizer_t"] = optimizer_t;
@@ -513,6 +546,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             grad_norm = tc.grad_clip > 0 ? model_clip_gradients(model, tc.grad_clip) : model_grad_norm(model);
         });
         const auto t_grad_norm = Clock::now();
+        if (step == 1) warn_zero_gradients(opt, arena);
         StepRecord rec;
         rec.step = step;
         rec.lr = lr;
@@ -520,8 +554,9 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         rec.balance_loss = bal;
         rec.z_loss = z;
         rec.grad_norm = grad_norm;
-        if (auto fault = check_step_finite(step, loss, grad_norm, buffer_tensors(arena, BufferKind::GRAD), policy)) {
+        if (auto fault = check_step_finite(step, loss, grad_norm, fault_scan_tensors(arena), policy)) {
             rec.skipped = true;
+            ++trailing_skipped;
             state.skipped_steps = policy.skipped;
             if (fault->action == FaultAction::STOP) {
                 append_step(log, rec);
@@ -531,6 +566,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             }
             status_warning(status, fmt::format("{}: {}", opt.name, fault_message(*fault)));
         } else {
+            trailing_skipped = 0;
             ++optimizer_t;
             OptimStep os;
             os.t = optimizer_t;
@@ -588,8 +624,8 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             since_eval_seconds = 0;
             since_eval_tokens = 0;
             last_val_ppl = e.val_ppl;
-            status_message(status, fmt::format("{} step {}: val loss {:.4f}, val ppl {:.2f}, balance {:.5f}", opt.name, step,
-                                               e.val_loss, e.val_ppl, e.val_balance_loss));
+            status_message(status, fmt::format("{} step {}: val loss {:.4f}, val ppl {}, balance {:.5f}", opt.name, step,
+                                               e.val_loss, metric_text(e.val_ppl, 2), e.val_balance_loss));
             RunTotals totals{state.step, state.skipped_steps, state.tokens_seen, state.train_seconds,
                              wall_before + seconds_since(run_start)};
             metrics.summary = summarize(metrics.history, totals);
@@ -639,6 +675,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
     metrics.summary = summarize(metrics.history, totals);
     write_metrics(run_dir, metrics);
     sync_step_log(log);
+    refuse_trailing_skipped(opt, state.step, trailing_skipped);
     return TrainResult{opt.name, state.step, metrics.summary.final_val_ppl, stopped};
 }
 
@@ -710,12 +747,18 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) 
     if (!opts.resume && fs::exists(config_path))
         fail("--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
              "choose another --out", opts.run_dir, opts.run_dir);
-    if (opts.resume) check_resume_data(cfg, opts);
+    // One writer per run folder: a second `skew train` on it (--resume twice) is refused at once.
+    DirLock run_lock;
+    if (opts.resume) {
+        dir_lock(run_lock, opts.run_dir, RUN_LOCK_FILE, "skew train");
+        check_resume_data(cfg, opts);
+    }
 
     // Every check that can be made before training, before the run folder is touched: the data
     // (manifest, token ids, batch counts), the backend, --profile-steps, each optimizer's plan.
     token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size, cfg.data.val_ratio);
     Batches data{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
+    if (opts.resume) data::shard_identity_check(opts.run_dir, cfg.data.dir, {&data.train, &data.val});
     data.unigram_val_ppl = unigram_val_perplexity(data.train, data.val, cfg.model.vocab_size);
     spdlog::info("data: unigram baseline (training-split token frequencies) has validation perplexity {:.1f}",
                  data.unigram_val_ppl);
@@ -745,8 +788,14 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) 
         std::error_code ec;
         fs::create_directories(opts.run_dir, ec);
         if (ec) fail("--out {}: cannot create the run folder: {}", opts.run_dir, ec.message());
+        dir_lock(run_lock, opts.run_dir, RUN_LOCK_FILE, "skew train");
+        if (fs::exists(config_path))  // another `skew train --out` on this folder finished meanwhile
+            fail("--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
+                 "choose another --out", opts.run_dir, opts.run_dir);
         writes.file(config_path);
         write_file_atomic(config_path.string(), cfg.resolved_yaml + "\n");
+        writes.file(fs::path(opts.run_dir) / data::kShardIdentityFile);
+        data::shard_identity_record(opts.run_dir, {&data.train, &data.val});
         const fs::path manifest = fs::path(cfg.data.dir) / "manifest.json";
         if (fs::exists(manifest)) {
             const fs::path copy = fs::path(opts.run_dir) / "manifest.json";
@@ -766,6 +815,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) 
         // Failed before any checkpoint: take back what this invocation wrote, so that the same
         // command, fixed, can run again (or --resume start over) in this folder.
         if (!writes.committed && !(writes.files.empty() && writes.dirs.empty())) {
+            run_lock.release();  // its file would keep the folder from being removed
             writes.undo();
             spdlog::info("train: failed before the first checkpoint; removed what this run wrote to {}", opts.run_dir);
         }
