@@ -195,3 +195,12 @@ TEST_CASE("every hint that proposes a config value proposes one the config valid
     CHECK(config_value_error("model.vocab_size", "50257") == "");
     CHECK(config_value_error("train.microbatch", "0") == "");
 }
+
+TEST_CASE("a config with a stray ',' at the top level is a syntax error, not a hang (a fuzzing finding)") {
+    // yaml-cpp's LoadAll returns the same empty document forever on these (fuzz/regressions/config).
+    for (const char* text : {",:", ",", ", a:\nmodel:\n  d_model: 64\n", "model:\n  d_model: 64\n---\n,"}) {
+        INFO(text);
+        CHECK_THAT(error_of([&] { load_config_text(text, "stray.yaml"); }), Catch::StartsWith("stray.yaml") &&
+                   (Catch::Contains("YAML syntax error") || Catch::Contains("second YAML document")));
+    }
+}
