@@ -25,7 +25,7 @@ for t in "${targets[@]}"; do
   log="build-fuzz/logs/$t.log"
   rc=0
   OMP_NUM_THREADS=1 "build-fuzz/fuzz/fuzz_$t" "$work" "fuzz/corpus/$t" "fuzz/regressions/$t" \
-      -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2560 -max_len=65536 -print_final_stats=1 \
+      -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2560 -max_len=8192 -print_final_stats=1 \
       -artifact_prefix="build-fuzz/artifacts/$t-" >"$log" 2>&1 || rc=$?
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
   rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
