@@ -18,6 +18,8 @@
 #include "data/shard.h"
 #include "data/split.h"
 #include "engine/error.h"
+#include "engine/config_hint.h"
+#include "engine/json_strict.h"
 
 namespace skew::data {
 
@@ -83,8 +85,12 @@ bool token_split_check_manifest(const std::string& dir, const std::string& separ
     std::string path = (std::filesystem::path(dir) / "manifest.json").string();
     std::ifstream f(path);
     if (!f) return false;
-    auto m = nlohmann::json::parse(f, nullptr, false);
-    if (m.is_discarded() || !m.is_object()) fail("data: {} is not valid JSON; re-run `skew prepare --out {}`", path, dir);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    nlohmann::json m;
+    std::string json_error;
+    if (!json_try_parse_strict(text, m, json_error))
+        fail("data: {} is not valid JSON ({}); re-run `skew prepare --out {}`", path, json_error, dir);
+    if (!m.is_object()) fail("data: {} is not a JSON object; re-run `skew prepare --out {}`", path, dir);
     std::string prepared = m.value("separator", "");
     if (prepared != separator)
         fail("data: the config says data.separator: {}, but the shards in {} were prepared with separator {} ({}); "
@@ -106,10 +112,15 @@ bool token_split_check_manifest(const std::string& dir, const std::string& separ
         const int prepared_buckets = split->contains("train_buckets") && (*split)["train_buckets"].is_number_integer()
                                          ? (*split)["train_buckets"].get<int>()
                                          : split_train_buckets(prepared_ratio);
-        if (prepared_buckets != split_train_buckets(val_ratio))
+        if (prepared_buckets != split_train_buckets(val_ratio)) {
+            // Propose the data's ratio only where the schema accepts it (0, no validation split, it does not).
+            const std::string set = config_set_hint("data.val_ratio", fmt::format("{}", prepared_ratio));
             fail("data: the config says data.val_ratio: {}, but the shards in {} were prepared with --val-ratio {} ({}); "
-                 "re-run `skew prepare --val-ratio {}` or set data.val_ratio: {}",
-                 val_ratio, dir, prepared_ratio, path, val_ratio, prepared_ratio);
+                 "re-run `skew prepare --val-ratio {}`{}",
+                 val_ratio, dir, prepared_ratio, path, val_ratio,
+                 set.empty() ? fmt::format(" (a run needs a validation split: data.val_ratio {} is not allowed)", prepared_ratio)
+                             : " or " + set);
+        }
     }
     return true;
 }
@@ -151,9 +162,12 @@ void token_split_check_ids(const TokenSplit& split, int64_t start, const int32_t
 
 std::string manifest_first_difference(const std::string& was_json, const std::string& now_json) {
     using nlohmann::json;
-    const json was = json::parse(was_json, nullptr, false), now = json::parse(now_json, nullptr, false);
-    if (was.is_discarded() || !was.is_object()) fail("data: the run's copy of manifest.json is not a JSON object");
-    if (now.is_discarded() || !now.is_object()) fail("data: manifest.json is not a JSON object");
+    json was, now;
+    std::string error;
+    if (!json_try_parse_strict(was_json, was, error)) fail("data: the run's copy of manifest.json is not a JSON object: {}", error);
+    if (!json_try_parse_strict(now_json, now, error)) fail("data: manifest.json is not a JSON object: {}", error);
+    if (!was.is_object()) fail("data: the run's copy of manifest.json is not a JSON object");
+    if (!now.is_object()) fail("data: manifest.json is not a JSON object");
     auto field = [](const json& m, const char* key) { return m.contains(key) ? m[key] : json(); };
     const json ws = field(was, "shards"), ns = field(now, "shards");
     const size_t wn = ws.is_array() ? ws.size() : 0, nn = ns.is_array() ? ns.size() : 0;

@@ -28,6 +28,7 @@
 #include "data/shard.h"
 #include "data/split.h"
 #include "data/tokenizer.h"
+#include "engine/dir_lock.h"
 #include "engine/error.h"
 #include "engine/text.h"
 
@@ -124,47 +125,6 @@ int remove_stale_temps(const std::string& dir) {
     return removed;
 }
 
-// An exclusive flock on <out>/.skew-prepare.lock for the whole run: a second prepare into the same
-// folder fails at once instead of deleting the first's live temporaries. The kernel drops the lock
-// when the process ends, however it ends, so a lock is never stale. The file is removed while still
-// locked; a run that locked a file another removed meanwhile sees a different inode and retries.
-struct OutDirLock {
-    std::string path;
-    int fd = -1;
-    OutDirLock() = default;
-    OutDirLock(const OutDirLock&) = delete;
-    OutDirLock& operator=(const OutDirLock&) = delete;
-    ~OutDirLock() {
-        if (fd < 0) return;
-        ::unlink(path.c_str());
-        ::close(fd);
-    }
-};
-
-void out_dir_lock(OutDirLock& lock, const std::string& dir) {
-    lock.path = (fs::path(dir) / ".skew-prepare.lock").string();
-    for (int attempt = 0; attempt < 100; attempt++) {
-        const int fd = ::open(lock.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0) fail("prepare: cannot create the lock file {}: {}", lock.path, std::strerror(errno));
-        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            const int err = errno;
-            ::close(fd);
-            if (err == EWOULDBLOCK)
-                fail("prepare: another skew prepare is writing {} (it holds {}); wait for it to finish or choose another --out",
-                     dir, lock.path);
-            fail("prepare: cannot lock {}: {}", lock.path, std::strerror(err));
-        }
-        struct stat held {}, named {};
-        if (::fstat(fd, &held) == 0 && ::stat(lock.path.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
-            held.st_dev == named.st_dev) {
-            lock.fd = fd;
-            return;
-        }
-        ::close(fd);  // its holder finished and removed it: lock the file now under that name
-    }
-    fail("prepare: cannot take the lock {}: it keeps being replaced", lock.path);
-}
-
 // Removes out_dir at the end of a failed run when this run created it and left it empty.
 struct CreatedDir {
     std::string path;
@@ -218,8 +178,11 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     out_dir.created = !fs::exists(o.out_dir, ec);
     fs::create_directories(o.out_dir, ec);
     if (ec) fail("prepare: cannot create {}: {}", o.out_dir, ec.message());
-    OutDirLock lock;  // before anything in the folder is touched
-    out_dir_lock(lock, o.out_dir);
+    // An exclusive flock on <out>/.skew-prepare.lock for the whole run, before anything in the folder
+    // is touched: a second prepare into the same folder fails at once instead of deleting the first's
+    // live temporaries.
+    DirLock lock;
+    dir_lock(lock, o.out_dir, ".skew-prepare.lock", "skew prepare");
     if (int stale = remove_stale_temps(o.out_dir))
         spdlog::info("prepare: removed {} temporary files of an interrupted earlier run from {}", stale, o.out_dir);
 

@@ -12,6 +12,7 @@
 
 #include "data/split.h"
 #include "engine/error.h"
+#include "engine/json_strict.h"
 
 namespace skew::data {
 namespace fs = std::filesystem;
@@ -259,9 +260,10 @@ bool document_parse(const DocumentRecord& rec, const std::string& field, std::st
         text = rec.raw;
         return true;
     }
-    auto j = nlohmann::json::parse(rec.raw, nullptr, false);
-    if (j.is_discarded()) {
-        error = "not valid JSON";
+    nlohmann::json j;
+    std::string json_error;
+    if (!json_try_parse_strict(rec.raw, j, json_error)) {
+        error = json_error.starts_with("duplicate key") ? json_error : "not valid JSON";
         return false;
     }
     if (!j.is_object()) {

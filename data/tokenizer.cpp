@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "engine/error.h"
+#include "engine/json_strict.h"
 
 namespace skew::data {
 
@@ -193,12 +194,11 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
     tok.source = vocab_json_path + " + " + merges_path;
     std::ifstream vf(vocab_json_path, std::ios::binary);
     if (!vf) fail("tokenizer: cannot open {}", vocab_json_path);
+    const std::string vocab_text((std::istreambuf_iterator<char>(vf)), std::istreambuf_iterator<char>());
     nlohmann::json vocab;
-    try {
-        vocab = nlohmann::json::parse(vf);
-    } catch (const std::exception& e) {
-        fail("tokenizer: {} is not valid JSON: {}", vocab_json_path, e.what());
-    }
+    std::string json_error;
+    if (!json_try_parse_strict(vocab_text, vocab, json_error))
+        fail("tokenizer: {} is not valid JSON: {}", vocab_json_path, json_error);
     if (!vocab.is_object() || vocab.empty()) fail("tokenizer: {} must be a JSON object mapping token -> id", vocab_json_path);
 
     const auto& b2u = gpt2_byte_to_unicode();

@@ -4,6 +4,7 @@
 #include "engine/config.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -370,6 +371,11 @@ struct Loader {
         std::vector<std::pair<std::string, YAML::Node>> leaves;
         collect_leaves(entry, "", leaves, "optimizers." + name, optimizer_rel_keys());
         for (auto& [rel, node] : leaves) apply_optimizer_key(name, rel, node, Loc{file_loc(source, node.Mark())}, o);
+        // An empty `tiers: {}` (or `tiers: {router: {}}`) sets no key for check_optimizer_keys to see.
+        if (entry["tiers"] && o.type != "skewadam" &&
+            std::none_of(leaves.begin(), leaves.end(), [](const auto& l) { return l.first.rfind("tiers.", 0) == 0; }))
+            fail("{}: optimizers.{}.tiers: tiers is a SkewAdam setting, but optimizer '{}' has type {}, which ignores it; "
+                 "remove the key or set `type: skewadam`", file_loc(source, entry["tiers"].Mark()), name, name, o.type);
     }
 
     static std::vector<std::string> optimizer_rel_keys() {
@@ -605,6 +611,36 @@ int64_t document_marker_line(const std::string& text, int mark_line) {
     return int64_t(mark_line) + 1;
 }
 
+// The start marks of the YAML text's first documents (at most 3), through yaml-cpp's event parser.
+// Not YAML::LoadAll: on some invalid text (a stray ',' at the top level, found by fuzzing) it
+// returns the same empty document forever and never ends (jbeder/yaml-cpp#1040); here a document
+// that starts where the previous one did is a syntax error at that mark.
+struct DocumentStarts : YAML::EventHandler {
+    std::vector<YAML::Mark> starts;
+    void OnDocumentStart(const YAML::Mark& m) override { starts.push_back(m); }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+};
+
+std::vector<YAML::Mark> yaml_document_starts(const std::string& text, const std::string& source) {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentStarts d;
+    while (d.starts.size() < 3 && parser.HandleNextDocument(d)) {
+        const size_t n = d.starts.size();
+        if (n >= 2 && d.starts[n - 1].pos == d.starts[n - 2].pos)
+            fail("{}: YAML syntax error: unexpected text the parser cannot read (a stray ',', '[' or '{{' outside a "
+                 "list or mapping?)", file_loc(source, d.starts[n - 1]));
+    }
+    return d.starts;
+}
+
 Config load_config_text_unescaped(const std::string& yaml_text, const std::string& source,
                                   const std::vector<std::string>& overrides) {
     Loader L;
@@ -612,16 +648,17 @@ Config load_config_text_unescaped(const std::string& yaml_text, const std::strin
     L.cfg.source = source;
     std::vector<YAML::Node> docs;
     try {
-        docs = YAML::LoadAll(yaml_text);
+        const std::vector<YAML::Mark> starts = yaml_document_starts(yaml_text, source);
+        // yaml-cpp's Load would take the first document and drop the rest without a word.
+        if (starts.size() > 1)
+            fail("{}:{}: a second YAML document (`---`) begins here; a config is one document: remove the `---` "
+                 "line or split the file", source, document_marker_line(yaml_text, starts[1].line));
+        if (!starts.empty()) docs.push_back(YAML::Load(yaml_text));
     } catch (const YAML::ParserException& e) {
         fail("{}: YAML syntax error: {}", file_loc(source, e.mark), e.msg);
     } catch (const YAML::Exception& e) {
         fail("{}: cannot read YAML: {}", source, e.what());
     }
-    // yaml-cpp's Load would take the first document and drop the rest without a word.
-    if (docs.size() > 1)
-        fail("{}:{}: a second YAML document (`---`) begins here; a config is one document: remove the `---` "
-             "line or split the file", source, document_marker_line(yaml_text, docs[1].Mark().line));
     // An empty or comment-only file (or /dev/null) would silently mean the paper's 6.78B defaults.
     if (docs.empty() || docs[0].IsNull())
         fail("{}: has no settings (the file is empty or holds only comments); a config needs at least one of the "

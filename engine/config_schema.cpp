@@ -127,7 +127,7 @@ const std::vector<KeySpec>& section_key_specs() {
             SKEW_INT("model.max_seq_len", model.max_seq_len, 1, 1 << 20, "Learned positions (longest sequence)"),
             SKEW_INT("model.n_experts", model.n_experts, 1, 1 << 16, "Experts per MoE layer"),
             SKEW_INT("model.d_expert", model.d_expert, 1, 1 << 20, "Hidden width of each expert's SwiGLU"),
-            SKEW_INT("model.top_k", model.top_k, 1, 1 << 16, "Experts per token (top-k routing, dropless)"),
+            SKEW_INT("model.top_k", model.top_k, 1, 1 << 16, "Experts per token (top-k routing, dropless; top_k 1 gates by the router probability, as Switch Transformer)"),
             SKEW_FLOAT("model.router_noise_std", model.router_noise_std, 0, 100, false,
                        "Std of the N(0, std^2) noise added to router logits in training"),
             SKEW_FLOAT("model.balance_loss_coef", model.balance_loss_coef, 0, 100, false,

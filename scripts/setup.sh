@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libyaml-cpp-dev libfmt-dev libspdlog-dev catch2 nlohmann-json3-dev libcli11-dev
       libopenblas-dev libomp-dev libpcre2-dev libssl-dev zlib1g-dev
-      python3 python3-numpy python3-matplotlib)
+      python3 python3-numpy python3-matplotlib
+      clang libclang-rt-14-dev)  # clang + its sanitizer and libFuzzer runtimes: fuzz/ (scripts/fuzz.sh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -30,8 +30,11 @@ namespace fs = std::filesystem;
 const char* DASH = "—";
 
 // Fixed decimals with thousands separators: 2703.14 -> "2,703.1".
+// Not measured: a dash; overflowed: "inf"; 1e9 and more in exponent form.
 std::string fixed(double v, int decimals) {
-    if (!std::isfinite(v)) return DASH;
+    if (std::isnan(v)) return DASH;
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    if (std::fabs(v) >= 1e9) return fmt::format("{:.3e}", v);
     const double scale = std::pow(10.0, decimals);
     const int64_t units = std::llround(std::fabs(v) * scale);
     std::string s = with_thousands(units / int64_t(scale));
@@ -275,7 +278,8 @@ std::string render(const Run& run) {
         const double tps = final_tokens_per_sec(r);
         out += fmt::format("| {} |{} {} | {} | {} | {} | {} |\n", r.optimizer, steps_text, state,
                            size_text(r.peak_memory_bytes, pu), std::isfinite(tps) ? with_thousands(std::llround(tps)) : DASH,
-                           fixed(r.summary.final_val_ppl, 1), fixed(r.summary.final_balance_loss, 4));
+                           fixed(r.summary.final_val_ppl, 1) + (run_diverged(r) ? " (diverged)" : ""),
+                           fixed(r.summary.final_balance_loss, 4));
     }
     out += "\n";
     for (const auto& n : notes) out += n + "\n";
@@ -312,8 +316,8 @@ std::string render(const Run& run) {
         out += fmt::format("| {} |", run.rows[i].optimizer);
         for (int64_t s : eval_steps) {
             auto it = ppl[i].find(s);
-            if (it == ppl[i].end() || !std::isfinite(it->second)) {
-                out += fmt::format(" {} |", DASH);
+            if (it == ppl[i].end() || !std::isfinite(it->second)) {  // missing: a dash; overflowed: inf
+                out += fmt::format(" {} |", it == ppl[i].end() ? DASH : fixed(it->second, 1));
                 continue;
             }
             int with_value = 0;

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 #include <cstdlib>
 #include <exception>
 
@@ -64,6 +66,14 @@ int main(int argc, char** argv) {
         // Usage errors (bad flag, missing argument, value out of range): one line, exit 2.
         std::fprintf(stderr, "skew: error: %s (see skew --help)\n", e.what());
         return 2;
+    } catch (const std::filesystem::filesystem_error& e) {
+        // A file system failure no command anticipated (a symbolic link loop, a permission): one line
+        // naming the path and the reason, never the library's raw "filesystem error: status: ...".
+        std::fflush(stdout);
+        const bool loop = e.code() == std::errc::too_many_symbolic_link_levels;
+        std::fprintf(stderr, "skew: error: %s: %s%s\n", e.path1().empty() ? "(path)" : e.path1().c_str(),
+                     e.code().message().c_str(), loop ? " (a symbolic link loop: remove or fix the link)" : "");
+        return 1;
     } catch (const std::exception& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "skew: error: %s\n", e.what());

@@ -49,7 +49,8 @@ def save(fig, ax, out):
 
 
 def series(run, key):
-    pts = [(h["step"], h.get(key)) for h in run["history"] if h.get(key) is not None]
+    # null: not measured; "inf": overflowed (a diverged run); neither can be plotted.
+    pts = [(h["step"], h.get(key)) for h in run["history"] if isinstance(h.get(key), (int, float))]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 

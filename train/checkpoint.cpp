@@ -16,10 +16,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 
 #include "engine/error.h"
+#include "train/faults.h"
+#include "engine/json_strict.h"
 
 namespace fs = std::filesystem;
 
@@ -172,6 +175,18 @@ std::string strip_prefix(const std::string& s, const std::string& prefix) {
     return s.rfind(prefix, 0) == 0 ? s.substr(prefix.size()) : s;
 }
 
+// Weights and optimizer state as loaded must be finite: a NaN or inf would make every later step
+// non-finite (and be blamed on a gradient). Names the file, tensor and element.
+void refuse_non_finite(const std::string& path, const std::vector<NamedTensor>& tensors) {
+    const std::optional<NonFinite> bad = first_non_finite(tensors);
+    if (!bad) return;
+    std::string at;
+    for (size_t i = 0; i < bad->coords.size(); ++i) at += (i ? ", " : "") + std::to_string(bad->coords[i]);
+    fail("{}: tensor '{}' holds a non-finite value ({}) at [{}]: the checkpoint is corrupt or was saved after a "
+         "numerical fault; resume from another checkpoint (e.g. best/) or start a new run",
+         path, bad->tensor, std::isnan(bad->value) ? "nan" : bad->value > 0 ? "inf" : "-inf", at);
+}
+
 }  // namespace
 
 // ---- tensors in memory
@@ -317,11 +332,8 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
     const int64_t data_bytes = f.size - h.data_start;
 
     nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        fail("{}: header is not valid JSON: {}", path, e.what());
-    }
+    std::string json_error;
+    if (!json_try_parse_strict(text, j, json_error)) fail("{}: header is not valid JSON: {}", path, json_error);
     if (!j.is_object()) fail("{}: header JSON is a {}, not an object", path, j.type_name());
     for (auto it = j.begin(); it != j.end(); ++it) {
         const std::string& name = it.key();
@@ -556,21 +568,22 @@ TrainerState load_checkpoint(const std::string& dir, const Arena& arena, Backend
     std::stringstream ss;
     ss << in.rdbuf();
     nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(ss.str());
-    } catch (const nlohmann::json::exception& e) {
-        fail("{}: not valid JSON: {}", state_path, e.what());
-    }
+    std::string json_error;
+    if (!json_try_parse_strict(ss.str(), j, json_error)) fail("{}: not valid JSON: {}", state_path, json_error);
     TrainerState s = trainer_state_from_json(j, state_path);
     if (s.optimizer != arena.plan->optimizer)
         fail("{}: checkpoint of optimizer '{}' cannot be loaded into a run of optimizer '{}'", state_path, s.optimizer, arena.plan->optimizer);
     for (const char* file : {MODEL_FILE, OPTIMIZER_FILE}) {
         const std::string path = (d / file).string();
-        auto meta = read_safetensors_into(path, std::string_view(file) == MODEL_FILE ? weight_tensors(arena, backend) : buffer_tensors(arena, BufferKind::STATE, backend));
+        const std::vector<NamedTensor> tensors = std::string_view(file) == MODEL_FILE
+                                                     ? weight_tensors(arena, backend)
+                                                     : buffer_tensors(arena, BufferKind::STATE, backend);
+        auto meta = read_safetensors_into(path, tensors);
         auto it = meta.find("step");
         if (it == meta.end()) fail("{}: metadata has no 'step'", path);
         if (it->second != std::to_string(s.step))
             fail("{}: written at step {} but {} says step {}: the folder mixes two saves", path, it->second, state_path, s.step);
+        refuse_non_finite(path, tensors);
     }
     return s;
 }

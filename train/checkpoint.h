@@ -157,7 +157,8 @@ bool checkpoint_exists(const std::string& dir);
 /// Load the checkpoint in `dir` into the arena's weights and state and return the trainer state.
 /// Refuses, with a skew::Error naming the file and the problem, a missing or corrupt file, a
 /// tensor missing or extra or with another shape or dtype than the plan, a state file of another
-/// optimizer, or files of different steps. `backend` as for save_checkpoint.
+/// optimizer, files of different steps, or a NaN or inf in any weight or optimizer-state tensor
+/// (naming the tensor and element). `backend` as for save_checkpoint.
 TrainerState load_checkpoint(const std::string& dir, const Arena& arena, Backend* backend = nullptr);
 
 }  // namespace skew

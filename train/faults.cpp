@@ -73,6 +73,38 @@ std::optional<NonFinite> first_non_finite(const std::vector<NamedTensor>& tensor
     return std::nullopt;
 }
 
+std::vector<std::string> all_zero_tensors(const std::vector<NamedTensor>& tensors) {
+    std::vector<std::string> out;
+    std::vector<char> staging;
+    auto nonzero = [](const char* p, int64_t n, DType t) {
+        const int64_t esize = dtype_bytes(t);
+        for (int64_t i = 0; i < n; ++i) {
+            uint32_t bits = 0;
+            std::memcpy(&bits, p + i * esize, size_t(esize));
+            if ((t == DType::BF16 ? (bits & 0x7fffu) : (bits & 0x7fffffffu)) != 0) return true;
+        }
+        return false;
+    };
+    for (const auto& t : tensors) {
+        if (t.dtype != DType::BF16 && t.dtype != DType::F32) continue;
+        const int64_t esize = dtype_bytes(t.dtype), n = t.numel();
+        bool any = false;
+        if (t.device == ArenaDevice::HOST) {
+            any = nonzero(static_cast<const char*>(t.data), n, t.dtype);
+        } else {
+            const int64_t per_chunk = SCAN_CHUNK / esize;
+            staging.resize(size_t(std::min(n, per_chunk) * esize));
+            for (int64_t start = 0; start < n && !any; start += per_chunk) {
+                const int64_t m = std::min(per_chunk, n - start);
+                copy_tensor_to_host(staging.data(), t, start * esize, m * esize);
+                any = nonzero(staging.data(), m, t.dtype);
+            }
+        }
+        if (!any && n > 0) out.push_back(t.name);
+    }
+    return out;
+}
+
 std::optional<FaultReport> check_step_finite(int64_t step, double loss, double grad_norm,
                                              const std::vector<NamedTensor>& tensors, SkipPolicy& policy) {
     if (std::isfinite(loss) && std::isfinite(grad_norm)) return std::nullopt;

@@ -24,6 +24,12 @@ struct NonFinite {
 /// buffer. Cost: one pass over the bytes; call it only after a non-finite loss or grad norm.
 std::optional<NonFinite> first_non_finite(const std::vector<NamedTensor>& tensors);
 
+/// The names of the tensors (BF16 and F32) whose every element is exactly zero (+0 or -0), in
+/// order. Run over the gradients after a run's first step it names every trainable tensor with no
+/// gradient path (a gate that can only be 1, a detached branch). Device tensors are copied
+/// through a bounded host buffer; one pass over the bytes.
+std::vector<std::string> all_zero_tensors(const std::vector<NamedTensor>& tensors);
+
 /// The skip-count policy: at most max_skipped steps are skipped over a run; the next one stops it.
 struct SkipPolicy {
     int64_t max_skipped = 10;  // train.max_skipped_steps

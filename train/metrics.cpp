@@ -18,12 +18,19 @@
 
 #include "train/checkpoint.h"
 #include "engine/error.h"
+#include "engine/json_strict.h"
 
 namespace skew {
 
 namespace {
 
-nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+// A derived value in JSON: a number; null when not measured (NaN); "inf" / "-inf" when it overflowed
+// (exp of a diverged loss), so a diverged run is never read back as one that was not measured.
+nlohmann::json number_or_null(double v) {
+    if (std::isnan(v)) return nullptr;
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    return v;
+}
 
 nlohmann::json yaml_to_json(const YAML::Node& n) {
     if (n.IsMap()) {
@@ -73,10 +80,12 @@ struct Fields {
         if (!v.is_number_integer()) fail("{}: '{}' must be an integer, got {}", source, key, v.dump());
         return v.get<int64_t>();
     }
-    double number(const char* key) const {  // null reads as NaN ("not measured")
+    double number(const char* key) const {  // null reads as NaN ("not measured"), "inf" as overflowed
         const auto& v = need(key);
         if (v.is_null()) return NO_VALUE;
-        if (!v.is_number()) fail("{}: '{}' must be a number or null, got {}", source, key, v.dump());
+        if (v == "inf") return std::numeric_limits<double>::infinity();
+        if (v == "-inf") return -std::numeric_limits<double>::infinity();
+        if (!v.is_number()) fail("{}: '{}' must be a number, \"inf\", \"-inf\" or null, got {}", source, key, v.dump());
         return v.get<double>();
     }
     std::string text(const char* key) const {
@@ -144,9 +153,13 @@ MetricsSummary summarize(const std::vector<EvalRecord>& history, const RunTotals
         s.final_val_ppl = history.back().val_ppl;
         s.final_balance_loss = history.back().val_balance_loss;
     }
+    // The best evaluation is the lowest finite validation loss (as the `best` checkpoint is chosen);
+    // its perplexity may have overflowed to inf all the same.
+    double best_loss = std::numeric_limits<double>::infinity();
     for (const auto& e : history)
-        if (std::isfinite(e.val_ppl) && !(e.val_ppl >= s.best_val_ppl)) {  // first of equal bests
-            s.best_val_ppl = e.val_ppl;
+        if (std::isfinite(e.val_loss) && e.val_loss < best_loss) {  // first of equal bests
+            best_loss = e.val_loss;
+            s.best_val_ppl = std::isnan(e.val_ppl) ? std::exp(e.val_loss) : e.val_ppl;
             s.best_val_step = e.step;
         }
     return s;
@@ -211,7 +224,7 @@ RunMetrics metrics_from_json(const nlohmann::json& j, const std::string& source)
     m.state_bytes = f.integer("state_bytes");
     m.paper_state_bytes = f.integer("paper_state_bytes");
     m.plan_peak_bytes = f.integer("plan_peak_bytes");
-    if (j.contains("unigram_val_ppl") && j["unigram_val_ppl"].is_number()) m.unigram_val_ppl = j["unigram_val_ppl"].get<double>();
+    if (j.contains("unigram_val_ppl") && !j["unigram_val_ppl"].is_null()) m.unigram_val_ppl = f.number("unigram_val_ppl");
     m.peak_memory_bytes = f.integer("peak_memory_bytes");
     const auto& hist = f.need("history");
     if (!hist.is_array()) fail("{}: 'history' must be a list", source);
@@ -262,11 +275,8 @@ void write_metrics(const std::string& run_dir, const RunMetrics& m) {
 RunMetrics read_metrics(const std::string& path) {
     std::string text = read_text(path);
     nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        fail("{}: not valid JSON: {}", path, e.what());
-    }
+    std::string json_error;
+    if (!json_try_parse_strict(text, j, json_error)) fail("{}: not valid JSON: {}", path, json_error);
     return metrics_from_json(j, path);
 }
 
@@ -329,11 +339,8 @@ std::vector<std::pair<std::string, StepRecord>> read_lines(const std::string& pa
         if (line.empty()) continue;
         std::string where = fmt::format("{}:{}", path, line_no);
         nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception& e) {
-            fail("{}: not valid JSON: {}", where, e.what());
-        }
+        std::string json_error;
+        if (!json_try_parse_strict(line, j, json_error)) fail("{}: not valid JSON: {}", where, json_error);
         out.emplace_back(std::move(line), step_record_from_json(j, where));
     }
     return out;
@@ -388,6 +395,24 @@ std::vector<StepRecord> read_step_log(const std::string& path) {
     std::vector<StepRecord> out;
     for (auto& [line, rec] : read_lines(path)) out.push_back(rec);
     return out;
+}
+
+std::string metric_text(double v, int decimals, const std::string& missing) {
+    if (std::isnan(v)) return missing;
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    if (std::fabs(v) >= 1e6) return fmt::format("{:.3e}", v);
+    return fmt::format("{:.{}f}", v, decimals);
+}
+
+bool run_diverged(const RunMetrics& m) {
+    if (m.history.empty()) return false;
+    const EvalRecord& last = m.history.back();
+    if (std::isinf(last.val_ppl) || std::isinf(last.val_loss)) return true;
+    int64_t vocab = 0;
+    if (m.config.is_object() && m.config.contains("model") && m.config["model"].is_object() &&
+        m.config["model"].contains("vocab_size") && m.config["model"]["vocab_size"].is_number_integer())
+        vocab = m.config["model"]["vocab_size"].get<int64_t>();
+    return vocab > 1 && std::isfinite(last.val_loss) && last.val_loss > 2.0 * std::log(double(vocab));
 }
 
 }  // namespace skew

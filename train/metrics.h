@@ -106,10 +106,22 @@ void truncate_history(RunMetrics& m, int64_t step);
 /// the CPU backend. 0 where /proc is not available.
 int64_t process_peak_rss_bytes();
 
-/// The summary of a history and the loop's totals.
+/// A derived value (perplexity, tokens/s, a ratio) as text for logs and tables: NaN (not
+/// measured) as `missing`; +-inf (overflowed, e.g. the exp of a diverged loss) as "inf" / "-inf";
+/// |v| >= 1e6 in exponent form ("1.234e+150"); else fixed with `decimals` decimals.
+std::string metric_text(double v, int decimals, const std::string& missing = "-");
+
+/// Whether a run diverged: its last evaluation's validation loss or perplexity overflowed, or its
+/// validation loss exceeds twice that of a uniform guess over the vocabulary (2 ln vocab_size, from
+/// the config's model.vocab_size).
+bool run_diverged(const RunMetrics& m);
+
+/// The summary of a history and the loop's totals: best_val_* from the lowest finite validation
+/// loss (as the `best` checkpoint is chosen), whatever its perplexity.
 MetricsSummary summarize(const std::vector<EvalRecord>& history, const RunTotals& totals);
 
-/// metrics_<optimizer>.json content (state_gib etc. derived, GiB = 2^30 bytes; NaN as null).
+/// metrics_<optimizer>.json content (state_gib etc. derived, GiB = 2^30 bytes; NaN, "not
+/// measured", as null; +-inf, "overflowed", as the strings "inf" / "-inf").
 nlohmann::json metrics_to_json(const RunMetrics& m);
 
 /// Parse metrics JSON; `source` names the file in errors (missing key, wrong type).

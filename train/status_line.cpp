@@ -47,7 +47,12 @@ std::string with_thousands(int64_t n) {
 }
 
 std::string format_status(const Progress& p, double eta) {
-    auto num = [](double v, const char* f) { return std::isfinite(v) ? fmt::format(fmt::runtime(f), v) : std::string("-"); };
+    // Not measured: "-"; overflowed: "inf"; huge (a diverged run's perplexity): exponent form.
+    auto num = [](double v, const char* f) {
+        if (std::isnan(v)) return std::string("-");
+        if (std::isinf(v)) return std::string(v > 0 ? "inf" : "-inf");
+        return std::fabs(v) >= 1e6 ? fmt::format("{:.3e}", v) : fmt::format(fmt::runtime(f), v);
+    };
     return fmt::format("{} step {}/{} | loss {} | val ppl {} | lr {} | {} tok/s | ETA {}", p.optimizer,
                        with_thousands(p.step), with_thousands(p.total_steps), num(p.loss, "{:.4f}"), num(p.val_ppl, "{:.1f}"),
                        num(p.lr, "{:.2e}"), std::isfinite(p.tokens_per_sec) ? with_thousands(std::llround(p.tokens_per_sec)) : "-",

@@ -20,8 +20,10 @@
 #include "data/batch_stream.h"
 #include "data/prepare.h"
 #include "data/resume_check.h"
+#include "data/shard_identity.h"
 #include <nlohmann/json.hpp>
 #include "engine/arena.h"
+#include "engine/dir_lock.h"
 #include "train/checkpoint.h"
 #include "engine/error.h"
 #include "train/faults.h"
@@ -55,6 +57,9 @@ using data::token_split_check_manifest;
 using data::token_split_read;
 using data::token_split_open;
 using Clock = std::chrono::steady_clock;
+
+/// The lock file of a run folder (dir_lock), held while `skew train` writes it.
+constexpr const char* RUN_LOCK_FILE = ".skew-train.lock";
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -104,6 +109,33 @@ void refuse_if_host_too_small(const MemoryPlan& plan, const OptimizerConfig& opt
          "model", opt.name, double(plan.peak_bytes) / GIB, double(plan.weights_bytes) / GIB, double(plan.grads_bytes) / GIB,
          double(plan.state_bytes) / GIB, double(plan.activation_bytes) / GIB, double(plan.workspace_bytes) / GIB,
          double(avail) / GIB);
+}
+
+/// What a non-finite step scans for its first culprit: the weights first (a NaN weight makes every
+/// gradient NaN, and the weight is the cause), then the gradients, each named as the plan names it.
+std::vector<NamedTensor> fault_scan_tensors(const Arena& arena, Backend& backend) {
+    std::vector<NamedTensor> t = buffer_tensors(arena, BufferKind::WEIGHT, &backend);
+    for (NamedTensor& g : buffer_tensors(arena, BufferKind::GRAD, &backend)) t.push_back(std::move(g));
+    return t;
+}
+
+/// After a run's first step: warn naming every trainable tensor whose gradient is identically zero
+/// (no gradient path: the loss does not depend on it, so training never changes it).
+void warn_zero_gradients(const OptimizerConfig& opt, const Arena& arena, Backend& backend) {
+    const std::vector<std::string> zero = all_zero_tensors(buffer_tensors(arena, BufferKind::GRAD, &backend));
+    if (!zero.empty())
+        spdlog::warn("{}: after step 1 the gradient of {} is identically zero: no gradient path reaches {} (check the "
+                     "model settings, e.g. top_k, or the loss coefficients)", opt.name, fmt::join(zero, ", "),
+                     zero.size() == 1 ? "it" : "them");
+}
+
+/// A run whose last step(s) were skipped for non-finite values did not train to its end: throws
+/// skew::Error naming the optimizer and the skipped steps (the checkpoint and metrics are written).
+void refuse_trailing_skipped(const OptimizerConfig& opt, int64_t last_step, int64_t trailing_skipped) {
+    if (trailing_skipped == 0) return;
+    fail("{}: the run ended with {} step(s) skipped for non-finite values (steps {} to {}), so its last updates never "
+         "happened; see the step log for the first non-finite tensor (lower the learning rate, or resume from the best "
+         "checkpoint)", opt.name, trailing_skipped, last_step - trailing_skipped + 1, last_step);
 }
 
 /// Run one phase of a training step; an error inside it (a kernel's error word, a CUDA or shape
@@ -285,6 +317,7 @@ struct OptimizerRun {
     SkipPolicy policy;
     StatusLine status;
     int64_t optimizer_t = 0;   // steps the optimizer has taken (skipped steps excluded)
+    int64_t trailing_skipped = 0;  // steps skipped in a row up to the latest one
     int64_t device_peak = 0;   // measured peak device memory (device backends)
     double last_val_ppl = std::nan("");
     double since_eval_seconds = 0;
@@ -475,8 +508,9 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
     rec.balance_loss = bal;
     rec.z_loss = z;
     rec.grad_norm = grad_norm;
-    if (auto fault = check_step_finite(step, loss, grad_norm, buffer_tensors(r.arena, BufferKind::GRAD, &r.backend),
-                                       r.policy)) {
+    if (step == 1) warn_zero_gradients(opt, r.arena, r.backend);
+    if (auto fault = check_step_finite(step, loss, grad_norm, fault_scan_tensors(r.arena, r.backend), r.policy)) {
+        ++r.trailing_skipped;
         rec.skipped = true;
         r.state.skipped_steps = r.policy.skipped;
         if (fault->action == FaultAction::STOP) {
@@ -487,6 +521,7 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
         }
         status_warning(r.status, fmt::format("{}: {}", opt.name, fault_message(*fault)));
     } else {
+        r.trailing_skipped = 0;
         ++r.optimizer_t;
         OptimStep os;
         os.t = r.optimizer_t;
@@ -549,8 +584,8 @@ void evaluate_step(OptimizerRun& r, const StepRecord& rec) {
     r.since_eval_seconds = 0;
     r.since_eval_tokens = 0;
     r.last_val_ppl = e.val_ppl;
-    status_message(r.status, fmt::format("{} step {}: val loss {:.4f}, val ppl {:.2f}, balance {:.5f}", r.opt.name, step,
-                                         e.val_loss, e.val_ppl, e.val_balance_loss));
+    status_message(r.status, fmt::format("{} step {}: val loss {:.4f}, val ppl {}, balance {:.5f}", r.opt.name, step,
+                                         e.val_loss, metric_text(e.val_ppl, 2), e.val_balance_loss));
     r.metrics.summary = summarize(r.metrics.history, r.totals());
     write_metrics(r.opts.run_dir, r.metrics);
     if (record_validation(r.state, step, ev.val_loss)) r.checkpoint(r.best_dir);
@@ -614,6 +649,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
     r.metrics.summary = summarize(r.metrics.history, r.totals());
     write_metrics(opts.run_dir, r.metrics);
     sync_step_log(r.log);
+    refuse_trailing_skipped(opt, r.state.step, r.trailing_skipped);
     return TrainResult{opt.name, r.state.step, r.metrics.summary.final_val_ppl, stopped};
 }
 
@@ -632,12 +668,18 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) 
     if (!opts.resume && fs::exists(config_path))
         fail("--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
              "choose another --out", opts.run_dir, opts.run_dir);
-    if (opts.resume) data::check_resume_data(cfg.data.dir, opts.run_dir);
+    // One writer per run folder: a second `skew train` on it (--resume twice) is refused at once.
+    DirLock run_lock;
+    if (opts.resume) {
+        dir_lock(run_lock, opts.run_dir, RUN_LOCK_FILE, "skew train");
+        data::check_resume_data(cfg.data.dir, opts.run_dir);
+    }
 
     // Every check that can be made before training, before the run folder is touched: the data
     // (manifest, token ids, batch counts), the backend, --profile-steps, each optimizer's plan.
     token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size, cfg.data.val_ratio);
     Batches data{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
+    if (opts.resume) data::shard_identity_check(opts.run_dir, cfg.data.dir, {&data.train, &data.val});
     data.unigram_val_ppl = unigram_val_perplexity(data.train, data.val, cfg.model.vocab_size);
     spdlog::info("data: unigram baseline (training-split token frequencies) has validation perplexity {:.1f}",
                  data.unigram_val_ppl);
@@ -666,8 +708,15 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) 
         std::error_code ec;
         fs::create_directories(opts.run_dir, ec);
         if (ec) fail("--out {}: cannot create the run folder: {}", opts.run_dir, ec.message());
+        dir_lock(run_lock, opts.run_dir, RUN_LOCK_FILE, "skew train");
+        if (fs::exists(config_path))  // another `skew train --out` on this folder finished meanwhile
+            fail("--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
+                 "choose another --out", opts.run_dir, opts.run_dir);
         writes.file(config_path);
         write_file_atomic(config_path.string(), cfg.resolved_yaml + "\n");
+        writes.file(fs::path(opts.run_dir) / data::kShardIdentityFile);
+        write_file_atomic((fs::path(opts.run_dir) / data::kShardIdentityFile).string(),
+                          data::shard_identity({&data.train, &data.val}).dump(2) + "\n");
         const fs::path manifest = fs::path(cfg.data.dir) / "manifest.json";
         if (fs::exists(manifest)) {
             const fs::path copy = fs::path(opts.run_dir) / "manifest.json";
@@ -687,6 +736,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) 
         // Failed before any checkpoint: take back what this invocation wrote, so that the same
         // command, fixed, can run again (or --resume start over) in this folder.
         if (!writes.committed && !(writes.files.empty() && writes.dirs.empty())) {
+            run_lock.release();  // its file would keep the folder from being removed
             writes.undo();
             spdlog::info("train: failed before the first checkpoint; removed what this run wrote to {}", opts.run_dir);
         }

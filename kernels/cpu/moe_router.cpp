@@ -89,13 +89,15 @@ void moe_router_backward(float* dlogits, const float* dgates, const float* logit
             const float* g = gates + t * K;
             for (int64_t e = 0; e < E; ++e) dp[size_t(e)] = dbal[size_t(e)];
             if (dgates) {
-                // g_i = p_i / P over the chosen set: dp_j = (dg_j - Σ_i dg_i g_i) / P.
+                // g_i = p_i / P over the chosen set: dp_j = (dg_j - Σ_i dg_i g_i) / P; top-1
+                // (no renormalization, g = p): dp_j = dg_j, i.e. P = 1 and no dot term.
                 const float* dg = dgates + t * K;
                 float P = 0.0f, dot = 0.0f;
                 for (int64_t j = 0; j < K; ++j) {
                     P += p[idx[j]];
                     dot += dg[j] * g[j];
                 }
+                if (!router_renormalizes_gates(K)) P = 1.0f, dot = 0.0f;
                 for (int64_t j = 0; j < K; ++j) dp[size_t(idx[j])] += (dg[j] - dot) / P;
             }
             // softmax backward: dx_e = p_e (dp_e - Σ p·dp); noise is additive, so dx = dlogits.

@@ -83,13 +83,14 @@ __global__ void router_backward_kernel(float* __restrict__ dlogits, const float*
     const int32_t* idx = expert_idx + t * K;
     const float* g = gates + t * K;
     const float* dg = dgates ? dgates + t * K : nullptr;
-    // Gate renormalization: dp[idx_j] += (dg_j - Σ_i dg_i g_i) / P.
+    // Gate renormalization: dp[idx_j] += (dg_j - Σ_i dg_i g_i) / P; top-1 (g = p): dp[idx_0] += dg_0.
     float P = 0.0f, dot = 0.0f;
     if (dg) {
         for (int64_t j = 0; j < K; ++j) {
             P += p[idx[j]];
             dot += dg[j] * g[j];
         }
+        if (!router_renormalizes_gates(K)) P = 1.0f, dot = 0.0f;
     }
     auto dp_of = [&](int64_t e) {
         float v = float(bal_coef * double(counts[e]));

@@ -42,11 +42,12 @@ std::vector<int32_t> uneven_expert_idx(int64_t n, int64_t K, int64_t E, uint32_t
 
 }  // namespace
 
-TEST_CASE("gpu router forward and backward match the CPU, with empty experts and noise") {
+TEST_CASE("gpu router forward and backward match the CPU, with empty experts and noise, top-2 and top-1") {
     SKEW_REQUIRE_GPU();
     auto cpu = cpu_backend();
+    for (int top_k : {2, 1})
     for (int noisy = 0; noisy < 2; ++noisy) {
-        const RouterShape s{1000, 16, 2};
+        const RouterShape s{1000, 16, top_k};
         RouterOptions o;
         o.noise_std = noisy ? 0.5f : 0.0f;
         o.seed = 42;
@@ -64,7 +65,7 @@ TEST_CASE("gpu router forward and backward match the CPU, with empty experts and
         cpu->moe_router_forward(probs.data(), idx.data(), gates.data(), counts.data(), bal.data(), z.data(), mp.data(),
                                 logits.data(), s, o);
         gpu().moe_router_forward(gprobs.p, gidx.p, ggates.p, gcounts.p, gbal.p, gz.p, gmp.p, glog.p, s, o);
-        INFO("noise " << o.noise_std);
+        INFO("top_k " << top_k << ", noise " << o.noise_std);
         require_close("router probs", gprobs.get(), probs, 1e-9);
         const auto gi = gidx.get();
         int64_t mismatched = 0;

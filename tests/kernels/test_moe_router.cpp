@@ -152,8 +152,9 @@ TEST_CASE("z-loss stays finite for router logits in the hundreds") {
     for (float x : dl) REQUIRE(std::isfinite(x));
 }
 
-TEST_CASE("router gradient to the logits matches finite differences") {
-    const RouterShape s{6, 5, 2};
+TEST_CASE("router gradient to the logits matches finite differences, top-2 and top-1") {
+  for (int64_t top_k : {2, 1}) {
+    const RouterShape s{6, 5, top_k};
     RouterOptions o;
     o.balance_alpha = 0.5f;  // large weights so every term shows in the check
     o.z_coef = 0.1f;
@@ -173,9 +174,27 @@ TEST_CASE("router gradient to the logits matches finite differences") {
                                                 r.gates.data(), r.counts.data(), w_bal, w_z, s, o);
         // top-k choice and f are piecewise constant: eps 1e-3 does not flip them for these logits.
         // fp32 forward: rounding noise ~1e-4 absolute
-        INFO("noise_std " << noise);
+        INFO("top_k " << top_k << ", noise_std " << noise);
         check_gradient("dlogits", dl, fd_gradient(logits, loss, 1e-3f), 3e-4, 1e-2);
     }
+  }
+}
+
+TEST_CASE("a top-1 gate is the router probability, so the router gets a gradient from the gate") {
+    const RouterShape s{4, 3, 1};
+    const std::vector<float> logits = {0.1f, 0.5f, -0.2f, 1.0f, 0.0f, 0.3f, -1.0f, -0.5f, 0.7f, 0.2f, 0.2f, 0.9f};
+    const RouterOut r = route(logits, s, RouterOptions{});
+    for (int64_t t = 0; t < s.n_tokens; ++t) {
+        CHECK(r.gates[size_t(t)] == r.probs[size_t(t * s.n_experts + r.idx[size_t(t)])]);
+        CHECK(r.gates[size_t(t)] < 1.0f);
+    }
+    // Gradient from the gates alone (no aux losses): non-zero (renormalized it would be exactly 0).
+    std::vector<float> dl(logits.size()), dg(size_t(s.n_tokens), 1.0f);
+    make_cpu_backend()->moe_router_backward(dl.data(), dg.data(), logits.data(), r.probs.data(), r.idx.data(),
+                                            r.gates.data(), r.counts.data(), 0.0f, 0.0f, s, RouterOptions{});
+    double norm = 0;
+    for (float v : dl) norm += double(v) * v;
+    CHECK(norm > 1e-3);
 }
 
 TEST_CASE("router rejects top_k larger than the number of experts") {
