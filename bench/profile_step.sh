@@ -31,7 +31,7 @@ while (($#)); do
         --out) OUT=$2; shift 2 ;;
         --skew) SKEW=$2; shift 2 ;;
         --) shift; EXTRA=("$@"); break ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \?//; s/^#$//'; exit 0 ;;
         -*) echo "profile_step.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
         *) CONFIG=$1; shift ;;
     esac

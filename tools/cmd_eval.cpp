@@ -21,6 +21,7 @@
 #include "eval/scoring.h"
 #include "eval/tasks.h"
 #include "model/inference.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 
 namespace skew::tools {
@@ -180,12 +181,12 @@ void register_eval_command(CLI::App& app) {
     cmd->add_option("--data", a->data_dir, "Prepared dataset folder: loss and perplexity over its split");
     cmd->add_option("--split", a->split, "Split for --data: val (default) or train")->check(CLI::IsMember({"val", "train"}));
     cmd->add_option("--batches", a->batches, "Batches of train.batch_size x train.seq_len to score (default: all)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(int_at_least(0));
     cmd->add_option("--task", a->tasks, "A task's JSONL file (repeatable, each with its --format)")->take_all();
     cmd->add_option("--format", a->formats, "piqa, winogrande, hellaswag or arc (one per --task, same order)")->take_all();
     cmd->add_option("--tokenizer", a->tokenizer_dir, "GPT-2 tokenizer folder (default: the run's data.tokenizer_dir)");
     cmd->add_option("--backend", a->backend, "auto (default), cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-    cmd->add_option("--batch-size", a->batch_size, "Sequences per forward when scoring tasks (default 8)");
+    cmd->add_option("--batch-size", a->batch_size, "Sequences per forward when scoring tasks (default 8)")->check(int_at_least(1));
     cmd->add_flag("--json", a->json_out, "Print the results as JSON on stdout");
     cmd->add_flag("--no-write", a->no_write, "Do not write <run>/eval_<optimizer>.json");
     cmd->add_flag("--no-progress", a->no_progress, "No progress line");

@@ -14,6 +14,7 @@
 #include "plan/plan.h"
 #include "engine/param_table.h"
 #include "engine/sizes.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 
 namespace skew::tools {
@@ -200,6 +201,7 @@ void register_plan_command(CLI::App& app) {
                     "Optimizer to plan: a built-in name or a key of the config's optimizers section (default: the first of train.optimizers)");
     cmd->add_option("--microbatch", args->microbatch,
                     "Sequences per forward/backward (default: train.microbatch; with 0 there, the largest that fits --budget)")
+        ->check(int_at_least(1))
         ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
     cmd->add_option("--budget", args->budget, "Device memory budget with a unit: 40GiB, 40GB (10^9 bytes), 40960MiB");
     cmd->add_flag("--json", args->json, "Print the same numbers as JSON");

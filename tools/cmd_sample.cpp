@@ -19,6 +19,7 @@
 #include "eval/load.h"
 #include "eval/sampling.h"
 #include "model/inference.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 
 namespace skew::tools {
@@ -125,7 +126,10 @@ void run_sample(const SampleArgs& a) {
         samples.push_back(json{{"text", data::tokenizer_decode(tok, gen)},
                                {"tokens", gen},
                                {"stop", stop}});
-        if (!a.json_out) fmt::print("\n");
+        if (!a.json_out) {
+            fmt::print("\n");
+            std::fflush(stdout);  // the text ends its line before the log line on stderr
+        }
     }
     const double tps = decode_seconds > 0 ? double(decode_tokens) / decode_seconds : 0.0;
     spdlog::info("sample: {} decode steps in {:.2f} s: {:.1f} tokens/s ({} backend)", decode_tokens, decode_seconds, tps,
@@ -156,12 +160,14 @@ void register_sample_command(CLI::App& app) {
         ->check(CLI::IsMember({"best", "last"}));
     cmd->add_option("--prompt", a->prompt, "Prompt text (default: standard input, less its final newline)")
         ->each([a](const std::string&) { a->prompt_given = true; });
-    cmd->add_option("--max-tokens", a->max_tokens, "Tokens to generate at most (default 128)");
-    cmd->add_option("--temperature", a->temperature, "Softmax temperature; 0 = greedy (default 1)");
-    cmd->add_option("--top-k", a->top_k, "Sample among the k most probable tokens; 0 = all (default)");
-    cmd->add_option("--top-p", a->top_p, "Nucleus: the smallest set of tokens with probability >= p (default 1)");
-    cmd->add_option("--seed", a->seed, "Seed of the draws: the same seed gives the same text on the same backend");
-    cmd->add_option("--num-samples", a->num_samples, "Independent samples of the same prompt (default 1)");
+    cmd->add_option("--max-tokens", a->max_tokens, "Tokens to generate at most (default 128)")->check(int_at_least(1));
+    cmd->add_option("--temperature", a->temperature, "Softmax temperature; 0 = greedy (default 1)")->check(real_at_least_zero());
+    cmd->add_option("--top-k", a->top_k, "Sample among the k most probable tokens; 0 = all (default)")->check(int_at_least(0));
+    cmd->add_option("--top-p", a->top_p, "Nucleus: the smallest set of tokens with probability >= p (default 1)")
+        ->check(probability_open_closed());
+    cmd->add_option("--seed", a->seed, "Seed of the draws: the same seed gives the same text on the same backend")
+        ->check(uint64_value());
+    cmd->add_option("--num-samples", a->num_samples, "Independent samples of the same prompt (default 1)")->check(int_at_least(1));
     cmd->add_option("--tokenizer", a->tokenizer_dir, "GPT-2 tokenizer folder (default: the run's data.tokenizer_dir)");
     cmd->add_option("--backend", a->backend, "auto (default), cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     cmd->add_flag("--json", a->json_out, "Print the samples as JSON instead of streaming text");

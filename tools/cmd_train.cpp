@@ -11,6 +11,7 @@
 #include "engine/config.h"
 #include "engine/error.h"
 #include "train/signals.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "train/trainer.h"
 
@@ -67,7 +68,7 @@ void register_train_command(CLI::App& app) {
     cmd->add_option("--stop-after", a->stop_after,
                     "Stop cleanly with a checkpoint after this step (as SIGINT would); a resumed run already at or "
                     "past it stops at once, its checkpoint unchanged (>= 1)")
-        ->check(CLI::PositiveNumber);
+        ->check(int_at_least(1));
     cmd->add_option("--profile-steps", a->profile_steps,
                     "A:B — bracket steps A..B with cudaProfilerStart/Stop for `nsys profile "
                     "--capture-range=cudaProfilerApi` (CUDA backend only; docs/training.md, Profiling)");
