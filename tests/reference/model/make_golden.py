@@ -298,11 +298,9 @@ def write_records(path, records):
             f.write(arr.tobytes())
 
 
-def main():
-    c = CFG
-    here = os.path.dirname(os.path.abspath(__file__))
-    # Draw weights and batch; redraw while some token sits near a top-k tie in either variant
-    # (the fixture would then test bf16 rounding, not the model).
+def draw_problem(c):
+    """Weights and batch; redrawn while some token sits near a top-k tie in either variant (the
+    fixture would then test bf16 rounding, not the model). Returns (weights, tokens, targets, attempt)."""
     for attempt in range(100):
         rng = np.random.default_rng(20260517 + attempt)
         w = make_weights(c, rng)
@@ -317,6 +315,13 @@ def main():
                 forward(p, torch.from_numpy(tokens), torch.from_numpy(targets), c, step)
         if min(ROUTING_MARGIN) > MIN_MARGIN:
             break
+    return w, tokens, targets, attempt
+
+
+def main():
+    c = CFG
+    here = os.path.dirname(os.path.abspath(__file__))
+    w, tokens, targets, attempt = draw_problem(c)
     print(f"weights seed 20260517 + {attempt}: smallest top-k logit gap {min(ROUTING_MARGIN):.3f}")
     table = param_table(c)
     inputs = [("config", np.array([c[k] for k in CONFIG_KEYS], dtype=np.float64)),
