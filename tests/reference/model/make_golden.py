@@ -4,7 +4,8 @@
 # own numpy Philox4x32-10, and writes weights, batch, loss parts, logits and every gradient.
 #
 # Run with Debian's python3 (torch 1.13, numpy):  /usr/bin/python3 tests/reference/model/make_golden.py
-# Writes golden_inputs.bin and golden_{noise_off,noise_on,aux,accum2}.bin next to this script, read by
+# Writes golden_inputs.bin and golden_{noise_off,noise_on,aux,accum2}{,.bf16}.bin next to this script
+# (.bf16: the same equations rounded to bf16 where the engine stores bf16), read by
 # tests/model/test_golden.cpp. Record format (little-endian): b"SKEWGOLD", u32 count, then per record
 # u32 name length, name bytes, u32 ndim, i64 dims[ndim], f32 data.
 import math
@@ -94,6 +95,77 @@ def round_bf16(x):
     return u.astype(np.uint32).view(np.float32)
 
 
+# ---- where the engine rounds to bf16 (model/model.cpp, kernels/cpu/*): the "bf16" reference applies
+# these at the same points, the "exact" one makes them identities. Every bf16 activation slot is a
+# forward rounding (Rf); every bf16 gradient slot (d_resid, d_ln_out, d_q/k/v, d_attn_out, d_ffn_*,
+# d_moe_*, d_final_ln_out) is a backward rounding (Rb); fp32 slots (router logits, probabilities,
+# gates, attention lse, LM logits, d_stream, LayerNorm statistics) are not rounded.
+def bf16_round64(x):
+    """float64 tensor -> nearest bf16 value (ties to even, via fp32 as the engine's stores), float64."""
+    return x.float().to(torch.bfloat16).to(x.dtype)
+
+
+class _RoundForward(torch.autograd.Function):
+    """y = bf16(x) forward (an activation stored in bf16), gradient passed unchanged."""
+    @staticmethod
+    def forward(ctx, x):
+        return bf16_round64(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _RoundBackward(torch.autograd.Function):
+    """y = x forward; the gradient reaching x is rounded to bf16 (a gradient stored in bf16)."""
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return bf16_round64(g)
+
+
+class _Fanout(torch.autograd.Function):
+    """n copies of x; the gradient is summed in the engine's order into a bf16 buffer, one rounding
+    per term: R(R(R(g1) + g2) + g3) (matmul_backward with accumulate_dinp into a bf16 d_ln_out)."""
+    @staticmethod
+    def forward(ctx, x, n):
+        return tuple(x.clone() for _ in range(n))
+
+    @staticmethod
+    def backward(ctx, *gs):
+        acc = None
+        for g in gs:
+            if g is None:
+                continue
+            acc = bf16_round64(g) if acc is None else bf16_round64(acc + g)
+        return acc, None
+
+
+class Rounding:
+    """Rounding points: exact (identities, the equations in float64) or bf16 (the engine's)."""
+    def __init__(self, bf16):
+        self.bf16 = bf16
+
+    def f(self, x):  # activation stored in bf16
+        return _RoundForward.apply(x) if self.bf16 else x
+
+    def b(self, x):  # gradient stored in bf16
+        return _RoundBackward.apply(x) if self.bf16 else x
+
+    def fb(self, x):  # both: a bf16 activation whose gradient is also a bf16 slot
+        return self.b(self.f(x))
+
+    def fan(self, x, n):  # n uses whose gradients accumulate into one bf16 slot
+        return _Fanout.apply(x, n) if self.bf16 else tuple(x for _ in range(n))
+
+
+EXACT = Rounding(False)
+BF16 = Rounding(True)
+
+
 def make_weights(c, rng):
     w = {}
     for name, shape, dt in param_table(c):
@@ -121,32 +193,35 @@ def layernorm(x, w, b, eps):
     return (x - mu) / torch.sqrt(var + eps) * w + b
 
 
-def attention(x, p, pre, c):
+def attention(x, p, pre, c, r=EXACT):
     B, T, d = x.shape
     H, KV = c["n_heads"], c["n_kv_heads"]
     hd = d // H
-    q = (x @ p[pre + "attn.wq"].T).view(B, T, H, hd).transpose(1, 2)
-    k = (x @ p[pre + "attn.wk"].T).view(B, T, KV, hd).transpose(1, 2)
-    v = (x @ p[pre + "attn.wv"].T).view(B, T, KV, hd).transpose(1, 2)
+    xq, xk, xv = r.fan(x, 3)  # d_ln_out = R(R(R(dq Wq) + dk Wk) + dv Wv)
+    q = r.fb(xq @ p[pre + "attn.wq"].T).view(B, T, H, hd).transpose(1, 2)
+    k = r.fb(xk @ p[pre + "attn.wk"].T).view(B, T, KV, hd).transpose(1, 2)
+    v = r.fb(xv @ p[pre + "attn.wv"].T).view(B, T, KV, hd).transpose(1, 2)
     G = H // KV
     k = k.repeat_interleave(G, dim=1)  # query head h reads KV head h // G (grouped)
     v = v.repeat_interleave(G, dim=1)
     s = q @ k.transpose(-1, -2) / math.sqrt(hd)
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     s = s.masked_fill(mask, float("-inf"))
-    o = torch.softmax(s, dim=-1) @ v
-    return o.transpose(1, 2).reshape(B, T, H * hd) @ p[pre + "attn.wo"].T
+    o = r.fb(torch.softmax(s, dim=-1) @ v)  # act.attn_out, d_attn_out
+    return r.fb(o.transpose(1, 2).reshape(B, T, H * hd) @ p[pre + "attn.wo"].T)  # wo out; d_resid
 
 
-def swiglu(x, w1, w2, w3):
-    return (torch.nn.functional.silu(x @ w1.T) * (x @ w2.T)) @ w3.T
+def swiglu(x, w1, w2, w3, r=EXACT):
+    x1, x2 = r.fan(x, 2)  # d_ln_out = R(R(dh1 W1) + dh2 W2)
+    h1, h2 = r.fb(x1 @ w1.T), r.fb(x2 @ w2.T)
+    return r.fb(r.fb(torch.nn.functional.silu(h1) * h2) @ w3.T)
 
 
-def moe(x, p, pre, c, noise):
+def moe(x, p, pre, c, noise, r=EXACT):
     B, T, d = x.shape
     N, E, K = B * T, c["n_experts"], c["top_k"]
-    xf = x.reshape(N, d)
-    logits = xf @ p[pre + "moe.router.weight"].T  # clean logits (N, E)
+    xg, xr = r.fan(x.reshape(N, d), 2)  # d_ln_out = R(R(gather of the copies) + d_logits Wr)
+    logits = xr @ p[pre + "moe.router.weight"].T  # clean logits (N, E), fp32
     z = c["z_coef"] * (torch.logsumexp(logits, dim=-1) ** 2).mean()
     noisy = logits + noise if noise is not None else logits
     probs = torch.softmax(noisy, dim=-1)
@@ -161,39 +236,48 @@ def moe(x, p, pre, c, noise):
     f = counts.double() / (N * K)
     balance = c["balance_alpha"] * E * (probs.mean(0) * f).sum()
     W1, W2, W3 = p[pre + "moe.experts.w1"], p[pre + "moe.experts.w2"], p[pre + "moe.experts.w3"]
-    ys = torch.stack([swiglu(xf, W1[e], W2[e], W3[e]) for e in range(E)])  # (E, N, d)
     out = torch.zeros(N, d, dtype=x.dtype)
-    for s in range(K):
-        out = out + gates[:, s:s + 1] * ys[idx[:, s], torch.arange(N)]
-    return out.view(B, T, d), balance, z, counts
+    for s in range(K):  # token copy s of every token through its expert idx[:, s]
+        e = idx[:, s]
+        x1, x2 = r.fan(xg, 2)  # d_moe_in of the copy = R(R(dh1 W1e) + dh2 W2e)
+        h1 = r.fb(torch.einsum("nd,nhd->nh", x1, W1[e]))
+        h2 = r.fb(torch.einsum("nd,nhd->nh", x2, W2[e]))
+        act = r.fb(torch.nn.functional.silu(h1) * h2)
+        y = r.fb(torch.einsum("nh,ndh->nd", act, W3[e]))  # act.moe_out; d_moe_out = R(gate * dout)
+        out = out + gates[:, s:s + 1] * y
+    return r.fb(out).view(B, T, d), balance, z, counts
 
 
-def forward(p, tokens, targets, c, noise_step, row_offset=0):
+def forward(p, tokens, targets, c, noise_step, row_offset=0, r=EXACT, wte_head=None):
     """Loss parts of one microbatch. row_offset: its first token's row in the step's batch (token t
-    of the microbatch draws router noise at element (row_offset + t)·E + e, as in the engine)."""
+    of the microbatch draws router noise at element (row_offset + t)·E + e, as in the engine).
+    r: the rounding points (EXACT or BF16). wte_head: the tied embedding as the LM head reads it
+    (a separate leaf, so its two gradient terms can be rounded in the engine's order)."""
     B, T = tokens.shape
     N, E, V = B * T, c["n_experts"], c["vocab_size"]
-    x = p["embed.tokens"][tokens] + p["embed.positions"][:T]
+    wte_head = p["embed.tokens"] if wte_head is None else wte_head
+    x = r.fb(p["embed.tokens"][tokens] + p["embed.positions"][:T])
     bal_total, z_total, all_counts = 0.0, 0.0, []
     for b in range(c["n_blocks"]):
         pre = f"blocks.{b}."
-        x = x + attention(layernorm(x, p[pre + "ln1.weight"], p[pre + "ln1.bias"], c["eps"]), p, pre, c)
-        h = layernorm(x, p[pre + "ln2.weight"], p[pre + "ln2.bias"], c["eps"])
+        x = r.f(x + attention(r.f(layernorm(r.b(x), p[pre + "ln1.weight"], p[pre + "ln1.bias"], c["eps"])), p,
+                              pre, c, r))  # act.resid1
+        h = r.f(layernorm(r.b(x), p[pre + "ln2.weight"], p[pre + "ln2.bias"], c["eps"]))
         if b in c["moe_blocks"]:
             noise = None
             if noise_step is not None:
                 tensor = [n for n, _, _ in param_table(c)].index(pre + "moe.router.weight")
                 eps = philox_normal(c["seed"], PHILOX_STREAM_ROUTER_NOISE, noise_step, tensor,
                                     np.arange(row_offset * E, (row_offset + N) * E))
-                noise = c["noise_std"] * torch.from_numpy(eps.astype(np.float64)).view(N, E)
-            y, bal, z, counts = moe(h, p, pre, c, noise)
+                noise = c["noise_std"] * torch.from_numpy(eps.astype(np.float64)).view(N, E).to(x.dtype)
+            y, bal, z, counts = moe(h, p, pre, c, noise, r)
             bal_total, z_total = bal_total + bal, z_total + z
             all_counts.append(counts)
         else:
-            y = swiglu(h, p[pre + "ffn.w1"], p[pre + "ffn.w2"], p[pre + "ffn.w3"])
-        x = x + y
-    h = layernorm(x, p["final_ln.weight"], p["final_ln.bias"], c["eps"]).reshape(N, -1)
-    logits = h @ p["embed.tokens"].T  # tied head, (N, Vp)
+            y = swiglu(h, p[pre + "ffn.w1"], p[pre + "ffn.w2"], p[pre + "ffn.w3"], r)
+        x = r.f(x + y)  # the next block's input
+    h = r.fb(layernorm(r.b(x), p["final_ln.weight"], p["final_ln.bias"], c["eps"])).reshape(N, -1)
+    logits = h @ wte_head.T  # tied head, (N, Vp), fp32
     masked = logits.clone()
     masked[:, V:] = float("-inf")  # padding columns: probability 0
     lm = torch.nn.functional.cross_entropy(masked, targets.reshape(N))
@@ -214,11 +298,9 @@ def write_records(path, records):
             f.write(arr.tobytes())
 
 
-def main():
-    c = CFG
-    here = os.path.dirname(os.path.abspath(__file__))
-    # Draw weights and batch; redraw while some token sits near a top-k tie in either variant
-    # (the fixture would then test bf16 rounding, not the model).
+def draw_problem(c):
+    """Weights and batch; redrawn while some token sits near a top-k tie in either variant (the
+    fixture would then test bf16 rounding, not the model). Returns (weights, tokens, targets, attempt)."""
     for attempt in range(100):
         rng = np.random.default_rng(20260517 + attempt)
         w = make_weights(c, rng)
@@ -233,6 +315,13 @@ def main():
                 forward(p, torch.from_numpy(tokens), torch.from_numpy(targets), c, step)
         if min(ROUTING_MARGIN) > MIN_MARGIN:
             break
+    return w, tokens, targets, attempt
+
+
+def main():
+    c = CFG
+    here = os.path.dirname(os.path.abspath(__file__))
+    w, tokens, targets, attempt = draw_problem(c)
     print(f"weights seed 20260517 + {attempt}: smallest top-k logit gap {min(ROUTING_MARGIN):.3f}")
     table = param_table(c)
     inputs = [("config", np.array([c[k] for k in CONFIG_KEYS], dtype=np.float64)),
@@ -249,8 +338,14 @@ def main():
     variants = [("noise_off", None, c, 1), ("noise_on", NOISE_STEP, c, 1),
                 ("aux", NOISE_STEP, dict(c, z_coef=AUX_Z_COEF, balance_alpha=AUX_BALANCE_COEF), 1),
                 ("accum2", NOISE_STEP, c, 2)]
-    for variant, step, cv, accum in variants:
+    # Each variant twice: "exact" (golden_<variant>.bin, the equations in float64) and "bf16"
+    # (golden_<variant>.bf16.bin, float64 rounded to bf16 where the engine stores bf16; its
+    # noise_on file also holds grad_bf16.<name>, the gradients as bf16 gradient buffers hold them).
+    bf16_params = {name for name, _, dt in table if dt == "bf16"}
+    for (variant, step, cv, accum), (suffix, r) in [(v, rr) for v in variants
+                                                    for rr in (("", EXACT), (".bf16", BF16))]:
         p = {n: torch.tensor(v, dtype=torch.float64, requires_grad=True) for n, v in w.items()}
+        wte_head = torch.tensor(w["embed.tokens"], dtype=torch.float64, requires_grad=True)
         B = cv["batch"]
         mb = B // accum
         lm = bal = z = 0.0
@@ -259,7 +354,8 @@ def main():
             rows = slice(m * mb, (m + 1) * mb)
             lm_m, bal_m, z_m, logits_m, counts_m = forward(p, torch.from_numpy(tokens[rows]),
                                                            torch.from_numpy(targets[rows]), cv, step,
-                                                           row_offset=m * mb * cv["seq_len"])
+                                                           row_offset=m * mb * cv["seq_len"], r=r,
+                                                           wte_head=wte_head)
             lm, bal, z = lm + lm_m / accum, bal + bal_m / accum, z + z_m / accum
             all_counts.append(counts_m)
             all_logits.append(logits_m)
@@ -267,14 +363,21 @@ def main():
         total.backward()
         logits = torch.cat(all_logits)
         counts = [sum(cm[i] for cm in all_counts) for i in range(len(all_counts[0]))]
+        grads = {name: p[name].grad.clone() for name, _, _ in table}
+        grads["embed.tokens"] = wte_head.grad + p["embed.tokens"].grad
         out = [("loss", np.array([float(lm), float(bal), float(z), float(total)])),
                ("logits", logits.detach().numpy()[PROBE_ROWS])]
         out += [(f"counts.{i}", cnt.numpy()) for i, cnt in enumerate(counts)]
-        out += [("grad." + name, p[name].grad.numpy()) for name, _, _ in table]
-        write_records(os.path.join(here, f"golden_{variant}.bin"), out)
-        print(f"{variant}: lm {float(lm):.6f} balance {float(bal):.6f} z {float(z):.6e} counts "
+        out += [("grad." + name, grads[name].numpy()) for name, _, _ in table]
+        if r is BF16 and variant == "noise_on":
+            # bf16 gradient buffers (fp32 parameters keep fp32 gradients): one rounding per write;
+            # the tied embedding is written by the LM head, then += by the embedding backward.
+            gb = {n: bf16_round64(g) if n in bf16_params else g for n, g in grads.items()}
+            gb["embed.tokens"] = bf16_round64(bf16_round64(wte_head.grad) + p["embed.tokens"].grad)
+            out += [("grad_bf16." + name, gb[name].numpy()) for name, _, _ in table]
+        write_records(os.path.join(here, f"golden_{variant}{suffix}.bin"), out)
+        print(f"{variant}{suffix}: lm {float(lm):.6f} balance {float(bal):.6f} z {float(z):.6e} counts "
               f"{[cnt.tolist() for cnt in counts]}")
-
 
 if __name__ == "__main__":
     main()
