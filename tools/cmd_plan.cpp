@@ -152,6 +152,12 @@ void run_plan(const PlanArgs& a) {
                               {"state_gib", gib(plans[i].state_bytes)}, {"paper_state_gib", gib(plans[i].paper_state_bytes)},
                               {"peak_gib", gib(plans[i].peak_bytes)}});
         j["optimizers"] = others;
+        if (plan_backend(cfg) == "cuda") {
+            const int major = cuda_plan_major_version();
+            const int64_t overhead = cuda_runtime_overhead_bytes(major);
+            j["cuda_runtime_overhead"] = {{"bytes", overhead}, {"gib", gib(overhead)}, {"cuda_major", major}};
+            j["device_total"] = entry(plan.peak_bytes + overhead);
+        }
         nlohmann::json mj = nlohmann::json::array();
         for (const ModeRow& r : modes)
             mj.push_back({{"expert_grads", r.mode}, {"gradients", entry(r.plan.grads_bytes)},
@@ -187,6 +193,13 @@ void run_plan(const PlanArgs& a) {
     fmt::print("| activations (microbatch {}, per-block checkpointing) | {:.2f} GiB |\n", mb, gib(plan.activation_bytes));
     fmt::print("| workspace | {:.2f} GiB |\n", gib(plan.workspace_bytes));
     fmt::print("| **predicted peak** | **{:.2f} GiB** |\n\n", gib(plan.peak_bytes));
+    if (plan_backend(cfg) == "cuda") {
+        const int major = cuda_plan_major_version();
+        const int64_t overhead = cuda_runtime_overhead_bytes(major);
+        fmt::print("Outside the arena: CUDA context and libraries {:.2f} GiB (the CUDA {} constant, measured on an H200); "
+                   "expected device total {:.2f} GiB.\n\n",
+                   gib(overhead), major, gib(plan.peak_bytes + overhead));
+    }
     if (budget) {
         fmt::print("Budget {} read as {}: {:.2f} GiB.\n", a.budget, budget->unit, gib(budget->bytes));
         if (plan.peak_bytes <= budget->bytes)

@@ -197,3 +197,16 @@ TEST_CASE("skew plan shows both train.expert_grads modes side by side with the l
     REQUIRE(text.status == 0);
     CHECK(text.output.find("| deferred | 1.26 GiB | 0.99 GiB | 16.46 GiB | 64 |") != std::string::npos);
 }
+
+TEST_CASE("skew plan adds the documented CUDA context and library constant to the arena for the device total") {
+    Run r = run("plan " + paper() + " --optimizer skewadam --json");
+    REQUIRE(r.status == 0);
+    auto j = nlohmann::json::parse(r.output);
+    REQUIRE(j["backend"] == "cuda");
+    const int64_t overhead = j["cuda_runtime_overhead"]["bytes"].get<int64_t>();
+    CHECK(overhead == int64_t(0.77 * 1024.0 * 1024.0 * 1024.0));  // the H200 measurement at CUDA 13
+    CHECK(j["device_total"]["bytes"].get<int64_t>() == j["peak"]["bytes"].get<int64_t>() + overhead);
+    Run cpu = run("plan " + paper() + " --optimizer skewadam --json --set runtime.backend=cpu");
+    REQUIRE(cpu.status == 0);
+    CHECK_FALSE(nlohmann::json::parse(cpu.output).contains("cuda_runtime_overhead"));  // no CUDA context on the CPU
+}
