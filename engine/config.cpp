@@ -506,6 +506,11 @@ struct Loader {
         rule(!t.optimizers.empty(), "train.optimizers", "list at least one optimizer");
         std::set<std::string> names;
         for (const auto& n : t.optimizers) rule(names.insert(n).second, "train.optimizers", fmt::format("'{}' is listed twice", n));
+        rule(t.expert_grads != "deferred" || cfg.runtime.backend == "cpu", "train.expert_grads",
+             fmt::format("deferred expert gradients run on the CPU backend only (the CUDA step has no per-expert "
+                         "weight-gradient product yet); set runtime.backend: cpu or train.expert_grads: stored "
+                         "(runtime.backend is {})",
+                         cfg.runtime.backend));
     }
 
     // tiers.* are read by SkewAdam alone (optim/optimizer.cpp, param_policy): under any other type
@@ -546,6 +551,12 @@ struct Loader {
                 fail("{}: train.optimizers: unknown optimizer '{}': not a built-in and not defined under `optimizers:`{}",
                      loc_of("train.optimizers"), name, suggestion(name, all));
             }
+            const std::string& type = cfg.optimizers.back().type;
+            rule(cfg.train.expert_grads != "deferred" || type.rfind("galore", 0) != 0, "train.expert_grads",
+                 fmt::format("deferred expert gradients are not supported by optimizer '{}' (type {}): its "
+                             "projected step is not split into one expert matrix at a time; use "
+                             "train.expert_grads: stored",
+                             name, type));
         }
     }
 

@@ -95,6 +95,18 @@ BackendWorkspace cpu_backend_workspace(const Config& cfg, const ParamTable& tabl
 /// fused LM head's chunk logits, dlogits, losses and dwte accumulator.
 BackendWorkspace cuda_backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
 
+/// The device memory a CUDA process holds outside the arena (CUDA context, cuBLAS/cuBLASLt handles
+/// and their workspaces, module images), bytes, for CUDA major version `cuda_major`: the constant
+/// `skew plan` adds when no GPU is present. Measured on an H200 at CUDA 13 (docs/design.md §8):
+/// whole-device peak minus the arena's plan, 0.67-0.77 GiB over the paper model's optimizers; the
+/// upper value is returned so that a budget answer is not optimistic (the tiny model measured
+/// 66 MiB: the constant overstates small models). Other major versions are unmeasured and get the
+/// CUDA 13 value.
+int64_t cuda_runtime_overhead_bytes(int cuda_major);
+
+/// The CUDA major version `skew plan` assumes: the toolkit's this build was compiled with, else 13.
+int cuda_plan_major_version();
+
 /// Weights "weight.<param>" (the table's dtype) and gradients "grad.<param>" (grad_dtype for
 /// bf16 parameters, fp32 for fp32 ones) of every parameter, in table order, live the whole step.
 std::vector<BufferSpec> parameter_buffers(const ParamTable& table, DType grad_dtype);

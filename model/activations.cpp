@@ -94,6 +94,56 @@ std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDim
     return out;
 }
 
+std::vector<BufferSpec> deferred_expert_buffers(const Config& cfg, const ActDims& D, int64_t accum_steps,
+                                                DType grad_dtype) {
+    const ModelConfig& m = cfg.model;
+    std::vector<BufferSpec> out;
+    auto add = [&](const std::string& name, DType dtype, std::vector<int64_t> shape) {
+        BufferSpec b;
+        b.name = name;
+        b.kind = BufferKind::GRAD;
+        b.dtype = dtype;
+        b.shape = std::move(shape);
+        b.first = Phase::FORWARD;
+        b.last = Phase::OPTIMIZER;
+        b.component = "kept expert operands";
+        out.push_back(std::move(b));
+    };
+    bool any = false;
+    for (int64_t b = 0; b < m.n_blocks; ++b) {
+        if (!m.is_moe_block(b)) continue;
+        any = true;
+        for (int64_t mb = 0; mb < accum_steps; ++mb) {
+            const std::string pre = deferred_expert_prefix(b, mb);
+            add(pre + "moe_in", DType::BF16, {D.NK, D.d});
+            add(pre + "moe_act", DType::BF16, {D.NK, D.de});
+            add(pre + "d_moe_h1", DType::BF16, {D.NK, D.de});
+            add(pre + "d_moe_h2", DType::BF16, {D.NK, D.de});
+            add(pre + "d_moe_out", DType::BF16, {D.NK, D.d});
+        }
+    }
+    if (any) {
+        BufferSpec s;
+        s.name = "ws.expert_grad";
+        s.kind = BufferKind::WORKSPACE;
+        s.dtype = grad_dtype;
+        s.shape = {D.de, D.d};
+        s.first = Phase::OPTIMIZER;
+        s.last = Phase::OPTIMIZER;
+        s.component = "workspace";
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+bool deferred_expert_param(const ParamInfo& p) {
+    return p.role == Role::EXPERT_W1 || p.role == Role::EXPERT_W2 || p.role == Role::EXPERT_W3;
+}
+
+std::string deferred_expert_prefix(int64_t block, int64_t microbatch) {
+    return "kept." + std::to_string(block) + "." + std::to_string(microbatch) + ".";
+}
+
 ActSlots act_slots_bind(const Config& cfg, const ActDims& dims, const Arena& arena) {
     if (!arena.plan) fail("model: the arena has no memory plan");
     const ModelConfig& m = cfg.model;

@@ -128,6 +128,27 @@ struct ActSlots {
 /// with the dimensions of act_dims. Plan component "activations" (ws.scalars: "workspace").
 std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDims& D);
 
+/// The buffers of deferred expert weight gradients (train.expert_grads: deferred; docs/design.md
+/// "Deferred expert gradients"), which replace the expert banks' "grad.<param>" buffers: per MoE
+/// block b and microbatch m of the step's `accum_steps`, the operands of the weight-gradient
+/// products dW = dY^T X of the three expert banks, kept from the backward to the optimizer step
+/// (kind GRAD, FORWARD..OPTIMIZER, component "kept expert operands"):
+///   kept.<b>.<m>.moe_in (NK, d) bf16      X of w1 and w2 (the gathered LN2 rows, expert order)
+///   kept.<b>.<m>.moe_act (NK, de) bf16    X of w3 (the SwiGLU output)
+///   kept.<b>.<m>.d_moe_h1, d_moe_h2 (NK, de) bf16   dY of w1, w2
+///   kept.<b>.<m>.d_moe_out (NK, d) bf16   dY of w3
+/// (each expert's row range is kept on the host, Model::deferred) and one expert matrix of scratch "ws.expert_grad" (d_expert x d_model, `grad_dtype`, OPTIMIZER
+/// phase) into which the optimizer step forms one expert's dW at a time. Empty when the model has
+/// no MoE block.
+std::vector<BufferSpec> deferred_expert_buffers(const Config& cfg, const ActDims& D, int64_t accum_steps,
+                                                DType grad_dtype);
+
+/// "kept.<block>.<microbatch>.": the name prefix of deferred_expert_buffers.
+std::string deferred_expert_prefix(int64_t block, int64_t microbatch);
+
+/// True for the parameters whose gradient deferred mode does not store (the expert banks).
+bool deferred_expert_param(const ParamInfo& p);
+
 /// Bind every slot of the table that `cfg.model` holds to the arena's buffer of the same name.
 /// Throws skew::Error naming the slot when the plan lacks it or holds fewer bytes than the table says.
 ActSlots act_slots_bind(const Config& cfg, const ActDims& D, const Arena& arena);

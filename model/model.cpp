@@ -36,6 +36,7 @@ ParamRef bind_param(const ParamTable& table, Arena& arena, const std::string& na
     r.info = p;
     r.weight = arena.ptr("weight." + name);
     const int gi = arena.plan->find("grad." + name);
+    if (gi < 0 && deferred_expert_param(*p) && arena.plan->find("ws.expert_grad") >= 0) return r;  // deferred: no buffer
     if (gi < 0) fail("model: the memory plan has no gradient buffer 'grad.{}'", name);
     r.grad = TensorRef(arena.ptr(gi), scalar_of(arena.plan->buffers[size_t(gi)].dtype));
     return r;
@@ -147,6 +148,29 @@ void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, b
 
 // ---- one block, backward (after block_forward(..., out = nullptr) recomputed its activations)
 
+// Deferred mode: copy the operands of MoE block `bi`'s three weight-gradient products (their
+// products were skipped: the banks have no gradient buffer) into the block's kept buffers for
+// microbatch `mb`, and the expert offsets to the host.
+void keep_expert_operands(Model& m, int64_t bi, int64_t mb) {
+    Backend& be = *m.backend;
+    const ActSlots& a = m.act;
+    const Dims x = dims_of(m);
+    auto& per_block = m.deferred.kept[size_t(bi)];
+    if (mb < 0 || mb >= int64_t(per_block.size()))
+        fail("model: microbatch {} is beyond the {} whose expert operands the plan keeps", mb, per_block.size());
+    KeptExpertOperands& k = per_block[size_t(mb)];
+    auto copy = [&](bf16* dst, const bf16* src, int64_t n) {
+        be.convert(TensorRef(dst, ScalarType::BF16), ConstTensorRef(src, ScalarType::BF16), n);
+    };
+    copy(k.moe_in, a.moe_in, x.NK * x.d);
+    copy(k.moe_act, a.moe_act, x.NK * x.de);
+    copy(k.d_moe_h1, a.d_moe_h1, x.NK * x.de);
+    copy(k.d_moe_h2, a.d_moe_h2, x.NK * x.de);
+    copy(k.d_moe_out, a.d_moe_out, x.NK * x.d);
+    k.offsets.resize(size_t(x.E + 1));
+    from_backend(be, k.offsets.data(), a.expert_offsets, k.offsets.size() * sizeof(int64_t));
+}
+
 // d_stream (N, d) fp32 holds dL/d(block output) on entry and dL/d(block input) on return.
 void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise, float loss_weight) {
     Backend& be = *m.backend;
@@ -176,6 +200,7 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
                                x.E, x.d, x.de);
         be.moe_matmul_backward(a.d_moe_in, p.expert_w2.grad, a.d_moe_h2, a.moe_in, p.expert_w2.w(), a.expert_offsets,
                                x.E, x.d, x.de, true);
+        if (m.deferred.on) keep_expert_operands(m, bi, mb);
         be.moe_gather_backward(a.d_ln_out, a.d_moe_in, a.copy_to_sorted, x.N, x.k, x.d);
         // router: gates, balance and z-loss (each weighted loss_weight = 1/accum) to the logits
         const RouterShape rs{x.N, x.E, x.k};
@@ -360,6 +385,27 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
     m.act = act_slots_bind(cfg, act_dims(c, m.microbatch, m.seq_len, 0), arena);
     const ClassifierShape cs{x.N, x.d, x.V, x.Vp};
     m.act.fused_head = backend.lm_head_workspace_bytes(cs) <= m.act.logits_bytes;
+
+    const int si = arena.plan->find("ws.expert_grad");
+    if (si >= 0) {  // deferred expert gradients: bind the kept operands of every MoE block and microbatch
+        m.deferred.on = true;
+        m.deferred.scratch = TensorRef(arena.ptr(si), scalar_of(arena.plan->buffers[size_t(si)].dtype));
+        const int64_t accum = cfg.train.batch_size / m.microbatch;
+        m.deferred.kept.resize(m.blocks.size());
+        for (size_t b = 0; b < m.blocks.size(); ++b) {
+            if (!m.blocks[b].moe) continue;
+            for (int64_t mb = 0; mb < accum; ++mb) {
+                const std::string pre = deferred_expert_prefix(int64_t(b), mb);
+                KeptExpertOperands k;
+                k.moe_in = static_cast<bf16*>(arena.ptr(pre + "moe_in"));
+                k.moe_act = static_cast<bf16*>(arena.ptr(pre + "moe_act"));
+                k.d_moe_h1 = static_cast<bf16*>(arena.ptr(pre + "d_moe_h1"));
+                k.d_moe_h2 = static_cast<bf16*>(arena.ptr(pre + "d_moe_h2"));
+                k.d_moe_out = static_cast<bf16*>(arena.ptr(pre + "d_moe_out"));
+                m.deferred.kept[b].push_back(std::move(k));
+            }
+        }
+    }
     return m;
 }
 
@@ -398,7 +444,10 @@ void model_init(Model& m, uint64_t seed) {
 }
 
 void model_zero_grads(Model& m) {
-    for (const ParamRef& p : m.params) m.backend->zero(p.grad, p.numel());
+    for (const ParamRef& p : m.params)
+        if (p.grad) m.backend->zero(p.grad, p.numel());
+    for (auto& per_block : m.deferred.kept)
+        for (KeptExpertOperands& k : per_block) k.offsets.clear();  // no microbatch kept yet
 }
 
 LossParts model_forward_backward(Model& m, const int32_t* tokens, const int32_t* targets, int64_t microbatch_index,
@@ -432,19 +481,91 @@ LossParts model_eval(Model& m, const int32_t* tokens, const int32_t* targets) {
     return forward_and_head(m, tokens, targets, 0, 0, false, false, 0.0f);
 }
 
+double gram_grad_sq_norm(const float* X, const float* dY, int64_t rows, int64_t in_features, int64_t out_features) {
+    double total = 0.0;
+#pragma omp parallel for schedule(dynamic) reduction(+ : total) if (rows > 64)
+    for (int64_t i = 0; i < rows; ++i) {
+        const float* xi = X + i * in_features;
+        const float* yi = dY + i * out_features;
+        double row = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+            const float* xj = X + j * in_features;
+            const float* yj = dY + j * out_features;
+            double gx = 0.0, gy = 0.0;
+            for (int64_t c = 0; c < in_features; ++c) gx += double(xi[c]) * double(xj[c]);
+            for (int64_t c = 0; c < out_features; ++c) gy += double(yi[c]) * double(yj[c]);
+            row += (j == i ? 1.0 : 2.0) * gx * gy;
+        }
+        total += row;
+    }
+    return total;
+}
+
+double deferred_expert_grad_sq_norm(Model& m) {
+    if (!m.deferred.on) return 0.0;
+    Backend& be = *m.backend;
+    const Dims x = dims_of(m);
+    std::vector<bf16> host16;
+    auto fetch = [&](const bf16* src, int64_t n) {
+        host16.resize(size_t(n));
+        from_backend(be, host16.data(), src, size_t(n) * sizeof(bf16));
+        std::vector<float> out(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) out[size_t(i)] = bf16_to_f32(host16[size_t(i)]);
+        return out;
+    };
+    double total = 0.0;
+    for (const auto& per_block : m.deferred.kept) {
+        // each operand of every kept microbatch, on the host in fp32
+        struct Host {
+            std::vector<float> moe_in, moe_act, dh1, dh2, dout;
+            const std::vector<int64_t>* offsets;
+        };
+        std::vector<Host> mbs;
+        for (const KeptExpertOperands& k : per_block) {
+            if (k.offsets.empty()) continue;  // microbatch not run this step
+            mbs.push_back(Host{fetch(k.moe_in, x.NK * x.d), fetch(k.moe_act, x.NK * x.de), fetch(k.d_moe_h1, x.NK * x.de),
+                               fetch(k.d_moe_h2, x.NK * x.de), fetch(k.d_moe_out, x.NK * x.d), &k.offsets});
+        }
+        if (mbs.empty()) continue;
+        // per expert: the rows of every microbatch stacked, then the Gram identity per bank
+        for (int64_t e = 0; e < x.E; ++e) {
+            std::vector<float> X1, A, Y1, Y2, Y3;
+            for (const Host& h : mbs) {
+                const int64_t r0 = (*h.offsets)[size_t(e)], r1 = (*h.offsets)[size_t(e + 1)];
+                X1.insert(X1.end(), h.moe_in.begin() + r0 * x.d, h.moe_in.begin() + r1 * x.d);
+                A.insert(A.end(), h.moe_act.begin() + r0 * x.de, h.moe_act.begin() + r1 * x.de);
+                Y1.insert(Y1.end(), h.dh1.begin() + r0 * x.de, h.dh1.begin() + r1 * x.de);
+                Y2.insert(Y2.end(), h.dh2.begin() + r0 * x.de, h.dh2.begin() + r1 * x.de);
+                Y3.insert(Y3.end(), h.dout.begin() + r0 * x.d, h.dout.begin() + r1 * x.d);
+            }
+            const int64_t n = int64_t(X1.size()) / x.d;
+            if (n == 0) continue;
+            total += gram_grad_sq_norm(X1.data(), Y1.data(), n, x.d, x.de);  // w1
+            total += gram_grad_sq_norm(X1.data(), Y2.data(), n, x.d, x.de);  // w2
+            total += gram_grad_sq_norm(A.data(), Y3.data(), n, x.de, x.d);   // w3
+        }
+    }
+    return total;
+}
+
 double model_grad_norm(Model& m) {
     std::vector<BufferRef> bufs;
     bufs.reserve(m.params.size());
-    for (const ParamRef& p : m.params) bufs.push_back(BufferRef{ConstTensorRef(p.grad), p.numel()});
-    return std::sqrt(m.backend->sum_squares(bufs));
+    for (const ParamRef& p : m.params)
+        if (p.grad) bufs.push_back(BufferRef{ConstTensorRef(p.grad), p.numel()});
+    return std::sqrt(m.backend->sum_squares(bufs) + deferred_expert_grad_sq_norm(m));
 }
 
 double model_clip_gradients(Model& m, double max_norm) {
+    m.deferred.clip_coef = 1.0f;
     const double norm = model_grad_norm(m);
     if (max_norm <= 0.0 || !std::isfinite(norm)) return norm;
     const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0)
-        for (const ParamRef& p : m.params) m.backend->scale(p.grad, float(coef), p.numel());
+    if (coef < 1.0) {
+        for (const ParamRef& p : m.params)
+            if (p.grad) m.backend->scale(p.grad, float(coef), p.numel());
+        m.deferred.clip_coef = float(coef);
+    }
     return norm;
 }
 

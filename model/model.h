@@ -43,6 +43,28 @@ struct BlockParams {
 /// A view of the model over an allocated arena: weights, gradients and activation slots by name
 /// from the memory plan, and the backend that runs the ops. Owns nothing; the Config, ParamTable,
 /// Arena and Backend must outlive it.
+/// The operands one MoE block keeps for one microbatch in deferred mode (model/activations.h,
+/// deferred_expert_buffers): X and dY of each expert bank's weight-gradient product, rows in expert
+/// order, and each expert's row range [offsets[e], offsets[e+1]) (host copy).
+struct KeptExpertOperands {
+    bf16* moe_in = nullptr;     // (NK, d): X of w1, w2
+    bf16* moe_act = nullptr;    // (NK, de): X of w3
+    bf16* d_moe_h1 = nullptr;   // (NK, de): dY of w1
+    bf16* d_moe_h2 = nullptr;   // (NK, de): dY of w2
+    bf16* d_moe_out = nullptr;  // (NK, d): dY of w3
+    std::vector<int64_t> offsets;  // (E + 1), host
+};
+
+/// Deferred expert weight gradients (train.expert_grads: deferred; docs/design.md "Deferred expert
+/// gradients"): the expert banks have no gradient buffer; the backward keeps their operands per
+/// MoE block and microbatch, and the optimizer step forms one expert's dW at a time in `scratch`.
+struct DeferredExperts {
+    bool on = false;
+    std::vector<std::vector<KeptExpertOperands>> kept;  // [block][microbatch]; empty for dense blocks
+    TensorRef scratch;        // ws.expert_grad: one expert matrix (d_expert x d_model), grad dtype
+    float clip_coef = 1.0f;   // set by model_clip_gradients: the caller rescales the scratch by it
+};
+
 struct Model {
     const Config* cfg = nullptr;
     const ParamTable* table = nullptr;
@@ -58,6 +80,7 @@ struct Model {
     ActSlots act;            // the activation table bound to the arena (model/activations.h)
     int64_t n_moe_blocks = 0;
     std::vector<int64_t> probe_rows;  // token rows (b*T + t) whose logits a forward copies out (tests)
+    DeferredExperts deferred;  // train.expert_grads: deferred (empty kept when stored)
 };
 
 /// The routing statistics of one MoE block for one forward pass.
@@ -100,7 +123,8 @@ void model_zero_grads(Model& m);
 /// head (final LayerNorm, tied LM head, cross-entropy), then backward block by block, recomputing
 /// each block from its saved input with the same router noise. Loss weight 1/accum_steps on every
 /// part (LM, balance, z), so gradients of `accum_steps` microbatches sum to the batch gradient.
-/// Gradients ACCUMULATE into the arena's grad.* buffers.
+/// Gradients ACCUMULATE into the arena's grad.* buffers (deferred expert gradients: the expert
+/// banks' operands are kept for microbatch `microbatch_index` instead, m.deferred).
 /// tokens, targets: (microbatch, seq_len) int32 host arrays; tokens in [0, padded_vocab_size),
 /// targets in [0, vocab_size). microbatch_index: position of this microbatch in the step (keys
 /// the router noise: token t of microbatch m draws at offset (m·N + t)·E, so 1×B and 4×B/4 see
@@ -122,5 +146,16 @@ double model_grad_norm(Model& m);
 /// max_norm <= 0 disables clipping (the norm is still returned). A non-finite norm scales nothing
 /// and is returned as is, for the caller to skip the step.
 double model_clip_gradients(Model& m, double max_norm);
+
+/// ||dY^T X||_F^2 from Gram matrices, in double: Σ_ij (X X^T)_ij (dY dY^T)_ij over the `rows`
+/// rows of X (rows, in_features) and dY (rows, out_features), fp32 row-major; the squared
+/// Frobenius norm of the weight gradient dW = dY^T X (out_features, in_features) without forming
+/// it (docs/design.md "Deferred expert gradients"). rows x rows dot products: O(rows^2 (in+out)).
+double gram_grad_sq_norm(const float* X, const float* dY, int64_t rows, int64_t in_features, int64_t out_features);
+
+/// The squared norm of every expert bank's gradient in deferred mode, from the kept operands of
+/// the step's microbatches by gram_grad_sq_norm per expert (rows of all microbatches stacked);
+/// 0 when m.deferred.on is false. model_grad_norm includes it.
+double deferred_expert_grad_sq_norm(Model& m);
 
 }  // namespace skew

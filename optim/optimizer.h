@@ -79,6 +79,10 @@ struct ParamSlot {
     int64_t view_begin = 0;
     int64_t view_count = -1;
     float grad_scale = 1.0f;  // multiplies every gradient element as it is read (set from OptimStep::grad_scale)
+    /// Added to every element index that keys the rounding noise: a slot over one matrix of a bank
+    /// (deferred expert gradients, info a one-matrix copy of the bank's) sets the matrix's first
+    /// element index in the bank, so the noise equals the whole-bank step's. 0 otherwise.
+    int64_t element_base = 0;
 
     float* st(StateKind k) const { return state[size_t(k)]; }
 };
@@ -120,7 +124,9 @@ void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const
 
 /// Slots for every parameter of `table` over the arena: weight "weight.<param>", gradient
 /// "grad.<param>" (its dtype from the plan) and the state bound by bind_arena_state. The arena must
-/// have been allocated from a plan for `opt`; throws skew::Error naming a missing buffer.
+/// have been allocated from a plan for `opt`; throws skew::Error naming a missing buffer. With
+/// deferred expert gradients (the plan holds ws.expert_grad and no "grad.<bank>"), the expert
+/// banks' slots have grad nullptr: the caller steps them one expert at a time.
 std::vector<ParamSlot> arena_param_slots(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena);
 
 /// Bytes the CPU step reads and writes per parameter element (weights, grads, state; the

@@ -43,6 +43,14 @@ std::vector<ParamSlot> arena_param_slots(const OptimizerConfig& opt, const Param
     for (size_t i = 0; i < slots.size(); ++i) {
         const ParamInfo& p = table.params[i];
         const int g = arena.plan->find("grad." + p.name);
+        const bool expert = p.role == Role::EXPERT_W1 || p.role == Role::EXPERT_W2 || p.role == Role::EXPERT_W3;
+        if (g < 0 && expert && arena.plan->find("ws.expert_grad") >= 0) {  // deferred expert gradients
+            slots[i].info = &p;
+            slots[i].weight = arena.ptr("weight." + p.name);
+            slots[i].grad = nullptr;
+            slots[i].grad_dtype = arena.plan->buffers[size_t(arena.plan->find("ws.expert_grad"))].dtype;
+            continue;
+        }
         if (g < 0) fail("optimizer '{}': the memory plan has no gradient buffer for '{}'", opt.name, p.name);
         slots[i].info = &p;
         slots[i].weight = arena.ptr("weight." + p.name);

@@ -20,6 +20,15 @@ MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const O
     auto append = [&](std::vector<BufferSpec> more) {
         for (BufferSpec& b : more) buffers.push_back(std::move(b));
     };
+    // deferred expert gradients: the expert banks' gradient buffers give way to the kept operands
+    // of their weight-gradient products and one expert matrix of scratch (model/activations.h)
+    const bool deferred = cfg.train.expert_grads == "deferred";
+    if (deferred) {
+        std::erase_if(buffers, [&](const BufferSpec& b) {
+            return b.kind == BufferKind::GRAD && deferred_expert_param(table.params[size_t(b.param)]);
+        });
+        append(deferred_expert_buffers(cfg, dims, cfg.train.batch_size / microbatch, grad_dtype));
+    }
     append(optimizer_state_buffers(opt, table));
     append(model_activation_buffers(cfg, dims));
     append(backend.whole_step);

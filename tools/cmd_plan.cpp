@@ -99,6 +99,20 @@ void run_plan(const PlanArgs& a) {
             all.push_back(o);
     std::vector<MemoryPlan> plans;
     for (const auto& o : all) plans.push_back(build_memory_plan(cfg, table, o, mb));
+    // both modes of train.expert_grads side by side (docs/design.md "Deferred expert gradients")
+    struct ModeRow {
+        std::string mode;
+        MemoryPlan plan;
+        int64_t largest = -1;
+    };
+    std::vector<ModeRow> modes;
+    for (const char* mode : {"stored", "deferred"}) {
+        Config mc = cfg;
+        mc.train.expert_grads = mode;
+        ModeRow r{mode, build_memory_plan(mc, table, opt, mb)};
+        if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, budget->bytes);
+        modes.push_back(std::move(r));
+    }
 
     if (a.json) {
         nlohmann::json j;
@@ -139,6 +153,19 @@ void run_plan(const PlanArgs& a) {
                               {"state_gib", gib(plans[i].state_bytes)}, {"paper_state_gib", gib(plans[i].paper_state_bytes)},
                               {"peak_gib", gib(plans[i].peak_bytes)}});
         j["optimizers"] = others;
+        if (plan_backend(cfg) == "cuda") {
+            const int major = cuda_plan_major_version();
+            const int64_t overhead = cuda_runtime_overhead_bytes(major);
+            j["cuda_runtime_overhead"] = {{"bytes", overhead}, {"gib", gib(overhead)}, {"cuda_major", major}};
+            j["device_total"] = entry(plan.peak_bytes + overhead);
+        }
+        nlohmann::json mj = nlohmann::json::array();
+        for (const ModeRow& r : modes)
+            mj.push_back({{"expert_grads", r.mode}, {"gradients", entry(r.plan.grads_bytes)},
+                          {"activations", entry(r.plan.activation_bytes)}, {"peak", entry(r.plan.peak_bytes)},
+                          {"largest_microbatch", budget ? nlohmann::json(r.largest) : nlohmann::json(nullptr)}});
+        j["expert_grads"] = cfg.train.expert_grads;
+        j["expert_grad_modes"] = mj;
         std::cout << j.dump(2) << "\n";
         return;
     }
@@ -167,6 +194,13 @@ void run_plan(const PlanArgs& a) {
     fmt::print("| activations (microbatch {}, per-block checkpointing) | {:.2f} GiB |\n", mb, gib(plan.activation_bytes));
     fmt::print("| workspace | {:.2f} GiB |\n", gib(plan.workspace_bytes));
     fmt::print("| **predicted peak** | **{:.2f} GiB** |\n\n", gib(plan.peak_bytes));
+    if (plan_backend(cfg) == "cuda") {
+        const int major = cuda_plan_major_version();
+        const int64_t overhead = cuda_runtime_overhead_bytes(major);
+        fmt::print("Outside the arena: CUDA context and libraries {:.2f} GiB (the CUDA {} constant, measured on an H200); "
+                   "expected device total {:.2f} GiB.\n\n",
+                   gib(overhead), major, gib(plan.peak_bytes + overhead));
+    }
     if (budget) {
         fmt::print("Budget {} read as {}: {:.2f} GiB.\n", a.budget, budget->unit, gib(budget->bytes));
         if (plan.peak_bytes <= budget->bytes)
@@ -179,6 +213,15 @@ void run_plan(const PlanArgs& a) {
             fmt::print("No microbatch fits: even microbatch 1 needs {:.2f} GiB.\n\n",
                        gib(build_memory_plan(cfg, table, opt, 1).peak_bytes));
     }
+    fmt::print("Expert weight gradients (train.expert_grads; this config: {}), {} at microbatch {}\n"
+               "| mode | gradients or kept operands | activations | peak |{}\n| --- | ---: | ---: | ---: |{}\n",
+               cfg.train.expert_grads, opt.name, mb, budget ? " largest microbatch that fits |" : "",
+               budget ? " ---: |" : "");
+    for (const ModeRow& r : modes)
+        fmt::print("| {} | {:.2f} GiB | {:.2f} GiB | {:.2f} GiB |{}\n", r.mode, gib(r.plan.grads_bytes),
+                   gib(r.plan.activation_bytes), gib(r.plan.peak_bytes),
+                   budget ? fmt::format(" {} |", r.largest > 0 ? std::to_string(r.largest) : std::string("none")) : "");
+    fmt::print("\n");
     fmt::print("All optimizers at microbatch {}\n| optimizer | type | state | peak |{}\n| --- | --- | ---: | ---: |{}\n", mb,
                budget ? " fits |" : "", budget ? " --- |" : "");
     for (size_t i = 0; i < all.size(); ++i) {

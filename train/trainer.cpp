@@ -39,6 +39,7 @@
 #include "optim/optimizer.h"
 #include "optim/optimizer_runner.h"
 #include "train/backend_factory.h"
+#include "train/deferred_experts.h"
 #include "train/idle_experts.h"
 
 
@@ -251,6 +252,9 @@ EvalResult evaluate(Model& model, const BatchStream& val, int64_t eval_batches, 
 int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
                             const Backend& backend) {
     require_optimizer_backend(opt, backend);
+    if (cfg.train.expert_grads == "deferred" && backend.device_memory())
+        fail("train.expert_grads: deferred runs on the CPU backend only (the device step has no per-expert "
+             "weight-gradient product yet); set runtime.backend: cpu or train.expert_grads: stored");
     const int64_t mb = cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, backend);
     if (!backend.device_memory()) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb), opt);
     return mb;
@@ -535,6 +539,7 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
                                                 ? save_idle_experts(r.backend, opt, r.slots, idle_experts(expert_tokens))
                                                 : IdleExpertSnapshot{};
             r.optimizer->step(r.slots, os);
+            step_deferred_experts(r.model, opt, *r.optimizer, r.slots, os);  // train.expert_grads: deferred
             restore_idle_experts(r.backend, idle);
         });
     }

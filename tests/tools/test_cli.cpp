@@ -174,3 +174,39 @@ TEST_CASE("skew prepare warns once about documents that are not UTF-8 naming the
     CHECK(r.output.find("1 empty documents skipped") != std::string::npos);
     fs::remove_all(d);
 }
+
+TEST_CASE("skew plan shows both train.expert_grads modes side by side with the largest microbatch of each") {
+    Run r = run("plan " + paper() + " --optimizer skewadam --microbatch 64 --budget 24GiB --json");
+    REQUIRE(r.status == 0);
+    auto j = nlohmann::json::parse(r.output);
+    REQUIRE(j["expert_grad_modes"].size() == 2);
+    const auto& stored = j["expert_grad_modes"][0];
+    const auto& deferred = j["expert_grad_modes"][1];
+    CHECK(stored["expert_grads"] == "stored");
+    CHECK(deferred["expert_grads"] == "deferred");
+    CHECK(stored["peak"]["bytes"] == j["peak"]["bytes"]);  // the config's mode is stored
+    // deferred: the three bf16 expert banks (3 x 128 x 4096 x 4096) give way to the kept operands of
+    // the batch's 8,192 tokens x top-2 (2 NK (2 d + 3 d_expert) bf16 bytes, one MoE block)
+    const int64_t banks = 3LL * 128 * 4096 * 4096 * 2, kept = 2LL * 16384 * (2 * 4096 + 3 * 4096);
+    CHECK(deferred["gradients"]["bytes"].get<int64_t>() == stored["gradients"]["bytes"].get<int64_t>() - banks + kept);
+    CHECK(std::round(stored["peak"]["gib"].get<double>() * 100) / 100 == Approx(29.50));
+    CHECK(std::round(deferred["peak"]["gib"].get<double>() * 100) / 100 == Approx(18.12));
+    CHECK(stored["largest_microbatch"] == 0);  // nothing fits 24 GiB with stored gradients
+    CHECK(deferred["largest_microbatch"] == 64);
+    Run text = run("plan " + paper() + " --optimizer skewadam --microbatch 16 --budget 24GiB");
+    REQUIRE(text.status == 0);
+    CHECK(text.output.find("| deferred | 1.26 GiB | 0.99 GiB | 16.46 GiB | 64 |") != std::string::npos);
+}
+
+TEST_CASE("skew plan adds the documented CUDA context and library constant to the arena for the device total") {
+    Run r = run("plan " + paper() + " --optimizer skewadam --json");
+    REQUIRE(r.status == 0);
+    auto j = nlohmann::json::parse(r.output);
+    REQUIRE(j["backend"] == "cuda");
+    const int64_t overhead = j["cuda_runtime_overhead"]["bytes"].get<int64_t>();
+    CHECK(overhead == int64_t(0.77 * 1024.0 * 1024.0 * 1024.0));  // the H200 measurement at CUDA 13
+    CHECK(j["device_total"]["bytes"].get<int64_t>() == j["peak"]["bytes"].get<int64_t>() + overhead);
+    Run cpu = run("plan " + paper() + " --optimizer skewadam --json --set runtime.backend=cpu");
+    REQUIRE(cpu.status == 0);
+    CHECK_FALSE(nlohmann::json::parse(cpu.output).contains("cuda_runtime_overhead"));  // no CUDA context on the CPU
+}
