@@ -12,70 +12,13 @@
 #include <map>
 
 #include "engine/error.h"
+#include "golden_fixture.h"
 #include "model_test_util.h"
 
 using namespace skew;
 using namespace skew::test;
 
 namespace {
-
-// Must match CFG in make_golden.py (the fixture's "config" record is checked against it).
-const char* GOLDEN_YAML = R"(
-model:
-  vocab_size: 96
-  padded_vocab_size: 128
-  d_model: 32
-  n_blocks: 3
-  moe_blocks: [1, 2]
-  n_heads: 4
-  n_kv_heads: 2
-  d_ff: 64
-  max_seq_len: 16
-  n_experts: 4
-  d_expert: 32
-  top_k: 2
-train:
-  batch_size: 2
-  seq_len: 16
-  microbatch: 2
-  seed: 42
-runtime:
-  backend: cpu
-  workspace_gib: 0
-  grad_dtype: fp32
-)";
-
-struct Record {
-    std::vector<int64_t> shape;
-    std::vector<float> data;
-};
-
-std::map<std::string, Record> read_records(const std::string& path) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) fail("{}: cannot open (run /usr/bin/python3 tests/reference/model/make_golden.py)", path);
-    char magic[8];
-    uint32_t count = 0;
-    std::map<std::string, Record> out;
-    bool ok = std::fread(magic, 1, 8, f) == 8 && std::memcmp(magic, "SKEWGOLD", 8) == 0 &&
-              std::fread(&count, 4, 1, f) == 1;
-    for (uint32_t r = 0; ok && r < count; ++r) {
-        uint32_t len = 0, ndim = 0;
-        ok = std::fread(&len, 4, 1, f) == 1;
-        std::string name(len, '\0');
-        ok = ok && std::fread(name.data(), 1, len, f) == len && std::fread(&ndim, 4, 1, f) == 1;
-        Record rec;
-        rec.shape.resize(ndim);
-        ok = ok && std::fread(rec.shape.data(), 8, ndim, f) == ndim;
-        int64_t n = 1;
-        for (int64_t d : rec.shape) n *= d;
-        rec.data.resize(size_t(n));
-        ok = ok && std::fread(rec.data.data(), 4, size_t(n), f) == size_t(n);
-        out[name] = std::move(rec);
-    }
-    std::fclose(f);
-    if (!ok) fail("{}: truncated or not a SKEWGOLD file", path);
-    return out;
-}
 
 std::string fixture(const std::string& name) {
     return std::string(SKEW_SOURCE_DIR) + "/tests/reference/model/" + name;
@@ -125,8 +68,8 @@ void run_golden(const Variant& v) {
     const std::string& variant = v.name;
     const bool noise = v.noise;
     const std::string& grad_dtype = v.grad_dtype;
-    auto in = read_records(fixture("golden_inputs.bin"));
-    auto ref = read_records(fixture("golden_" + variant + ".bin"));
+    auto in = read_golden_records(fixture("golden_inputs.bin"), "tests/reference/model/make_golden.py");
+    auto ref = read_golden_records(fixture("golden_" + variant + ".bin"), "tests/reference/model/make_golden.py");
     std::vector<std::string> overrides = v.overrides;
     overrides.push_back("runtime.grad_dtype=" + grad_dtype);
     const int64_t batch = 2, microbatch = batch / v.accum;
@@ -225,7 +168,7 @@ void run_golden(const Variant& v) {
                    << ", lm " << lp.lm_loss << " vs " << loss[0]);
 
     // The bf16-rounding reference: same roundings, so the differences left are arithmetic-sized.
-    auto r16 = read_records(fixture("golden_" + variant + ".bf16.bin"));
+    auto r16 = read_golden_records(fixture("golden_" + variant + ".bf16.bin"), "tests/reference/model/make_golden.py");
     const auto& l16 = r16["loss"].data;
     const double parts[4] = {lp.lm_loss, lp.balance_loss, lp.z_loss, lp.total};
     const char* part_names[4] = {"lm", "balance", "z", "total"};

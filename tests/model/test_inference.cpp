@@ -10,6 +10,7 @@
 
 #include "engine/error.h"
 #include "model/inference.h"
+#include "golden_fixture.h"
 #include "model_test_util.h"
 
 using namespace skew;
@@ -17,70 +18,12 @@ using namespace skew::test;
 
 namespace {
 
-// The tiny model of tests/reference/model/make_golden.py (CFG there; GOLDEN_YAML of test_golden.cpp).
-const char* TINY_YAML = R"(
-model:
-  vocab_size: 96
-  padded_vocab_size: 128
-  d_model: 32
-  n_blocks: 3
-  moe_blocks: [1, 2]
-  n_heads: 4
-  n_kv_heads: 2
-  d_ff: 64
-  max_seq_len: 16
-  n_experts: 4
-  d_expert: 32
-  top_k: 2
-train:
-  batch_size: 2
-  seq_len: 16
-  microbatch: 2
-  seed: 42
-runtime:
-  backend: cpu
-  workspace_gib: 0
-  grad_dtype: fp32
-)";
-
-struct Record {
-    std::vector<int64_t> shape;
-    std::vector<float> data;
-};
-
-// SKEWGOLD records (format in tests/reference/model/make_golden.py).
-std::map<std::string, Record> read_records(const std::string& path) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) fail("{}: cannot open (run /usr/bin/python3 tests/reference/eval/make_logprobs.py)", path);
-    char magic[8];
-    uint32_t count = 0;
-    std::map<std::string, Record> out;
-    bool ok = std::fread(magic, 1, 8, f) == 8 && std::memcmp(magic, "SKEWGOLD", 8) == 0 && std::fread(&count, 4, 1, f) == 1;
-    for (uint32_t r = 0; ok && r < count; ++r) {
-        uint32_t len = 0, ndim = 0;
-        ok = std::fread(&len, 4, 1, f) == 1;
-        std::string name(len, '\0');
-        ok = ok && std::fread(name.data(), 1, len, f) == len && std::fread(&ndim, 4, 1, f) == 1;
-        Record rec;
-        rec.shape.resize(ndim);
-        ok = ok && std::fread(rec.shape.data(), 8, ndim, f) == ndim;
-        int64_t n = 1;
-        for (int64_t d : rec.shape) n *= d;
-        rec.data.resize(size_t(n));
-        ok = ok && std::fread(rec.data.data(), 4, size_t(n), f) == size_t(n);
-        out[name] = std::move(rec);
-    }
-    std::fclose(f);
-    if (!ok) fail("{}: truncated or not a SKEWGOLD file", path);
-    return out;
-}
-
 std::string source_path(const std::string& rel) { return std::string(SKEW_SOURCE_DIR) + "/" + rel; }
 
 // A CPU model of `microbatch` sequences carrying the golden weights.
 std::unique_ptr<TestModel> golden_model(int64_t microbatch) {
-    auto in = read_records(source_path("tests/reference/model/golden_inputs.bin"));
-    auto t = make_test_model(TINY_YAML, {}, microbatch);
+    auto in = read_golden_records(source_path("tests/reference/model/golden_inputs.bin"), "tests/reference/model/make_golden.py");
+    auto t = make_test_model(GOLDEN_YAML, {}, microbatch);
     for (const ParamRef& p : t->model.params) {
         const auto it = in.find("weight." + p.info->name);
         REQUIRE(it != in.end());
@@ -91,7 +34,7 @@ std::unique_ptr<TestModel> golden_model(int64_t microbatch) {
 
 // The golden token stream of row `row` (17 tokens: its inputs and the last target).
 std::vector<int32_t> golden_row(int row) {
-    auto in = read_records(source_path("tests/reference/model/golden_inputs.bin"));
+    auto in = read_golden_records(source_path("tests/reference/model/golden_inputs.bin"), "tests/reference/model/make_golden.py");
     std::vector<int32_t> s;
     for (int i = 0; i < 16; ++i) s.push_back(int32_t(in["tokens"].data[size_t(row * 16 + i)]));
     s.push_back(int32_t(in["targets"].data[size_t(row * 16 + 15)]));
@@ -105,7 +48,7 @@ std::vector<int32_t> golden_row(int row) {
 // 0.044 per token, sums within 0.2%). A wrong position (off by one), a wrong target or padding
 // leaking into the scored positions moves a token by nats and a sum by far more than 1%.
 TEST_CASE("token log-probabilities of variable-length sequences match the PyTorch reference", "[model][inference]") {
-    auto ref = read_records(source_path("tests/reference/eval/golden_logprobs.bin"));
+    auto ref = read_golden_records(source_path("tests/reference/eval/golden_logprobs.bin"), "tests/reference/eval/make_logprobs.py");
     auto t = golden_model(2);
     std::vector<std::vector<int32_t>> seqs;
     const size_t n_seq = ref["sequences"].shape[0];

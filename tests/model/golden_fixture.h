@@ -1,0 +1,78 @@
+// The tiny model of tests/reference/model/make_golden.py and the SKEWGOLD record files its reference
+// scripts write (make_golden.py, tests/reference/eval/make_logprobs.py): shared by the model golden
+// test and the inference log-probability test.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/error.h"
+
+namespace skew::test {
+
+/// Must match CFG in make_golden.py (the fixture's "config" record is checked against it).
+inline const char* GOLDEN_YAML = R"(
+model:
+  vocab_size: 96
+  padded_vocab_size: 128
+  d_model: 32
+  n_blocks: 3
+  moe_blocks: [1, 2]
+  n_heads: 4
+  n_kv_heads: 2
+  d_ff: 64
+  max_seq_len: 16
+  n_experts: 4
+  d_expert: 32
+  top_k: 2
+train:
+  batch_size: 2
+  seq_len: 16
+  microbatch: 2
+  seed: 42
+runtime:
+  backend: cpu
+  workspace_gib: 0
+  grad_dtype: fp32
+)";
+
+/// One named fp32 array of a SKEWGOLD file, row-major.
+struct GoldenRecord {
+    std::vector<int64_t> shape;
+    std::vector<float> data;
+};
+
+/// Every record of the SKEWGOLD file at `path` ("SKEWGOLD", u32 count, then per record: u32 name
+/// length, name, u32 ndim, i64 dims, fp32 data). Throws skew::Error naming the file, with `make` (the
+/// script that writes it) when it cannot be opened.
+inline std::map<std::string, GoldenRecord> read_golden_records(const std::string& path, const char* make) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) fail("{}: cannot open (run /usr/bin/python3 {})", path, make);
+    char magic[8];
+    uint32_t count = 0;
+    std::map<std::string, GoldenRecord> out;
+    bool ok = std::fread(magic, 1, 8, f) == 8 && std::memcmp(magic, "SKEWGOLD", 8) == 0 &&
+              std::fread(&count, 4, 1, f) == 1;
+    for (uint32_t r = 0; ok && r < count; ++r) {
+        uint32_t len = 0, ndim = 0;
+        ok = std::fread(&len, 4, 1, f) == 1;
+        std::string name(len, '\0');
+        ok = ok && std::fread(name.data(), 1, len, f) == len && std::fread(&ndim, 4, 1, f) == 1;
+        GoldenRecord rec;
+        rec.shape.resize(ndim);
+        ok = ok && std::fread(rec.shape.data(), 8, ndim, f) == ndim;
+        int64_t n = 1;
+        for (int64_t d : rec.shape) n *= d;
+        rec.data.resize(size_t(n));
+        ok = ok && std::fread(rec.data.data(), 4, size_t(n), f) == size_t(n);
+        out[name] = std::move(rec);
+    }
+    std::fclose(f);
+    if (!ok) fail("{}: truncated or not a SKEWGOLD file", path);
+    return out;
+}
+
+}  // namespace skew::test
