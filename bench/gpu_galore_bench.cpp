@@ -17,6 +17,7 @@
 #include "engine/config.h"
 #include "kernels/cuda/cuda_check.h"
 #include "optim/galore_cuda.h"
+#include "optim/state_plan.h"
 #include "optim/optim_internal.h"
 #include "optim/optimizer_cuda.h"
 
@@ -155,7 +156,7 @@ void bench_galore(cudaStream_t st, bool quick, const ReportFn& report) {
             flops += double(ms.count) * (paper ? 4 * m * n * rr + 4 * m * rr * rr : 4 * m * n * rr);
             // G read (2 B), widened (4 B w + 4 B r), back-projection written and read (8 B), W r/w (4 B)
             bytes += double(p.numel()) * 22.0;
-            scratch = std::max(scratch, galore_cuda_scratch_bytes(opt, p));
+            scratch = std::max(scratch, cuda_optimizer_tensor_scratch_bytes(opt, p));
         }
         CudaOptimContext ctx;
         ctx.scratch_bytes = scratch;

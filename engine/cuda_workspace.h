@@ -142,13 +142,6 @@ inline int64_t optim_update_scratch_bytes(int64_t n_mat, int64_t rows, int64_t c
            align256(4 * n_mat * rows) + align256(4 * n_mat * cols);
 }
 
-/// Scratch of Muon's Newton-Schulz on a rows x cols matrix (fp32): X and B X, two a x a products
-/// (a = min(rows, cols)), and the norm.
-inline int64_t optim_muon_scratch_bytes(int64_t rows, int64_t cols) {
-    const int64_t a = std::min(rows, cols), n = rows * cols;
-    return align256(4 * n) * 2 + align256(4 * a * a) * 2 + 256;
-}
-
 // ---- Muon on bf16 tensor cores (kernels/cuda/muon.cu)
 constexpr int MUON_NORM_BLOCKS = 64;                         // fixed partition of the per-matrix Frobenius norm
 constexpr int64_t MUON_CHUNK_BYTES = int64_t(512) << 20;     // bf16 Newton-Schulz buffers of one chunk of matrices

@@ -48,14 +48,6 @@ cuda::OptimWrite device_write(const optim_detail::WriteBack& wb) {
 
 }  // namespace
 
-int64_t galore_cuda_scratch_bytes(const OptimizerConfig& opt, const ParamInfo& p) {
-    const ParamPolicy pol = param_policy(opt, p);
-    if (!pol.galore_project) return 0;
-    const optim_detail::MatrixShape ms = optim_detail::matrix_shape(p);
-    return cuda_ws::galore_scratch_bytes(ms.count, ms.rows, ms.cols, pol.galore_rank,
-                                         pol.kind == OptimizerKind::GALORE_PAPER);
-}
-
 double galore_cuda_projector_host_ms() { return double(g_projector_host_us.load()) / 1000.0; }
 
 void galore_step_cuda(const OptimizerConfig& opt, const ParamSlot& s, const OptimStep& step,

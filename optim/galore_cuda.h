@@ -10,9 +10,6 @@
 
 namespace skew {
 
-/// Device scratch (bytes) galore_step_cuda needs for parameter p (0 when p is not projected).
-int64_t galore_cuda_scratch_bytes(const OptimizerConfig& opt, const ParamInfo& p);
-
 /// One GaLore step of a projected parameter on the device (same semantics as the CPU's
 /// galore_step, docs/optimizers.md "GaLore"): per chunk of matrices, G (bf16 widened to fp32),
 /// projector refresh where due (host SVD; synchronizes ctx.stream), G~ = projection of G, Adam on G~,

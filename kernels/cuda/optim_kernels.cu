@@ -372,73 +372,6 @@ __global__ void
     }
 }
 
-template <class G>
-__device__ __forceinline__ float load_grad(const G* g, int64_t i) {
-    return ld(g[i]);
-}
-
-/// W <- round(W*keep - lr*u) for one element (Muon's write).
-__device__ __forceinline__ void store_weight(float* w, int64_t i, float u, const OptimWrite& wb) { write1(w, i, u, wb); }
-__device__ __forceinline__ void store_weight(bf16* w, int64_t i, float u, const OptimWrite& wb) { write1(w, i, u, wb); }
-
-// ---- Muon
-
-/// Momentum of matrix e and the matrix to orthogonalize X (a x b row-major; transposed when tall).
-template <class G>
-__global__ void muon_momentum_kernel(const G* grad, float* B, float* X, int64_t e, int64_t rows, int64_t cols,
-                                     float mu, bool ema, bool nesterov, bool transpose) {
-    const int64_t n = rows * cols, base = e * n;
-    for (int64_t k = thread_index(); k < n; k += grid_stride()) {
-        float b = B[base + k];
-        float x = muon_momentum_element(load_grad(grad, base + k), b, mu, ema, nesterov);
-        B[base + k] = b;
-        if (transpose) {
-            const int64_t r = k / cols, c = k - r * cols;
-            X[c * rows + r] = x;
-        } else {
-            X[k] = x;
-        }
-    }
-}
-
-/// out[0] = sum of x^2 over n (one block; fixed tree).
-__global__ void sumsq_single_kernel(const float* x, int64_t n, double* out) {
-    __shared__ double smem[32];
-    double acc = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += double(x[i]) * double(x[i]);
-    acc = block_sum(acc, smem);
-    if (threadIdx.x == 0) out[0] = acc;
-}
-
-/// x *= 1 / (sqrt(sumsq) + 1e-7).
-__global__ void frobenius_normalize_kernel(float* x, int64_t n, const double* sumsq) {
-    const float s = 1.0f / (float(sqrt(*sumsq)) + 1e-7f);
-    for (int64_t i = thread_index(); i < n; i += grid_stride()) x[i] *= s;
-}
-
-/// dst = alpha * src (n).
-__global__ void scaled_copy_kernel(float* dst, const float* src, float alpha, int64_t n) {
-    for (int64_t i = thread_index(); i < n; i += grid_stride()) dst[i] = alpha * src[i];
-}
-
-template <class W>
-__global__ void muon_write_kernel(W* weight, const float* X, int64_t e, int64_t rows, int64_t cols, bool transpose,
-                                  float scale, OptimWrite wb) {
-    const int64_t n = rows * cols, base = e * n;
-    for (int64_t k = thread_index(); k < n; k += grid_stride()) {
-        const int64_t r = k / cols, c = k - r * cols;
-        float o = transpose ? X[c * rows + r] : X[k];
-        store_weight(weight, base + k, o * scale, wb);
-    }
-}
-
-/// Row-major C (m x n) = alpha op(A) op(B) + beta C with cuBLAS (column-major: C^T = op(B)^T op(A)^T).
-void gemm_rm(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A,
-             const float* B, float beta, float* C) {
-    cublas_check(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k),
-                             &alpha, B, tb ? int(k) : int(n), A, ta ? int(m) : int(k), &beta, C, int(n)));
-}
-
 using cuda_ws::align256;
 
 // Dispatch over (weight dtype, grad dtype).
@@ -583,54 +516,6 @@ void optim_lion_step(const OptimTensor& t, float* m, double b1, double b2, const
         lion_kernel<<<grid_for((t.numel() + VEC - 1) / VEC, THREADS), THREADS, 0, stream>>>(
             weight, grad, t.grad_scale, m, t.numel(), vec, float(b1), float(1.0 - b1), float(b2), float(1.0 - b2), w);
         cuda_check_kernel("lion_kernel");
-    });
-}
-
-int64_t optim_muon_scratch_bytes(int64_t rows, int64_t cols) {
-    return cuda_ws::optim_muon_scratch_bytes(rows, cols);
-}
-
-void optim_muon_step(const OptimTensor& t, float* B, float mu, bool ema, bool nesterov, int64_t ns_steps,
-                     float shape_scale, const OptimWrite& w, void* scratch, cublasHandle_t handle, cudaStream_t stream) {
-    const int64_t rows = t.rows, cols = t.cols, n = rows * cols;
-    const bool transpose = rows > cols;
-    const int64_t a = transpose ? cols : rows, b = transpose ? rows : cols;
-    if (b > 2147483647) throw_op_error("optim_muon_step", "matrix dimension beyond cuBLAS's int range");
-    char* s = static_cast<char*>(scratch);
-    float* X = reinterpret_cast<float*>(s);
-    s += align256(4 * n);
-    float* Y = reinterpret_cast<float*>(s);
-    s += align256(4 * n);
-    float* A = reinterpret_cast<float*>(s);
-    s += align256(4 * a * a);
-    float* Bm = reinterpret_cast<float*>(s);
-    s += align256(4 * a * a);
-    double* norm = reinterpret_cast<double*>(s);
-    cublas_check(cublasSetStream(handle, stream));
-    const float c0 = 3.4445f, c1 = -4.7750f, c2 = 2.0315f;
-    dispatch(t, [&](auto* weight, const auto* grad) {
-        for (int64_t e = 0; e < t.n_mat; ++e) {
-            muon_momentum_kernel<<<grid_for(n, THREADS), THREADS, 0, stream>>>(grad, B, X, e, rows, cols, mu, ema,
-                                                                              nesterov, transpose);
-            cuda_check_kernel("muon_momentum_kernel");
-            sumsq_single_kernel<<<1, 1024, 0, stream>>>(X, n, norm);
-            cuda_check_kernel("sumsq_single_kernel");
-            frobenius_normalize_kernel<<<grid_for(n, THREADS), THREADS, 0, stream>>>(X, n, norm);
-            cuda_check_kernel("frobenius_normalize_kernel");
-            for (int64_t k = 0; k < ns_steps; ++k) {
-                gemm_rm(handle, false, true, a, a, b, 1.0f, X, X, 0.0f, A);  // A = X X^T
-                scaled_copy_kernel<<<grid_for(a * a, THREADS), THREADS, 0, stream>>>(Bm, A, c1, a * a);
-                cuda_check_kernel("scaled_copy_kernel");
-                gemm_rm(handle, false, false, a, a, a, c2, A, A, 1.0f, Bm);  // B = c1 A + c2 A A
-                scaled_copy_kernel<<<grid_for(n, THREADS), THREADS, 0, stream>>>(Y, X, c0, n);
-                cuda_check_kernel("scaled_copy_kernel");
-                gemm_rm(handle, false, false, a, b, a, 1.0f, Bm, X, 1.0f, Y);  // Y = c0 X + B X
-                std::swap(X, Y);
-            }
-            muon_write_kernel<<<grid_for(n, THREADS), THREADS, 0, stream>>>(weight, X, e, rows, cols, transpose,
-                                                                           shape_scale, w);
-            cuda_check_kernel("muon_write_kernel");
-        }
     });
 }
 

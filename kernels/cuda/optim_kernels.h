@@ -86,14 +86,4 @@ void optim_adamw_step(const OptimTensor& t, float* m, float* v, double b1, doubl
 /// 14 bytes per element (bf16 W and G).
 void optim_lion_step(const OptimTensor& t, float* m, double b1, double b2, const OptimWrite& w, cudaStream_t stream);
 
-/// Device scratch (bytes) optim_muon_step needs for matrices of rows x cols (X, A, B, Y, norm).
-int64_t optim_muon_scratch_bytes(int64_t rows, int64_t cols);
-
-/// Muon on every matrix of t: momentum (sum or EMA form, optional Nesterov) into an fp32 copy
-/// (transposed when tall), Frobenius normalization, `ns_steps` Newton-Schulz iterations
-/// (3.4445, -4.7750, 2.0315) with cublasSgemm on `handle` (bound to `stream`), then the fused write
-/// W <- round(W*keep - lr*scale*O). B: (numel) fp32 momentum.
-void optim_muon_step(const OptimTensor& t, float* B, float mu, bool ema, bool nesterov, int64_t ns_steps,
-                     float shape_scale, const OptimWrite& w, void* scratch, cublasHandle_t handle, cudaStream_t stream);
-
 }  // namespace skew::cuda
