@@ -417,10 +417,10 @@ struct Loader {
 
     void load_tree(const YAML::Node& root) {
         if (root.IsNull()) return;  // an empty file: all defaults
-        if (!root.IsMap()) fail("{}: the config must be a mapping of sections (model, optimizers, data, train, runtime), got {}",
+        if (!root.IsMap()) fail("{}: the config must be a mapping of sections (model, optimizers, data, train, runtime, parallel), got {}",
                                 file_loc(source, root.Mark()), node_kind(root));
         check_duplicates(root, source, "");
-        static const std::vector<std::string> sections = {"model", "optimizers", "data", "train", "runtime"};
+        static const std::vector<std::string> sections = {"model", "optimizers", "data", "train", "runtime", "parallel"};
         for (auto it = root.begin(); it != root.end(); ++it) {
             std::string sec = it->first.Scalar();
             Loc loc{file_loc(source, it->first.Mark())};
@@ -511,6 +511,8 @@ struct Loader {
                          "weight-gradient product yet); set runtime.backend: cpu or train.expert_grads: stored "
                          "(runtime.backend is {})",
                          cfg.runtime.backend));
+        rule(m.n_experts % cfg.parallel.expert == 0, "parallel.expert",
+             fmt::format("expert parallelism ({}) must divide model.n_experts ({})", cfg.parallel.expert, m.n_experts));
     }
 
     // tiers.* are read by SkewAdam alone (optim/optimizer.cpp, param_policy): under any other type
@@ -673,7 +675,7 @@ Config load_config_text_unescaped(const std::string& yaml_text, const std::strin
     // An empty or comment-only file (or /dev/null) would silently mean the paper's 6.78B defaults.
     if (docs.empty() || docs[0].IsNull())
         fail("{}: has no settings (the file is empty or holds only comments); a config needs at least one of the "
-             "sections model, optimizers, data, train, runtime (configs/tiny.yaml is a small example)", source);
+             "sections model, optimizers, data, train, runtime, parallel (configs/tiny.yaml is a small example)", source);
     // Section order matters for optimizer entries only; apply the train section's list first is
     // not needed since optimizers resolve after all values are in.
     L.load_tree(docs[0]);

@@ -119,6 +119,14 @@ struct RuntimeConfig {
     std::string out_dir = "runs/default";
 };
 
+/// How a run spreads over ranks (docs/distributed.md). The number of ranks (world_size) comes from
+/// the launcher (mpirun, srun), not from the config: the same file runs on 1 or N ranks.
+struct ParallelConfig {
+    int64_t expert = 1;        // expert_parallel M: ranks that split each expert bank (divides n_experts and world_size)
+    int64_t zero_stage = 1;    // 1: optimizer state and update partitioned across ranks (ZeRO-1); 0: replicated
+    double bucket_mib = 25.0;  // gradient reduction bucket size (MiB), overlapped with the backward on GPUs
+};
+
 struct Config {
     ModelConfig model;
     std::vector<OptimizerConfig> optimizers;  // every name of train.optimizers, resolved
@@ -126,6 +134,7 @@ struct Config {
     DataConfig data;
     TrainConfig train;
     RuntimeConfig runtime;
+    ParallelConfig parallel;
     std::string source;  // file it was loaded from
     std::string resolved_yaml;  // the resolved config (defaults + file + overrides) as YAML
 

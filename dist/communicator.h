@@ -1,0 +1,65 @@
+// Collectives between the ranks of one run (docs/distributed.md): the one interface the trainer,
+// the ZeRO-1 optimizer step and the expert-parallel MoE layer use, with three implementations:
+// one process (no peers), MPI over host memory (the CPU backend) and NCCL over device memory (the
+// CUDA backend). No home-made transport: MPI and NCCL move every byte.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace skew {
+
+/// Element type of a collective's buffers. BF16 sums are formed in fp32 and rounded to nearest
+/// even once per addition of two ranks' values (MPI: a user-defined operation; NCCL: ncclBfloat16).
+enum class CommDType : uint8_t { F32, BF16, F64, I32, I64, BYTE };
+
+/// Bytes per element of a CommDType.
+int64_t comm_dtype_bytes(CommDType t);
+
+/// A group of ranks that run the same program on disjoint data. Every collective is called by
+/// every rank of the group in the same order with matching counts (MPI semantics); buffers are in
+/// host memory when device_memory() is false, in device memory on the backend's stream otherwise.
+/// Counts are in elements and may exceed 2^31 (implementations split the call). Errors (a failed
+/// call, a peer that died) throw skew::Error naming the collective and this rank.
+struct Communicator {
+    virtual ~Communicator() = default;
+    /// This process's position in the group, [0, world_size()).
+    virtual int rank() const = 0;
+    /// Number of ranks in the group.
+    virtual int world_size() const = 0;
+    /// Whether buffers are device pointers (NCCL) rather than host pointers (MPI, one process).
+    virtual bool device_memory() const = 0;
+    /// Sum `count` elements of `data` over the group, in place; every rank gets the sum.
+    virtual void allreduce_sum(void* data, int64_t count, CommDType t) = 0;
+    /// Sum over the group of `send` (world_size() * recv_count elements); rank r gets elements
+    /// [r * recv_count, (r + 1) * recv_count) of the sum in `recv`.
+    virtual void reduce_scatter_sum(const void* send, void* recv, int64_t recv_count, CommDType t) = 0;
+    /// Concatenate every rank's `count` elements of `send` into `recv` (world_size() * count
+    /// elements, rank order). `send` may alias recv + rank() * count (in place).
+    virtual void allgather(const void* send, void* recv, int64_t count, CommDType t) = 0;
+    /// Like allgather with per-rank counts: rank r contributes counts[r] elements placed at
+    /// element offset displs[r] of `recv`. `send` may alias recv + displs[rank()].
+    virtual void allgatherv(const void* send, void* recv, std::span<const int64_t> counts,
+                            std::span<const int64_t> displs, CommDType t) = 0;
+    /// Personalized exchange: this rank sends send_counts[r] elements from send + send_displs[r]
+    /// to rank r and receives recv_counts[r] elements from rank r into recv + recv_displs[r].
+    virtual void alltoallv(const void* send, std::span<const int64_t> send_counts, std::span<const int64_t> send_displs,
+                           void* recv, std::span<const int64_t> recv_counts, std::span<const int64_t> recv_displs,
+                           CommDType t) = 0;
+    /// Copy `count` elements of `data` on rank `root` to every rank.
+    virtual void broadcast(void* data, int64_t count, CommDType t, int root) = 0;
+    /// Wait until every rank of the group has called barrier().
+    virtual void barrier() = 0;
+    /// A sub-group of the ranks that pass the same `color`, ordered by `key` (MPI_Comm_split),
+    /// e.g. the ranks that hold the same experts. Collective over this group.
+    virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+    /// Description for logs and messages, e.g. "mpi rank 1 of 4".
+    virtual std::string describe() const = 0;
+};
+
+/// The group of one process (world size 1): every collective copies send to recv or does nothing.
+/// Host or device memory per `device_memory`; device copies are not supported (use the backend).
+std::unique_ptr<Communicator> make_self_communicator();
+
+}  // namespace skew

@@ -1,0 +1,203 @@
+// Communicator over Open MPI (host memory). Every call checks its return code (the communicator
+// uses MPI_ERRORS_RETURN) and throws skew::Error naming the call and the rank. Counts above
+// INT_MAX elements are split into chunks (MPI 3.1 counts are int).
+#include "dist/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <vector>
+
+#include "engine/error.h"
+#include "kernels/common/bf16.h"
+
+namespace skew {
+namespace {
+
+constexpr int64_t MAX_CHUNK = int64_t(1) << 30;  // elements per MPI call (fits an int with margin)
+
+/// Sum of bf16 values (as uint16 patterns): widen, add in fp32, round to nearest even.
+void bf16_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
+    const bf16* a = static_cast<const bf16*>(in);
+    bf16* b = static_cast<bf16*>(inout);
+    for (int i = 0; i < *len; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+MPI_Datatype mpi_type(CommDType t) {
+    switch (t) {
+        case CommDType::F32: return MPI_FLOAT;
+        case CommDType::BF16: return MPI_UINT16_T;
+        case CommDType::F64: return MPI_DOUBLE;
+        case CommDType::I32: return MPI_INT32_T;
+        case CommDType::I64: return MPI_INT64_T;
+        case CommDType::BYTE: return MPI_BYTE;
+    }
+    return MPI_BYTE;
+}
+
+struct MpiCommunicator final : Communicator {
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_Op bf16_sum = MPI_OP_NULL;
+    int rank_ = 0, size_ = 1;
+
+    explicit MpiCommunicator(MPI_Comm c) : comm(c) {
+        MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(comm, &rank_);
+        MPI_Comm_size(comm, &size_);
+        MPI_Op_create(&bf16_sum_op, 1, &bf16_sum);
+    }
+    ~MpiCommunicator() override {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (finalized) return;
+        if (bf16_sum != MPI_OP_NULL) MPI_Op_free(&bf16_sum);
+        if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    }
+
+    void check(int rc, const char* call) const {
+        if (rc == MPI_SUCCESS) return;
+        char text[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, text, &len);
+        fail("rank {} of {}: {} failed: {}", rank_, size_, call, std::string(text, size_t(len)));
+    }
+    MPI_Op sum_op(CommDType t) const {
+        if (t == CommDType::BYTE) fail("rank {}: a sum of raw bytes is not defined (CommDType::BYTE)", rank_);
+        return t == CommDType::BF16 ? bf16_sum : MPI_SUM;
+    }
+
+    int rank() const override { return rank_; }
+    int world_size() const override { return size_; }
+    bool device_memory() const override { return false; }
+
+    void allreduce_sum(void* data, int64_t count, CommDType t) override {
+        char* p = static_cast<char*>(data);
+        const int64_t es = comm_dtype_bytes(t);
+        for (int64_t off = 0; off < count; off += MAX_CHUNK) {
+            const int n = int(std::min(MAX_CHUNK, count - off));
+            check(MPI_Allreduce(MPI_IN_PLACE, p + off * es, n, mpi_type(t), sum_op(t), comm), "MPI_Allreduce");
+        }
+    }
+
+    void reduce_scatter_sum(const void* send, void* recv, int64_t recv_count, CommDType t) override {
+        const int64_t es = comm_dtype_bytes(t);
+        if (recv_count <= MAX_CHUNK) {
+            check(MPI_Reduce_scatter_block(send, recv, int(recv_count), mpi_type(t), sum_op(t), comm),
+                  "MPI_Reduce_scatter_block");
+            return;
+        }
+        // Large: each rank's block reduced to it in chunks.
+        const char* s = static_cast<const char*>(send);
+        for (int r = 0; r < size_; ++r)
+            for (int64_t off = 0; off < recv_count; off += MAX_CHUNK) {
+                const int n = int(std::min(MAX_CHUNK, recv_count - off));
+                const char* src = s + (int64_t(r) * recv_count + off) * es;
+                void* dst = static_cast<char*>(recv) + off * es;
+                check(MPI_Reduce(src, r == rank_ ? dst : nullptr, n, mpi_type(t), sum_op(t), r, comm), "MPI_Reduce");
+            }
+    }
+
+    void allgather(const void* send, void* recv, int64_t count, CommDType t) override {
+        std::vector<int64_t> counts(size_t(size_), count);
+        std::vector<int64_t> displs(size_t(size_), 0);
+        for (int r = 0; r < size_; ++r) displs[size_t(r)] = int64_t(r) * count;
+        allgatherv(send, recv, counts, displs, t);
+    }
+
+    void allgatherv(const void* send, void* recv, std::span<const int64_t> counts, std::span<const int64_t> displs,
+                    CommDType t) override {
+        require_per_rank(counts, "allgatherv counts");
+        require_per_rank(displs, "allgatherv displs");
+        const int64_t es = comm_dtype_bytes(t);
+        char* out = static_cast<char*>(recv);
+        const bool small = std::all_of(counts.begin(), counts.end(), [](int64_t c) { return c <= MAX_CHUNK; }) &&
+                           std::all_of(displs.begin(), displs.end(), [](int64_t d) { return d <= MAX_CHUNK; });
+        const void* mine = send == out + displs[size_t(rank_)] * es ? MPI_IN_PLACE : send;
+        if (small) {
+            std::vector<int> c(counts.begin(), counts.end()), d(displs.begin(), displs.end());
+            check(MPI_Allgatherv(mine, c[size_t(rank_)], mpi_type(t), recv, c.data(), d.data(), mpi_type(t), comm),
+                  "MPI_Allgatherv");
+            return;
+        }
+        // Large: each rank's segment broadcast from it in chunks.
+        if (mine != MPI_IN_PLACE)
+            std::memcpy(out + displs[size_t(rank_)] * es, send, size_t(counts[size_t(rank_)] * es));
+        for (int r = 0; r < size_; ++r)
+            for (int64_t off = 0; off < counts[size_t(r)]; off += MAX_CHUNK) {
+                const int n = int(std::min(MAX_CHUNK, counts[size_t(r)] - off));
+                check(MPI_Bcast(out + (displs[size_t(r)] + off) * es, n, mpi_type(t), r, comm), "MPI_Bcast");
+            }
+    }
+
+    void alltoallv(const void* send, std::span<const int64_t> send_counts, std::span<const int64_t> send_displs,
+                   void* recv, std::span<const int64_t> recv_counts, std::span<const int64_t> recv_displs,
+                   CommDType t) override {
+        require_per_rank(send_counts, "alltoallv send_counts");
+        require_per_rank(send_displs, "alltoallv send_displs");
+        require_per_rank(recv_counts, "alltoallv recv_counts");
+        require_per_rank(recv_displs, "alltoallv recv_displs");
+        auto fits = [](std::span<const int64_t> v) {
+            return std::all_of(v.begin(), v.end(), [](int64_t x) { return x <= MAX_CHUNK; });
+        };
+        const int64_t es = comm_dtype_bytes(t);
+        if (fits(send_counts) && fits(send_displs) && fits(recv_counts) && fits(recv_displs)) {
+            std::vector<int> sc(send_counts.begin(), send_counts.end()), sd(send_displs.begin(), send_displs.end());
+            std::vector<int> rc(recv_counts.begin(), recv_counts.end()), rd(recv_displs.begin(), recv_displs.end());
+            check(MPI_Alltoallv(send, sc.data(), sd.data(), mpi_type(t), recv, rc.data(), rd.data(), mpi_type(t), comm),
+                  "MPI_Alltoallv");
+            return;
+        }
+        // Large: pairwise exchanges in chunks, partner (rank + k) mod size sends to (rank - k).
+        const char* s = static_cast<const char*>(send);
+        char* d = static_cast<char*>(recv);
+        for (int k = 0; k < size_; ++k) {
+            const int to = (rank_ + k) % size_, from = (rank_ - k + size_) % size_;
+            const int64_t n_send = send_counts[size_t(to)], n_recv = recv_counts[size_t(from)];
+            for (int64_t off = 0; off < std::max(n_send, n_recv); off += MAX_CHUNK) {
+                const int ns = int(std::clamp<int64_t>(n_send - off, 0, MAX_CHUNK));
+                const int nr = int(std::clamp<int64_t>(n_recv - off, 0, MAX_CHUNK));
+                check(MPI_Sendrecv(s + (send_displs[size_t(to)] + off) * es, ns, mpi_type(t), to, 7,
+                                   d + (recv_displs[size_t(from)] + off) * es, nr, mpi_type(t), from, 7, comm,
+                                   MPI_STATUS_IGNORE),
+                      "MPI_Sendrecv");
+            }
+        }
+    }
+
+    void broadcast(void* data, int64_t count, CommDType t, int root) override {
+        char* p = static_cast<char*>(data);
+        const int64_t es = comm_dtype_bytes(t);
+        for (int64_t off = 0; off < count; off += MAX_CHUNK)
+            check(MPI_Bcast(p + off * es, int(std::min(MAX_CHUNK, count - off)), mpi_type(t), root, comm), "MPI_Bcast");
+    }
+
+    void barrier() override { check(MPI_Barrier(comm), "MPI_Barrier"); }
+
+    std::unique_ptr<Communicator> split(int color, int key) override {
+        MPI_Comm sub = MPI_COMM_NULL;
+        check(MPI_Comm_split(comm, color, key, &sub), "MPI_Comm_split");
+        return std::make_unique<MpiCommunicator>(sub);
+    }
+
+    std::string describe() const override { return fmt::format("mpi rank {} of {}", rank_, size_); }
+
+    void require_per_rank(std::span<const int64_t> v, const char* what) const {
+        if (int64_t(v.size()) != size_)
+            fail("rank {}: {} has {} entries for {} ranks", rank_, what, v.size(), size_);
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_world_communicator() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) fail("make_mpi_world_communicator: MPI is not initialized (launch under mpirun or srun)");
+    MPI_Comm dup = MPI_COMM_NULL;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &dup) != MPI_SUCCESS) fail("MPI_Comm_dup(MPI_COMM_WORLD) failed");
+    return std::make_unique<MpiCommunicator>(dup);
+}
+
+}  // namespace skew
