@@ -38,7 +38,9 @@ int64_t shape_bytes(DType dt, std::initializer_list<int64_t> shape) {
 // The plan's buffer `name` with at least `bytes` bytes; throws naming it when missing or too small.
 void* slot_ptr(const Arena& arena, const std::string& name, int64_t bytes) {
     const int i = arena.plan->find(name);
-    if (i < 0) fail("model: the memory plan has no activation slot '{}' (a plan of another model or train.recompute mode?)", name);
+    if (i < 0)
+        fail("model: the memory plan has no activation slot '{}' (a plan of another model or train.recompute mode?)",
+             name);
     const int64_t have = arena.plan->buffers[size_t(i)].bytes();
     if (have < bytes) fail("model: activation slot '{}' holds {} bytes, the model needs {}", name, have, bytes);
     return arena.ptr(i);
@@ -46,16 +48,16 @@ void* slot_ptr(const Arena& arena, const std::string& name, int64_t bytes) {
 
 // One slot for the step.
 template <class T>
-void bind_slot(T*& member, const Arena& arena, const std::string& name, int64_t bytes, const ModelConfig& m, ActWhen when,
-               bool) {
+void bind_slot(T*& member, const Arena& arena, const std::string& name, int64_t bytes, const ModelConfig& m,
+               ActWhen when, bool) {
     if (holds(m, when)) member = static_cast<T*>(slot_ptr(arena, name, bytes));
 }
 
 // One pointer per block: each block of the slot's kind gets its own buffer ("<name>.<block>") when
 // `per_block`, else the one shared buffer; blocks of another kind get null.
 template <class T>
-void bind_slot(std::vector<T*>& member, const Arena& arena, const std::string& name, int64_t bytes, const ModelConfig& m,
-               ActWhen when, bool per_block) {
+void bind_slot(std::vector<T*>& member, const Arena& arena, const std::string& name, int64_t bytes,
+               const ModelConfig& m, ActWhen when, bool per_block) {
     member.assign(size_t(m.n_blocks), nullptr);
     if (!holds(m, when)) return;
     T* shared = per_block ? nullptr : static_cast<T*>(slot_ptr(arena, name, bytes));

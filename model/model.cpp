@@ -122,8 +122,9 @@ void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, b
     be.residual_forward(a.resid1[b], a.resid1[b], inp, x.N * x.d);
 
     // FFN sub-block: out = resid1 + FFN(LN2(resid1))
-    be.layernorm_forward(a.ln2_out[b], a.ln2_mean[b], a.ln2_rstd[b], a.resid1[b], static_cast<const float*>(p.ln2_w.weight),
-                         static_cast<const float*>(p.ln2_b.weight), x.N, x.d, eps);
+    be.layernorm_forward(a.ln2_out[b], a.ln2_mean[b], a.ln2_rstd[b], a.resid1[b],
+                         static_cast<const float*>(p.ln2_w.weight), static_cast<const float*>(p.ln2_b.weight), x.N, x.d,
+                         eps);
     if (!p.moe) {
         be.matmul_forward(a.ffn_h1[b], a.ln2_out[b], p.ffn_w1.w(), x.N, x.d, x.ff);
         be.matmul_forward(a.ffn_h2[b], a.ln2_out[b], p.ffn_w2.w(), x.N, x.d, x.ff);
@@ -227,15 +228,15 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
         be.matmul_backward(a.d_ln_out, p.ffn_w2.grad, a.d_ffn_h2, a.ln2_out[b], p.ffn_w2.w(), x.N, x.d, x.ff, true);
     } else {
         be.convert(a.d_resid, a.d_stream, x.N * x.d);  // combine backward reads a bf16 dout
-        be.moe_combine_backward(a.d_moe_out, a.d_topk_gate, a.d_resid, a.moe_out[b], a.topk_gate[b], a.copy_to_sorted[b], x.N,
-                                x.k, x.d);
+        be.moe_combine_backward(a.d_moe_out, a.d_topk_gate, a.d_resid, a.moe_out[b], a.topk_gate[b],
+                                a.copy_to_sorted[b], x.N, x.k, x.d);
         be.moe_matmul_backward(a.d_moe_act, p.expert_w3.grad, a.d_moe_out, a.moe_act[b], p.expert_w3.w(),
                                a.expert_offsets[b], x.E, x.de, x.d);
         be.swiglu_backward(a.d_moe_h1, a.d_moe_h2, a.d_moe_act, a.moe_h1[b], a.moe_h2[b], x.NK * x.de);
-        be.moe_matmul_backward(a.d_moe_in, p.expert_w1.grad, a.d_moe_h1, a.moe_in[b], p.expert_w1.w(), a.expert_offsets[b],
-                               x.E, x.d, x.de);
-        be.moe_matmul_backward(a.d_moe_in, p.expert_w2.grad, a.d_moe_h2, a.moe_in[b], p.expert_w2.w(), a.expert_offsets[b],
-                               x.E, x.d, x.de, true);
+        be.moe_matmul_backward(a.d_moe_in, p.expert_w1.grad, a.d_moe_h1, a.moe_in[b], p.expert_w1.w(),
+                               a.expert_offsets[b], x.E, x.d, x.de);
+        be.moe_matmul_backward(a.d_moe_in, p.expert_w2.grad, a.d_moe_h2, a.moe_in[b], p.expert_w2.w(),
+                               a.expert_offsets[b], x.E, x.d, x.de, true);
         if (m.deferred.on) keep_expert_operands(m, bi, mb);
         be.moe_gather_backward(a.d_ln_out, a.d_moe_in, a.copy_to_sorted[b], x.N, x.k, x.d);
         // router: gates, balance and z-loss (each weighted loss_weight = 1/accum) to the logits
@@ -243,7 +244,8 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
         const RouterOptions ro = router_options(m, p, mb, step, noise);
         be.moe_router_backward(a.d_router_logits, a.d_topk_gate, a.router_logits[b], a.router_probs[b], a.topk_idx[b],
                                a.topk_gate[b], a.router_counts[b], loss_weight, loss_weight, rs, ro);
-        be.matmul_backward(a.d_ln_out, p.router.grad, a.d_router_logits, a.ln2_out[b], p.router.w(), x.N, x.d, x.E, true);
+        be.matmul_backward(a.d_ln_out, p.router.grad, a.d_router_logits, a.ln2_out[b], p.router.w(), x.N, x.d, x.E,
+                           true);
     }
     be.layernorm_backward(a.d_resid, static_cast<float*>(p.ln2_w.grad.data), static_cast<float*>(p.ln2_b.grad.data),
                           a.d_ln_out, a.resid1[b], lnw2, a.ln2_mean[b], a.ln2_rstd[b], x.N, x.d);
