@@ -152,17 +152,44 @@ TEST_CASE("train.recompute block, attention and none give bit-identical losses, 
     }
 }
 
+TEST_CASE("train.recompute with deferred expert gradients: the kept expert operands and the norm are the same",
+          "[model]") {
+    // Deferred mode copies each MoE block's expert operands out of the block's slots (its own under
+    // attention and none, the shared recomputed set under block): the global norm, which reads them
+    // through Gram matrices, must not depend on the mode.
+    std::vector<double> norms;
+    for (const char* mode : {"block", "attention", "none"}) {
+        auto t = make_test_model(MOE_YAML, {std::string("train.recompute=") + mode, "train.expert_grads=deferred"}, 4);
+        Model& m = t->model;
+        REQUIRE(m.deferred.on);
+        model_init(m, 42);
+        const int64_t T = t->cfg.train.seq_len;
+        const std::vector<int32_t> stream = lcg_tokens(8 * T + 1, t->cfg.model.vocab_size, 3);
+        model_zero_grads(m);
+        for (int64_t i = 0; i < 2; ++i) {
+            const int32_t* x = stream.data() + i * 4 * T;
+            model_forward_backward(m, x, x + 1, i, 5, 2);
+        }
+        norms.push_back(model_grad_norm(m));
+    }
+    INFO("norms " << norms[0] << " " << norms[1] << " " << norms[2]);
+    CHECK(norms[0] > 0.0);
+    CHECK(norms[1] == norms[0]);
+    CHECK(norms[2] == norms[0]);
+}
+
 TEST_CASE("the plan sizes each train.recompute mode from the table's keep column, as computed by hand", "[model]") {
     // MOE_YAML at microbatch 1 x 32 tokens: N = 32, NK = 64, d 64, q 64, kv 32, d_ff 128, d_expert 64,
     // E 8, top-2, 4 heads; one dense block and two MoE blocks.
     const int64_t N = 32, NK = 64, d = 64, qd = 64, kvd = 32, ff = 128, de = 64, E = 8, k = 2, BHT = 1 * 4 * 32;
     // A block's working slots (bytes) kept per block under attention and none, by kind:
-    const std::vector<int64_t> all = {N * d * 2,   N * 4,     N * 4,   N * qd * 2, N * kvd * 2,  // ln1 out/mean/rstd, q, k
-                                      N * kvd * 2, N * d * 2, N * d * 2, N * 4,    N * 4};      // v, resid1, ln2 out/mean/rstd
+    // ln1 out/mean/rstd, q, k, v, resid1, ln2 out/mean/rstd
+    const std::vector<int64_t> all = {N * d * 2,   N * 4,     N * 4,     N * qd * 2, N * kvd * 2,
+                                      N * kvd * 2, N * d * 2, N * d * 2, N * 4,      N * 4};
     const std::vector<int64_t> dense = {N * ff * 2, N * ff * 2, N * ff * 2};  // ffn h1, h2, act
-    const std::vector<int64_t> moe = {N * E * 4, N * E * 4, N * k * 4, N * k * 4,  // router logits, probs, top-k idx, gate
-                                      E * 8, (E + 1) * 8, NK * 8, NK * 8,          // counts, offsets, the two permutations
-                                      NK * d * 2, NK * de * 2, NK * de * 2, NK * de * 2, NK * d * 2};  // moe in/h1/h2/act/out
+    // router logits, probs, top-k idx, gate; counts, offsets, the two permutations; moe in/h1/h2/act/out
+    const std::vector<int64_t> moe = {N * E * 4,  N * E * 4,   N * k * 4,   N * k * 4,   E * 8,     (E + 1) * 8, NK * 8,
+                                      NK * 8,     NK * d * 2,  NK * de * 2, NK * de * 2, NK * de * 2, NK * d * 2};
     // ... and the attention core, kept per block under none only: logsumexp (B, H, T) fp32, output (N, q) bf16
     const std::vector<int64_t> core = {BHT * 4, N * qd * 2};
     auto sum = [](const std::vector<int64_t>& v, bool aligned) {
