@@ -106,6 +106,7 @@ struct TrainConfig {
     int64_t seed = 42;
     std::string idle_experts = "skip";  // an expert that got no token in a step: skip | step (zero gradient)
     std::string expert_grads = "stored";  // expert weight gradients: stored (a buffer) | deferred (into the optimizer step)
+    std::string recompute = "block";      // activation recompute in the backward: block | attention | none
 
     int64_t grad_accum_steps() const { return microbatch > 0 ? batch_size / microbatch : 0; }
 };

@@ -1,6 +1,7 @@
 // skew plan: the memory-budget dry run (no GPU needed). Prints the paper's Appendix B table for
 // one optimizer, the memory at peak, whether it fits a budget and the largest microbatch that
-// does, and every optimizer's state side by side; --json gives the same numbers for scripts.
+// does, both train.expert_grads modes and every train.recompute mode, and every optimizer's state
+// side by side; --json gives the same numbers for scripts.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -114,6 +115,16 @@ void run_plan(const PlanArgs& a) {
         modes.push_back(std::move(r));
     }
 
+    // every mode of train.recompute side by side (docs/design.md "Activation recompute")
+    std::vector<ModeRow> recompute_modes;
+    for (const char* mode : {"block", "attention", "none"}) {
+        Config mc = cfg;
+        mc.train.recompute = mode;
+        ModeRow r{mode, build_memory_plan(mc, table, opt, mb)};
+        if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, budget->bytes);
+        recompute_modes.push_back(std::move(r));
+    }
+
     if (a.json) {
         nlohmann::json j;
         j["config"] = a.config;
@@ -166,6 +177,13 @@ void run_plan(const PlanArgs& a) {
                           {"largest_microbatch", budget ? nlohmann::json(r.largest) : nlohmann::json(nullptr)}});
         j["expert_grads"] = cfg.train.expert_grads;
         j["expert_grad_modes"] = mj;
+        nlohmann::json rj = nlohmann::json::array();
+        for (const ModeRow& r : recompute_modes)
+            rj.push_back({{"recompute", r.mode}, {"activations", entry(r.plan.activation_bytes)},
+                          {"peak", entry(r.plan.peak_bytes)},
+                          {"largest_microbatch", budget ? nlohmann::json(r.largest) : nlohmann::json(nullptr)}});
+        j["recompute"] = cfg.train.recompute;
+        j["recompute_modes"] = rj;
         std::cout << j.dump(2) << "\n";
         return;
     }
@@ -191,7 +209,8 @@ void run_plan(const PlanArgs& a) {
     fmt::print("| weights (bf16; fp32 norms and router) | {:.2f} GiB |\n", gib(plan.weights_bytes));
     fmt::print("| gradients ({}) | {:.2f} GiB |\n", cfg.runtime.grad_dtype, gib(plan.grads_bytes));
     fmt::print("| optimizer state | {:.2f} GiB |\n", gib(plan.state_bytes));
-    fmt::print("| activations (microbatch {}, per-block checkpointing) | {:.2f} GiB |\n", mb, gib(plan.activation_bytes));
+    fmt::print("| activations (microbatch {}, train.recompute: {}) | {:.2f} GiB |\n", mb, cfg.train.recompute,
+               gib(plan.activation_bytes));
     fmt::print("| workspace | {:.2f} GiB |\n", gib(plan.workspace_bytes));
     fmt::print("| **predicted peak** | **{:.2f} GiB** |\n\n", gib(plan.peak_bytes));
     if (plan_backend(cfg) == "cuda") {
@@ -220,6 +239,14 @@ void run_plan(const PlanArgs& a) {
     for (const ModeRow& r : modes)
         fmt::print("| {} | {:.2f} GiB | {:.2f} GiB | {:.2f} GiB |{}\n", r.mode, gib(r.plan.grads_bytes),
                    gib(r.plan.activation_bytes), gib(r.plan.peak_bytes),
+                   budget ? fmt::format(" {} |", r.largest > 0 ? std::to_string(r.largest) : std::string("none")) : "");
+    fmt::print("\n");
+    fmt::print("Activation recompute (train.recompute; this config: {}), {} at microbatch {}: block keeps each block's "
+               "input and recomputes the block, attention keeps all but the attention output and logsumexp, none keeps "
+               "everything\n| mode | activations | peak |{}\n| --- | ---: | ---: |{}\n",
+               cfg.train.recompute, opt.name, mb, budget ? " largest microbatch that fits |" : "", budget ? " ---: |" : "");
+    for (const ModeRow& r : recompute_modes)
+        fmt::print("| {} | {} MiB | {:.2f} GiB |{}\n", r.mode, mib_text(r.plan.activation_bytes), gib(r.plan.peak_bytes),
                    budget ? fmt::format(" {} |", r.largest > 0 ? std::to_string(r.largest) : std::string("none")) : "");
     fmt::print("\n");
     fmt::print("All optimizers at microbatch {}\n| optimizer | type | state | peak |{}\n| --- | --- | ---: | ---: |{}\n", mb,
