@@ -230,8 +230,15 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     std::vector<std::vector<int32_t>> tokens;
     std::vector<std::string> errors;
     std::vector<char> is_train, is_empty, bad_utf8;
+    // A stop request (Ctrl-C) fails the run here: the destructors remove the temporaries, the lock
+    // file and a folder this run created, so nothing half-written is left.
+    auto check_stop = [&o] {
+        if (o.stop_requested && o.stop_requested())
+            fail("prepare: interrupted before the shards were complete; nothing was placed into {}", o.out_dir);
+    };
     bool more = read_chunk(chunk);
     while (!chunk.records.empty()) {
+        check_stop();
         std::future<bool> prefetch;
         if (more) prefetch = std::async(std::launch::async, read_chunk, std::ref(next));
         // Parse, split and tokenize in parallel.
@@ -270,6 +277,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
         // Append in input order.
         const int32_t eot = tok.eot;
         for (int64_t i = 0; i < n; i++) {
+            if (i % 64 == 0) check_stop();
             const auto& rec = records[i];
             if (!errors[i].empty()) {
                 const std::string& path = reader.sources[rec.source].path;
@@ -307,6 +315,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
         more = prefetch.get();
         std::swap(chunk, next);
     }
+    check_stop();
     split_finish(train);
     split_finish(val);
     summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -376,6 +385,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
         }
     }
 
+    check_stop();  // the last point at which nothing is in place yet
     // Put everything in place: the old manifest goes first (the folder is not a dataset until the
     // new one lands), then the shards, then shards of an earlier run that this one did not write
     // (they would join a split), then the manifest.

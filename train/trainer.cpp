@@ -520,6 +520,13 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
         if (fault->action == FaultAction::STOP) {
             append_step(r.log, rec);
             r.checkpoint(r.last_dir);
+            // The metrics say the run stopped, where and why (`skew report` shows it, not "not run").
+            r.metrics.summary = summarize(r.metrics.history, r.totals());
+            r.metrics.summary.stopped_at_step = step;
+            const std::string why = fault_message(*fault), prefix = fmt::format("step {}: ", step);
+            r.metrics.summary.stop_reason = why.rfind(prefix, 0) == 0 ? why.substr(prefix.size()) : why;
+            write_metrics(r.opts.run_dir, r.metrics);
+            sync_step_log(r.log);
             fail("{}: {}; stopped with the checkpoint of step {} in {}", opt.name, fault_message(*fault), r.state.step,
                  r.last_dir);
         }
