@@ -28,6 +28,7 @@
 #include "data/shard.h"
 #include "data/split.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_identity.h"
 #include "engine/dir_lock.h"
 #include "engine/error.h"
 #include "engine/text.h"
@@ -340,10 +341,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
 
     nlohmann::json m;
     m["format"] = {{"layout", "llm.c .bin"}, {"magic", kShardMagic}, {"version", kShardVersion}, {"dtype", "uint16"}, {"header_bytes", 1024}};
-    bool openai_files = fs::exists(fs::path(o.tokenizer_dir) / "encoder.json") && fs::exists(fs::path(o.tokenizer_dir) / "vocab.bpe");
-    nlohmann::json tok_files = nlohmann::json::object();
-    for (const char* f : openai_files ? std::vector<const char*>{"encoder.json", "vocab.bpe"} : std::vector<const char*>{"vocab.json", "merges.txt"})
-        tok_files[f] = md5_file((fs::path(o.tokenizer_dir) / f).string());
+    const nlohmann::json tok_files = tokenizer_file_md5s(o.tokenizer_dir);
     m["tokenizer"] = {{"kind", "gpt2-bpe"}, {"dir", o.tokenizer_dir}, {"vocab_size", tok.vocab_size()}, {"eot", tok.eot}, {"md5", tok_files},
                       {"allow_special", o.allow_special}};
     m["separator"] = o.separator;

@@ -391,8 +391,10 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     if (opts.resume && checkpoint_exists(r.last_dir)) {
         r.state = load_checkpoint(r.last_dir, r.arena, &backend);
         if (r.state.config_hash != hash)
-            fail("{}: the checkpoint was written by a run with another config (hash {} vs {}); resume with the run's own "
-                 "config.yaml", r.last_dir, r.state.config_hash, hash);
+            fail("{}: the checkpoint was written under another config than {} (config hash {} vs {}): was config.yaml "
+                 "edited after the run started, or the checkpoint copied from another run? Put config.yaml back as the "
+                 "run wrote it; other settings need a new run (skew train CONFIG --out NEW_FOLDER)",
+                 r.last_dir, (fs::path(run_dir) / "config.yaml").string(), r.state.config_hash, hash);
         if (fs::exists(metrics_path(run_dir, opt.name))) {
             r.metrics = read_metrics(metrics_path(run_dir, opt.name));
             truncate_history(r.metrics, r.state.step);

@@ -250,3 +250,25 @@ TEST_CASE("a run stopped on non-finite steps writes its metrics with where and w
     CHECK(rep.output.find("Not run (no metrics file): lion.") != std::string::npos);
     CHECK(rep.output.find("adamw | not run") == std::string::npos);
 }
+
+TEST_CASE("--resume after config.yaml was edited says so and what to do, naming the file") {
+    const std::string data = prepare("prep");
+    const std::string d = work_dir() + "/edited-config";
+    Run first = run(train_args(data, "--set train.steps=4 --optimizers adamw --stop-after 2 --out " + d));
+    INFO(first.output);
+    REQUIRE(fs::exists(d + "/checkpoints/adamw/last/trainer_state.json"));
+    std::string yaml;
+    {
+        std::ifstream in(d + "/config.yaml");
+        yaml.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const size_t at = yaml.find("  steps: 4\n");
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, 11, "  steps: 6\n");
+    std::ofstream(d + "/config.yaml") << yaml;
+    Run r = run("train --plain --resume " + d);
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("the checkpoint was written under another config than " + d + "/config.yaml") != std::string::npos);
+    CHECK(r.output.find("was config.yaml edited after the run started") != std::string::npos);
+}
