@@ -263,7 +263,9 @@ ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string
         }
         case KeyType::INT_LIST:
         case KeyType::STRING_LIST: {
-            if (!n.IsSequence()) fail("{}: {}: expected {}, got {}", loc.where, key, key_type_name(k.type), node_kind(n));
+            if (!n.IsSequence())  // a bare `a,b` is one string: say how a list is written
+                fail("{}: {}: expected {}, got {}{}", loc.where, key, key_type_name(k.type), node_kind(n),
+                     n.IsScalar() && !n.Scalar().empty() ? fmt::format("; write a list in brackets: [{}]", n.Scalar()) : "");
             std::vector<int64_t> ints;
             std::vector<std::string> strs;
             for (size_t i = 0; i < n.size(); ++i) {

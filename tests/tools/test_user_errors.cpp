@@ -201,3 +201,12 @@ TEST_CASE("the quickstart resumes only a run folder of its own config, else pick
     CHECK(other.output.substr(other.output.size() - (d / "quickstart-2").string().size() - 1) ==
           (d / "quickstart-2").string() + "\n");
 }
+
+TEST_CASE("a list key given a bare comma list with --set says how to write the list") {
+    Run r = run("config " + tiny() + " --set train.optimizers=skewadam,adamw");
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(contains(r.output, "skew: error: --set train.optimizers=skewadam,adamw: train.optimizers: expected list of strings, "
+                             "got a scalar; write a list in brackets: [skewadam,adamw]"));
+    CHECK(run("config " + tiny() + " --set train.optimizers=[skewadam,adamw]").status == 0);
+}

@@ -251,7 +251,7 @@ TEST_CASE("a run stopped on non-finite steps writes its metrics with where and w
     CHECK(rep.output.find("adamw | not run") == std::string::npos);
 }
 
-TEST_CASE("--resume after config.yaml was edited says so and what to do, naming the file") {
+TEST_CASE("resuming after config.yaml was edited says so and what to do, naming the file") {
     const std::string data = prepare("prep");
     const std::string d = work_dir() + "/edited-config";
     Run first = run(train_args(data, "--set train.steps=4 --optimizers adamw --stop-after 2 --out " + d));
