@@ -534,8 +534,7 @@ struct Loader {
              fmt::format("deferred expert gradients run on the CPU backend only (the CUDA step has no per-expert "
                          "weight-gradient product yet); set runtime.backend: cpu or train.expert_grads: stored "
                          "(runtime.backend is {})",
-                         cfg.runtime.backend),
-             {"runtime.backend"});
+                         cfg.runtime.backend));
     }
 
     // tiers.* are read by SkewAdam alone (optim/optimizer.cpp, param_policy): under any other type
