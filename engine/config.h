@@ -143,13 +143,24 @@ struct Config {
     const OptimizerConfig* find_optimizer(const std::string& name) const;
 };
 
-/// Load and validate a config file, then apply `key=value` overrides (each validated by the same
-/// rules). Throws skew::Error naming file, line, column and key on any violation.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+/// A command-line flag that stands for a `key=value` override (`--optimizers a,b` is
+/// `train.optimizers=[a,b]`): errors about the value name `flag` (e.g. "--optimizers a,b"), not --set.
+struct FlagOverride {
+    std::string flag;  // the option as the user typed it
+    std::string text;  // key=value
+};
+
+/// Load and validate a config file, then apply `key=value` overrides (--set, in order) and then
+/// flag_overrides (each validated by the same rules). Throws skew::Error naming file, line, column
+/// and key on any violation; a value from the command line is named by its option (`--set key=value`
+/// or the flag), also when it breaks a rule on another key (--set model.d_model=65 against n_heads).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                   const std::vector<FlagOverride>& flag_overrides = {});
 
 /// Same, from YAML text (`source` names it in errors).
 Config load_config_text(const std::string& yaml_text, const std::string& source,
-                        const std::vector<std::string>& overrides = {});
+                        const std::vector<std::string>& overrides = {},
+                        const std::vector<FlagOverride>& flag_overrides = {});
 
 /// The optimizer config of a built-in name (skewadam, skewadam-expert-momentum,
 /// skewadam-factored-router, uniform, adamw, lion, muon, muon-kj, adafactor, galore,

@@ -26,6 +26,7 @@ struct PlanArgs {
     std::string optimizer;
     int64_t microbatch = 0;
     std::string budget;
+    bool budget_given = false;  // --budget was on the command line (even as '')
     bool json = false;
     std::vector<std::string> overrides;
 };
@@ -68,7 +69,7 @@ void run_plan(const PlanArgs& a) {
     ParamTable table = build_param_table(cfg.model);
     OptimizerConfig opt = pick_optimizer(cfg, a.optimizer);
     std::optional<ParsedSize> budget;
-    if (!a.budget.empty()) budget = parse_size(a.budget, "--budget");
+    if (a.budget_given) budget = parse_size(a.budget, "--budget");  // '' is refused there, not read as "no budget"
     int64_t largest = budget ? largest_fitting_microbatch(cfg, table, opt, budget->bytes) : -1;
     // train.microbatch 0 means "the largest that fits": the budget's, else the whole batch.
     int64_t mb = a.microbatch > 0 ? a.microbatch
@@ -277,7 +278,13 @@ void register_plan_command(CLI::App& app) {
     cmd->add_flag("--json", args->json, "Print the same numbers as JSON");
     cmd->add_option("--set", args->overrides, "Override a config key, e.g. --set train.microbatch=4 (repeatable)")
         ->take_all();
-    cmd->callback([args] { run_plan(*args); });
+    cmd->callback([args, cmd] {
+        args->budget_given = cmd->count("--budget") > 0;
+        if (cmd->count("--optimizer") > 0 && args->optimizer.empty())
+            fail("--optimizer: empty name; give a built-in or a key of the config's optimizers section, or leave the flag "
+                 "out for the first of train.optimizers");
+        run_plan(*args);
+    });
 }
 
 }  // namespace skew::tools

@@ -167,7 +167,7 @@ TEST_CASE("skew prepare warns once about documents that are not UTF-8 naming the
     std::ofstream(d / "in" / "c.txt", std::ios::binary) << "caf\xe9 two\n";
     std::ofstream(d / "in" / "empty.txt");
     Run r = run("prepare --input " + (d / "in").string() + " --out " + (d / "out").string() + " --tokenizer " +
-                std::string(SKEW_SOURCE_DIR) + "/tests/fixtures/data/gpt2 --no-progress --val-ratio 0.0");
+                std::string(SKEW_SOURCE_DIR) + "/tests/fixtures/data/gpt2 --no-progress --val-ratio 0.001");
     CHECK(r.status == 0);
     CHECK(r.output.find("2 documents are not valid UTF-8 (the first: " + (d / "in" / "b.txt").string() + ")") !=
           std::string::npos);
