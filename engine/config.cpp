@@ -506,11 +506,6 @@ struct Loader {
         rule(!t.optimizers.empty(), "train.optimizers", "list at least one optimizer");
         std::set<std::string> names;
         for (const auto& n : t.optimizers) rule(names.insert(n).second, "train.optimizers", fmt::format("'{}' is listed twice", n));
-        rule(t.expert_grads != "deferred" || cfg.runtime.backend == "cpu", "train.expert_grads",
-             fmt::format("deferred expert gradients run on the CPU backend only (the CUDA step has no per-expert "
-                         "weight-gradient product yet); set runtime.backend: cpu or train.expert_grads: stored "
-                         "(runtime.backend is {})",
-                         cfg.runtime.backend));
     }
 
     // tiers.* are read by SkewAdam alone (optim/optimizer.cpp, param_policy): under any other type

@@ -10,12 +10,14 @@
 namespace skew {
 namespace {
 
-bool holds(const ModelConfig& m, ActWhen when) {
+bool holds(const Config& cfg, ActWhen when) {
+    const ModelConfig& m = cfg.model;
     switch (when) {
         case ActWhen::ALL:
         case ActWhen::PER_BLOCK: return true;
         case ActWhen::DENSE: return int64_t(m.moe_blocks.size()) < m.n_blocks;
         case ActWhen::MOE: return !m.moe_blocks.empty();
+        case ActWhen::MOE_STORED: return !m.moe_blocks.empty() && cfg.train.expert_grads != "deferred";
     }
     return false;
 }
@@ -68,11 +70,17 @@ ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int6
 
 std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDims& D) {
     const ModelConfig& m = cfg.model;
-    const Phase F = Phase::FORWARD, H = Phase::HEAD, BW = Phase::BACKWARD, O = Phase::OPTIMIZER;
+    // a table phase: the Phase, and for FR that the slot is dead during the head
+    struct TablePhase {
+        Phase phase;
+        bool recomputed;
+    };
+    const TablePhase F{Phase::FORWARD, false}, FR{Phase::FORWARD, true}, H{Phase::HEAD, false},
+        BW{Phase::BACKWARD, false}, O{Phase::OPTIMIZER, false};
     std::vector<BufferSpec> out;
-    auto add = [&](const std::string& name, DType dtype, ActWhen when, BufferKind kind, Phase first, Phase last,
-                   std::vector<int64_t> shape) {
-        if (!holds(m, when)) return;
+    auto add = [&](const std::string& name, DType dtype, ActWhen when, BufferKind kind, TablePhase first,
+                   TablePhase last, std::vector<int64_t> shape) {
+        if (!holds(cfg, when)) return;
         const int64_t copies = when == ActWhen::PER_BLOCK ? m.n_blocks : 1;
         for (int64_t c = 0; c < copies; ++c) {
             BufferSpec b;
@@ -80,8 +88,9 @@ std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDim
             b.kind = kind;
             b.dtype = dtype;
             b.shape = shape;
-            b.first = first;
-            b.last = last;
+            b.first = first.phase;
+            b.last = last.phase;
+            b.dead_in_head = first.recomputed;
             b.component = kind == BufferKind::WORKSPACE ? "workspace" : "activations";
             out.push_back(std::move(b));
         }
@@ -91,6 +100,7 @@ std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDim
     SKEW_ACTIVATIONS(SKEW_ACT_DECLARE)
 #undef SKEW_ACT_DECLARE
     (void)O;
+    (void)FR;
     return out;
 }
 
@@ -123,18 +133,27 @@ std::vector<BufferSpec> deferred_expert_buffers(const Config& cfg, const ActDims
         }
     }
     if (any) {
-        BufferSpec s;
-        s.name = "ws.expert_grad";
-        s.kind = BufferKind::WORKSPACE;
-        s.dtype = grad_dtype;
-        s.shape = {D.de, D.d};
-        s.first = Phase::OPTIMIZER;
-        s.last = Phase::OPTIMIZER;
-        s.component = "workspace";
-        out.push_back(std::move(s));
+        auto scratch = [&](const char* name, DType dtype, int64_t numel) {
+            BufferSpec s;
+            s.name = name;
+            s.kind = BufferKind::WORKSPACE;
+            s.dtype = dtype;
+            s.shape = {numel};
+            s.first = Phase::OPTIMIZER;
+            s.last = Phase::OPTIMIZER;
+            s.component = "workspace";
+            out.push_back(std::move(s));
+        };
+        scratch("ws.expert_grad", grad_dtype, D.de * D.d);
+        const int64_t c = deferred_gram_chunk_rows(D);
+        scratch("ws.expert_gram", DType::F32, deferred_gram_partials_words(D) + 2 * c * c);
     }
     return out;
 }
+
+int64_t deferred_gram_chunk_rows(const ActDims& D) { return std::max<int64_t>(1, std::min<int64_t>(1024, D.N)); }
+
+int64_t deferred_gram_partials_words(const ActDims& D) { return (3 * D.E + 63) / 64 * 64; }
 
 bool deferred_expert_param(const ParamInfo& p) {
     return p.role == Role::EXPERT_W1 || p.role == Role::EXPERT_W2 || p.role == Role::EXPERT_W3;
@@ -153,7 +172,7 @@ ActSlots act_slots_bind(const Config& cfg, const ActDims& dims, const Arena& are
     D.logits = m.padded_vocab_size;
     ActSlots a;
 #define SKEW_ACT_BIND(member, type, name, dtype, when, kind, first, last, ...) \
-    if (holds(m, ActWhen::when)) bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), m.n_blocks);
+    if (holds(cfg, ActWhen::when)) bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), m.n_blocks);
     SKEW_ACTIVATIONS(SKEW_ACT_BIND)
 #undef SKEW_ACT_BIND
     a.logits_bytes = arena.plan->buffers[size_t(arena.plan->find("act.logits"))].bytes();

@@ -252,9 +252,6 @@ EvalResult evaluate(Model& model, const BatchStream& val, int64_t eval_batches, 
 int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
                             const Backend& backend) {
     require_optimizer_backend(opt, backend);
-    if (cfg.train.expert_grads == "deferred" && backend.device_memory())
-        fail("train.expert_grads: deferred runs on the CPU backend only (the device step has no per-expert "
-             "weight-gradient product yet); set runtime.backend: cpu or train.expert_grads: stored");
     const int64_t mb = cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, backend);
     if (!backend.device_memory()) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb), opt);
     return mb;
