@@ -86,6 +86,26 @@ RouterOptions router_options(const Model& m, const BlockParams& blk, int64_t mb,
     return o;
 }
 
+// The expert slots of MoE block `bi` for microbatch `mb`: the table's act.moe_* slots in stored
+// mode; in deferred mode the block's kept operands of that microbatch (model/activations.h,
+// deferred_expert_buffers), where h1 and h2 share bytes with their gradients (the SwiGLU backward
+// runs in place).
+struct ExpertSlots {
+    bf16 *moe_in, *h1, *h2, *act, *d_out, *d_h1, *d_h2;
+};
+
+ExpertSlots expert_slots(const Model& m, int64_t bi, int64_t mb) {
+    const ActSlots& a = m.act;
+    const size_t b = size_t(bi);
+    if (!m.deferred.on)
+        return ExpertSlots{a.moe_in[b], a.moe_h1[b], a.moe_h2[b], a.moe_act[b], a.d_moe_out, a.d_moe_h1, a.d_moe_h2};
+    const auto& per_block = m.deferred.kept[size_t(bi)];
+    if (mb < 0 || mb >= int64_t(per_block.size()))
+        fail("model: microbatch {} is beyond the {} whose expert operands the plan keeps", mb, per_block.size());
+    const KeptExpertOperands& k = per_block[size_t(mb)];
+    return ExpertSlots{k.moe_in, k.d_moe_h1, k.d_moe_h2, k.moe_act, k.d_moe_out, k.d_moe_h1, k.d_moe_h2};
+}
+
 // ---- one block, forward (also the recompute of the backward)
 
 // The attention core of block `bi`: attn_out and attn_lse from its q, k, v (causal, GQA). The
@@ -148,12 +168,13 @@ void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, b
             stats->z_loss = read_scalar(be, z);
         }
         // dropless dispatch -> expert SwiGLU (grouped matmuls) -> weighted combine
+        const ExpertSlots es = expert_slots(m, bi, mb);
         be.moe_dispatch(a.sorted_to_copy[b], a.copy_to_sorted[b], a.expert_offsets[b], a.topk_idx[b], x.N, x.k, x.E);
-        be.moe_gather_forward(a.moe_in[b], a.ln2_out[b], a.sorted_to_copy[b], x.N, x.k, x.d);
-        be.moe_matmul_forward(a.moe_h1[b], a.moe_in[b], p.expert_w1.w(), a.expert_offsets[b], x.E, x.d, x.de);
-        be.moe_matmul_forward(a.moe_h2[b], a.moe_in[b], p.expert_w2.w(), a.expert_offsets[b], x.E, x.d, x.de);
-        be.swiglu_forward(a.moe_act[b], a.moe_h1[b], a.moe_h2[b], x.NK * x.de);
-        be.moe_matmul_forward(a.moe_out[b], a.moe_act[b], p.expert_w3.w(), a.expert_offsets[b], x.E, x.de, x.d);
+        be.moe_gather_forward(es.moe_in, a.ln2_out[b], a.sorted_to_copy[b], x.N, x.k, x.d);
+        be.moe_matmul_forward(es.h1, es.moe_in, p.expert_w1.w(), a.expert_offsets[b], x.E, x.d, x.de);
+        be.moe_matmul_forward(es.h2, es.moe_in, p.expert_w2.w(), a.expert_offsets[b], x.E, x.d, x.de);
+        be.swiglu_forward(es.act, es.h1, es.h2, x.NK * x.de);
+        be.moe_matmul_forward(a.moe_out[b], es.act, p.expert_w3.w(), a.expert_offsets[b], x.E, x.de, x.d);
         if (!out) return;
         be.moe_combine_forward(out, a.moe_out[b], a.topk_gate[b], a.copy_to_sorted[b], x.N, x.k, x.d);
     }
@@ -183,28 +204,14 @@ void recompute_for_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, boo
 
 // ---- one block, backward (after recompute_for_backward)
 
-// Deferred mode: copy the operands of MoE block `bi`'s three weight-gradient products (their
-// products were skipped: the banks have no gradient buffer) into the block's kept buffers for
-// microbatch `mb`, and the expert offsets to the host.
-void keep_expert_operands(Model& m, int64_t bi, int64_t mb) {
-    Backend& be = *m.backend;
-    const ActSlots& a = m.act;
+// Deferred mode: the operands of MoE block `bi`'s three weight-gradient products (their products
+// were skipped: the banks have no gradient buffer) are already in the block's kept buffers for
+// microbatch `mb` (expert_slots); keep the expert offsets on the host.
+void keep_expert_offsets(Model& m, int64_t bi, int64_t mb) {
     const Dims x = dims_of(m);
-    const size_t b = size_t(bi);
-    auto& per_block = m.deferred.kept[size_t(bi)];
-    if (mb < 0 || mb >= int64_t(per_block.size()))
-        fail("model: microbatch {} is beyond the {} whose expert operands the plan keeps", mb, per_block.size());
-    KeptExpertOperands& k = per_block[size_t(mb)];
-    auto copy = [&](bf16* dst, const bf16* src, int64_t n) {
-        be.convert(TensorRef(dst, ScalarType::BF16), ConstTensorRef(src, ScalarType::BF16), n);
-    };
-    copy(k.moe_in, a.moe_in[b], x.NK * x.d);
-    copy(k.moe_act, a.moe_act[b], x.NK * x.de);
-    copy(k.d_moe_h1, a.d_moe_h1, x.NK * x.de);
-    copy(k.d_moe_h2, a.d_moe_h2, x.NK * x.de);
-    copy(k.d_moe_out, a.d_moe_out, x.NK * x.d);
+    KeptExpertOperands& k = m.deferred.kept[size_t(bi)][size_t(mb)];
     k.offsets.resize(size_t(x.E + 1));
-    from_backend(be, k.offsets.data(), a.expert_offsets[b], k.offsets.size() * sizeof(int64_t));
+    from_backend(*m.backend, k.offsets.data(), m.act.expert_offsets[size_t(bi)], k.offsets.size() * sizeof(int64_t));
 }
 
 // d_stream (N, d) fp32 holds dL/d(block output) on entry and dL/d(block input) on return.
@@ -227,17 +234,19 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
         be.matmul_backward(a.d_ln_out, p.ffn_w1.grad, a.d_ffn_h1, a.ln2_out[b], p.ffn_w1.w(), x.N, x.d, x.ff);
         be.matmul_backward(a.d_ln_out, p.ffn_w2.grad, a.d_ffn_h2, a.ln2_out[b], p.ffn_w2.w(), x.N, x.d, x.ff, true);
     } else {
+        const ExpertSlots es = expert_slots(m, bi, mb);
         be.convert(a.d_resid, a.d_stream, x.N * x.d);  // combine backward reads a bf16 dout
-        be.moe_combine_backward(a.d_moe_out, a.d_topk_gate, a.d_resid, a.moe_out[b], a.topk_gate[b],
-                                a.copy_to_sorted[b], x.N, x.k, x.d);
-        be.moe_matmul_backward(a.d_moe_act, p.expert_w3.grad, a.d_moe_out, a.moe_act[b], p.expert_w3.w(),
-                               a.expert_offsets[b], x.E, x.de, x.d);
-        be.swiglu_backward(a.d_moe_h1, a.d_moe_h2, a.d_moe_act, a.moe_h1[b], a.moe_h2[b], x.NK * x.de);
-        be.moe_matmul_backward(a.d_moe_in, p.expert_w1.grad, a.d_moe_h1, a.moe_in[b], p.expert_w1.w(),
-                               a.expert_offsets[b], x.E, x.d, x.de);
-        be.moe_matmul_backward(a.d_moe_in, p.expert_w2.grad, a.d_moe_h2, a.moe_in[b], p.expert_w2.w(),
-                               a.expert_offsets[b], x.E, x.d, x.de, true);
-        if (m.deferred.on) keep_expert_operands(m, bi, mb);
+        be.moe_combine_backward(es.d_out, a.d_topk_gate, a.d_resid, a.moe_out[b], a.topk_gate[b], a.copy_to_sorted[b],
+                                x.N, x.k, x.d);
+        be.moe_matmul_backward(a.d_moe_act, p.expert_w3.grad, es.d_out, es.act, p.expert_w3.w(), a.expert_offsets[b],
+                               x.E, x.de, x.d);
+        // in place in deferred mode (d_h1 over h1, d_h2 over h2: Backend::swiglu_backward allows it)
+        be.swiglu_backward(es.d_h1, es.d_h2, a.d_moe_act, es.h1, es.h2, x.NK * x.de);
+        be.moe_matmul_backward(a.d_moe_in, p.expert_w1.grad, es.d_h1, es.moe_in, p.expert_w1.w(), a.expert_offsets[b],
+                               x.E, x.d, x.de);
+        be.moe_matmul_backward(a.d_moe_in, p.expert_w2.grad, es.d_h2, es.moe_in, p.expert_w2.w(), a.expert_offsets[b],
+                               x.E, x.d, x.de, true);
+        if (m.deferred.on) keep_expert_offsets(m, bi, mb);
         be.moe_gather_backward(a.d_ln_out, a.d_moe_in, a.copy_to_sorted[b], x.N, x.k, x.d);
         // router: gates, balance and z-loss (each weighted loss_weight = 1/accum) to the logits
         const RouterShape rs{x.N, x.E, x.k};
@@ -428,6 +437,15 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
     if (si >= 0) {  // deferred expert gradients: bind the kept operands of every MoE block and microbatch
         m.deferred.on = true;
         m.deferred.scratch = TensorRef(arena.ptr(si), scalar_of(arena.plan->buffers[size_t(si)].dtype));
+        const ActDims D = act_dims(c, m.microbatch, m.seq_len, 0);
+        m.deferred.gram_rows = deferred_gram_chunk_rows(D);
+        m.deferred.gram_partials = deferred_gram_partials_words(D);
+        m.deferred.gram = static_cast<float*>(arena.ptr("ws.expert_gram"));
+        const int gi = arena.plan->find("ws.expert_gram");
+        if (arena.plan->buffers[size_t(gi)].numel() < m.deferred.gram_partials + 2 * m.deferred.gram_rows * m.deferred.gram_rows)
+            fail("model: ws.expert_gram holds {} words, deferred expert gradients need {}",
+                 arena.plan->buffers[size_t(gi)].numel(),
+                 m.deferred.gram_partials + 2 * m.deferred.gram_rows * m.deferred.gram_rows);
         const int64_t accum = cfg.train.batch_size / m.microbatch;
         m.deferred.kept.resize(m.blocks.size());
         for (size_t b = 0; b < m.blocks.size(); ++b) {
@@ -540,45 +558,56 @@ double deferred_expert_grad_sq_norm(Model& m) {
     if (!m.deferred.on) return 0.0;
     Backend& be = *m.backend;
     const Dims x = dims_of(m);
-    std::vector<bf16> host16;
-    auto fetch = [&](const bf16* src, int64_t n) {
-        host16.resize(size_t(n));
-        from_backend(be, host16.data(), src, size_t(n) * sizeof(bf16));
-        std::vector<float> out(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) out[size_t(i)] = bf16_to_f32(host16[size_t(i)]);
-        return out;
+    const DeferredExperts& df = m.deferred;
+    float* partials = df.gram;  // (3 E): w1, w2, w3 of expert e at 3 e + bank
+    float* gx = df.gram + df.gram_partials;
+    float* gy = gx + df.gram_rows * df.gram_rows;
+    struct Block {
+        const KeptExpertOperands* k;
+        int64_t r0, rows;
     };
+    std::vector<Block> blocks;
+    std::vector<float> host(size_t(3 * x.E));
     double total = 0.0;
-    for (const auto& per_block : m.deferred.kept) {
-        // each operand of every kept microbatch, on the host in fp32
-        struct Host {
-            std::vector<float> moe_in, moe_act, dh1, dh2, dout;
-            const std::vector<int64_t>* offsets;
-        };
-        std::vector<Host> mbs;
-        for (const KeptExpertOperands& k : per_block) {
-            if (k.offsets.empty()) continue;  // microbatch not run this step
-            mbs.push_back(Host{fetch(k.moe_in, x.NK * x.d), fetch(k.moe_act, x.NK * x.de), fetch(k.d_moe_h1, x.NK * x.de),
-                               fetch(k.d_moe_h2, x.NK * x.de), fetch(k.d_moe_out, x.NK * x.d), &k.offsets});
-        }
-        if (mbs.empty()) continue;
-        // per expert: the rows of every microbatch stacked, then the Gram identity per bank
+    for (const auto& per_block : df.kept) {
+        bool any = false;
+        for (const KeptExpertOperands& k : per_block) any = any || !k.offsets.empty();
+        if (!any) continue;  // a dense block, or no microbatch run this step
+        be.zero(TensorRef(partials), 3 * x.E);
         for (int64_t e = 0; e < x.E; ++e) {
-            std::vector<float> X1, A, Y1, Y2, Y3;
-            for (const Host& h : mbs) {
-                const int64_t r0 = (*h.offsets)[size_t(e)], r1 = (*h.offsets)[size_t(e + 1)];
-                X1.insert(X1.end(), h.moe_in.begin() + r0 * x.d, h.moe_in.begin() + r1 * x.d);
-                A.insert(A.end(), h.moe_act.begin() + r0 * x.de, h.moe_act.begin() + r1 * x.de);
-                Y1.insert(Y1.end(), h.dh1.begin() + r0 * x.de, h.dh1.begin() + r1 * x.de);
-                Y2.insert(Y2.end(), h.dh2.begin() + r0 * x.de, h.dh2.begin() + r1 * x.de);
-                Y3.insert(Y3.end(), h.dout.begin() + r0 * x.d, h.dout.begin() + r1 * x.d);
+            // the expert's rows over the step's microbatches, in blocks of at most gram_rows
+            blocks.clear();
+            for (const KeptExpertOperands& k : per_block) {
+                if (k.offsets.empty()) continue;  // microbatch not run this step
+                const int64_t end = k.offsets[size_t(e + 1)];
+                for (int64_t r = k.offsets[size_t(e)]; r < end; r += df.gram_rows)
+                    blocks.push_back(Block{&k, r, std::min(df.gram_rows, end - r)});
             }
-            const int64_t n = int64_t(X1.size()) / x.d;
-            if (n == 0) continue;
-            total += gram_grad_sq_norm(X1.data(), Y1.data(), n, x.d, x.de);  // w1
-            total += gram_grad_sq_norm(X1.data(), Y2.data(), n, x.d, x.de);  // w2
-            total += gram_grad_sq_norm(A.data(), Y3.data(), n, x.de, x.d);   // w3
+            for (size_t i = 0; i < blocks.size(); ++i)
+                for (size_t j = i; j < blocks.size(); ++j) {
+                    const Block &p = blocks[i], &q = blocks[j];
+                    // G = A_p A_q^T (rows_p, rows_q) fp32 over rows of `width` bf16 values
+                    auto gram = [&](float* g, const bf16* A, const bf16* B, int64_t width) {
+                        be.matmul(TensorRef(g), ConstTensorRef(A + p.r0 * width), ConstTensorRef(B + q.r0 * width),
+                                  MatmulShape{p.rows, q.rows, width, false, true, 1.0f, 0.0f});
+                    };
+                    // partial += w <G_X, G_Y>: the off-diagonal pair (j, i) contributes the same again
+                    auto dot = [&](int64_t bank) {
+                        be.matmul(TensorRef(partials + 3 * e + bank), ConstTensorRef(gx), ConstTensorRef(gy),
+                                  MatmulShape{1, 1, p.rows * q.rows, false, false, i == j ? 1.0f : 2.0f, 1.0f});
+                    };
+                    gram(gx, p.k->moe_in, q.k->moe_in, x.d);
+                    gram(gy, p.k->d_moe_h1, q.k->d_moe_h1, x.de);
+                    dot(0);
+                    gram(gy, p.k->d_moe_h2, q.k->d_moe_h2, x.de);
+                    dot(1);
+                    gram(gx, p.k->moe_act, q.k->moe_act, x.de);
+                    gram(gy, p.k->d_moe_out, q.k->d_moe_out, x.d);
+                    dot(2);
+                }
         }
+        from_backend(be, host.data(), partials, host.size() * sizeof(float));
+        for (float v : host) total += double(v);
     }
     return total;
 }

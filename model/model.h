@@ -46,7 +46,9 @@ struct BlockParams {
 /// Arena and Backend must outlive it.
 /// The operands one MoE block keeps for one microbatch in deferred mode (model/activations.h,
 /// deferred_expert_buffers): X and dY of each expert bank's weight-gradient product, rows in expert
-/// order, and each expert's row range [offsets[e], offsets[e+1]) (host copy).
+/// order, and each expert's row range [offsets[e], offsets[e+1]) (host copy). They are the block's
+/// working slots for that microbatch too: d_moe_h1 and d_moe_h2 hold the pre-activations h1, h2
+/// from the forward until the SwiGLU backward overwrites them in place with their gradients.
 struct KeptExpertOperands {
     bf16* moe_in = nullptr;     // (NK, d): X of w1, w2
     bf16* moe_act = nullptr;    // (NK, de): X of w3
@@ -63,6 +65,9 @@ struct DeferredExperts {
     bool on = false;
     std::vector<std::vector<KeptExpertOperands>> kept;  // [block][microbatch]; empty for dense blocks
     TensorRef scratch;        // ws.expert_grad: one expert matrix (d_expert x d_model), grad dtype
+    float* gram = nullptr;    // ws.expert_gram (fp32): partials (3 E) then two gram_rows^2 Gram blocks
+    int64_t gram_rows = 0;    // rows of one Gram block (deferred_gram_chunk_rows)
+    int64_t gram_partials = 0;  // fp32 words of partials before the blocks (deferred_gram_partials_words)
     float clip_coef = 1.0f;   // set by model_clip_gradients: the caller rescales the scratch by it
 };
 
@@ -157,9 +162,13 @@ double model_clip_gradients(Model& m, double max_norm);
 /// it (docs/design.md "Deferred expert gradients"). rows x rows dot products: O(rows^2 (in+out)).
 double gram_grad_sq_norm(const float* X, const float* dY, int64_t rows, int64_t in_features, int64_t out_features);
 
-/// The squared norm of every expert bank's gradient in deferred mode, from the kept operands of
-/// the step's microbatches by gram_grad_sq_norm per expert (rows of all microbatches stacked);
-/// 0 when m.deferred.on is false. model_grad_norm includes it.
+/// The squared norm of every expert bank's gradient in deferred mode by the Gram identity, on the
+/// backend with its matrix products: per expert, its rows over the step's microbatches in blocks
+/// of at most gram_rows (a block lies in one microbatch); per pair of blocks (i <= j) the fp32 Gram
+/// blocks G_X = X_i X_j^T and G_Y = dY_i dY_j^T and their dot product (a 1 x 1 product with k =
+/// rows_i rows_j, weight 2 when i < j) accumulated into the expert's and bank's fp32 partial
+/// (ws.expert_gram); the 3 E partials are read once and summed in double. w1 and w2 share G_X.
+/// 0 when m.deferred.on is false. model_grad_norm includes it. One host synchronization per call.
 double deferred_expert_grad_sq_norm(Model& m);
 
 }  // namespace skew

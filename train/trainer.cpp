@@ -244,6 +244,16 @@ EvalResult evaluate(Model& model, const BatchStream& val, int64_t eval_batches, 
     return r;
 }
 
+/// Device backends: the start-up measurement of what the process holds outside the arena into the
+/// run's metrics (device_overhead_bytes), with skew plan's constant and its expected device total.
+template <class Run>
+void synchronize_and_measure_overhead(Run& r) {
+    r.backend.synchronize();
+    r.metrics.device_overhead_bytes = std::max<int64_t>(0, r.backend.device_memory_used_bytes() - r.arena.bytes);
+    r.metrics.device_overhead_constant_bytes = cuda_runtime_overhead_bytes(cuda_plan_major_version());
+    r.metrics.plan_bytes = r.plan.peak_bytes + r.metrics.device_overhead_constant_bytes;
+}
+
 /// The checks of one optimizer's run that need no allocation, made for every optimizer before the
 /// run folder is created: an optimizer the backend cannot run, the microbatch
 /// (train.microbatch, or the largest that fits when 0) and, on a host backend, the plan against
@@ -252,9 +262,6 @@ EvalResult evaluate(Model& model, const BatchStream& val, int64_t eval_batches, 
 int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
                             const Backend& backend) {
     require_optimizer_backend(opt, backend);
-    if (cfg.train.expert_grads == "deferred" && backend.device_memory())
-        fail("train.expert_grads: deferred runs on the CPU backend only (the device step has no per-expert "
-             "weight-gradient product yet); set runtime.backend: cpu or train.expert_grads: stored");
     const int64_t mb = cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, backend);
     if (!backend.device_memory()) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb), opt);
     return mb;
@@ -424,6 +431,18 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
             }
         }
         model_init(r.model, uint64_t(tc.seed));
+    }
+    if (backend.device_memory()) {
+        // What the process holds outside the arena, measured once the arena, the backend's handles
+        // and the optimizer's exist (before the first step loads kernel modules): the device in use
+        // less the arena, against the constant `skew plan` adds (docs/design.md "Deferred expert
+        // gradients" and "One memory plan").
+        synchronize_and_measure_overhead(r);
+        spdlog::info("{}: CUDA context and libraries {:.3f} GiB measured at start-up (device memory in use less the "
+                     "{:.3f} GiB arena); skew plan's CUDA {} constant is {:.3f} GiB, its expected device total {:.3f} GiB",
+                     opt.name, double(r.metrics.device_overhead_bytes) / GIB, double(r.arena.bytes) / GIB,
+                     cuda_plan_major_version(), double(r.metrics.device_overhead_constant_bytes) / GIB,
+                     double(r.metrics.plan_bytes) / GIB);
     }
     reset_peak_rss();
     if (r.state.step >= tc.steps) {
@@ -658,8 +677,10 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
     }
     status_finish(r.status);
     if (backend.device_memory())
-        spdlog::info("{}: measured peak device memory {:.3f} GiB (whole device), plan {:.3f} GiB", opt.name,
-                     double(r.device_peak) / GIB, double(r.plan.peak_bytes) / GIB);
+        spdlog::info("{}: measured peak device memory {:.3f} GiB (whole device), plan {:.3f} GiB (arena; with the "
+                     "CUDA context and libraries {:.3f} GiB: {:.3f} measured at start-up)", opt.name,
+                     double(r.device_peak) / GIB, double(r.plan.peak_bytes) / GIB, double(r.metrics.plan_bytes) / GIB,
+                     double(r.plan.peak_bytes + r.metrics.device_overhead_bytes) / GIB);
     r.metrics.summary = summarize(r.metrics.history, r.totals());
     write_metrics(opts.run_dir, r.metrics);
     sync_step_log(r.log);

@@ -233,15 +233,34 @@ TEST_CASE("the deferred plan drops the expert gradient buffers for the kept oper
         CHECK(pd.find("kept.1." + std::to_string(accum - 1) + ".d_moe_out") >= 0);
         CHECK(pd.find("kept.1." + std::to_string(accum) + ".d_moe_out") < 0);
         CHECK(ps.find("ws.expert_grad") < 0);
+        // the kept operands are the expert slots of their block and microbatch: the table's
+        // stored-mode slots are gone, the rest of the block's MoE slots stay
+        for (const char* slot : {"act.moe_in", "act.moe_h1", "act.moe_h2", "act.moe_act", "act.d_moe_out",
+                                 "act.d_moe_h1", "act.d_moe_h2"}) {
+            CHECK(ps.find(slot) >= 0);
+            CHECK(pd.find(slot) < 0);
+        }
+        for (const char* slot : {"act.moe_out", "act.d_moe_act", "act.d_moe_in", "act.expert_offsets"}) CHECK(pd.find(slot) >= 0);
+        // the Gram blocks of the expert gradient norm: OPTIMIZER phase, partials + two blocks
+        const int gi = pd.find("ws.expert_gram");
+        REQUIRE(gi >= 0);
+        const ActDims D = act_dims(m, cs.train.microbatch, cs.train.seq_len, 0);
+        const int64_t c = std::min<int64_t>(1024, cs.train.microbatch * cs.train.seq_len);
+        CHECK(deferred_gram_chunk_rows(D) == c);
+        CHECK(pd.buffers[size_t(gi)].numel() == (3 * E + 63) / 64 * 64 + 2 * c * c);
+        CHECK(pd.buffers[size_t(gi)].first == Phase::OPTIMIZER);
     }
 }
 
 TEST_CASE("deferred expert gradients are refused where they cannot run, with the reason") {
     using train_test::error_of;
-    CHECK(error_of([] { tiny({"train.expert_grads=deferred", "runtime.backend=cuda"}); })
-              .find("train.expert_grads: deferred expert gradients run on the CPU backend only") != std::string::npos);
-    CHECK(error_of([] { tiny({"train.expert_grads=deferred", "train.optimizers=[galore]"}); })
-              .find("not supported by optimizer 'galore'") != std::string::npos);
+    // both backends run it (the CUDA step: tests/gpu/test_deferred_experts.cpp)
+    CHECK(error_of([] { tiny({"train.expert_grads=deferred", "runtime.backend=cuda"}); }) == "(no error)");
+    // GaLore cannot: the message names the key, the optimizer and the reason
+    const std::string galore = error_of([] { tiny({"train.expert_grads=deferred", "train.optimizers=[galore]"}); });
+    CHECK(galore.find("train.expert_grads") != std::string::npos);
+    CHECK(galore.find("not supported by optimizer 'galore'") != std::string::npos);
+    CHECK(galore.find("projected step") != std::string::npos);
     CHECK(error_of([] { tiny({"train.expert_grads=deferred"}); }) == "(no error)");
     CHECK(error_of([] { tiny({"train.expert_grads=later"}); }).find("train.expert_grads") != std::string::npos);
 }
