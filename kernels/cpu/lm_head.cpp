@@ -159,7 +159,7 @@ void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, Tensor
     constexpr int64_t G = cpu_ws::LM_HEAD_VOCAB_GROUPS, TB = cpu_ws::LM_HEAD_BLOCK_COLS;
     const int64_t chunk = cpu_ws::lm_head_chunk_tokens(n);
     Carver ws{static_cast<char*>(workspace)};
-    float* logits = ws.take<float>(chunk * Vp);  // (chunk, Vp): tiles, then their gradients
+    float* logits = ws.take<float>(chunk * Vp);  // tile t: (m, cw) at column offset c0 times m
     float* wte32 = ws.take<float>(Vp * C);       // (Vp, C): wte widened once, when bf16
     float* dwte_acc = ws.take<float>(Vp * C);    // (Vp, C): fp32 accumulator, when dwte is bf16
     float* x32 = ws.take<float>(chunk * C);      // (chunk, C): the chunk's x widened, when bf16
@@ -204,12 +204,12 @@ void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, Tensor
             group_tiles(g, n_tiles, t0, t1);
             for (int64_t t = t0; t < t1; ++t) {
                 const int64_t c0 = t * TB, cw = std::min(TB, Vp - c0);
-                float* tile = logits + c0;
+                float* tile = logits + c0 * m;  // (m, cw), contiguous
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(cw), int(C), 1.0f, xc, int(C),
-                            w + c0 * C, int(C), 0.0f, tile, int(Vp));
-                tile_softmax_stats(tile, Vp, m, std::clamp<int64_t>(V - c0, 0, cw), gm, gs);
+                            w + c0 * C, int(C), 0.0f, tile, int(cw));
+                tile_softmax_stats(tile, cw, m, std::clamp<int64_t>(V - c0, 0, cw), gm, gs);
                 for (int64_t r = 0; r < m; ++r)
-                    if (tg[r] >= c0 && tg[r] < c0 + cw) tgt_logit[i0 + r] = tile[r * Vp + (tg[r] - c0)];
+                    if (tg[r] >= c0 && tg[r] < c0 + cw) tgt_logit[i0 + r] = tile[r * cw + (tg[r] - c0)];
             }
         }
 
@@ -234,15 +234,15 @@ void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, Tensor
             float* dxg = dx_part + g * chunk * C;
             for (int64_t t = t0; t < t1; ++t) {
                 const int64_t c0 = t * TB, cw = std::min(TB, Vp - c0);
-                float* tile = logits + c0;
-                tile_dlogits(tile, Vp, m, c0, cw, V, row_max, row_inv, tg, grad_scale);
+                float* tile = logits + c0 * m;
+                tile_dlogits(tile, cw, m, c0, cw, V, row_max, row_inv, tg, grad_scale);
                 if (dx)
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(C), int(cw), 1.0f, tile, int(Vp),
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(C), int(cw), 1.0f, tile, int(cw),
                                 w + c0 * C, int(C), t == t0 ? 0.0f : 1.0f, dxg, int(C));
                 if (dw) {
                     // the bf16 gradient's accumulator starts at the first chunk (no zeroing pass)
                     const float beta = dw == dwte_acc && i0 == 0 ? 0.0f : 1.0f;
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(cw), int(C), int(m), 1.0f, tile, int(Vp),
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(cw), int(C), int(m), 1.0f, tile, int(cw),
                                 xc, int(C), beta, dw + c0 * C, int(C));
                 }
             }
