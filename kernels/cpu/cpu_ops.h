@@ -97,8 +97,9 @@ void check_nonneg(const char* what, int64_t v);
 
 /// While alive, OpenBLAS runs every call on the calling thread (its own thread pool stays idle),
 /// so OpenMP threads can each run a product on their own slice without OpenBLAS's threads spinning
-/// beside them; the previous OpenBLAS thread count is restored at the end. One host thread at a
-/// time may hold one (the backend is driven by one host thread).
+/// beside them; the previous OpenBLAS thread count is restored at the end. Held by the host thread
+/// outside OpenMP parallel regions (one at a time: the backend is driven by one host thread);
+/// inside a parallel region it changes nothing.
 struct BlasSerialScope {
     BlasSerialScope();
     ~BlasSerialScope();

@@ -22,7 +22,7 @@ void check_nonneg(const char* what, int64_t v) {
     if (v < 0) fail("{}: negative size {}", what, v);
 }
 
-BlasSerialScope::BlasSerialScope() : saved_threads(openblas_get_num_threads()) {
+BlasSerialScope::BlasSerialScope() : saved_threads(omp_in_parallel() ? 1 : openblas_get_num_threads()) {
     if (saved_threads != 1) openblas_set_num_threads(1);
 }
 
