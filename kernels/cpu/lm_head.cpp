@@ -11,7 +11,8 @@
 // of parallel work (OpenMP, one single-threaded product per tile): every sum runs in an order
 // fixed by the shapes alone, so results do not depend on the thread count. The element-wise tile
 // code is compiled for AVX2 and for baseline x86-64 (target_clones) from one source that has no
-// fused multiply-adds (-ffp-contract=off): both give the same bits, whatever the CPU.
+// fused multiply-adds (-ffp-contract=off): both give the same bits, so which one a CPU runs changes
+// nothing (the products are OpenBLAS's sgemm, as for every CPU matmul; no bf16 arithmetic).
 // Every buffer is a region of the caller's workspace (engine/cpu_workspace.h).
 #include <cblas.h>
 #include <omp.h>
