@@ -68,8 +68,8 @@ struct PlanComponent {
 };
 
 /// Tokens per chunk of the model's unfused LM head: its act.logits slot holds at least
-/// min(N, LOGITS_CHUNK_TOKENS) x padded_vocab_size fp32 logits (model/activations.h), and the CPU
-/// backend's fused head works in the same chunk (cpu_backend_workspace).
+/// min(N, LOGITS_CHUNK_TOKENS) x padded_vocab_size fp32 logits (model/activations.h); the CPU
+/// backend's fused head works in chunks of at most as many tokens (engine/cpu_workspace.h).
 constexpr int64_t LOGITS_CHUNK_TOKENS = 512;
 
 /// The backend a plan is sized for: "cpu" for runtime.backend cpu, else "cuda" (auto plans for
@@ -90,9 +90,10 @@ struct BackendWorkspace {
 /// cuda_backend_workspace.
 BackendWorkspace backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
 
-/// The CPU backend's: its fused LM head works on the model's logits chunk (min(N, 512) tokens)
-/// plus the embedding widened to fp32 and an fp32 accumulator for its gradient (2 Vp d words;
-/// kernels/cpu/cross_entropy.cpp); no op scratch.
+/// The CPU backend's: its fused LM head's workspace (engine/cpu_workspace.h: a chunk of at most
+/// 512 tokens of fp32 logits, the embedding widened to fp32 and an fp32 accumulator for its
+/// gradient, per-group input-gradient partials and softmax statistics; kernels/cpu/lm_head.cpp);
+/// no op scratch.
 BackendWorkspace cpu_backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
 
 /// The CUDA backend's (formulas: engine/cuda_workspace.h): ws.cuda_scratch (fp32 words holding the
