@@ -345,6 +345,7 @@ struct OptimizerRun {
           plan(build_memory_plan(c, table, o, microbatch)), arena(allocate_arena(plan, be)),
           model(model_bind(c, table, arena, be)), slots(arena_param_slots(o, table, arena)),
           dp(dp_make(*to.comm, c.train, microbatch)), writer(dp.rank == 0) {
+        dp.device_comm = to.device_comm;
         dp_plan_buckets(dp, model, c.parallel.bucket_mib);
         optimizer = make_optimizer_runner(opt, backend, arena);
         backend.bind_workspace(backend_workspace_memory(arena));  // last: nothing below throws
@@ -803,6 +804,13 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
             comm.allgather(&mb, all.data(), 1, CommDType::I64);
             mb = *std::min_element(all.begin(), all.end());
         }
+    }
+    // CUDA under mpirun/srun: gradients summed by NCCL in device memory, on the backend's stream
+    std::unique_ptr<Communicator> device_comm;
+    if (opts.nccl && backend->device_memory()) {
+        device_comm = make_device_communicator(*backend, comm, opts.device);
+        opts.device_comm = device_comm.get();
+        spdlog::info("data parallel: {} ranks, gradients summed over NCCL ({})", world, device_comm->describe());
     }
 
     RunWrites writes;
