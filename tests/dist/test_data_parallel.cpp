@@ -342,3 +342,24 @@ TEST_CASE("a rank killed with SIGKILL mid-run ends every rank non-zero, the rank
     CHECK(s < 60);
     CHECK(output.find("rank 1") != std::string::npos);
 }
+
+TEST_CASE("a data-parallel run stopped and resumed on 2 ranks equals the uninterrupted one bit for bit", "[dist]") {
+    const std::string whole = work_dir() + "/dp-whole", parts = work_dir() + "/dp-parts";
+    const std::string args = train_args("--set train.steps=6 --set train.eval_every=3 --set train.checkpoint_every=3 "
+                                        "--optimizers adamw --out ");
+    const std::string np2 = "-np 2 " + skew_bin() + " ";
+    Run a = mpirun(np2 + args + whole, 300);
+    INFO(a.output);
+    REQUIRE(a.status == 0);
+    Run b = mpirun(np2 + args + parts + " --stop-after 4", 300);
+    INFO(b.output);
+    REQUIRE(b.status == 0);
+    Run c = mpirun(np2 + "train --plain --resume " + parts, 300);
+    INFO(c.output);
+    REQUIRE(c.status == 0);
+    CHECK(read_bytes(whole + "/checkpoints/adamw/last/model.safetensors") ==
+          read_bytes(parts + "/checkpoints/adamw/last/model.safetensors"));
+    CHECK(read_bytes(whole + "/checkpoints/adamw/last/optimizer.safetensors") ==
+          read_bytes(parts + "/checkpoints/adamw/last/optimizer.safetensors"));
+    CHECK(losses(whole, "adamw") == losses(parts, "adamw"));
+}
