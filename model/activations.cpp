@@ -10,8 +10,9 @@
 namespace skew {
 namespace {
 
-bool holds(const ModelConfig& m, ActWhen when) {
+bool holds(const ModelConfig& m, const ActDims& D, ActWhen when) {
     switch (when) {
+        case ActWhen::EXPERT_PARALLEL: return !m.moe_blocks.empty() && D.M > 1;
         case ActWhen::ALL:
         case ActWhen::PER_BLOCK: return true;
         case ActWhen::DENSE: return int64_t(m.moe_blocks.size()) < m.n_blocks;
@@ -48,7 +49,10 @@ void bind_slot(std::vector<T*>& member, const Arena& arena, const std::string& n
 
 }  // namespace
 
-ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes) {
+ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes,
+                 int64_t expert_parallel) {
+    if (expert_parallel < 1 || m.n_experts % expert_parallel != 0)
+        fail("parallel.expert: {} does not divide model.n_experts {}", expert_parallel, m.n_experts);
     ActDims D;
     D.B = microbatch;
     D.T = seq_len;
@@ -62,8 +66,17 @@ ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int6
     D.E = m.n_experts;
     D.k = m.top_k;
     D.NK = D.N * D.k;
+    D.M = expert_parallel;
+    D.El = D.E / D.M;
+    D.NKr = D.M * D.NK;
     D.logits = std::max(std::min(D.N, LOGITS_CHUNK_TOKENS) * m.padded_vocab_size, (lm_head_workspace_bytes + 3) / 4);
     return D;
+}
+
+int64_t table_expert_parallel(const ParamTable& table, const ModelConfig& m) {
+    for (const ParamInfo& p : table.params)
+        if (p.tier == Tier::EXPERTS && p.shape[0] > 0) return m.n_experts / p.shape[0];
+    return 1;
 }
 
 std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDims& D) {
@@ -72,7 +85,7 @@ std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDim
     std::vector<BufferSpec> out;
     auto add = [&](const std::string& name, DType dtype, ActWhen when, BufferKind kind, Phase first, Phase last,
                    std::vector<int64_t> shape) {
-        if (!holds(m, when)) return;
+        if (!holds(m, D, when)) return;
         const int64_t copies = when == ActWhen::PER_BLOCK ? m.n_blocks : 1;
         for (int64_t c = 0; c < copies; ++c) {
             BufferSpec b;
@@ -153,7 +166,7 @@ ActSlots act_slots_bind(const Config& cfg, const ActDims& dims, const Arena& are
     D.logits = m.padded_vocab_size;
     ActSlots a;
 #define SKEW_ACT_BIND(member, type, name, dtype, when, kind, first, last, ...) \
-    if (holds(m, ActWhen::when)) bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), m.n_blocks);
+    if (holds(m, D, ActWhen::when)) bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), m.n_blocks);
     SKEW_ACTIVATIONS(SKEW_ACT_BIND)
 #undef SKEW_ACT_BIND
     a.logits_bytes = arena.plan->buffers[size_t(arena.plan->find("act.logits"))].bytes();

@@ -14,7 +14,8 @@ MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const O
         fail("plan: microbatch {} does not divide train.batch_size {}", microbatch, cfg.train.batch_size);
     const DType grad_dtype = cfg.runtime.grad_dtype == "fp32" ? DType::F32 : DType::BF16;
     const BackendWorkspace backend = backend_workspace(cfg, table, microbatch);
-    const ActDims dims = act_dims(cfg.model, microbatch, cfg.train.seq_len, backend.lm_head_bytes);
+    const ActDims dims = act_dims(cfg.model, microbatch, cfg.train.seq_len, backend.lm_head_bytes,
+                                  table_expert_parallel(table, cfg.model));
 
     std::vector<BufferSpec> buffers = parameter_buffers(table, grad_dtype);
     auto append = [&](std::vector<BufferSpec> more) {
