@@ -553,6 +553,10 @@ void model_set_expert_comm(Model& m, Communicator* comm) {
         return;
     }
     if (!comm) fail("model: the parameter table holds 1/{} of the experts but no expert-parallel group was given", m.ep.M);
+    if (comm->device_memory() != m.backend->device_memory())
+        fail("model: the expert-parallel group ({}) moves {} memory but the {} backend's activations are in {} memory",
+             comm->describe(), comm->device_memory() ? "device" : "host", m.backend->name(),
+             m.backend->device_memory() ? "device" : "host");
     if (comm->world_size() != m.ep.M)
         fail("model: parallel.expert is {} but the expert-parallel group has {} ranks ({})", m.ep.M, comm->world_size(),
              comm->describe());

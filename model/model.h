@@ -127,7 +127,9 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
 /// Attach the expert-parallel group to a model bound over an expert-parallel rank's table
 /// (build_param_table with ExpertShard{M, comm.rank()}). Throws skew::Error when the table's M
 /// (n_experts over the banks' experts) differs from comm.world_size(), or when the table's
-/// expert_offset is not comm.rank() * E/M. M = 1 needs no call (nullptr: today's path).
+/// expert_offset is not comm.rank() * E/M, or when the group moves another kind of memory than the
+/// backend's (MPI host memory with the CUDA backend: use the NCCL group). M = 1 needs no call
+/// (nullptr: today's path).
 void model_set_expert_comm(Model& m, Communicator* comm);
 
 /// Initialize every weight (docs/design.md, "The paper's model"): linear and embedding weights

@@ -29,11 +29,13 @@ struct GradBucket {
 /// The data-parallel group of one run and its per-step scratch. World size 1 (no launcher, or
 /// `mpirun -np 1`) runs every function below as a no-op or a copy.
 struct DataParallel {
-    Communicator* comm = nullptr;  // the data-parallel ranks (every rank while parallel.expert is 1)
+    Communicator* comm = nullptr;  // the data-parallel ranks over host memory (every rank while parallel.expert is 1)
+    Communicator* device_comm = nullptr;  // the same ranks over device memory (NCCL, CUDA backend); null: comm
     /// Expert parallel (docs/distributed.md, "Expert parallel"): the ranks that hold the same
-    /// experts (world_rank % M equal, world_size / M of them). An expert bank's gradient is already
-    /// the sum over its expert-parallel group's tokens (formed on the owner), so it is summed over
-    /// this group only; nullptr: expert banks are summed over `comm` like every other gradient.
+    /// experts (world_rank % M equal, world_size / M of them), over device memory on CUDA. An
+    /// expert bank's gradient is already the sum over its expert-parallel group's tokens (formed on
+    /// the owner), so it is summed over this group only; nullptr: expert banks are summed like every
+    /// other gradient.
     Communicator* expert_comm = nullptr;
     int rank = 0;
     int world_size = 1;

@@ -347,6 +347,7 @@ struct OptimizerRun {
           dp(dp_make(*to.comm, c.train, microbatch)), writer(dp.rank == 0) {
         if (to.expert_comm) model_set_expert_comm(model, to.expert_comm);
         dp.expert_comm = to.expert_holders;
+        dp.device_comm = to.device_comm;
         dp_plan_buckets(dp, model, c.parallel.bucket_mib);
         optimizer = make_optimizer_runner(opt, backend, arena);
         backend.bind_workspace(backend_workspace_memory(arena));  // last: nothing below throws
@@ -740,6 +741,9 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
     const int64_t M = cfg.parallel.expert;
     if (world % M != 0)
         fail("parallel.expert {} needs a multiple of {} ranks (mpirun -np); this run has {}", M, M, world);
+    if (M > 1 && opts.resume)  // until the checkpoints record every rank's experts (docs/distributed.md)
+        fail("--resume {}: a run with parallel.expert {} cannot resume yet: its checkpoints hold rank 0's experts only",
+             opts.run_dir, M);
     std::unique_ptr<Communicator> expert_group, expert_holders;
     if (M > 1) {
         expert_group = comm.split(int(comm.rank() / M), comm.rank());
@@ -817,6 +821,19 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
             std::vector<int64_t> all(static_cast<size_t>(world));
             comm.allgather(&mb, all.data(), 1, CommDType::I64);
             mb = *std::min_element(all.begin(), all.end());
+        }
+    }
+    // CUDA under mpirun/srun: gradients summed by NCCL in device memory, on the backend's stream
+    std::unique_ptr<Communicator> device_comm;
+    if (opts.nccl && backend->device_memory()) {
+        device_comm = make_device_communicator(*backend, comm, opts.device);
+        opts.device_comm = device_comm.get();
+        spdlog::info("data parallel: {} ranks, gradients summed over NCCL ({})", world, device_comm->describe());
+        if (M > 1) {  // the expert exchange and the expert gradients move device memory too
+            expert_group = device_comm->split(int(comm.rank() / M), comm.rank());
+            expert_holders = device_comm->split(int(comm.rank() % M), comm.rank());
+            opts.expert_comm = expert_group.get();
+            opts.expert_holders = expert_holders.get();
         }
     }
 

@@ -28,6 +28,7 @@ struct TrainOptions {
     /// (world_rank % M equal).
     Communicator* expert_comm = nullptr;
     Communicator* expert_holders = nullptr;
+    Communicator* device_comm = nullptr;  // set by train_all: NCCL over the ranks when nccl and the backend is CUDA
 };
 
 /// What one optimizer's run ended with.
