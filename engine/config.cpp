@@ -532,6 +532,10 @@ struct Loader {
         for (const auto& n : t.optimizers) rule(names.insert(n).second, "train.optimizers", fmt::format("'{}' is listed twice", n));
         rule(m.n_experts % cfg.parallel.expert == 0, "parallel.expert",
              fmt::format("expert parallelism ({}) must divide model.n_experts ({})", cfg.parallel.expert, m.n_experts));
+        rule(cfg.parallel.expert == 1 || t.recompute == "block", "parallel.expert",
+             fmt::format("expert parallelism ({}) runs with train.recompute: block only (the exchange of a block's "
+                         "rows is planned again by its recompute); train.recompute is {}",
+                         cfg.parallel.expert, t.recompute));
     }
 
     // tiers.* are read by SkewAdam alone (optim/optimizer.cpp, param_policy): under any other type

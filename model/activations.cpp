@@ -11,9 +11,10 @@ namespace skew {
 namespace {
 
 // Whether block `b` of cfg.model is of the kind `when` names.
-bool block_holds(const Config& cfg, ActWhen when, int64_t b) {
+bool block_holds(const Config& cfg, const ActDims& D, ActWhen when, int64_t b) {
     const ModelConfig& m = cfg.model;
     switch (when) {
+        case ActWhen::EXPERT_PARALLEL: return m.is_moe_block(b) && D.M > 1;
         case ActWhen::ALL: return true;
         case ActWhen::DENSE: return !m.is_moe_block(b);
         case ActWhen::MOE: return m.is_moe_block(b);
@@ -23,9 +24,9 @@ bool block_holds(const Config& cfg, ActWhen when, int64_t b) {
 }
 
 // Whether any block of cfg.model is of the kind `when` names (the model holds the slot at all).
-bool holds(const Config& cfg, ActWhen when) {
+bool holds(const Config& cfg, const ActDims& D, ActWhen when) {
     for (int64_t b = 0; b < cfg.model.n_blocks; ++b)
-        if (block_holds(cfg, when, b)) return true;
+        if (block_holds(cfg, D, when, b)) return true;
     return false;
 }
 
@@ -51,21 +52,21 @@ void* slot_ptr(const Arena& arena, const std::string& name, int64_t bytes) {
 // One slot for the step.
 template <class T>
 void bind_slot(T*& member, const Arena& arena, const std::string& name, int64_t bytes, const Config& cfg,
-               ActWhen when, bool) {
-    if (holds(cfg, when)) member = static_cast<T*>(slot_ptr(arena, name, bytes));
+               const ActDims& D, ActWhen when, bool) {
+    if (holds(cfg, D, when)) member = static_cast<T*>(slot_ptr(arena, name, bytes));
 }
 
 // One pointer per block: each block of the slot's kind gets its own buffer ("<name>.<block>") when
 // `per_block`, else the one shared buffer; blocks of another kind get null.
 template <class T>
 void bind_slot(std::vector<T*>& member, const Arena& arena, const std::string& name, int64_t bytes,
-               const Config& cfg, ActWhen when, bool per_block) {
+               const Config& cfg, const ActDims& D, ActWhen when, bool per_block) {
     const ModelConfig& m = cfg.model;
     member.assign(size_t(m.n_blocks), nullptr);
-    if (!holds(cfg, when)) return;
+    if (!holds(cfg, D, when)) return;
     T* shared = per_block ? nullptr : static_cast<T*>(slot_ptr(arena, name, bytes));
     for (int64_t b = 0; b < m.n_blocks; ++b)
-        if (block_holds(cfg, when, b))
+        if (block_holds(cfg, D, when, b))
             member[size_t(b)] = per_block ? static_cast<T*>(slot_ptr(arena, per_block_name(name, b), bytes)) : shared;
 }
 
@@ -87,7 +88,10 @@ const char* recompute_name(Recompute r) {
     return "?";
 }
 
-ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes) {
+ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes,
+                 int64_t expert_parallel) {
+    if (expert_parallel < 1 || m.n_experts % expert_parallel != 0)
+        fail("parallel.expert: {} does not divide model.n_experts {}", expert_parallel, m.n_experts);
     ActDims D;
     D.B = microbatch;
     D.T = seq_len;
@@ -101,8 +105,17 @@ ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int6
     D.E = m.n_experts;
     D.k = m.top_k;
     D.NK = D.N * D.k;
+    D.M = expert_parallel;
+    D.El = D.E / D.M;
+    D.NKr = D.M * D.NK;
     D.logits = std::max(std::min(D.N, LOGITS_CHUNK_TOKENS) * m.padded_vocab_size, (lm_head_workspace_bytes + 3) / 4);
     return D;
+}
+
+int64_t table_expert_parallel(const ParamTable& table, const ModelConfig& m) {
+    for (const ParamInfo& p : table.params)
+        if (p.tier == Tier::EXPERTS && p.shape[0] > 0) return m.n_experts / p.shape[0];
+    return 1;
 }
 
 std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDims& D) {
@@ -119,7 +132,7 @@ std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDim
     std::vector<BufferSpec> out;
     auto add = [&](const std::string& name, DType dtype, ActWhen when, ActKeep keep, BufferKind kind, TablePhase first,
                    TablePhase last, std::vector<int64_t> shape) {
-        if (!holds(cfg, when)) return;
+        if (!holds(cfg, D, when)) return;
         const bool per_block = act_kept_per_block(keep, mode);
         BufferSpec b;
         b.kind = kind;
@@ -135,7 +148,7 @@ std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDim
             return;
         }
         for (int64_t blk = 0; blk < m.n_blocks; ++blk) {
-            if (!block_holds(cfg, when, blk)) continue;
+            if (!block_holds(cfg, D, when, blk)) continue;
             b.name = per_block_name(name, blk);
             out.push_back(b);
         }
@@ -218,7 +231,7 @@ ActSlots act_slots_bind(const Config& cfg, const ActDims& dims, const Arena& are
     ActSlots a;
     a.recompute = parse_recompute(cfg.train.recompute);
 #define SKEW_ACT_BIND(member, type, name, dtype, when, keep, kind, first, last, ...)                               \
-    bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), cfg, ActWhen::when,                    \
+    bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), cfg, D, ActWhen::when,                    \
               act_kept_per_block(ActKeep::keep, a.recompute));
     SKEW_ACTIVATIONS(SKEW_ACT_BIND)
 #undef SKEW_ACT_BIND

@@ -30,19 +30,30 @@ struct ActDims {
     int64_t ff = 0, de = 0;        // d_ff, d_expert
     int64_t E = 0, k = 0, NK = 0;  // n_experts, top_k, N*top_k token copies
     int64_t logits = 0;            // fp32 words of act.logits (LM head chunk, or the backend's fused head)
+    /// Expert parallelism (docs/distributed.md, "Expert parallel"): M ranks share each expert bank,
+    /// El = E / M experts per rank; NKr = M * NK, the most token rows a rank's experts can receive
+    /// per microbatch (every rank of the group routing every copy to this rank's experts). M = 1:
+    /// El = E, NKr = NK and no exchange slots.
+    int64_t M = 1, El = 0, NKr = 0;
 };
 
 /// The dimensions of `m` for `microbatch` sequences of `seq_len` tokens; act.logits holds
 /// max(min(N, LOGITS_CHUNK_TOKENS) x padded_vocab_size, the backend's fused LM head workspace).
-/// lm_head_workspace_bytes: that workspace (0: the backend has no fused head).
-ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes);
+/// lm_head_workspace_bytes: that workspace (0: the backend has no fused head). expert_parallel: M
+/// (table_expert_parallel of the rank's parameter table), which must divide n_experts.
+ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes,
+                 int64_t expert_parallel = 1);
+
+/// M of a parameter table: n_experts over the experts its banks hold (build_param_table with an
+/// ExpertShard), 1 for a model without MoE blocks.
+int64_t table_expert_parallel(const ParamTable& table, const ModelConfig& m);
 
 /// Which blocks hold a slot: every block, the dense (FFN) blocks, the MoE blocks, the MoE blocks
 /// whose expert weight gradients are stored (train.expert_grads: stored; in deferred mode the kept
 /// operands of deferred_expert_buffers serve as these slots, one set per MoE block and
 /// microbatch). A slot kept once exists when the model has such a block; one kept per block exists
-/// for each such block.
-enum class ActWhen : uint8_t { ALL, DENSE, MOE, MOE_STORED };
+/// for each such block. EXPERT_PARALLEL: the MoE blocks under expert parallelism (ActDims::M > 1).
+enum class ActWhen : uint8_t { ALL, DENSE, MOE, MOE_STORED, EXPERT_PARALLEL };
 
 /// train.recompute, ordered by what the forward keeps: BLOCK keeps each block's input and
 /// recomputes the whole block in the backward; ATTENTION keeps every block's working slots but the
@@ -84,6 +95,7 @@ enum ActScalar : int {
     ACT_SCALAR_LM_LOSS = 0,       // mean cross-entropy of the microbatch (lm_head)
     ACT_SCALAR_BALANCE_LOSS = 2,  // balance loss of the MoE block being run
     ACT_SCALAR_Z_LOSS = 3,        // z-loss of the MoE block being run
+    ACT_SCALAR_EP_SQ_NORM = 4,    // words 4-5: one fp64, the expert banks' squared gradient norm summed over the expert-parallel group
 };
 constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scalars)
 
@@ -129,10 +141,20 @@ constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scala
     X(sorted_to_copy,  int64_t*, "act.moe_sorted_to_copy",  I32,  MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.NK, 2)            \
     X(copy_to_sorted,  int64_t*, "act.moe_copy_to_sorted",  I32,  MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.NK, 2)            \
     X(moe_in,          bf16*,    "act.moe_in",              BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NK, D.d)          \
-    X(moe_h1,          bf16*,    "act.moe_h1",              BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NK, D.de)         \
-    X(moe_h2,          bf16*,    "act.moe_h2",              BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NK, D.de)         \
-    X(moe_act,         bf16*,    "act.moe_act",             BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NK, D.de)         \
+    X(moe_h1,          bf16*,    "act.moe_h1",              BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NKr, D.de)         \
+    X(moe_h2,          bf16*,    "act.moe_h2",              BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NKr, D.de)         \
+    X(moe_act,         bf16*,    "act.moe_act",             BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NKr, D.de)         \
     X(moe_out,         bf16*,    "act.moe_out",             BF16, MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.NK, D.d)          \
+    /* expert parallel (train.recompute: block only): the all-to-all receive (and return-send) rows,  */                       \
+    /* source-rank order; this rank's experts' rows in expert order (input; output, then in the       */                       \
+    /* backward the output and input gradients); the permutation both ways; local offsets; counts    */                        \
+    X(ep_recv,         bf16*,    "act.ep_recv",             BF16, EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.NKr, D.d)         \
+    X(ep_moe_in,       bf16*,    "act.ep_moe_in",           BF16, EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.NKr, D.d)         \
+    X(ep_moe_out,      bf16*,    "act.ep_moe_out",          BF16, EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.NKr, D.d)         \
+    X(ep_perm,         int64_t*, "act.ep_perm",             I32,  EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.NKr, 2)           \
+    X(ep_perm_inv,     int64_t*, "act.ep_perm_inv",         I32,  EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.NKr, 2)           \
+    X(ep_offsets,      int64_t*, "act.ep_offsets",          I32,  EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.El + 1, 2)        \
+    X(ep_counts,       int64_t*, "act.ep_counts",           I32,  EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, 2 * D.E, 2)         \
     /* LM head: final LayerNorm, logits (overwritten in place by their gradient), per-token losses */                          \
     X(final_ln_out,    bf16*,    "act.final_ln_out",        BF16, ALL,   ONE,          ACTIVATION, H,  H,  D.N, D.d)           \
     X(final_ln_mean,   float*,   "act.final_ln_mean",       F32,  ALL,   ONE,          ACTIVATION, H,  H,  D.N)                \
@@ -155,9 +177,9 @@ constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scala
     X(d_router_logits, float*,   "act.d_router_logits",     F32,  MOE,   ONE,          ACTIVATION, BW, BW, D.N, D.E)           \
     X(d_topk_gate,     float*,   "act.d_topk_gate",         F32,  MOE,   ONE,          ACTIVATION, BW, BW, D.N, D.k)           \
     X(d_moe_out,       bf16*,    "act.d_moe_out",           BF16, MOE_STORED,ONE,          ACTIVATION, BW, BW, D.NK, D.d)          \
-    X(d_moe_h1,        bf16*,    "act.d_moe_h1",            BF16, MOE_STORED,ONE,          ACTIVATION, BW, BW, D.NK, D.de)         \
-    X(d_moe_h2,        bf16*,    "act.d_moe_h2",            BF16, MOE_STORED,ONE,          ACTIVATION, BW, BW, D.NK, D.de)         \
-    X(d_moe_act,       bf16*,    "act.d_moe_act",           BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.de)         \
+    X(d_moe_h1,        bf16*,    "act.d_moe_h1",            BF16, MOE_STORED,ONE,          ACTIVATION, BW, BW, D.NKr, D.de)         \
+    X(d_moe_h2,        bf16*,    "act.d_moe_h2",            BF16, MOE_STORED,ONE,          ACTIVATION, BW, BW, D.NKr, D.de)         \
+    X(d_moe_act,       bf16*,    "act.d_moe_act",           BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NKr, D.de)         \
     X(d_moe_in,        bf16*,    "act.d_moe_in",            BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.d)          \
     /* the ops' scalar outputs for the whole step (named slots: ActScalar) */                                                  \
     X(scalars,         float*,   "ws.scalars",              F32,  ALL,   ONE,          WORKSPACE,  F,  O,  ACT_SCALAR_WORDS)

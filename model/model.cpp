@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "kernels/common/init_math.h"
 #include "kernels/common/philox.h"
 #include "kernels/cuda/nvtx.h"
 
@@ -106,6 +107,124 @@ ExpertSlots expert_slots(const Model& m, int64_t bi, int64_t mb) {
     return ExpertSlots{k.moe_in, k.d_moe_h1, k.d_moe_h2, k.moe_act, k.d_moe_out, k.d_moe_h1, k.d_moe_h2};
 }
 
+// ---- expert parallelism (docs/distributed.md, "Expert parallel")
+
+// Where the grouped expert matmuls of a MoE block run: over the microbatch's NK copies and all E
+// experts (one rank), or over the R rows this rank's El experts received (expert parallel).
+struct ExpertRows {
+    const bf16* in;          // X of w1 and w2 (rows, d), expert order
+    bf16* out;               // w3's output (rows, d); in the backward w3's dY, then dX of w1 + w2
+    const int64_t* offsets;  // (n_experts + 1) row offsets
+    int64_t n_experts, rows;
+};
+
+ExpertRows expert_rows(const Model& m, int64_t bi, const bf16* moe_in) {
+    const ActSlots& a = m.act;
+    if (!m.ep.on()) {
+        const Dims x = dims_of(m);
+        return ExpertRows{moe_in, a.moe_out[size_t(bi)], a.expert_offsets[size_t(bi)], x.E, x.NK};
+    }
+    return ExpertRows{a.ep_moe_in, a.ep_moe_out, a.ep_offsets, m.ep.El, m.ep.recv_total};
+}
+
+void ep_alltoallv(Model& m, const bf16* send, const std::vector<int64_t>& send_rows,
+                  const std::vector<int64_t>& send_displs, bf16* recv, const std::vector<int64_t>& recv_rows,
+                  const std::vector<int64_t>& recv_displs, int64_t C) {
+    const size_t M = size_t(m.ep.M);
+    std::vector<int64_t> sc(M), sd(M), rc(M), rd(M);
+    for (size_t j = 0; j < M; ++j) {
+        sc[j] = send_rows[j] * C;
+        sd[j] = send_displs[j] * C;
+        rc[j] = recv_rows[j] * C;
+        rd[j] = recv_displs[j] * C;
+    }
+    m.ep.comm->alltoallv(send, sc, sd, recv, rc, rd, CommDType::BF16);
+}
+
+// Plan this microbatch's exchange of MoE block rows from the routing (a.expert_offsets over all E
+// experts, this rank's tokens): exchange the per-expert row counts with every rank of the group,
+// then lay the received rows out in expert order (within an expert, by source rank: the order one
+// process would see the group's concatenated tokens in) and upload that permutation both ways
+// and the local expert offsets. Host state in m.ep for the exchanges of this block.
+void ep_plan_exchange(Model& m, int64_t bi) {
+    Backend& be = *m.backend;
+    ActSlots& a = m.act;
+    const Dims x = dims_of(m);
+    const int64_t M = m.ep.M, El = m.ep.El;
+    if (!m.ep.comm) fail("model: parallel.expert is {} but no expert-parallel group was attached (model_set_expert_comm)", M);
+    std::vector<int64_t> offsets(static_cast<size_t>(x.E + 1)), counts(static_cast<size_t>(2 * x.E));
+    from_backend(be, offsets.data(), a.expert_offsets[size_t(bi)], offsets.size() * sizeof(int64_t));
+    for (int64_t e = 0; e < x.E; ++e) counts[size_t(e)] = offsets[size_t(e + 1)] - offsets[size_t(e)];
+    to_backend(be, a.ep_counts, counts.data(), size_t(x.E) * sizeof(int64_t));
+    const std::vector<int64_t> el_counts(size_t(M), El);
+    std::vector<int64_t> el_displs(static_cast<size_t>(M));
+    for (int64_t j = 0; j < M; ++j) el_displs[size_t(j)] = j * El;
+    m.ep.comm->alltoallv(a.ep_counts, el_counts, el_displs, a.ep_counts + x.E, el_counts, el_displs, CommDType::I64);
+    from_backend(be, counts.data() + x.E, a.ep_counts + x.E, size_t(x.E) * sizeof(int64_t));
+    const int64_t* c = counts.data() + x.E;  // c[i * El + e]: rows from rank i for local expert e
+
+    ExpertParallelState& s = m.ep;
+    s.send_rows.assign(size_t(M), 0);
+    s.send_row_displs.assign(size_t(M), 0);
+    s.recv_rows.assign(size_t(M), 0);
+    s.recv_row_displs.assign(size_t(M), 0);
+    for (int64_t j = 0; j < M; ++j) {
+        s.send_row_displs[size_t(j)] = offsets[size_t(j * El)];
+        s.send_rows[size_t(j)] = offsets[size_t((j + 1) * El)] - offsets[size_t(j * El)];
+    }
+    int64_t R = 0;
+    for (int64_t i = 0; i < M; ++i) {
+        s.recv_row_displs[size_t(i)] = R;
+        for (int64_t e = 0; e < El; ++e) {
+            if (c[i * El + e] < 0) fail("model: expert parallel: rank {} sent a negative row count", i);
+            s.recv_rows[size_t(i)] += c[i * El + e];
+        }
+        R += s.recv_rows[size_t(i)];
+    }
+    if (R > M * x.NK)
+        fail("model: expert parallel: {} rows received, beyond the {} the plan holds", R, M * x.NK);
+    s.recv_total = R;
+    // expert-major position p <- source-major position q
+    std::vector<int64_t> perm(static_cast<size_t>(R)), inv(static_cast<size_t>(R)), local_offsets(static_cast<size_t>(El + 1));
+    std::vector<int64_t> src_at(static_cast<size_t>(M * El));  // source-major start of block (i, e)
+    for (int64_t i = 0; i < M; ++i) {
+        int64_t q = s.recv_row_displs[size_t(i)];
+        for (int64_t e = 0; e < El; ++e) {
+            src_at[size_t(i * El + e)] = q;
+            q += c[i * El + e];
+        }
+    }
+    int64_t p = 0;
+    for (int64_t e = 0; e < El; ++e) {
+        local_offsets[size_t(e)] = p;
+        for (int64_t i = 0; i < M; ++i)
+            for (int64_t r = 0; r < c[i * El + e]; ++r, ++p) {
+                perm[size_t(p)] = src_at[size_t(i * El + e)] + r;
+                inv[size_t(perm[size_t(p)])] = p;
+            }
+    }
+    local_offsets[size_t(El)] = R;
+    to_backend(be, a.ep_perm, perm.data(), perm.size() * sizeof(int64_t));
+    to_backend(be, a.ep_perm_inv, inv.data(), inv.size() * sizeof(int64_t));
+    to_backend(be, a.ep_offsets, local_offsets.data(), local_offsets.size() * sizeof(int64_t));
+}
+
+// Rows (NK, C) of this rank's token copies in global expert order -> the owners' expert-order
+// rows dst (R, C): all-to-all into ep_recv (source-rank order), then the permutation.
+void ep_to_owners(Model& m, const bf16* rows, bf16* dst, int64_t C) {
+    ExpertParallelState& s = m.ep;
+    ep_alltoallv(m, rows, s.send_rows, s.send_row_displs, m.act.ep_recv, s.recv_rows, s.recv_row_displs, C);
+    m.backend->moe_gather_forward(dst, m.act.ep_recv, m.act.ep_perm, s.recv_total, 1, C);
+}
+
+// The reverse: this rank's expert-order rows src (R, C) -> each source rank's rows (NK, C) in its
+// global expert order (the inverse permutation into ep_recv, then the all-to-all back).
+void ep_from_owners(Model& m, const bf16* src, bf16* rows, int64_t C) {
+    ExpertParallelState& s = m.ep;
+    m.backend->moe_gather_forward(m.act.ep_recv, src, m.act.ep_perm_inv, s.recv_total, 1, C);
+    ep_alltoallv(m, m.act.ep_recv, s.recv_rows, s.recv_row_displs, rows, s.send_rows, s.send_row_displs, C);
+}
+
 // ---- one block, forward (also the recompute of the backward)
 
 // The attention core of block `bi`: attn_out and attn_lse from its q, k, v (causal, GQA). The
@@ -171,10 +290,16 @@ void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, b
         const ExpertSlots es = expert_slots(m, bi, mb);
         be.moe_dispatch(a.sorted_to_copy[b], a.copy_to_sorted[b], a.expert_offsets[b], a.topk_idx[b], x.N, x.k, x.E);
         be.moe_gather_forward(es.moe_in, a.ln2_out[b], a.sorted_to_copy[b], x.N, x.k, x.d);
-        be.moe_matmul_forward(es.h1, es.moe_in, p.expert_w1.w(), a.expert_offsets[b], x.E, x.d, x.de);
-        be.moe_matmul_forward(es.h2, es.moe_in, p.expert_w2.w(), a.expert_offsets[b], x.E, x.d, x.de);
-        be.swiglu_forward(es.act, es.h1, es.h2, x.NK * x.de);
-        be.moe_matmul_forward(a.moe_out[b], es.act, p.expert_w3.w(), a.expert_offsets[b], x.E, x.de, x.d);
+        if (m.ep.on()) {  // the rows go to the ranks that own their experts
+            ep_plan_exchange(m, bi);
+            ep_to_owners(m, es.moe_in, a.ep_moe_in, x.d);
+        }
+        const ExpertRows er = expert_rows(m, bi, es.moe_in);
+        be.moe_matmul_forward(es.h1, er.in, p.expert_w1.w(), er.offsets, er.n_experts, x.d, x.de);
+        be.moe_matmul_forward(es.h2, er.in, p.expert_w2.w(), er.offsets, er.n_experts, x.d, x.de);
+        be.swiglu_forward(es.act, es.h1, es.h2, er.rows * x.de);
+        be.moe_matmul_forward(er.out, es.act, p.expert_w3.w(), er.offsets, er.n_experts, x.de, x.d);
+        if (m.ep.on()) ep_from_owners(m, er.out, a.moe_out[b], x.d);  // results back, global expert order
         if (!out) return;
         be.moe_combine_forward(out, a.moe_out[b], a.topk_gate[b], a.copy_to_sorted[b], x.N, x.k, x.d);
     }
@@ -238,14 +363,20 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
         be.convert(a.d_resid, a.d_stream, x.N * x.d);  // combine backward reads a bf16 dout
         be.moe_combine_backward(es.d_out, a.d_topk_gate, a.d_resid, a.moe_out[b], a.topk_gate[b], a.copy_to_sorted[b],
                                 x.N, x.k, x.d);
-        be.moe_matmul_backward(a.d_moe_act, p.expert_w3.grad, es.d_out, es.act, p.expert_w3.w(), a.expert_offsets[b],
-                               x.E, x.de, x.d);
+        // expert parallel: output gradients to the owners (into er.out), input gradients come back
+        const ExpertRows er = expert_rows(m, bi, es.moe_in);
+        const bf16* dy = m.ep.on() ? er.out : es.d_out;
+        bf16* dx = m.ep.on() ? er.out : a.d_moe_in;
+        if (m.ep.on()) ep_to_owners(m, es.d_out, er.out, x.d);
+        be.moe_matmul_backward(a.d_moe_act, p.expert_w3.grad, dy, es.act, p.expert_w3.w(), er.offsets, er.n_experts,
+                               x.de, x.d);
         // in place in deferred mode (d_h1 over h1, d_h2 over h2: Backend::swiglu_backward allows it)
-        be.swiglu_backward(es.d_h1, es.d_h2, a.d_moe_act, es.h1, es.h2, x.NK * x.de);
-        be.moe_matmul_backward(a.d_moe_in, p.expert_w1.grad, es.d_h1, es.moe_in, p.expert_w1.w(), a.expert_offsets[b],
-                               x.E, x.d, x.de);
-        be.moe_matmul_backward(a.d_moe_in, p.expert_w2.grad, es.d_h2, es.moe_in, p.expert_w2.w(), a.expert_offsets[b],
-                               x.E, x.d, x.de, true);
+        be.swiglu_backward(es.d_h1, es.d_h2, a.d_moe_act, es.h1, es.h2, er.rows * x.de);
+        be.moe_matmul_backward(dx, p.expert_w1.grad, es.d_h1, er.in, p.expert_w1.w(), er.offsets, er.n_experts, x.d,
+                               x.de);
+        be.moe_matmul_backward(dx, p.expert_w2.grad, es.d_h2, er.in, p.expert_w2.w(), er.offsets, er.n_experts, x.d,
+                               x.de, true);
+        if (m.ep.on()) ep_from_owners(m, er.out, a.d_moe_in, x.d);
         if (m.deferred.on) keep_expert_offsets(m, bi, mb);
         be.moe_gather_backward(a.d_ln_out, a.d_moe_in, a.copy_to_sorted[b], x.N, x.k, x.d);
         // router: gates, balance and z-loss (each weighted loss_weight = 1/accum) to the logits
@@ -429,11 +560,15 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
     const Dims x = dims_of(m);
     // Bind with the model's own need for act.logits (one chunk of the unfused head); the plan's
     // slot may be larger, and then the backend's fused head runs in it.
-    m.act = act_slots_bind(cfg, act_dims(c, m.microbatch, m.seq_len, 0), arena);
+    m.ep.M = table_expert_parallel(table, c);
+    m.ep.El = c.n_experts / m.ep.M;
+    m.act = act_slots_bind(cfg, act_dims(c, m.microbatch, m.seq_len, 0, m.ep.M), arena);
     const ClassifierShape cs{x.N, x.d, x.V, x.Vp};
     m.act.fused_head = backend.lm_head_workspace_bytes(cs) <= m.act.logits_bytes;
 
     const int si = arena.plan->find("ws.expert_grad");
+    if (si >= 0 && m.ep.on())
+        fail("model: train.expert_grads: deferred is not supported with parallel.expert {} (use stored)", m.ep.M);
     if (si >= 0) {  // deferred expert gradients: bind the kept operands of every MoE block and microbatch
         m.deferred.on = true;
         m.deferred.scratch = TensorRef(arena.ptr(si), scalar_of(arena.plan->buffers[size_t(si)].dtype));
@@ -465,6 +600,29 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
     return m;
 }
 
+void model_set_expert_comm(Model& m, Communicator* comm) {
+    if (!m.ep.on()) {
+        if (comm && comm->world_size() != 1)
+            fail("model: an expert-parallel group of {} ranks was given, but the parameter table holds every expert",
+                 comm->world_size());
+        m.ep.comm = comm;
+        return;
+    }
+    if (!comm) fail("model: the parameter table holds 1/{} of the experts but no expert-parallel group was given", m.ep.M);
+    if (comm->device_memory() != m.backend->device_memory())
+        fail("model: the expert-parallel group ({}) moves {} memory but the {} backend's activations are in {} memory",
+             comm->describe(), comm->device_memory() ? "device" : "host", m.backend->name(),
+             m.backend->device_memory() ? "device" : "host");
+    if (comm->world_size() != m.ep.M)
+        fail("model: parallel.expert is {} but the expert-parallel group has {} ranks ({})", m.ep.M, comm->world_size(),
+             comm->describe());
+    for (const BlockParams& b : m.blocks)
+        if (b.moe && b.expert_w1.info->expert_offset != comm->rank() * m.ep.El)
+            fail("model: rank {} of the expert-parallel group holds experts from {}, its table says {}", comm->rank(),
+                 comm->rank() * m.ep.El, b.expert_w1.info->expert_offset);
+    m.ep.comm = comm;
+}
+
 void model_init(Model& m, uint64_t seed) {
     const ModelConfig& c = m.cfg->model;
     const double out_std = c.init_std / std::sqrt(2.0 * double(c.n_blocks));
@@ -482,10 +640,17 @@ void model_init(Model& m, uint64_t seed) {
                 const bool out_proj =
                     info.role == Role::ATTN_O || info.role == Role::FFN_W3 || info.role == Role::EXPERT_W3;
                 const float std = float(out_proj ? out_std : c.init_std);
-                // Drawn where the weights live (the CUDA backend: a kernel; the CPU: host loops).
-                m.backend->init_normal(TensorRef(p.weight, info.dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32),
-                                       n, seed, info.index, std);
-                continue;
+                const int64_t offset = info.element_offset();
+                if (offset == 0) {
+                    // Drawn where the weights live (the CUDA backend: a kernel; the CPU: host loops).
+                    m.backend->init_normal(TensorRef(p.weight, info.dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32),
+                                           n, seed, info.index, std);
+                    continue;
+                }
+                // An expert-parallel shard of a bank: the global elements [offset, offset + n), on the host.
+#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
+                for (int64_t i = 0; i < n; ++i) host[size_t(i)] = init_normal_value(seed, info.index, uint64_t(offset + i), std);
+                break;
             }
         }
         if (info.dtype == DType::BF16) {
@@ -613,11 +778,21 @@ double deferred_expert_grad_sq_norm(Model& m) {
 }
 
 double model_grad_norm(Model& m) {
-    std::vector<BufferRef> bufs;
+    std::vector<BufferRef> bufs, expert_bufs;
     bufs.reserve(m.params.size());
     for (const ParamRef& p : m.params)
-        if (p.grad) bufs.push_back(BufferRef{ConstTensorRef(p.grad), p.numel()});
-    return std::sqrt(m.backend->sum_squares(bufs) + deferred_expert_grad_sq_norm(m));
+        if (p.grad) (m.ep.on() && p.info->tier == Tier::EXPERTS ? expert_bufs : bufs).push_back(BufferRef{ConstTensorRef(p.grad), p.numel()});
+    double sq = m.backend->sum_squares(bufs) + deferred_expert_grad_sq_norm(m);
+    if (m.ep.on()) {  // each rank of the group holds other experts: their squares sum over the group
+        double e2 = m.backend->sum_squares(expert_bufs);
+        if (!m.ep.comm) fail("model: parallel.expert is {} but no expert-parallel group was attached", m.ep.M);
+        auto* slot = reinterpret_cast<double*>(m.act.scalar(ACT_SCALAR_EP_SQ_NORM));
+        to_backend(*m.backend, slot, &e2, sizeof(double));
+        m.ep.comm->allreduce_sum(slot, 1, CommDType::F64);
+        from_backend(*m.backend, &e2, slot, sizeof(double));
+        sq += e2;
+    }
+    return std::sqrt(sq);
 }
 
 double model_clip_gradients(Model& m, double max_norm) {

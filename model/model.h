@@ -10,6 +10,7 @@
 
 #include "engine/arena.h"
 #include "engine/config.h"
+#include "dist/communicator.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "model/activations.h"
@@ -71,6 +72,20 @@ struct DeferredExperts {
     float clip_coef = 1.0f;   // set by model_clip_gradients: the caller rescales the scratch by it
 };
 
+/// Expert parallelism (docs/distributed.md, "Expert parallel"): the MoE blocks' experts are split
+/// across the M ranks of `comm` (the table's banks hold E/M experts, ParamInfo::expert_offset);
+/// routing runs on the rank's own tokens over all E experts, token rows go to the owners of their
+/// experts and come back by Communicator::alltoallv. Host copies of the last exchange's row counts
+/// serve the backward of the same block (the recompute plans it again, identically).
+struct ExpertParallelState {
+    Communicator* comm = nullptr;  // the expert-parallel group: world_size() == M, rank() owns experts [rank*El, (rank+1)*El)
+    int64_t M = 1, El = 0;
+    std::vector<int64_t> send_rows, send_row_displs;  // (M) rows this rank sends to each owner, from moe_in's row
+    std::vector<int64_t> recv_rows, recv_row_displs;  // (M) rows received from each rank, into ep_recv's row
+    int64_t recv_total = 0;                           // R: rows this rank's experts run
+    bool on() const { return M > 1; }
+};
+
 struct Model {
     const Config* cfg = nullptr;
     const ParamTable* table = nullptr;
@@ -87,6 +102,7 @@ struct Model {
     int64_t n_moe_blocks = 0;
     std::vector<int64_t> probe_rows;  // token rows (b*T + t) whose logits a forward copies out (tests)
     DeferredExperts deferred;  // train.expert_grads: deferred (empty kept when stored)
+    ExpertParallelState ep;    // M = 1: every expert on this rank, no exchange (set comm with model_set_expert_comm)
 };
 
 /// The routing statistics of one MoE block for one forward pass.
@@ -113,6 +129,14 @@ struct LossParts {
 /// when a buffer is missing, a slot is too small (e.g. the backend's LM-head workspace) or
 /// d_model is not n_heads * head_dim.
 Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backend& backend);
+
+/// Attach the expert-parallel group to a model bound over an expert-parallel rank's table
+/// (build_param_table with ExpertShard{M, comm.rank()}). Throws skew::Error when the table's M
+/// (n_experts over the banks' experts) differs from comm.world_size(), or when the table's
+/// expert_offset is not comm.rank() * E/M, or when the group moves another kind of memory than the
+/// backend's (MPI host memory with the CUDA backend: use the NCCL group). M = 1 needs no call
+/// (nullptr: today's path).
+void model_set_expert_comm(Model& m, Communicator* comm);
 
 /// Initialize every weight (docs/design.md, "The paper's model"): linear and embedding weights
 /// N(0, init_std); attn.wo, ffn.w3 and experts.w3 N(0, init_std / sqrt(2 n_blocks)); the router
@@ -147,7 +171,9 @@ LossParts model_forward_backward(Model& m, const int32_t* tokens, const int32_t*
 LossParts model_eval(Model& m, const int32_t* tokens, const int32_t* targets);
 
 /// Global gradient norm sqrt(Σ over every grad.* buffer of Σ g²), accumulated in double.
-/// Non-finite gradients give a non-finite result.
+/// Non-finite gradients give a non-finite result. Under expert parallelism the expert banks' part
+/// is summed over the expert-parallel group (an allreduce: every rank of the group must call it),
+/// so the norm is the whole model's once the gradients are reduced.
 double model_grad_norm(Model& m);
 
 /// Clip gradients to global norm max_norm (PyTorch clip_grad_norm_: scale by

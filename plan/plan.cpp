@@ -2,6 +2,8 @@
 // the backend into one MemoryPlan (plan/plan.h); one source per size, nothing re-derived here.
 #include "plan/plan.h"
 
+#include <algorithm>
+
 #include "engine/error.h"
 #include "model/activations.h"
 
@@ -14,7 +16,10 @@ MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const O
         fail("plan: microbatch {} does not divide train.batch_size {}", microbatch, cfg.train.batch_size);
     const DType grad_dtype = cfg.runtime.grad_dtype == "fp32" ? DType::F32 : DType::BF16;
     const BackendWorkspace backend = backend_workspace(cfg, table, microbatch);
-    const ActDims dims = act_dims(cfg.model, microbatch, cfg.train.seq_len, backend.lm_head_bytes);
+    // expert parallel: the exchange slots of M ranks, from the rank's table (its banks hold E/M
+    // experts) or the config when given the whole model's table
+    const int64_t expert_parallel = std::max<int64_t>(table_expert_parallel(table, cfg.model), cfg.parallel.expert);
+    const ActDims dims = act_dims(cfg.model, microbatch, cfg.train.seq_len, backend.lm_head_bytes, expert_parallel);
 
     std::vector<BufferSpec> buffers = parameter_buffers(table, grad_dtype);
     auto append = [&](std::vector<BufferSpec> more) {

@@ -352,6 +352,8 @@ struct OptimizerRun {
           plan(build_memory_plan(c, table, o, microbatch)), arena(allocate_arena(plan, be)),
           model(model_bind(c, table, arena, be)), slots(arena_param_slots(o, table, arena)),
           dp(dp_make(*to.comm, c.train, microbatch)), writer(dp.rank == 0) {
+        if (to.expert_comm) model_set_expert_comm(model, to.expert_comm);
+        dp.expert_comm = to.expert_holders;
         dp.device_comm = to.device_comm;
         dp_plan_buckets(dp, model, c.parallel.bucket_mib);
         optimizer = make_optimizer_runner(opt, backend, arena);
@@ -606,7 +608,8 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
         at_step(opt, step, "optimizer", [&] {
             // experts that got no token keep weights and state (train.idle_experts: skip)
             const IdleExpertSnapshot idle = tc.idle_experts == "skip"
-                                                ? save_idle_experts(r.backend, opt, r.slots, idle_experts(expert_tokens))
+                                                ? save_idle_experts(r.backend, opt, r.slots,
+                                                                    held_idle_experts(idle_experts(expert_tokens), r.model))
                                                 : IdleExpertSnapshot{};
             r.optimizer->step(r.slots, os);
             step_deferred_experts(r.model, opt, *r.optimizer, r.slots, os);  // train.expert_grads: deferred
@@ -765,7 +768,22 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
     const int world = comm.world_size();
     const bool writer = comm.rank() == 0;  // rank 0 alone writes the run folder
     if (cfg.runtime.threads > 0) omp_set_num_threads(int(cfg.runtime.threads));
-    ParamTable table = build_param_table(cfg.model);
+    // expert parallel: rank r holds experts [(r % M) E/M, (r % M + 1) E/M) of every bank; its group
+    // is the M consecutive ranks r - r % M ..., the holders of the same experts every M-th rank
+    const int64_t M = cfg.parallel.expert;
+    if (world % M != 0)
+        fail("parallel.expert {} needs a multiple of {} ranks (mpirun -np); this run has {}", M, M, world);
+    if (M > 1 && opts.resume)  // until the checkpoints record every rank's experts (docs/distributed.md)
+        fail("--resume {}: a run with parallel.expert {} cannot resume yet: its checkpoints hold rank 0's experts only",
+             opts.run_dir, M);
+    std::unique_ptr<Communicator> expert_group, expert_holders;
+    if (M > 1) {
+        expert_group = comm.split(int(comm.rank() / M), comm.rank());
+        expert_holders = comm.split(int(comm.rank() % M), comm.rank());
+        opts.expert_comm = expert_group.get();
+        opts.expert_holders = expert_holders.get();
+    }
+    ParamTable table = build_param_table(cfg.model, ExpertShard{M, comm.rank() % M});
     const fs::path config_path = fs::path(opts.run_dir) / "config.yaml";
     DirLock run_lock;
     Batches data;
@@ -843,6 +861,12 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         device_comm = make_device_communicator(*backend, comm, opts.device);
         opts.device_comm = device_comm.get();
         spdlog::info("data parallel: {} ranks, gradients summed over NCCL ({})", world, device_comm->describe());
+        if (M > 1) {  // the expert exchange and the expert gradients move device memory too
+            expert_group = device_comm->split(int(comm.rank() / M), comm.rank());
+            expert_holders = device_comm->split(int(comm.rank() % M), comm.rank());
+            opts.expert_comm = expert_group.get();
+            opts.expert_holders = expert_holders.get();
+        }
     }
 
     RunWrites writes;
