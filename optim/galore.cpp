@@ -176,6 +176,9 @@ void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPoli
     const int64_t proj_numel = paper ? r * r : (tall ? m * r : r * n);
     std::vector<float> G(static_cast<size_t>(m * n)), Gt(static_cast<size_t>(proj_numel)), N(static_cast<size_t>(proj_numel)),
         Nf(static_cast<size_t>(m * n)), tmp;
+    // the slot's first matrix in the whole bank (a view over some experts: ZeRO-1, deferred experts):
+    // the paper form's test matrices are keyed by the bank's matrix index, as in the whole-bank step
+    const int64_t matrix_base = wb.element_base / (m * n);
     for (int64_t e = 0; e < ms.count; ++e) {
         const int64_t base = e * m * n;
         for (int64_t i = 0; i < m * n; ++i) G[size_t(i)] = grad_at(s, base + i);
@@ -185,7 +188,7 @@ void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPoli
         if (paper) {
             float* Qe = Q + e * r * n;
             if (galore_refresh_due(opt, pol, step.t, all_zero(Pe, p_numel)))
-                galore_projector(opt, pol, p, step, e, G.data(), Pe, Qe);
+                galore_projector(opt, pol, p, step, e + matrix_base, G.data(), Pe, Qe);
             tmp.resize(size_t(m * r));
             gemm(false, true, m, r, n, G.data(), Qe, tmp.data());   // G V (m x r)
             gemm(true, false, r, r, m, Pe, tmp.data(), Gt.data());  // U^T G V (r x r)
@@ -195,7 +198,7 @@ void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPoli
             gemm(false, false, m, n, r, tmp.data(), Qe, Nf.data());  // U N V^T (m x n)
         } else {
             if (galore_refresh_due(opt, pol, step.t, all_zero(Pe, p_numel)))
-                galore_projector(opt, pol, p, step, e, G.data(), Pe, nullptr);
+                galore_projector(opt, pol, p, step, e + matrix_base, G.data(), Pe, nullptr);
             if (tall) gemm(false, true, m, r, n, G.data(), Pe, Gt.data());  // G P^T (m x r)
             else gemm(true, false, r, n, m, Pe, G.data(), Gt.data());       // P^T G (r x n)
             for (int64_t i = 0; i < proj_numel; ++i)

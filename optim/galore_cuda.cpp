@@ -43,6 +43,7 @@ cuda::OptimWrite device_write(const optim_detail::WriteBack& wb) {
     w.seed = wb.seed;
     w.step = wb.step;
     w.tensor = wb.tensor;
+    w.element_base = wb.element_base;
     return w;
 }
 
@@ -122,7 +123,8 @@ void galore_step_cuda(const OptimizerConfig& opt, const ParamSlot& s, const Opti
             q_host.assign(paper ? size_t(r * n) : 0, 0.0f);
             cuda_check(cudaMemcpyAsync(g_host.data(), G + (e - e0) * mn, size_t(mn) * 4, cudaMemcpyDeviceToHost, st));
             cuda_check(cudaStreamSynchronize(st));
-            galore_projector(opt, pol, p, step, e, g_host.data(), p_host.data(), paper ? q_host.data() : nullptr);
+            galore_projector(opt, pol, p, step, e + wb.element_base / mn, g_host.data(), p_host.data(),
+                             paper ? q_host.data() : nullptr);
             cuda_check(
                 cudaMemcpyAsync(P + e * p_numel, p_host.data(), size_t(p_numel) * 4, cudaMemcpyHostToDevice, st));
             if (paper)

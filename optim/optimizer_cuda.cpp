@@ -43,6 +43,7 @@ cuda::OptimWrite device_write(const optim_detail::WriteBack& wb) {
     w.seed = wb.seed;
     w.step = wb.step;
     w.tensor = wb.tensor;
+    w.element_base = wb.element_base;
     return w;
 }
 
@@ -70,6 +71,9 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
         if (!s.info) fail("optimizer '{}': a parameter slot has no ParamInfo", opt.name);
         if (!s.grad) continue;
         require_whole(s, "the CUDA step");
+        if (s.element_base % 4 != 0)  // the kernels draw one Philox block per 4 aligned elements
+            fail("optimizer '{}': tensor '{}' starts at element {} of its parameter, not a multiple of 4", opt.name,
+                 s.info->name, s.element_base);
         const ParamInfo& p = *s.info;
         ParamPolicy pol = param_policy(opt, p);
         if (slot_scratch(opt, s) > ctx.scratch_bytes)

@@ -57,8 +57,8 @@ __global__ void __launch_bounds__(THREADS) write_vec_kernel(bf16* __restrict__ w
         Bf16x8 w = load8(weight + el);
         Philox4 r0{{0, 0, 0, 0}}, r1{{0, 0, 0, 0}};
         if (draw) {
-            r0 = philox_block(key, wb.step, wb.tensor, uint64_t(el) >> 2);
-            r1 = philox_block(key, wb.step, wb.tensor, (uint64_t(el) >> 2) + 1);
+            r0 = philox_block(key, wb.step, wb.tensor, uint64_t(wb.element_base + el) >> 2);
+            r1 = philox_block(key, wb.step, wb.tensor, (uint64_t(wb.element_base + el) >> 2) + 1);
         }
         const uint32_t rw[8] = {r0.v[0], r0.v[1], r0.v[2], r0.v[3], r1.v[0], r1.v[1], r1.v[2], r1.v[3]};
 #pragma unroll
@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(THREADS) write_scalar_kernel(bf16* __restrict_
         const int64_t el = begin + k;
         uint32_t r = 0;
         if (wb.rounding != ROUNDING_NEAREST) {
-            const Philox4 p = philox_block(key, wb.step, wb.tensor, uint64_t(el) >> 2);
-            const uint32_t j = uint32_t(el & 3);
+            const Philox4 p = philox_block(key, wb.step, wb.tensor, uint64_t(wb.element_base + el) >> 2);
+            const uint32_t j = uint32_t((wb.element_base + el) & 3);
             r = j == 0 ? p.v[0] : j == 1 ? p.v[1] : j == 2 ? p.v[2] : p.v[3];
         }
         weight[el] = round_with(update_target(bf16_to_f32(weight[el]), U[k], wb), r, wb.rounding);

@@ -174,8 +174,8 @@ __global__ void __launch_bounds__(THREADS)
             Bf16x8 w = load8(weight + el);
             Philox4 r0{{0, 0, 0, 0}}, r1{{0, 0, 0, 0}};
             if (draw) {
-                r0 = philox_block(key, wb.step, wb.tensor, uint64_t(el) >> 2);
-                r1 = philox_block(key, wb.step, wb.tensor, (uint64_t(el) >> 2) + 1);
+                r0 = philox_block(key, wb.step, wb.tensor, uint64_t(wb.element_base + el) >> 2);
+                r1 = philox_block(key, wb.step, wb.tensor, (uint64_t(wb.element_base + el) >> 2) + 1);
             }
             const uint32_t rw[8] = {r0.v[0], r0.v[1], r0.v[2], r0.v[3], r1.v[0], r1.v[1], r1.v[2], r1.v[3]};
 #pragma unroll
@@ -192,7 +192,9 @@ __global__ void __launch_bounds__(THREADS)
             const float u = rn_mul(bf16_to_f32(X[e * stride + k]), scale);
             const float x = update_target(bf16_to_f32(weight[el]), u, wb);
             const uint32_t r =
-                draw ? pick_word(philox_block(key, wb.step, wb.tensor, uint64_t(el) >> 2), uint64_t(el)) : 0u;
+                draw ? pick_word(philox_block(key, wb.step, wb.tensor, uint64_t(wb.element_base + el) >> 2),
+                                 uint64_t(wb.element_base + el))
+                     : 0u;
             weight[el] = round_with(x, r, wb.rounding);
         }
     }

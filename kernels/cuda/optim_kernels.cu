@@ -81,7 +81,7 @@ __device__ __forceinline__ void write1(float* w, int64_t i, float u, const Optim
 }
 __device__ __forceinline__ void write1(bf16* w, int64_t i, float u, const OptimWrite& wb) {
     const float x = bf16_target(bf16_to_f32(w[i]), u, wb);
-    const uint32_t r = wb.rounding == ROUNDING_NEAREST ? 0u : rounding_bits(wb.seed, wb.step, wb.tensor, uint64_t(i));
+    const uint32_t r = wb.rounding == ROUNDING_NEAREST ? 0u : rounding_bits(wb.seed, wb.step, wb.tensor, uint64_t(wb.element_base + i));
     w[i] = round_bf16(x, r, wb);
 }
 
@@ -99,8 +99,8 @@ __device__ __forceinline__ void write8(bf16* w, int64_t i0, const float (&u)[8],
     Philox4 b0{{0, 0, 0, 0}}, b1{{0, 0, 0, 0}};
     if (wb.rounding != ROUNDING_NEAREST) {
         const PhiloxKey key{wb.seed, PHILOX_STREAM_ROUNDING};
-        b0 = philox_block(key, wb.step, wb.tensor, uint64_t(i0) >> 2);
-        b1 = philox_block(key, wb.step, wb.tensor, (uint64_t(i0) >> 2) + 1);
+        b0 = philox_block(key, wb.step, wb.tensor, uint64_t(wb.element_base + i0) >> 2);
+        b1 = philox_block(key, wb.step, wb.tensor, (uint64_t(wb.element_base + i0) >> 2) + 1);
     }
     bf16 h[8];
 #pragma unroll

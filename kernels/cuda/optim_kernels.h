@@ -24,6 +24,9 @@ struct OptimWrite {
     uint64_t seed = 0;
     uint32_t step = 0;
     uint32_t tensor = 0;
+    /// Added to every element index that keys the noise: a tensor that is part of a larger one
+    /// (some experts of a bank: ZeRO-1) keys by its elements' indices in the whole (a multiple of 4).
+    int64_t element_base = 0;
 };
 
 /// A parameter tensor on the device: weight (bf16 or fp32) and gradient (bf16 or fp32), numel
