@@ -1,6 +1,6 @@
 // Communicator over Open MPI (host memory). Every call checks its return code (the communicator
 // uses MPI_ERRORS_RETURN) and throws skew::Error naming the call and the rank. Counts above
-// INT_MAX elements are split into chunks (MPI 3.1 counts are int).
+// max_chunk_ elements (2^30 by default) are split into chunks (MPI 3.1 counts are int).
 #include "dist/mpi_communicator.h"
 
 #include <mpi.h>
@@ -16,7 +16,6 @@
 namespace skew {
 namespace {
 
-constexpr int64_t MAX_CHUNK = int64_t(1) << 30;  // elements per MPI call (fits an int with margin)
 
 /// Sum of bf16 values (as uint16 patterns): widen, add in fp32, round to nearest even.
 void bf16_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -41,8 +40,9 @@ struct MpiCommunicator final : Communicator {
     MPI_Comm comm = MPI_COMM_NULL;
     MPI_Op bf16_sum = MPI_OP_NULL;
     int rank_ = 0, size_ = 1;
+    int64_t max_chunk_ = MPI_MAX_CHUNK_ELEMENTS;  // elements per MPI call
 
-    explicit MpiCommunicator(MPI_Comm c) : comm(c) {
+    MpiCommunicator(MPI_Comm c, int64_t max_chunk) : comm(c), max_chunk_(max_chunk) {
         MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
         MPI_Comm_rank(comm, &rank_);
         MPI_Comm_size(comm, &size_);
@@ -75,15 +75,15 @@ struct MpiCommunicator final : Communicator {
     void allreduce_sum(void* data, int64_t count, CommDType t) override {
         char* p = static_cast<char*>(data);
         const int64_t es = comm_dtype_bytes(t);
-        for (int64_t off = 0; off < count; off += MAX_CHUNK) {
-            const int n = int(std::min(MAX_CHUNK, count - off));
+        for (int64_t off = 0; off < count; off += max_chunk_) {
+            const int n = int(std::min(max_chunk_, count - off));
             check(MPI_Allreduce(MPI_IN_PLACE, p + off * es, n, mpi_type(t), sum_op(t), comm), "MPI_Allreduce");
         }
     }
 
     void reduce_scatter_sum(const void* send, void* recv, int64_t recv_count, CommDType t) override {
         const int64_t es = comm_dtype_bytes(t);
-        if (recv_count <= MAX_CHUNK) {
+        if (recv_count <= max_chunk_) {
             check(MPI_Reduce_scatter_block(send, recv, int(recv_count), mpi_type(t), sum_op(t), comm),
                   "MPI_Reduce_scatter_block");
             return;
@@ -91,8 +91,8 @@ struct MpiCommunicator final : Communicator {
         // Large: each rank's block reduced to it in chunks.
         const char* s = static_cast<const char*>(send);
         for (int r = 0; r < size_; ++r)
-            for (int64_t off = 0; off < recv_count; off += MAX_CHUNK) {
-                const int n = int(std::min(MAX_CHUNK, recv_count - off));
+            for (int64_t off = 0; off < recv_count; off += max_chunk_) {
+                const int n = int(std::min(max_chunk_, recv_count - off));
                 const char* src = s + (int64_t(r) * recv_count + off) * es;
                 void* dst = static_cast<char*>(recv) + off * es;
                 check(MPI_Reduce(src, r == rank_ ? dst : nullptr, n, mpi_type(t), sum_op(t), r, comm), "MPI_Reduce");
@@ -112,8 +112,8 @@ struct MpiCommunicator final : Communicator {
         require_per_rank(displs, "allgatherv displs");
         const int64_t es = comm_dtype_bytes(t);
         char* out = static_cast<char*>(recv);
-        const bool small = std::all_of(counts.begin(), counts.end(), [](int64_t c) { return c <= MAX_CHUNK; }) &&
-                           std::all_of(displs.begin(), displs.end(), [](int64_t d) { return d <= MAX_CHUNK; });
+        const bool small = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c <= max_chunk_; }) &&
+                           std::all_of(displs.begin(), displs.end(), [&](int64_t d) { return d <= max_chunk_; });
         const void* mine = send == out + displs[size_t(rank_)] * es ? MPI_IN_PLACE : send;
         if (small) {
             std::vector<int> c(counts.begin(), counts.end()), d(displs.begin(), displs.end());
@@ -125,8 +125,8 @@ struct MpiCommunicator final : Communicator {
         if (mine != MPI_IN_PLACE)
             std::memcpy(out + displs[size_t(rank_)] * es, send, size_t(counts[size_t(rank_)] * es));
         for (int r = 0; r < size_; ++r)
-            for (int64_t off = 0; off < counts[size_t(r)]; off += MAX_CHUNK) {
-                const int n = int(std::min(MAX_CHUNK, counts[size_t(r)] - off));
+            for (int64_t off = 0; off < counts[size_t(r)]; off += max_chunk_) {
+                const int n = int(std::min(max_chunk_, counts[size_t(r)] - off));
                 check(MPI_Bcast(out + (displs[size_t(r)] + off) * es, n, mpi_type(t), r, comm), "MPI_Bcast");
             }
     }
@@ -138,39 +138,53 @@ struct MpiCommunicator final : Communicator {
         require_per_rank(send_displs, "alltoallv send_displs");
         require_per_rank(recv_counts, "alltoallv recv_counts");
         require_per_rank(recv_displs, "alltoallv recv_displs");
-        auto fits = [](std::span<const int64_t> v) {
-            return std::all_of(v.begin(), v.end(), [](int64_t x) { return x <= MAX_CHUNK; });
+        auto fits = [&](std::span<const int64_t> v) {
+            return std::all_of(v.begin(), v.end(), [&](int64_t x) { return x <= max_chunk_; });
         };
         const int64_t es = comm_dtype_bytes(t);
-        if (fits(send_counts) && fits(send_displs) && fits(recv_counts) && fits(recv_displs)) {
+        // Every rank must take the same branch, and each sees only its own counts: agree first.
+        int large = fits(send_counts) && fits(send_displs) && fits(recv_counts) && fits(recv_displs) ? 0 : 1;
+        check(MPI_Allreduce(MPI_IN_PLACE, &large, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce (alltoallv branch)");
+        if (!large) {
             std::vector<int> sc(send_counts.begin(), send_counts.end()), sd(send_displs.begin(), send_displs.end());
             std::vector<int> rc(recv_counts.begin(), recv_counts.end()), rd(recv_displs.begin(), recv_displs.end());
             check(MPI_Alltoallv(send, sc.data(), sd.data(), mpi_type(t), recv, rc.data(), rd.data(), mpi_type(t), comm),
                   "MPI_Alltoallv");
             return;
         }
-        // Large: pairwise exchanges in chunks, partner (rank + k) mod size sends to (rank - k).
+        // Large: every pair's data in chunks of at most max_chunk_ elements, nonblocking. The sender of
+        // a pair cuts send_counts[to] into the same chunks as the receiver cuts its recv_counts[from]
+        // (the two are equal by MPI semantics), and messages between two ranks with one tag arrive in
+        // order, so chunk i meets chunk i.
         const char* s = static_cast<const char*>(send);
         char* d = static_cast<char*>(recv);
+        std::vector<MPI_Request> reqs;
+        for (int r = 0; r < size_; ++r)
+            for (int64_t off = 0; off < recv_counts[size_t(r)]; off += max_chunk_) {
+                reqs.emplace_back();
+                check(MPI_Irecv(d + (recv_displs[size_t(r)] + off) * es,
+                                int(std::min(max_chunk_, recv_counts[size_t(r)] - off)), mpi_type(t), r, 7, comm,
+                                &reqs.back()),
+                      "MPI_Irecv");
+            }
         for (int k = 0; k < size_; ++k) {
-            const int to = (rank_ + k) % size_, from = (rank_ - k + size_) % size_;
-            const int64_t n_send = send_counts[size_t(to)], n_recv = recv_counts[size_t(from)];
-            for (int64_t off = 0; off < std::max(n_send, n_recv); off += MAX_CHUNK) {
-                const int ns = int(std::clamp<int64_t>(n_send - off, 0, MAX_CHUNK));
-                const int nr = int(std::clamp<int64_t>(n_recv - off, 0, MAX_CHUNK));
-                check(MPI_Sendrecv(s + (send_displs[size_t(to)] + off) * es, ns, mpi_type(t), to, 7,
-                                   d + (recv_displs[size_t(from)] + off) * es, nr, mpi_type(t), from, 7, comm,
-                                   MPI_STATUS_IGNORE),
-                      "MPI_Sendrecv");
+            const int r = (rank_ + k) % size_;
+            for (int64_t off = 0; off < send_counts[size_t(r)]; off += max_chunk_) {
+                reqs.emplace_back();
+                check(MPI_Isend(s + (send_displs[size_t(r)] + off) * es,
+                                int(std::min(max_chunk_, send_counts[size_t(r)] - off)), mpi_type(t), r, 7, comm,
+                                &reqs.back()),
+                      "MPI_Isend");
             }
         }
+        check(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (alltoallv)");
     }
 
     void broadcast(void* data, int64_t count, CommDType t, int root) override {
         char* p = static_cast<char*>(data);
         const int64_t es = comm_dtype_bytes(t);
-        for (int64_t off = 0; off < count; off += MAX_CHUNK)
-            check(MPI_Bcast(p + off * es, int(std::min(MAX_CHUNK, count - off)), mpi_type(t), root, comm), "MPI_Bcast");
+        for (int64_t off = 0; off < count; off += max_chunk_)
+            check(MPI_Bcast(p + off * es, int(std::min(max_chunk_, count - off)), mpi_type(t), root, comm), "MPI_Bcast");
     }
 
     void barrier() override { check(MPI_Barrier(comm), "MPI_Barrier"); }
@@ -178,7 +192,7 @@ struct MpiCommunicator final : Communicator {
     std::unique_ptr<Communicator> split(int color, int key) override {
         MPI_Comm sub = MPI_COMM_NULL;
         check(MPI_Comm_split(comm, color, key, &sub), "MPI_Comm_split");
-        return std::make_unique<MpiCommunicator>(sub);
+        return std::make_unique<MpiCommunicator>(sub, max_chunk_);
     }
 
     std::string describe() const override { return fmt::format("mpi rank {} of {}", rank_, size_); }
@@ -191,13 +205,16 @@ struct MpiCommunicator final : Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_world_communicator() {
+std::unique_ptr<Communicator> make_mpi_world_communicator(int64_t max_chunk_elements) {
+    if (max_chunk_elements < 1 || max_chunk_elements > MPI_MAX_CHUNK_ELEMENTS)
+        fail("make_mpi_world_communicator: chunk limit {} elements outside [1, {}]", max_chunk_elements,
+             MPI_MAX_CHUNK_ELEMENTS);
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) fail("make_mpi_world_communicator: MPI is not initialized (launch under mpirun or srun)");
     MPI_Comm dup = MPI_COMM_NULL;
     if (MPI_Comm_dup(MPI_COMM_WORLD, &dup) != MPI_SUCCESS) fail("MPI_Comm_dup(MPI_COMM_WORLD) failed");
-    return std::make_unique<MpiCommunicator>(dup);
+    return std::make_unique<MpiCommunicator>(dup, max_chunk_elements);
 }
 
 }  // namespace skew

@@ -8,6 +8,9 @@
 #include <string>
 #include <utility>
 
+#include <omp.h>
+
+#include "dist/launch.h"
 #include "engine/config.h"
 #include "engine/error.h"
 #include "train/signals.h"
@@ -108,6 +111,14 @@ void register_train_command(CLI::App& app) {
             cfg = load_config(a->config, overrides);
             opts.run_dir = a->out.empty() ? cfg.runtime.out_dir : a->out;
         }
+        // Under mpirun/srun: the run's ranks, one GPU per rank by local rank, and with runtime.threads 0
+        // the node's cores shared among its ranks (docs/distributed.md).
+        const LaunchInfo& info = launch_info();
+        opts.comm = &launch_world();
+        opts.device = info.local_rank;
+        opts.nccl = info.mpi;
+        if (cfg.runtime.threads == 0 && info.local_size > 1)
+            omp_set_num_threads(launch_threads_per_rank(omp_get_num_procs(), info));
         auto results = train_all(cfg, opts);
         for (const auto& r : results)
             spdlog::info("{}: {} steps, final val ppl {:.2f}{}", r.optimizer, r.steps_done, r.final_val_ppl,

@@ -8,28 +8,63 @@
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <string>
 
+#include "dist/launch.h"
 #include "tools/commands.h"
+
+namespace {
+
+/// Under mpirun/srun: ranks other than 0 log warnings and errors only, each line naming the rank.
+void set_rank_logging(const std::string& log_level) {
+    const skew::LaunchInfo& info = skew::launch_info();
+    spdlog::level::level_enum level = spdlog::level::from_str(log_level);
+    if (info.world_size > 1 && info.rank != 0) level = std::max(level, spdlog::level::warn);
+    spdlog::set_level(level);
+}
+
+int run(int argc, char** argv);
+
+}  // namespace
 
 int main(int argc, char** argv) {
     // OpenMP (libgomp) reads OMP_WAIT_POLICY when it loads, before main. Its default spin-wait
     // fights OpenBLAS's own threads and costs 2-10x on small machines; unless the user chose a
-    // policy, run again once with "passive" (measured in bench/README.md).
+    // policy, run again once with "passive" (measured in bench/README.md). Under mpirun or srun
+    // this happens before MPI_Init (the same process image, pid and environment), so the
+    // launcher never sees it.
     if (!std::getenv("OMP_WAIT_POLICY")) {
         setenv("OMP_WAIT_POLICY", "passive", 1);
         execv("/proc/self/exe", argv);  // returns only on failure: then carry on as we are
     }
-    CLI::App app{"skew: train mixture-of-experts language models with tiered optimizer state"};
+    try {
+        skew::launch_init(&argc, &argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "skew: error: %s\n", e.what());
+        return 1;
+    }
+    const int rc = run(argc, argv);
+    skew::launch_finalize();
+    return rc;
+}
+
+namespace {
+
+int run(int argc, char** argv) {
+    const skew::LaunchInfo& info = skew::launch_info();    CLI::App app{"skew: train mixture-of-experts language models with tiered optimizer state"};
     app.require_subcommand(1);
     app.fallthrough();  // global flags (--log-level) may follow the subcommand
     std::string log_level = "info";
     app.add_option("--log-level", log_level, "Log level: trace, debug, info, warn, error, critical, off")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
     app.set_version_flag("--version", "skew 0.1.0");
-    app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
-    spdlog::set_pattern("[%H:%M:%S] [%^%l%$] %v");
+    app.parse_complete_callback([&] { set_rank_logging(log_level); });
+    spdlog::set_pattern(info.world_size > 1 ? fmt::format("[%H:%M:%S] [%^%l%$] rank {}: %v", info.rank)
+                                            : std::string("[%H:%M:%S] [%^%l%$] %v"));
+    set_rank_logging(log_level);
 
     skew::tools::register_plan_command(app);
     skew::tools::register_config_command(app);
@@ -50,8 +85,7 @@ int main(int argc, char** argv) {
             known = known || sub->get_name() == argv[1];
         }
         if (!known) {
-            std::fprintf(stderr, "skew: error: unknown command '%s' (commands: %s; see skew --help)\n", argv[1],
-                         names.c_str());
+            skew::launch_fail(fmt::format("unknown command '{}' (commands: {}; see skew --help)", argv[1], names), 2);
             return 2;
         }
     }
@@ -65,20 +99,22 @@ int main(int argc, char** argv) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
         // Usage errors (bad flag, missing argument, value out of range): one line, exit 2.
-        std::fprintf(stderr, "skew: error: %s (see skew --help)\n", e.what());
+        skew::launch_fail(fmt::format("{} (see skew --help)", e.what()), 2);
         return 2;
     } catch (const std::filesystem::filesystem_error& e) {
         // A file system failure no command anticipated (a symbolic link loop, a permission): one line
         // naming the path and the reason, never the library's raw "filesystem error: status: ...".
-        std::fflush(stdout);
         const bool loop = e.code() == std::errc::too_many_symbolic_link_levels;
-        std::fprintf(stderr, "skew: error: %s: %s%s\n", e.path1().empty() ? "(path)" : e.path1().c_str(),
-                     e.code().message().c_str(), loop ? " (a symbolic link loop: remove or fix the link)" : "");
+        skew::launch_fail(fmt::format("{}: {}{}", e.path1().empty() ? "(path)" : e.path1().string(), e.code().message(),
+                                      loop ? " (a symbolic link loop: remove or fix the link)" : ""),
+                          1);
         return 1;
     } catch (const std::exception& e) {
-        std::fflush(stdout);
-        std::fprintf(stderr, "skew: error: %s\n", e.what());
+        // Any rank's error: one line naming the rank, then every rank ends (dist/launch.h).
+        skew::launch_fail(e.what(), 1);
         return 1;
     }
     return 0;
 }
+
+}  // namespace

@@ -12,7 +12,7 @@
 
 namespace skew {
 
-std::unique_ptr<Backend> make_backend(const Config& cfg) {
+std::unique_ptr<Backend> make_backend(const Config& cfg, int device) {
     const std::string& b = cfg.runtime.backend;
     if (b == "cpu") return make_cpu_backend();
 #if defined(SKEW_HAVE_CUDA)
@@ -22,10 +22,16 @@ std::unique_ptr<Backend> make_backend(const Config& cfg) {
             fail("{}: runtime.backend: cuda, but no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
                  "hides it; see nvidia-smi)\n--> HINT: use runtime.backend=cpu (or auto, which falls back to the CPU)",
                  cfg.source);
-        return cuda::make_cuda_backend(0);
+        if (device >= n_devices)
+            fail("{}: runtime.backend: cuda: this rank needs CUDA device {} (its local rank) but {} device(s) are visible; "
+                 "start at most as many ranks per node as GPUs", cfg.source, device, n_devices);
+        return cuda::make_cuda_backend(device);
     }
     if (b == "auto") {
-        if (n_devices > 0) return cuda::make_cuda_backend(0);
+        if (n_devices > device) return cuda::make_cuda_backend(device);
+        if (n_devices > 0)
+            fail("{}: runtime.backend: auto: this rank needs CUDA device {} (its local rank) but {} device(s) are "
+                 "visible; start at most as many ranks per node as GPUs", cfg.source, device, n_devices);
         spdlog::info("runtime.backend: auto: no CUDA device visible, training on the CPU backend");
         return make_cpu_backend();
     }
@@ -34,6 +40,7 @@ std::unique_ptr<Backend> make_backend(const Config& cfg) {
         fail("{}: runtime.backend: cuda, but this skew was built without the CUDA backend (-DSKEW_CUDA=OFF or no nvcc)"
              "\n--> HINT: rebuild with -DSKEW_CUDA=ON, or use runtime.backend=cpu", cfg.source);
     if (b == "auto") return make_cpu_backend();
+    (void)device;
 #endif
     fail("{}: runtime.backend: unknown backend '{}' (expected cpu, cuda or auto)", cfg.source, b);
 }

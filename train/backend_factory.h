@@ -8,9 +8,10 @@
 
 namespace skew {
 
-/// The backend of runtime.backend: `cpu`; `cuda` (device 0; a clear error when this build has no
+/// The backend of runtime.backend: `cpu`; `cuda` (CUDA device `device`, the rank's local rank in a
+/// multi-rank run, docs/distributed.md; a clear error when this build has no
 /// CUDA backend or no GPU is visible); `auto`, the CUDA backend when built with CUDA and a GPU is
 /// visible, else the CPU. Throws skew::Error naming the config file and the key.
-std::unique_ptr<Backend> make_backend(const Config& cfg);
+std::unique_ptr<Backend> make_backend(const Config& cfg, int device = 0);
 
 }  // namespace skew

@@ -41,6 +41,7 @@
 #include "train/backend_factory.h"
 #include "train/deferred_experts.h"
 #include "train/idle_experts.h"
+#include "train/data_parallel.h"
 
 
 namespace skew {
@@ -225,22 +226,29 @@ struct EvalResult {
     double val_balance_loss = 0;
 };
 
-EvalResult evaluate(Model& model, const BatchStream& val, int64_t eval_batches, int64_t batch_size, int64_t mb,
-                    int64_t seq_len, int64_t vocab_size, std::vector<int32_t>& x, std::vector<int32_t>& y) {
+/// Data parallel: rank r evaluates its microbatches of every validation batch (the slice it trains
+/// on, dp_global_microbatch) and the ranks' shares are summed.
+EvalResult evaluate(Model& model, DataParallel& dp, const BatchStream& val, int64_t eval_batches, int64_t batch_size,
+                    int64_t mb, int64_t seq_len, int64_t vocab_size, std::vector<int32_t>& x, std::vector<int32_t>& y) {
     EvalResult r;
     const int64_t accum = batch_size / mb;
     for (int64_t i = 0; i < eval_batches; ++i) {
         batch_stream_get(val, i, x.data(), y.data());
         batch_stream_check_ids(val, i, x.data(), y.data(), vocab_size);
         double lm = 0, bal = 0;
-        for (int64_t m = 0; m < accum; ++m) {
-            LossParts p = model_eval(model, x.data() + m * mb * seq_len, y.data() + m * mb * seq_len);
+        for (int64_t m = 0; m < dp.accum_steps; ++m) {
+            const int64_t g = dp_global_microbatch(dp, m);
+            LossParts p = model_eval(model, x.data() + g * mb * seq_len, y.data() + g * mb * seq_len);
             lm += p.lm_loss / double(accum);
             bal += p.balance_loss / double(accum);
         }
         r.val_loss += lm / double(eval_batches);
         r.val_balance_loss += bal / double(eval_batches);
     }
+    double sums[2] = {r.val_loss, r.val_balance_loss};
+    dp_sum(dp, sums, 2);
+    r.val_loss = sums[0];
+    r.val_balance_loss = sums[1];
     return r;
 }
 
@@ -305,11 +313,13 @@ struct OptimizerRun {
     const TrainOptions& opts;
     Backend& backend;
     RunWrites& writes;
-    int64_t mb = 0, accum = 0;
+    int64_t mb = 0, accum = 0;  // sequences per microbatch; microbatches per global batch (all ranks)
     MemoryPlan plan;
     Arena arena;
     Model model;
     std::vector<ParamSlot> slots;
+    DataParallel dp;     // this rank's share of each step and the collectives
+    bool writer = true;  // rank 0: writes the run folder, logs, draws the status line
     std::unique_ptr<OptimizerRunner> optimizer;
     TrainerState state;
     RunMetrics metrics;
@@ -333,7 +343,9 @@ struct OptimizerRun {
                  const ParamTable& table, int64_t microbatch)
         : cfg(c), opt(o), opts(to), backend(be), writes(w), mb(microbatch), accum(c.train.batch_size / microbatch),
           plan(build_memory_plan(c, table, o, microbatch)), arena(allocate_arena(plan, be)),
-          model(model_bind(c, table, arena, be)), slots(arena_param_slots(o, table, arena)) {
+          model(model_bind(c, table, arena, be)), slots(arena_param_slots(o, table, arena)),
+          dp(dp_make(*to.comm, c.train, microbatch)), writer(dp.rank == 0) {
+        dp_plan_buckets(dp, model, c.parallel.bucket_mib);
         optimizer = make_optimizer_runner(opt, backend, arena);
         backend.bind_workspace(backend_workspace_memory(arena));  // last: nothing below throws
     }
@@ -352,11 +364,26 @@ struct OptimizerRun {
     /// process's peak resident set (host backends).
     int64_t measured_peak() const { return backend.device_memory() ? device_peak : process_peak_rss_bytes(); }
 
+    /// Replicated data (every tensor is whole on every rank): rank 0 writes it.
     void checkpoint(const std::string& dir) {
         state.extra["optimizer_t"] = optimizer_t;
-        sync_step_log(log);
-        save_checkpoint(dir, arena, state, &backend);
+        dp_check_weights_agree(dp, model, backend, "at a checkpoint");
+        if (writer) {
+            sync_step_log(log);
+            save_checkpoint(dir, arena, state, &backend);
+        }
         writes.committed = true;
+    }
+
+    // The status line and step log are rank 0's.
+    void status_msg(const std::string& m) {
+        if (writer) status_message(status, m);
+    }
+    void status_warn(const std::string& m) {
+        if (writer) status_warning(status, m);
+    }
+    void log_step(const StepRecord& rec) {
+        if (writer) append_step(log, rec);
     }
 
     RunTotals totals() const {
@@ -376,8 +403,9 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     const int64_t B = tc.batch_size, T = tc.seq_len;
     auto run = std::make_unique<OptimizerRun>(cfg, opt, opts, backend, writes, table, mb);
     OptimizerRun& r = *run;
-    spdlog::info("{}: plan {:.3f} GiB (state {:.3f} GiB), microbatch {} x {} tokens, {} accumulation steps", opt.name,
-                 double(r.plan.peak_bytes) / GIB, double(r.plan.state_bytes) / GIB, mb, T, r.accum);
+    spdlog::info("{}: plan {:.3f} GiB (state {:.3f} GiB), microbatch {} x {} tokens, {} accumulation steps{}", opt.name,
+                 double(r.plan.peak_bytes) / GIB, double(r.plan.state_bytes) / GIB, mb, T, r.dp.accum_steps,
+                 r.dp.world_size > 1 ? fmt::format(" on each of {} ranks", r.dp.world_size) : std::string());
 
     const std::string& run_dir = opts.run_dir;
     r.last_dir = checkpoint_dir(run_dir, opt.name, "last");
@@ -423,6 +451,7 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
         }
         model_init(r.model, uint64_t(tc.seed));
     }
+    dp_check_weights_agree(r.dp, r.model, backend, "after initialization or resume");
     reset_peak_rss();
     if (r.state.step >= tc.steps) {
         spdlog::info("{}: already finished ({} steps)", opt.name, r.state.step);
@@ -436,10 +465,12 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
         return run;
     }
 
-    writes.file(step_log_path(run_dir, opt.name));
-    writes.file(metrics_path(run_dir, opt.name));
-    writes.dir(fs::path(run_dir) / "checkpoints" / opt.name);
-    r.log = open_step_log(step_log_path(run_dir, opt.name), r.state.step);
+    if (r.writer) {
+        writes.file(step_log_path(run_dir, opt.name));
+        writes.file(metrics_path(run_dir, opt.name));
+        writes.dir(fs::path(run_dir) / "checkpoints" / opt.name);
+        r.log = open_step_log(step_log_path(run_dir, opt.name), r.state.step);
+    }
     r.train = batch_stream_make(data.train, B, T, r.state.data_position);
     r.val = batch_stream_make(data.val, B, T, 0);
     batch_stream_require(r.val, tc.eval_batches, "train.eval_batches validation batches");
@@ -477,14 +508,22 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
     ExpertTokenCounts expert_tokens;
     at_step(opt, step, "forward/backward", [&] {
         model_zero_grads(r.model);
-        for (int64_t m = 0; m < r.accum; ++m) {
-            LossParts p = model_forward_backward(r.model, r.x.data() + m * r.mb * T, r.y.data() + m * r.mb * T, m,
+        // this rank's microbatches of the global batch; gradients and losses scaled by the global
+        // microbatch count, so that their sums over the ranks are the global means
+        for (int64_t m = 0; m < r.dp.accum_steps; ++m) {
+            const int64_t g = dp_global_microbatch(r.dp, m);
+            LossParts p = model_forward_backward(r.model, r.x.data() + g * r.mb * T, r.y.data() + g * r.mb * T, g,
                                                  uint32_t(step), r.accum, true);
             lm += p.lm_loss / double(r.accum);
             bal += p.balance_loss / double(r.accum);
             z += p.z_loss / double(r.accum);
             add_expert_tokens(expert_tokens, p.moe);
         }
+        dp_reduce_gradients(r.dp, r.model, r.backend);
+        double parts[3] = {lm, bal, z};
+        dp_sum(r.dp, parts, 3);
+        lm = parts[0], bal = parts[1], z = parts[2];
+        dp_sum_expert_tokens(r.dp, expert_tokens);
         // Phase times by the host clock, each phase ending with the device idle: one synchronize
         // here (the grad-norm that follows reads its result back and would wait anyway), the
         // norm's read-back, and the synchronize after the update.
@@ -518,12 +557,12 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
         rec.skipped = true;
         r.state.skipped_steps = r.policy.skipped;
         if (fault->action == FaultAction::STOP) {
-            append_step(r.log, rec);
+            r.log_step(rec);
             r.checkpoint(r.last_dir);
             fail("{}: {}; stopped with the checkpoint of step {} in {}", opt.name, fault_message(*fault), r.state.step,
                  r.last_dir);
         }
-        status_warning(r.status, fmt::format("{}: {}", opt.name, fault_message(*fault)));
+        r.status_warn(fmt::format("{}: {}", opt.name, fault_message(*fault)));
     } else {
         r.trailing_skipped = 0;
         ++r.optimizer_t;
@@ -541,6 +580,7 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
             r.optimizer->step(r.slots, os);
             step_deferred_experts(r.model, opt, *r.optimizer, r.slots, os);  // train.expert_grads: deferred
             restore_idle_experts(r.backend, idle);
+            dp_after_optimizer_step(r.dp, r.model, r.backend);
         });
     }
     // the step's time is its device time; kernel errors surface here
@@ -552,7 +592,7 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
     rec.fwd_bwd_ms = std::chrono::duration<double, std::milli>(t_fwd_bwd - t0).count();
     rec.grad_norm_ms = std::chrono::duration<double, std::milli>(t_grad_norm - t_fwd_bwd).count();
     if (!rec.skipped) rec.optimizer_ms = dt * 1e3 - rec.fwd_bwd_ms - rec.grad_norm_ms;
-    append_step(r.log, rec);
+    r.log_step(rec);
     r.state.step = step;
     r.state.data_position = r.train.position;
     r.state.tokens_seen += B * T;
@@ -570,7 +610,8 @@ void evaluate_step(OptimizerRun& r, const StepRecord& rec) {
     const int64_t step = rec.step;
     EvalResult ev;
     at_step(r.opt, step, "evaluation", [&] {
-        ev = evaluate(r.model, r.val, tc.eval_batches, tc.batch_size, r.mb, tc.seq_len, r.cfg.model.vocab_size, r.x, r.y);
+        ev = evaluate(r.model, r.dp, r.val, tc.eval_batches, tc.batch_size, r.mb, tc.seq_len, r.cfg.model.vocab_size, r.x,
+                      r.y);
     });
     EvalRecord e;
     e.step = step;
@@ -589,10 +630,10 @@ void evaluate_step(OptimizerRun& r, const StepRecord& rec) {
     r.since_eval_seconds = 0;
     r.since_eval_tokens = 0;
     r.last_val_ppl = e.val_ppl;
-    status_message(r.status, fmt::format("{} step {}: val loss {:.4f}, val ppl {}, balance {:.5f}", r.opt.name, step,
-                                         e.val_loss, metric_text(e.val_ppl, 2), e.val_balance_loss));
+    r.status_msg(fmt::format("{} step {}: val loss {:.4f}, val ppl {}, balance {:.5f}", r.opt.name, step, e.val_loss,
+                             metric_text(e.val_ppl, 2), e.val_balance_loss));
     r.metrics.summary = summarize(r.metrics.history, r.totals());
-    write_metrics(r.opts.run_dir, r.metrics);
+    if (r.writer) write_metrics(r.opts.run_dir, r.metrics);
     if (record_validation(r.state, step, ev.val_loss)) r.checkpoint(r.best_dir);
 }
 
@@ -625,7 +666,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         pr.val_ppl = r.last_val_ppl;
         pr.tokens_per_sec = rec.tokens_per_sec;
         pr.lr = rec.lr;
-        status_update(r.status, pr);
+        if (r.writer) status_update(r.status, pr);
 
         if (profiling && step == opts.profile_last) {
             backend.synchronize();
@@ -634,12 +675,13 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
             spdlog::info("{}: profiler capture stopped after step {}", opt.name, step);
         }
 
-        const bool stop = stop_requested() || (opts.stop_after_step > 0 && step >= opts.stop_after_step);
+        // one decision for every rank (a signal may reach one rank only)
+        const bool stop = dp_any(r.dp, stop_requested()) || (opts.stop_after_step > 0 && step >= opts.stop_after_step);
         if (step % tc.checkpoint_every == 0 || last_step || stop) r.checkpoint(r.last_dir);
         if (stop && !last_step) {
             stopped = true;
-            status_message(r.status, fmt::format("{}: stopped after step {}; checkpoint in {} (continue with skew train "
-                                                 "--resume {})", opt.name, step, r.last_dir, opts.run_dir));
+            r.status_msg(fmt::format("{}: stopped after step {}; checkpoint in {} (continue with skew train --resume {})",
+                                     opt.name, step, r.last_dir, opts.run_dir));
             break;
         }
     }
@@ -647,13 +689,15 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         backend.synchronize();
         cuda::profiler_stop();
     }
-    status_finish(r.status);
+    if (r.writer) status_finish(r.status);
     if (backend.device_memory())
         spdlog::info("{}: measured peak device memory {:.3f} GiB (whole device), plan {:.3f} GiB", opt.name,
                      double(r.device_peak) / GIB, double(r.plan.peak_bytes) / GIB);
     r.metrics.summary = summarize(r.metrics.history, r.totals());
-    write_metrics(opts.run_dir, r.metrics);
-    sync_step_log(r.log);
+    if (r.writer) {
+        write_metrics(opts.run_dir, r.metrics);
+        sync_step_log(r.log);
+    }
     refuse_trailing_skipped(opt, r.state.step, r.trailing_skipped);
     return TrainResult{opt.name, r.state.step, r.metrics.summary.final_val_ppl, stopped};
 }
@@ -664,51 +708,105 @@ std::string read_text(const fs::path& path) {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+/// Whether `flag` holds on any rank of `comm`, and which ranks it holds on.
+std::vector<int> ranks_where(Communicator& comm, bool flag) {
+    std::vector<int32_t> all(size_t(comm.world_size()), 0);
+    const int32_t mine = flag ? 1 : 0;
+    comm.allgather(&mine, all.data(), 1, CommDType::I32);
+    std::vector<int> out;
+    for (int r = 0; r < comm.world_size(); ++r)
+        if (all[size_t(r)]) out.push_back(r);
+    return out;
+}
+
 }  // namespace
 
-std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts) {
+std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_in) {
+    TrainOptions opts = opts_in;
+    std::unique_ptr<Communicator> self;
+    if (!opts.comm) {
+        self = make_self_communicator();
+        opts.comm = self.get();
+    }
+    Communicator& comm = *opts.comm;
+    const int world = comm.world_size();
+    const bool writer = comm.rank() == 0;  // rank 0 alone writes the run folder
     if (cfg.runtime.threads > 0) omp_set_num_threads(int(cfg.runtime.threads));
     ParamTable table = build_param_table(cfg.model);
     const fs::path config_path = fs::path(opts.run_dir) / "config.yaml";
-    if (!opts.resume && fs::exists(config_path))
-        fail("--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
-             "choose another --out", opts.run_dir, opts.run_dir);
-    // One writer per run folder: a second `skew train` on it (--resume twice) is refused at once.
     DirLock run_lock;
-    if (opts.resume) {
-        dir_lock(run_lock, opts.run_dir, RUN_LOCK_FILE, "skew train");
-        data::check_resume_data(cfg.data.dir, opts.run_dir);
-    }
-
+    Batches data;
+    std::unique_ptr<Backend> backend;
+    Config run_cfg = cfg;
+    std::vector<int64_t> microbatch;
     // Every check that can be made before training, before the run folder is touched: the data
     // (manifest, token ids, batch counts), the backend, --profile-steps, each optimizer's plan.
-    token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size, cfg.data.val_ratio);
-    Batches data{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
-    if (opts.resume) data::shard_identity_check(opts.run_dir, cfg.data.dir, {&data.train, &data.val});
-    data.unigram_val_ppl = unigram_val_perplexity(data.train, data.val, cfg.model.vocab_size);
-    spdlog::info("data: unigram baseline (training-split token frequencies) has validation perplexity {:.1f}",
-                 data.unigram_val_ppl);
-    {
-        const int64_t B = cfg.train.batch_size, T = cfg.train.seq_len;
-        batch_stream_require(batch_stream_make(data.val, B, T, 0), cfg.train.eval_batches,
-                             "train.eval_batches validation batches");
-        batch_stream_make(data.train, B, T, 0);
+    // Every rank makes them; no rank goes on while any failed (its error names it).
+    std::string failed;
+    try {
+        if (writer && !opts.resume && fs::exists(config_path))
+            fail("--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
+                 "choose another --out", opts.run_dir, opts.run_dir);
+        // One writer per run folder: a second `skew train` on it (--resume twice) is refused at once.
+        if (opts.resume) {
+            if (writer) dir_lock(run_lock, opts.run_dir, RUN_LOCK_FILE, "skew train");
+            data::check_resume_data(cfg.data.dir, opts.run_dir);
+        }
+        if (world > 1 && cfg.train.expert_grads == "deferred")
+            fail("train.expert_grads: deferred cannot run on {} ranks: its expert gradients are formed one expert at a "
+                 "time inside the optimizer step and never exist as a whole to be summed over the ranks; set "
+                 "train.expert_grads: stored", world);
+        token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size, cfg.data.val_ratio);
+        data = Batches{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
+        if (opts.resume) data::shard_identity_check(opts.run_dir, cfg.data.dir, {&data.train, &data.val});
+        if (writer) {  // a figure of rank 0's metrics file
+            data.unigram_val_ppl = unigram_val_perplexity(data.train, data.val, cfg.model.vocab_size);
+            spdlog::info("data: unigram baseline (training-split token frequencies) has validation perplexity {:.1f}",
+                         data.unigram_val_ppl);
+        }
+        {
+            const int64_t B = cfg.train.batch_size, T = cfg.train.seq_len;
+            batch_stream_require(batch_stream_make(data.val, B, T, 0), cfg.train.eval_batches,
+                                 "train.eval_batches validation batches");
+            batch_stream_make(data.train, B, T, 0);
+        }
+        backend = make_backend(cfg, opts.device);
+        if (opts.profile_first > 0 && !backend->device_memory())
+            fail("--profile-steps {}:{}: profiling brackets steps with cudaProfilerStart/Stop and needs the CUDA backend; "
+                 "this run uses the {} backend (runtime.backend: {})", opts.profile_first, opts.profile_last,
+                 backend->name(), cfg.runtime.backend);
+        // Plan for the backend actually used (auto resolved); the run's identity (config.yaml, the
+        // checkpoints' config hash) stays the config as written.
+        run_cfg.runtime.backend = backend->name();
+        // train.microbatch 0 on N ranks: the largest that fits among the divisors of batch_size / N
+        Config mb_cfg = run_cfg;
+        if (world > 1 && cfg.train.microbatch == 0 && cfg.train.batch_size % world == 0)
+            mb_cfg.train.batch_size = cfg.train.batch_size / world;
+        for (const OptimizerConfig& opt : cfg.optimizers) {
+            microbatch.push_back(check_optimizer_run(mb_cfg, table, opt, *backend));
+            dp_make(comm, cfg.train, microbatch.back());  // batch_size a multiple of world x microbatch
+        }
+    } catch (const Error& e) {
+        if (world == 1) throw;
+        failed = e.what();
     }
-    std::unique_ptr<Backend> backend = make_backend(cfg);
-    if (opts.profile_first > 0 && !backend->device_memory())
-        fail("--profile-steps {}:{}: profiling brackets steps with cudaProfilerStart/Stop and needs the CUDA backend; "
-             "this run uses the {} backend (runtime.backend: {})", opts.profile_first, opts.profile_last, backend->name(),
-             cfg.runtime.backend);
-    // Plan for the backend actually used (auto resolved); the run's identity (config.yaml, the
-    // checkpoints' config hash) stays the config as written.
-    Config run_cfg = cfg;
-    run_cfg.runtime.backend = backend->name();
-    std::vector<int64_t> microbatch;
-    for (const OptimizerConfig& opt : cfg.optimizers)
-        microbatch.push_back(check_optimizer_run(run_cfg, table, opt, *backend));
+    if (world > 1) {
+        const std::vector<int> bad = ranks_where(comm, !failed.empty());
+        if (!failed.empty()) throw Error(failed);
+        if (!bad.empty())
+            fail("stopped before training: rank(s) {} failed the checks before training (see their error); nothing was "
+                 "written", fmt::join(bad, ", "));
+        // The same microbatch on every rank (train.microbatch 0 may find different free memory):
+        // the smallest any rank chose, a divisor of batch_size / N as each is.
+        for (int64_t& mb : microbatch) {
+            std::vector<int64_t> all(static_cast<size_t>(world));
+            comm.allgather(&mb, all.data(), 1, CommDType::I64);
+            mb = *std::min_element(all.begin(), all.end());
+        }
+    }
 
     RunWrites writes;
-    if (!opts.resume) {
+    if (!opts.resume && writer) {
         writes.dir(opts.run_dir);
         std::error_code ec;
         fs::create_directories(opts.run_dir, ec);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "engine/config.h"
 
 namespace skew {
@@ -19,6 +20,9 @@ struct TrainOptions {
     int64_t inject_nan_step = 0;   // testing: write a NaN into the router's gradient at this step; 0 = off
     int64_t profile_first = 0;     // --profile-steps A:B: cudaProfilerStart before step A (CUDA only); 0 = off
     int64_t profile_last = 0;      // ... and cudaProfilerStop after step B (>= A)
+    Communicator* comm = nullptr;  // the run's ranks over host memory (dist/launch.h launch_world); null: one process
+    int device = 0;                // the CUDA device of this rank (its local rank under mpirun)
+    bool nccl = false;             // launched by MPI: the CUDA backend sums over NCCL (dist/nccl_communicator.h)
 };
 
 /// What one optimizer's run ended with.
@@ -39,6 +43,11 @@ struct TrainResult {
 /// too many non-finite steps, runtime.backend: cuda without a GPU or a CUDA build, GaLore on CUDA,
 /// or profile steps on the CPU. Everything checkable before training is checked before run_dir is
 /// touched; a failure before the first checkpoint removes what this call wrote there.
+/// With opts.comm over N > 1 ranks (docs/distributed.md): data parallel, rank r computing its
+/// slice of every global batch; rank 0 alone writes the run folder, logs at info level and draws
+/// the status line; every rank runs the pre-training checks and none starts while any failed.
+/// Throws skew::Error also when train.batch_size is not a multiple of N x train.microbatch, or for
+/// train.expert_grads: deferred (its expert gradients are never materialized to be summed).
 std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts);
 
 }  // namespace skew
