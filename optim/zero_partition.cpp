@@ -12,17 +12,18 @@ namespace {
 
 struct Unit {
     uint32_t param;
-    int64_t matrix;  // expert index (global) for a bank, 0 otherwise
-    int64_t bytes;   // state bytes
+    int64_t begin, end;  // experts [begin, end) of a bank (global), [0, 1) for another tensor
+    int64_t bytes;       // state bytes
 };
 
-/// State bytes of one unit: the whole tensor, or one expert matrix of a bank.
-int64_t unit_state_bytes(const OptimizerConfig& opt, const ParamInfo& p) {
-    OwnedRange r;
-    r.param = p.index;
-    r.matrix_begin = 0;
-    r.matrix_end = 1;
-    return optimizer_state_bytes(opt, ParamTable{{owned_param_info(p, r)}});
+/// Whether a bank's update is per expert matrix under `opt`, so that a range of experts can be
+/// stepped on its own. SkewAdam with a full or no second moment on the experts tier clips the
+/// update RMS over the whole tensor (one W, optim/skewadam.cpp), so such a bank is one unit.
+bool per_expert_update(const OptimizerConfig& opt, const ParamInfo& p) {
+    const ParamPolicy pol = param_policy(opt, p);
+    if (pol.kind == OptimizerKind::SKEWADAM || pol.kind == OptimizerKind::ADAFACTOR)
+        return pol.second_moment == SecondMomentKind::FACTORED;
+    return true;
 }
 
 /// Cut `units` into `ranks` contiguous runs by bytes (the midpoint rule of zero_partition) and
@@ -40,11 +41,11 @@ void cut(const std::vector<Unit>& units, int64_t ranks, RankOf rank_of, ZeroPart
         r = std::clamp<int64_t>(r, 0, ranks - 1);
         before += w;
         std::vector<OwnedRange>& mine = part.owned[size_t(rank_of(r))];
-        if (!mine.empty() && mine.back().param == u.param && mine.back().matrix_end == u.matrix) {
-            mine.back().matrix_end = u.matrix + 1;
+        if (!mine.empty() && mine.back().param == u.param && mine.back().matrix_end == u.begin) {
+            mine.back().matrix_end = u.end;
             mine.back().state_bytes += u.bytes;
         } else {
-            mine.push_back({u.param, u.matrix, u.matrix + 1, u.bytes});
+            mine.push_back({u.param, u.begin, u.end, u.bytes});
         }
     }
 }
@@ -78,16 +79,25 @@ ZeroPartition zero_partition(const ParamTable& table, const OptimizerConfig& opt
     std::vector<Unit> dense;
     std::vector<std::vector<Unit>> shards(static_cast<size_t>(M));  // per expert rank
     for (const ParamInfo& p : table.params) {
-        const int64_t bytes = unit_state_bytes(opt, p);
         if (!is_expert_bank(p)) {
-            dense.push_back({p.index, 0, bytes});
+            dense.push_back({p.index, 0, 1, optimizer_state_bytes(opt, ParamTable{{p}})});
             continue;
         }
         const int64_t E = p.n_matrices();
         if (E % M != 0)
             fail("ZeRO partition: expert parallelism {} does not divide the {} experts of '{}'", M, E, p.name);
         const int64_t per_shard = E / M;
-        for (int64_t e = 0; e < E; ++e) shards[size_t(e / per_shard)].push_back({p.index, e, bytes});
+        if (!per_expert_update(opt, p)) {
+            if (M > 1)
+                fail("optimizer '{}': expert parallelism needs a per-expert update, but '{}' is updated as one W (a "
+                     "full or no second moment on the experts tier clips the whole bank); use a factored second "
+                     "moment there or parallel.expert: 1", opt.name, p.name);
+            dense.push_back({p.index, 0, E, optimizer_state_bytes(opt, ParamTable{{p}})});  // the whole bank, one unit
+            continue;
+        }
+        OwnedRange one{p.index, 0, 1, 0};
+        const int64_t bytes = optimizer_state_bytes(opt, ParamTable{{owned_param_info(p, one)}});
+        for (int64_t e = 0; e < E; ++e) shards[size_t(e / per_shard)].push_back({p.index, e, e + 1, bytes});
     }
     if (zero) {
         cut(dense, N, [](int64_t r) { return r; }, part);

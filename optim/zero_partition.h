@@ -21,7 +21,9 @@ struct Arena;
 bool is_expert_bank(const ParamInfo& p);
 
 /// A contiguous part of one parameter a rank owns: matrices (experts) [matrix_begin, matrix_end)
-/// of a bank in the model's global expert numbering, or [0, 1) for any other tensor (the whole of it).
+/// of a bank in the model's global expert numbering, or [0, 1) for any other tensor (the whole of
+/// it). A bank whose update is not per expert (SkewAdam with a full or no second moment on the
+/// experts tier: one update-RMS clip over the bank) is owned whole, [0, n_experts).
 struct OwnedRange {
     uint32_t param = 0;        // ParamInfo::index in the model's (global) table
     int64_t matrix_begin = 0;  // first expert owned (0 for a whole tensor)

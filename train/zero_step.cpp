@@ -54,10 +54,12 @@ void zero_optimizer_step(ZeroOptimizer& z, OptimizerRunner& runner, const OptimS
     }
     runner.step(z.slots.owned, step);
     restore_idle_experts(backend, snap);
-    zero_allgather_weights(z, world);
+    zero_allgather_weights(z, world, backend);
 }
 
-void zero_allgather_weights(ZeroOptimizer& z, Communicator& world) {
+void zero_allgather_weights(ZeroOptimizer& z, Communicator& world, Backend& backend) {
+    const bool stage = backend.device_memory() && !world.device_memory();  // device weights, host collectives
+    std::vector<std::byte> host;
     const ZeroPartition& part = z.partition;
     const int64_t N = part.world_size, M = part.expert_parallel;
     // owners of each parameter: (rank, range) in rank order
@@ -71,10 +73,17 @@ void zero_allgather_weights(ZeroOptimizer& z, Communicator& world) {
         const ParamSlot& w = z.slots.whole[i];
         const ParamInfo& p = *w.info;
         const CommDType ct = weight_comm_dtype(p.dtype);
+        void* buf = w.weight;
+        if (stage) {
+            host.resize(size_t(p.bytes()));
+            backend.copy_to_host(host.data(), w.weight, p.bytes());
+            buf = host.data();
+        }
         if (!is_expert_bank(p)) {
             if (owners[i].size() != 1)
                 fail("ZeRO-1: '{}' has {} owners; a whole tensor has one", p.name, owners[i].size());
-            world.broadcast(w.weight, p.numel(), ct, int(owners[i][0].first));
+            world.broadcast(buf, p.numel(), ct, int(owners[i][0].first));
+            if (stage) backend.copy_to_device(w.weight, host.data(), p.bytes());
             continue;
         }
         // a bank: the ranks holding this rank's expert shard gather their ranges of it
@@ -90,8 +99,9 @@ void zero_allgather_weights(ZeroOptimizer& z, Communicator& world) {
             displs[size_t(g)] = (o->matrix_begin - (M > 1 ? first_held : 0)) * per;
         }
         const int64_t me = group.rank();
-        const char* send = static_cast<const char*>(w.weight) + displs[size_t(me)] * dtype_bytes(p.dtype);
-        group.allgatherv(send, w.weight, counts, displs, ct);
+        const char* send = static_cast<const char*>(buf) + displs[size_t(me)] * dtype_bytes(p.dtype);
+        group.allgatherv(send, buf, counts, displs, ct);
+        if (stage) backend.copy_to_device(w.weight, host.data(), p.bytes());
     }
 }
 

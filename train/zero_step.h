@@ -53,8 +53,10 @@ void zero_optimizer_step(ZeroOptimizer& z, OptimizerRunner& runner, const OptimS
 /// Gather the updated weights: every tensor's owners send their ranges to every rank holding it, in
 /// place (a whole tensor: a broadcast from its owner; a bank: one allgatherv over the world, or over
 /// z.expert_group with expert parallelism; the owned ranges of a tensor are contiguous and in rank
-/// order). Buffers are the arena's (host memory for MPI, device memory for NCCL).
-void zero_allgather_weights(ZeroOptimizer& z, Communicator& world);
+/// order). The weights are the arena's: a device arena with a host-memory communicator (MPI) is
+/// staged through host copies of each tensor by `backend`; a device communicator (NCCL) gathers
+/// in place.
+void zero_allgather_weights(ZeroOptimizer& z, Communicator& world, Backend& backend);
 
 /// Sum each expert's token count over the ranks (an allreduce), so that every rank finds the same
 /// idle experts for the step (an expert is idle when no rank routed a token to it).

@@ -217,8 +217,27 @@ TEST_CASE("ZeRO-1 step in one process: N partitions stepped and gathered equal t
           "every optimizer, 3 steps") {
     Config cfg = small_config();
     const ParamTable table = build_param_table(cfg.model);
-    for (const char* name : ALL) {
-        OptimizerConfig opt = builtin_optimizer(name);
+    std::vector<OptimizerConfig> opts;
+    for (const char* name : ALL) opts.push_back(builtin_optimizer(name));
+    // SkewAdam with a full or no second moment on the experts tier clips the update RMS over the
+    // whole bank: the partition keeps such a bank whole
+    for (SecondMomentKind k : {SecondMomentKind::FULL, SecondMomentKind::NONE}) {
+        OptimizerConfig o = builtin_optimizer("skewadam");
+        o.name = std::string("skewadam-experts-") + second_moment_name(k);
+        o.tiers[size_t(Tier::EXPERTS)].second_moment = k;
+        o.tiers[size_t(Tier::EXPERTS)].momentum = MomentumKind::FP32;
+        opts.push_back(o);
+        const ZeroPartition part = zero_partition(table, o, layout_of(4, 0));
+        for (const auto& mine : part.owned)
+            for (const OwnedRange& r : mine)
+                if (is_expert_bank(table.params[r.param])) {
+                    CHECK(r.matrix_begin == 0);
+                    CHECK(r.matrix_end == cfg.model.n_experts);
+                }
+        CHECK_THROWS_WITH(zero_partition(table, o, layout_of(4, 0, 2)), Catch::Contains("one W"));
+    }
+    for (OptimizerConfig opt : opts) {
+        const std::string name = opt.name;
         opt.rank = 4;
         opt.update_proj_gap = 2;  // GaLore refreshes its projectors within the test
         for (int64_t n : {2, 4}) {
