@@ -8,6 +8,7 @@
 #if defined(SKEW_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_info.h"
+#include "dist/nccl_communicator.h"
 #endif
 
 namespace skew {
@@ -43,6 +44,18 @@ std::unique_ptr<Backend> make_backend(const Config& cfg, int device) {
     (void)device;
 #endif
     fail("{}: runtime.backend: unknown backend '{}' (expected cpu, cuda or auto)", cfg.source, b);
+}
+
+std::unique_ptr<Communicator> make_device_communicator(Backend& backend, Communicator& host, int device) {
+#if defined(SKEW_HAVE_CUDA)
+    if (auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend))
+        return make_nccl_communicator(host, device, cuda_backend->stream());
+#else
+    (void)host;
+    (void)device;
+#endif
+    if (backend.device_memory()) fail("{} backend: no device communicator for it", backend.name());
+    return nullptr;
 }
 
 }  // namespace skew

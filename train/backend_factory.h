@@ -3,6 +3,7 @@
 #pragma once
 #include <memory>
 
+#include "dist/communicator.h"
 #include "engine/config.h"
 #include "kernels/backend.h"
 
@@ -13,5 +14,10 @@ namespace skew {
 /// CUDA backend or no GPU is visible); `auto`, the CUDA backend when built with CUDA and a GPU is
 /// visible, else the CPU. Throws skew::Error naming the config file and the key.
 std::unique_ptr<Backend> make_backend(const Config& cfg, int device = 0);
+
+/// The communicator that sums gradients where `backend` keeps them: for the CUDA backend, NCCL on
+/// CUDA device `device` and the backend's stream, bootstrapped over `host` (docs/distributed.md);
+/// null for a host backend (`host` itself serves). Throws skew::Error when NCCL fails to start.
+std::unique_ptr<Communicator> make_device_communicator(Backend& backend, Communicator& host, int device);
 
 }  // namespace skew

@@ -48,8 +48,9 @@ void dp_plan_buckets(DataParallel& dp, const Model& m, double bucket_mib) {
 int64_t dp_global_microbatch(const DataParallel& dp, int64_t m) { return int64_t(dp.rank) * dp.accum_steps + m; }
 
 void dp_reduce_gradients(DataParallel& dp, Model& m, Backend& backend) {
-    if (dp.world_size == 1) return;
-    Communicator& c = *dp.comm;
+    // world size 1 under mpirun on CUDA still runs NCCL's all-reduce (the path the GPU test checks)
+    if (dp.world_size == 1 && !dp.device_comm) return;
+    Communicator& c = dp.device_comm ? *dp.device_comm : *dp.comm;
     for (const GradBucket& b : dp.buckets) {
         const int64_t es = comm_dtype_bytes(b.dtype);
         // In place when the communicator reads the backend's memory (NCCL on the device, MPI on

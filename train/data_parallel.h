@@ -28,7 +28,8 @@ struct GradBucket {
 /// The data-parallel group of one run and its per-step scratch. World size 1 (no launcher, or
 /// `mpirun -np 1`) runs every function below as a no-op or a copy.
 struct DataParallel {
-    Communicator* comm = nullptr;  // the data-parallel ranks (every rank while parallel.expert is 1)
+    Communicator* comm = nullptr;  // the data-parallel ranks over host memory (every rank while parallel.expert is 1)
+    Communicator* device_comm = nullptr;  // the same ranks over device memory (NCCL, CUDA backend); null: comm
     int rank = 0;
     int world_size = 1;
     int64_t accum_steps = 1;        // microbatches per rank per step: batch_size / (world_size * microbatch)

@@ -356,6 +356,7 @@ struct OptimizerRun {
         partition = zero_partition(table, o, layout);
         if (layout.zero()) zero = make_zero_optimizer(o, table, table, layout, arena, *to.comm);
         else slots = arena_param_slots(o, table, arena);
+        dp.device_comm = to.device_comm;
         dp_plan_buckets(dp, model, c.parallel.bucket_mib);
         optimizer = make_optimizer_runner(opt, backend, arena);
         backend.bind_workspace(backend_workspace_memory(arena));  // last: nothing below throws
@@ -589,7 +590,7 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
             if (r.zero) {  // ZeRO-1: this rank's ranges, then the all-gather of the updated weights
                 zero_optimizer_step(*r.zero, *r.optimizer, os, r.backend, opt,
                                     tc.idle_experts == "skip" ? idle_experts(expert_tokens) : std::vector<IdleExpert>{},
-                                    *r.opts.comm);
+                                    r.opts.device_comm ? *r.opts.device_comm : *r.opts.comm);
                 return;
             }
             // experts that got no token keep weights and state (train.idle_experts: skip)
@@ -824,6 +825,13 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
             comm.allgather(&mb, all.data(), 1, CommDType::I64);
             mb = *std::min_element(all.begin(), all.end());
         }
+    }
+    // CUDA under mpirun/srun: gradients summed by NCCL in device memory, on the backend's stream
+    std::unique_ptr<Communicator> device_comm;
+    if (opts.nccl && backend->device_memory()) {
+        device_comm = make_device_communicator(*backend, comm, opts.device);
+        opts.device_comm = device_comm.get();
+        spdlog::info("data parallel: {} ranks, gradients summed over NCCL ({})", world, device_comm->describe());
     }
 
     RunWrites writes;

@@ -23,6 +23,7 @@ struct TrainOptions {
     Communicator* comm = nullptr;  // the run's ranks over host memory (dist/launch.h launch_world); null: one process
     int device = 0;                // the CUDA device of this rank (its local rank under mpirun)
     bool nccl = false;             // launched by MPI: the CUDA backend sums over NCCL (dist/nccl_communicator.h)
+    Communicator* device_comm = nullptr;  // set by train_all: NCCL over the ranks when nccl and the backend is CUDA
 };
 
 /// What one optimizer's run ended with.

@@ -1,7 +1,7 @@
 // `mpirun -np 2 skew train` with ZeRO-1 (parallel.zero_stage 1) against plain data parallel
 // (zero_stage 0) on committed real text (docs/distributed.md, "ZeRO-1"): both sum the same
 // gradients with the same collectives, so the only difference is which rank computes each update;
-// the weights and losses after 20 steps are bit-identical for every optimizer. A stopped and resumed
+// the weights and losses after 20 steps are bit-identical (SkewAdam, AdamW, Muon, GaLore). A stopped and resumed
 // ZeRO-1 run equals an uninterrupted one bit for bit; resuming on another layout is refused naming
 // both; `skew export` writes the checkpoint's weights as one file, which `skew sample` and the
 // single-process reader load.
@@ -29,7 +29,9 @@ using skew::test::Run;
 
 namespace {
 
-const char* OPTIMIZERS = "[skewadam,skewadam-expert-momentum,uniform,adamw,lion,muon,muon-kj,adafactor,galore,galore-paper]";
+// one optimizer of each kind of update: factored (SkewAdam), element-wise (AdamW), Newton-Schulz (Muon),
+// projected (GaLore's paper form); test_zero_mpi steps every optimizer
+const char* OPTIMIZERS = "[skewadam,adamw,muon,galore-paper]";
 
 const std::string& work_dir() {
     static const std::string dir = [] {
@@ -110,7 +112,7 @@ std::vector<std::string> optimizer_names() {
 
 }  // namespace
 
-TEST_CASE("mpirun -np 2: ZeRO-1 equals data parallel (zero_stage 0) bit for bit over 20 steps for every optimizer; "
+TEST_CASE("mpirun -np 2: ZeRO-1 equals data parallel (zero_stage 0) bit for bit over 20 steps; "
           "a stopped and resumed ZeRO-1 run equals an uninterrupted one; other layouts are refused; export") {
     if (!have_mpirun()) {
         WARN("mpirun not found: skipped");

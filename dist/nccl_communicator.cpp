@@ -1,0 +1,150 @@
+// Communicator over NCCL on CUDA device memory (dist/nccl_communicator.h). Every call checks its
+// ncclResult_t and throws skew::Error naming the call and the rank.
+#include "dist/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <vector>
+
+#include "engine/error.h"
+
+namespace skew {
+namespace {
+
+ncclDataType_t nccl_type(CommDType t) {
+    switch (t) {
+        case CommDType::F32: return ncclFloat32;
+        case CommDType::BF16: return ncclBfloat16;
+        case CommDType::F64: return ncclFloat64;
+        case CommDType::I32: return ncclInt32;
+        case CommDType::I64: return ncclInt64;
+        case CommDType::BYTE: return ncclUint8;
+    }
+    return ncclUint8;
+}
+
+struct NcclCommunicator final : Communicator {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+    int device = 0;
+    int rank_ = 0, size_ = 1;
+    int32_t* barrier_word = nullptr;  // one device int for barrier()
+
+    NcclCommunicator(ncclComm_t c, cudaStream_t s, int dev) : comm(c), stream(s), device(dev) {
+        check(ncclCommUserRank(comm, &rank_), "ncclCommUserRank");
+        check(ncclCommCount(comm, &size_), "ncclCommCount");
+        if (cudaMalloc(&barrier_word, sizeof(int32_t)) != cudaSuccess)
+            fail("rank {}: cudaMalloc of the NCCL barrier word failed", rank_);
+    }
+    ~NcclCommunicator() override {
+        if (barrier_word) cudaFree(barrier_word);
+        if (comm) ncclCommDestroy(comm);
+    }
+
+    void check(ncclResult_t rc, const char* call) const {
+        if (rc == ncclSuccess) return;
+        fail("nccl rank {} of {}: {} failed: {}{}", rank_, size_, call, ncclGetErrorString(rc),
+             rc == ncclSystemError || rc == ncclRemoteError ? " (a peer died or the network failed)" : "");
+    }
+    void sum_allowed(CommDType t) const {
+        if (t == CommDType::BYTE) fail("nccl rank {}: a sum of raw bytes is not defined (CommDType::BYTE)", rank_);
+    }
+    void require_per_rank(std::span<const int64_t> v, const char* what) const {
+        if (int64_t(v.size()) != size_)
+            fail("nccl rank {}: {} has {} entries for {} ranks", rank_, what, v.size(), size_);
+    }
+
+    int rank() const override { return rank_; }
+    int world_size() const override { return size_; }
+    bool device_memory() const override { return true; }
+
+    void allreduce_sum(void* data, int64_t count, CommDType t) override {
+        sum_allowed(t);
+        check(ncclAllReduce(data, data, size_t(count), nccl_type(t), ncclSum, comm, stream), "ncclAllReduce");
+    }
+    void reduce_scatter_sum(const void* send, void* recv, int64_t recv_count, CommDType t) override {
+        sum_allowed(t);
+        check(ncclReduceScatter(send, recv, size_t(recv_count), nccl_type(t), ncclSum, comm, stream),
+              "ncclReduceScatter");
+    }
+    void allgather(const void* send, void* recv, int64_t count, CommDType t) override {
+        check(ncclAllGather(send, recv, size_t(count), nccl_type(t), comm, stream), "ncclAllGather");
+    }
+    void allgatherv(const void* send, void* recv, std::span<const int64_t> counts, std::span<const int64_t> displs,
+                    CommDType t) override {
+        require_per_rank(counts, "allgatherv counts");
+        require_per_rank(displs, "allgatherv displs");
+        const int64_t es = comm_dtype_bytes(t);
+        char* out = static_cast<char*>(recv);
+        check(ncclGroupStart(), "ncclGroupStart");
+        for (int r = 0; r < size_; ++r) {
+            void* dst = out + displs[size_t(r)] * es;
+            const void* src = r == rank_ ? send : dst;
+            check(ncclBroadcast(src, dst, size_t(counts[size_t(r)]), nccl_type(t), r, comm, stream), "ncclBroadcast");
+        }
+        check(ncclGroupEnd(), "ncclGroupEnd (allgatherv)");
+    }
+    void alltoallv(const void* send, std::span<const int64_t> send_counts, std::span<const int64_t> send_displs,
+                   void* recv, std::span<const int64_t> recv_counts, std::span<const int64_t> recv_displs,
+                   CommDType t) override {
+        require_per_rank(send_counts, "alltoallv send_counts");
+        require_per_rank(send_displs, "alltoallv send_displs");
+        require_per_rank(recv_counts, "alltoallv recv_counts");
+        require_per_rank(recv_displs, "alltoallv recv_displs");
+        const int64_t es = comm_dtype_bytes(t);
+        const char* s = static_cast<const char*>(send);
+        char* d = static_cast<char*>(recv);
+        check(ncclGroupStart(), "ncclGroupStart");
+        for (int r = 0; r < size_; ++r) {
+            if (send_counts[size_t(r)] > 0)
+                check(ncclSend(s + send_displs[size_t(r)] * es, size_t(send_counts[size_t(r)]), nccl_type(t), r, comm,
+                               stream),
+                      "ncclSend");
+            if (recv_counts[size_t(r)] > 0)
+                check(ncclRecv(d + recv_displs[size_t(r)] * es, size_t(recv_counts[size_t(r)]), nccl_type(t), r, comm,
+                               stream),
+                      "ncclRecv");
+        }
+        check(ncclGroupEnd(), "ncclGroupEnd (alltoallv)");
+    }
+    void broadcast(void* data, int64_t count, CommDType t, int root) override {
+        check(ncclBroadcast(data, data, size_t(count), nccl_type(t), root, comm, stream), "ncclBroadcast");
+    }
+    void barrier() override {
+        check(ncclAllReduce(barrier_word, barrier_word, 1, ncclInt32, ncclSum, comm, stream), "ncclAllReduce (barrier)");
+        if (cudaStreamSynchronize(stream) != cudaSuccess) fail("nccl rank {}: cudaStreamSynchronize (barrier) failed", rank_);
+    }
+    std::unique_ptr<Communicator> split(int color, int key) override {
+        ncclComm_t sub = nullptr;
+        check(ncclCommSplit(comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr), "ncclCommSplit");
+        if (!sub) fail("nccl rank {}: ncclCommSplit with color {} gave no communicator", rank_, color);
+        return std::make_unique<NcclCommunicator>(sub, stream, device);
+    }
+    std::string describe() const override { return fmt::format("nccl rank {} of {} (device {})", rank_, size_, device); }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int device, void* stream) {
+    if (host.device_memory()) fail("make_nccl_communicator: the bootstrap communicator must move host memory");
+    if (cudaSetDevice(device) != cudaSuccess) fail("rank {}: cudaSetDevice({}) failed", host.rank(), device);
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof(id));
+    if (host.rank() == 0) {
+        const ncclResult_t rc = ncclGetUniqueId(&id);
+        if (rc != ncclSuccess) fail("rank 0: ncclGetUniqueId failed: {}", ncclGetErrorString(rc));
+    }
+    host.broadcast(&id, int64_t(sizeof(id)), CommDType::BYTE, 0);
+    ncclComm_t comm = nullptr;
+    const ncclResult_t rc = ncclCommInitRank(&comm, host.world_size(), id, host.rank());
+    if (rc != ncclSuccess)
+        fail("rank {}: ncclCommInitRank ({} ranks, device {}) failed: {}", host.rank(), host.world_size(), device,
+             ncclGetErrorString(rc));
+    return std::make_unique<NcclCommunicator>(comm, static_cast<cudaStream_t>(stream), device);
+}
+
+}  // namespace skew
