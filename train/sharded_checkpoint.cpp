@@ -78,6 +78,13 @@ bool writes_state(const ParallelLayout& l) { return l.zero() || l.rank < l.exper
 /// The shard this rank's state is read from.
 int64_t state_shard_of(const ParallelLayout& l) { return l.zero() ? l.rank : l.rank % l.expert_parallel; }
 
+/// The file of shard `r`'s state: optimizer.rank-R-of-N.safetensors, except that a replicated state
+/// without expert parallelism (ZeRO stage 0, M = 1) is one whole file under the one-process name.
+std::string state_file(const ParallelLayout& l, int64_t r) {
+    if (!l.zero() && l.expert_parallel == 1) return "optimizer.safetensors";
+    return optimizer_shard_file(r, l.world_size);
+}
+
 nlohmann::json owned_json(const ZeroPartition& part, const ParamTable& global, int64_t rank) {
     nlohmann::json a = nlohmann::json::array();
     for (const OwnedRange& o : part.owned[size_t(rank)]) {
@@ -152,7 +159,7 @@ void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const T
     // 2. every rank its files
     agree(comm, fmt::format("{}: writing the shards", dir), attempt([&] {
               if (writes_state(layout))
-                  write_safetensors((fs::path(temp) / optimizer_shard_file(layout.rank, layout.world_size)).string(),
+                  write_safetensors((fs::path(temp) / state_file(layout, layout.rank)).string(),
                                     buffer_tensors(arena, BufferKind::STATE, backend), meta);
               const std::vector<NamedTensor> weights = weight_tensors(arena, backend);
               if (layout.expert_parallel == 1) {
@@ -186,7 +193,7 @@ void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const T
                   ParallelLayout lr = layout;
                   lr.rank = r;
                   if (!writes_state(lr)) continue;
-                  shards.push_back({{"rank", r}, {"file", optimizer_shard_file(r, layout.world_size)},
+                  shards.push_back({{"rank", r}, {"file", state_file(layout, r)},
                                     {"owned", owned_json(part, global, r)}});
               }
               m["optimizer_shards"] = shards;
@@ -227,7 +234,7 @@ TrainerState load_sharded_checkpoint(const std::string& dir, const Arena& arena,
                        dir, was.describe(), layout.describe(), was.world_size, was.expert_parallel, was.zero_stage);
               // the owned ranges must be the ones this build computes (the partition is part of the format)
               const int64_t shard = state_shard_of(layout);
-              const std::string shard_file = optimizer_shard_file(shard, layout.world_size);
+              const std::string shard_file = state_file(layout, shard);
               bool found = false;
               for (const auto& e : m.value("optimizer_shards", nlohmann::json::array()))
                   if (e.value("rank", int64_t(-1)) == shard) {

@@ -19,7 +19,8 @@ namespace skew {
 /// The manifest of a sharded checkpoint; its presence marks the checkpoint as sharded and complete.
 constexpr const char* LAYOUT_FILE = "layout.json";
 
-/// "optimizer.rank-<rank>-of-<world_size>.safetensors": one rank's optimizer state.
+/// "optimizer.rank-<rank>-of-<world_size>.safetensors": one rank's optimizer state (a replicated
+/// state without expert parallelism, ZeRO stage 0, is rank 0's whole "optimizer.safetensors").
 std::string optimizer_shard_file(int64_t rank, int64_t world_size);
 
 /// "model.experts-<expert_rank>-of-<expert_parallel>.safetensors": one expert shard's bank weights.
