@@ -50,7 +50,7 @@ void run_split(const char* name, bool exact, const std::vector<int64_t>& shape, 
     ParamInfo bank = make_param("blocks.1.moe.experts.w1", shape, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 3);
     bank.block = 1;
     const int64_t n = bank.numel(), E = shape[0], per = shape[1] * shape[2];
-    std::vector<bf16> w0(size_t(n));
+    std::vector<bf16> w0(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) w0[size_t(i)] = f32_to_bf16(0.5f * philox_normal(PhiloxKey{5, 77}, 0, 1, uint64_t(i)));
     std::vector<std::unique_ptr<DevMem>> mem;
     auto dev = [&](size_t bytes) {
@@ -87,7 +87,7 @@ void run_split(const char* name, bool exact, const std::vector<int64_t>& shape, 
     ctx.stream = gpu().stream();
     REQUIRE(cublasCreate(&ctx.cublas) == CUBLAS_STATUS_SUCCESS);
     cublasSetStream(ctx.cublas, ctx.stream);
-    std::vector<float> g(size_t(n));
+    std::vector<float> g(static_cast<size_t>(n));
     for (int step = 1; step <= 3; ++step) {
         for (int64_t i = 0; i < n; ++i) g[size_t(i)] = 0.01f * philox_normal(PhiloxKey{5, 78}, uint32_t(step), 2, uint64_t(i));
         cuda_check(cudaMemcpy(const_cast<void*>(whole.grad), g.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
@@ -97,7 +97,7 @@ void run_split(const char* name, bool exact, const std::vector<int64_t>& shape, 
         cuda_check(cudaStreamSynchronize(ctx.stream));
     }
     cublasDestroy(ctx.cublas);
-    std::vector<bf16> a(size_t(n)), b(size_t(n));
+    std::vector<bf16> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
     cuda_check(cudaMemcpy(a.data(), whole.weight, size_t(n) * 2, cudaMemcpyDeviceToHost));
     cuda_check(cudaMemcpy(b.data(), split_bank.weight, size_t(n) * 2, cudaMemcpyDeviceToHost));
     int64_t differ = 0, beyond = 0, moved = 0;
@@ -119,7 +119,7 @@ void run_split(const char* name, bool exact, const std::vector<int64_t>& shape, 
         int64_t neq = 0, bad = 0;
         for (int k = 0; k < 2; ++k) {
             const int64_t count = (ranges[k].matrix_end - ranges[k].matrix_begin) * per_state;
-            std::vector<float> part(size_t(count));
+            std::vector<float> part(static_cast<size_t>(count));
             cuda_check(cudaMemcpy(part.data(), parts[size_t(k)].st(s.kind), part.size() * 4, cudaMemcpyDeviceToHost));
             for (int64_t i = 0; i < count; ++i) {
                 const double want = full[size_t(ranges[k].matrix_begin * per_state + i)], have = part[size_t(i)];
