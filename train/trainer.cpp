@@ -800,6 +800,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         run_cfg.runtime.backend = backend->name();
         // train.microbatch 0 on N ranks: the largest that fits among the divisors of batch_size / N,
         // planned for this rank's layout (its ZeRO-1 share of the optimizer state)
+        if (cfg.train.microbatch > 0) dp_make(comm, cfg.train, cfg.train.microbatch);  // its message names all three
         const ParallelLayout layout = parallel_layout(run_cfg, world, comm.rank());
         if (layout.expert_parallel > 1)
             fail("parallel.expert {}: expert parallelism is not in this trainer yet; set parallel.expert: 1",

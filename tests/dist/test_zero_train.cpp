@@ -112,8 +112,8 @@ std::vector<std::string> optimizer_names() {
 
 }  // namespace
 
-TEST_CASE("mpirun -np 2: ZeRO-1 equals data parallel (zero_stage 0) bit for bit over 20 steps; "
-          "a stopped and resumed ZeRO-1 run equals an uninterrupted one; other layouts are refused; export") {
+TEST_CASE("mpirun -np 2: ZeRO-1 equals data parallel (zero_stage 0) bit for bit over 20 steps, "
+          "a stopped and resumed ZeRO-1 run equals an uninterrupted one, other layouts are refused, export") {
     if (!have_mpirun()) {
         WARN("mpirun not found: skipped");
         std::exit(77);
