@@ -1,8 +1,11 @@
 // One training step of the MoE transformer on the CPU backend: zero
-// gradients, forward + backward over every microbatch (per-block checkpointing, aux losses), global
-// grad-norm clip; no optimizer. Prints tokens/s and peak RSS as JSON, tagged with the git commit.
+// gradients, forward + backward over every microbatch (activation recompute per train.recompute,
+// aux losses), global grad-norm clip; no optimizer. Prints tokens/s and peak RSS as JSON, tagged
+// with the git commit: one line per --recompute mode (the plan's activation bytes and arena with
+// it; peak RSS is the process's so far, so a later mode's includes the earlier ones' peaks).
 //
 // Usage: bench_step [--model tiny|moe10m] [--steps N] [--threads N] [--tiny-config configs/tiny.yaml]
+//                   [--recompute block|attention|none[,...]]   (default block; e.g. block,none)
 //   tiny:   configs/tiny.yaml (d_model 64, 8 experts, 50,304 vocab, batch 8 x 32 in 2 microbatches)
 //   moe10m: d_model 128, 2 blocks (dense, MoE of 8 experts, d_ff = d_expert = 1024), GQA 4/2,
 //           50,304 vocab, batch 8 x 128 in one microbatch (~10.1M parameters)
@@ -68,70 +71,85 @@ int main(int argc, char** argv) {
     std::string model_name = "moe10m";
     std::string tiny_path = "configs/tiny.yaml";  // run from the repository root
     int steps = 3, threads = 2;
+    std::vector<std::string> modes = {"block"};
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--model" && i + 1 < argc) model_name = argv[++i];
         else if (a == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
         else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
         else if (a == "--tiny-config" && i + 1 < argc) tiny_path = argv[++i];
-        else {
-            std::fprintf(stderr, "usage: bench_step [--model tiny|moe10m] [--steps N] [--threads N] [--tiny-config PATH]\n");
+        else if (a == "--recompute" && i + 1 < argc) {
+            modes.clear();
+            std::string list = argv[++i];
+            for (size_t p = 0; p <= list.size();) {
+                const size_t q = std::min(list.find(',', p), list.size());
+                modes.push_back(list.substr(p, q - p));
+                p = q + 1;
+            }
+        } else {
+            std::fprintf(stderr, "usage: bench_step [--model tiny|moe10m] [--steps N] [--threads N] [--tiny-config PATH] "
+                                 "[--recompute block|attention|none[,...]]\n");
             return 2;
         }
     }
     try {
-        Config cfg = model_name == "tiny" ? load_config(tiny_path)
-                                          : load_config_text(MOE10M_YAML, "moe10m");
-        omp_set_num_threads(threads);
-        ParamTable table = build_param_table(cfg.model);
-        const int64_t mb = cfg.train.microbatch, accum = cfg.train.grad_accum_steps();
-        MemoryPlan plan = build_memory_plan(cfg, table, builtin_optimizer("skewadam"), mb);
-        Arena arena = allocate_host_arena(plan);
-        auto backend = make_cpu_backend();
-        Model m = model_bind(cfg, table, arena, *backend);
-        model_init(m, uint64_t(cfg.train.seed));
-        const int64_t T = cfg.train.seq_len, B = cfg.train.batch_size, V = cfg.model.vocab_size;
-        std::vector<int32_t> stream(size_t(B * T + 1));
-        uint64_t s = 12345;
-        for (auto& x : stream) {
-            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-            x = int32_t((s >> 33) % uint64_t(V));
-        }
-        double loss = 0.0;
-        auto step_once = [&](uint32_t step) {
-            model_zero_grads(m);
-            loss = 0.0;
-            for (int64_t i = 0; i < accum; ++i) {
-                const int32_t* x = stream.data() + i * mb * T;
-                loss += model_forward_backward(m, x, x + 1, i, step, accum, true).total / double(accum);
+        for (const std::string& mode : modes) {
+            Config cfg = model_name == "tiny" ? load_config(tiny_path, {"train.recompute=" + mode})
+                                              : load_config_text(MOE10M_YAML, "moe10m", {"train.recompute=" + mode});
+            omp_set_num_threads(threads);
+            ParamTable table = build_param_table(cfg.model);
+            const int64_t mb = cfg.train.microbatch, accum = cfg.train.grad_accum_steps();
+            MemoryPlan plan = build_memory_plan(cfg, table, builtin_optimizer("skewadam"), mb);
+            Arena arena = allocate_host_arena(plan);
+            auto backend = make_cpu_backend();
+            Model m = model_bind(cfg, table, arena, *backend);
+            model_init(m, uint64_t(cfg.train.seed));
+            const int64_t T = cfg.train.seq_len, B = cfg.train.batch_size, V = cfg.model.vocab_size;
+            std::vector<int32_t> stream(size_t(B * T + 1));
+            uint64_t s = 12345;
+            for (auto& x : stream) {
+                s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+                x = int32_t((s >> 33) % uint64_t(V));
             }
-            model_clip_gradients(m, cfg.train.grad_clip);
-        };
-        step_once(0);  // warm-up
-        std::vector<double> secs;
-        for (int k = 0; k < steps; ++k) {
-            const auto t0 = std::chrono::steady_clock::now();
-            step_once(uint32_t(k + 1));
-            secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            double loss = 0.0;
+            auto step_once = [&](uint32_t step) {
+                model_zero_grads(m);
+                loss = 0.0;
+                for (int64_t i = 0; i < accum; ++i) {
+                    const int32_t* x = stream.data() + i * mb * T;
+                    loss += model_forward_backward(m, x, x + 1, i, step, accum, true).total / double(accum);
+                }
+                model_clip_gradients(m, cfg.train.grad_clip);
+            };
+            step_once(0);  // warm-up
+            std::vector<double> secs;
+            for (int k = 0; k < steps; ++k) {
+                const auto t0 = std::chrono::steady_clock::now();
+                step_once(uint32_t(k + 1));
+                secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            }
+            std::sort(secs.begin(), secs.end());
+            const double med = secs[secs.size() / 2];
+            nlohmann::json j;
+            j["bench"] = "step";
+            j["impl"] = "skew-cpu";
+            j["model"] = model_name;
+            j["recompute"] = cfg.train.recompute;
+            j["commit"] = git_commit();
+            j["params"] = table.total_numel();
+            j["batch"] = {{"sequences", B}, {"seq_len", T}, {"microbatch", mb}, {"accum_steps", accum}};
+            j["threads"] = threads;
+            j["steps_timed"] = steps;
+            j["step_seconds_median"] = med;
+            j["step_seconds"] = secs;
+            j["tokens_per_s"] = double(B * T) / med;
+            j["peak_rss_mib"] = peak_rss_mib();
+            j["arena_mib"] = double(plan.peak_bytes) / MIB;
+            j["activation_mib"] = double(plan.activation_bytes) / MIB;
+            j["loss"] = loss;
+            std::printf("%s\n", j.dump().c_str());
+            std::fflush(stdout);
         }
-        std::sort(secs.begin(), secs.end());
-        const double med = secs[secs.size() / 2];
-        nlohmann::json j;
-        j["bench"] = "step";
-        j["impl"] = "skew-cpu";
-        j["model"] = model_name;
-        j["commit"] = git_commit();
-        j["params"] = table.total_numel();
-        j["batch"] = {{"sequences", B}, {"seq_len", T}, {"microbatch", mb}, {"accum_steps", accum}};
-        j["threads"] = threads;
-        j["steps_timed"] = steps;
-        j["step_seconds_median"] = med;
-        j["step_seconds"] = secs;
-        j["tokens_per_s"] = double(B * T) / med;
-        j["peak_rss_mib"] = peak_rss_mib();
-        j["arena_mib"] = double(plan.peak_bytes) / MIB;
-        j["loss"] = loss;
-        std::printf("%s\n", j.dump().c_str());
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_step: %s\n", e.what());
         return 1;

@@ -24,13 +24,17 @@
 # Results: $OUT (default bench/results/gpu-check-<UTC time>): summary.txt and results.tar.gz with
 # env.txt, build.log, test_gpu.log (+ ctest.log in a source build), train/ (train.log,
 # steps_skewadam.jsonl, metrics_skewadam.json, config.yaml, plan.json, info.txt, nvidia-smi.csv,
-# summary.json from bench/summarize_gpu_train.py), optim/<optimizer>/ (the same for each optimizer),
+# summary.json from bench/summarize_gpu_train.py; train.recompute block), train_recompute_none/ (the
+# same run with train.recompute none), optim/<optimizer>/ (the same for each optimizer),
 # memcheck.log, bench_gpu_ops.log and .jsonl.
 # Knobs (environment): BUDGET (300 s), TRAIN_CONFIG (configs/paper-6.78b.yaml), TRAIN_STEPS (8),
 # TRAIN_MB (microbatch, 64), TRAIN_CAP (seconds for the training run, 45), TRAIN_BACKEND (cuda;
 # cpu with a small TRAIN_CONFIG tries the training section without a GPU), OPT_STEPS (6), OPT_CAP
 # (seconds per optimizer, 25), OPTIMIZERS ("adamw lion muon adafactor galore"; skewadam is the
-# training run), TEST_CAP (90), BENCH_CAP (50). The data separator is read from the shards'
+# training run), RECOMPUTE_MODES ("none": the training run again under each of these
+# train.recompute modes, into train_recompute_<mode>/, at TRAIN_MB or the largest microbatch the
+# plan fits on the device; "" skips), RECOMPUTE_CAP (seconds per mode, 45), TEST_CAP (90),
+# BENCH_CAP (50). The data separator is read from the shards'
 # manifest.json and passed as data.separator, so shards prepared either way run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -203,7 +207,8 @@ run_train() {
     RUN_PARENT=$(mktemp -d "${TMPDIR:-/tmp}/skew-gpu-train.XXXXXX")
     RUN_DIR="$RUN_PARENT/run"
     local SETS=(--set "runtime.backend=$TRAIN_BACKEND" --set "data.dir=$TRAIN_DATA" --set "train.steps=$steps"
-          --set "train.microbatch=$TRAIN_MB" --set "train.eval_every=$steps" --set train.eval_batches=1
+          --set "train.microbatch=${RUN_MB:-$TRAIN_MB}" --set "train.recompute=${RUN_RECOMPUTE:-block}"
+          --set "train.eval_every=$steps" --set train.eval_batches=1
           --set train.log_every=1 --set train.checkpoint_every=1000000)
     [[ -n "$SEPARATOR" ]] && SETS+=(--set "data.separator=$SEPARATOR")
     {
@@ -213,7 +218,7 @@ run_train() {
         echo "command: skew train $TRAIN_CONFIG --optimizers $o --plain ${SETS[*]}"
     } > "$T/info.txt"
     "$SKEW_BIN" plan "$TRAIN_CONFIG" --optimizer "$o" --json "${SETS[@]}" > "$T/plan.json" 2> "$T/plan.err"
-    log "train $o: $TRAIN_CONFIG, $steps steps, microbatch $TRAIN_MB (cap ${cap}s)"
+    log "train $o: $TRAIN_CONFIG, $steps steps, microbatch ${RUN_MB:-$TRAIN_MB}, recompute ${RUN_RECOMPUTE:-block} (cap ${cap}s)"
     local SMI_PID=""
     if command -v nvidia-smi >/dev/null; then
         nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu,power.draw --format=csv -lms 500 > "$T/nvidia-smi.csv" 2>&1 &
@@ -261,7 +266,25 @@ EOF
     return $rc
 }
 
+# summarize_train DIR: bench/summarize_gpu_train.py into DIR/summary.json and one line of summary.txt
+summarize_train() {
+    local T=$1
+    command -v python3 >/dev/null || return 0
+    python3 bench/summarize_gpu_train.py "$T" --out "$T/summary.json" > /dev/null 2> "$T/summary.err"
+    python3 - "$T/summary.json" >> "$OUT/summary.txt" 2>/dev/null <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+m = s["memory"]
+print(f"train (recompute {s.get('recompute')}, microbatch {s['microbatch']}): {s['steps_measured']} steps measured, "
+      f"median {s['tokens_per_sec_median']} tokens/s, MFU {s['mfu']}, phases {s['phase_ms_median']}, "
+      f"peak {m['measured_peak_gib']} GiB vs plan {m['plan_peak_gib']} GiB (activations {s.get('plan_activations_gib')} GiB), "
+      f"targets {[(k, v['pass']) for k, v in s['targets'].items()]}")
+EOF
+    tail -1 "$OUT/summary.txt"
+}
+
 OPT_RC=skipped
+RECOMPUTE_RC=skipped
 if [[ -z "$SKEW_BIN" ]]; then
     log "training benchmark skipped: no skew binary"
 elif [[ -z "$TRAIN_DATA" ]]; then
@@ -272,18 +295,33 @@ else
     T="$OUT/train"
     run_train skewadam "$TRAIN_STEPS" "$(tmo "$TRAIN_CAP")" "$T"
     TRAIN_RC=$?
-    if command -v python3 >/dev/null; then
-        python3 bench/summarize_gpu_train.py "$T" --out "$T/summary.json" > /dev/null 2> "$T/summary.err"
-        python3 - "$T/summary.json" >> "$OUT/summary.txt" 2>/dev/null <<'EOF'
-import json, sys
-s = json.load(open(sys.argv[1]))
-m = s["memory"]
-print(f"train: {s['steps_measured']} steps measured, median {s['tokens_per_sec_median']} tokens/s, MFU {s['mfu']}, "
-      f"phases {s['phase_ms_median']}, peak {m['measured_peak_gib']} GiB vs plan {m['plan_peak_gib']} GiB, "
-      f"targets {[(k, v['pass']) for k, v in s['targets'].items()]}")
-EOF
-        tail -1 "$OUT/summary.txt"
-    fi
+    summarize_train "$T"
+    # ---- the same run under the other train.recompute modes (block above), at TRAIN_MB or, when
+    # the plan says it does not fit the device (its memory less 1 GiB for the CUDA context and
+    # libraries), the largest microbatch that does
+    RECOMPUTE_RC=0
+    for mode in ${RECOMPUTE_MODES-none}; do
+        if (( $(left) - 90 < 30 )); then
+            log "train recompute $mode skipped: too little time left ($(left)s)"
+            RECOMPUTE_RC=1
+            continue
+        fi
+        mb=$TRAIN_MB
+        dev_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+        if [[ "$dev_mib" =~ ^[0-9]+$ ]] && command -v python3 >/dev/null; then
+            fit=$("$SKEW_BIN" plan "$TRAIN_CONFIG" --optimizer skewadam --microbatch "$TRAIN_MB" --json \
+                    --set "runtime.backend=$TRAIN_BACKEND" --set "train.recompute=$mode" --budget "$(( dev_mib - 1024 ))MiB" \
+                  2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin).get("largest_microbatch") or 0)')
+            if [[ "$fit" =~ ^[0-9]+$ ]] && (( fit > 0 && fit < TRAIN_MB )); then
+                log "train recompute $mode: microbatch $TRAIN_MB does not fit $(( dev_mib - 1024 )) MiB by the plan; running at $fit"
+                mb=$fit
+            fi
+        fi
+        cap=${RECOMPUTE_CAP:-45}
+        (( cap > $(left) - 90 )) && cap=$(( $(left) - 90 ))
+        RUN_MB=$mb RUN_RECOMPUTE=$mode run_train skewadam "$TRAIN_STEPS" "$cap" "$OUT/train_recompute_$mode" || RECOMPUTE_RC=1
+        summarize_train "$OUT/train_recompute_$mode"
+    done
     # ---- the optimizer section: each other optimizer's step on the paper model; the time left is
     # shared, 90 s stay for memcheck and the micro-benchmarks.
     OPT_RC=0
@@ -323,7 +361,7 @@ elif [[ -n "$BENCH_BIN" ]]; then
     BENCH_RC=$?
     cat "$OUT/bench_gpu_ops.log" >> "$OUT/summary.txt"
 fi
-log "mode $MODE; tests: $TEST_RC; train: $TRAIN_RC; optimizers: $OPT_RC; memcheck: $MEMCHECK_RC; bench: $BENCH_RC"
+log "mode $MODE; tests: $TEST_RC; train: $TRAIN_RC; recompute modes: $RECOMPUTE_RC; optimizers: $OPT_RC; memcheck: $MEMCHECK_RC; bench: $BENCH_RC"
 # One archive of every result next to summary.txt (the device tool brings back a flat, small folder).
 if tar -C "$OUT" --exclude=./results.tar.gz.part --exclude=./summary.txt -czf "$OUT/results.tar.gz.part" . 2>/dev/null; then
     mv "$OUT/results.tar.gz.part" "$OUT/results.tar.gz"

@@ -17,6 +17,8 @@ plan.json (`skew plan --json` of the same run), train.log (the trainer's log) an
                score/value FLOPs are not counted (the usual 6N convention).
   phases       median of fwd_bwd_ms, grad_norm_ms, optimizer_ms, step_ms over the same steps,
                where the step log has them (null otherwise)
+  recompute    train.recompute of the run (plan.json's recompute, else the config's, else "block":
+               runs before the key existed), with plan.json's activation bytes of that mode
   memory       metrics' peak_memory_bytes (device memory in use, whole device) against
                plan_peak_bytes; without metrics, the trainer's last log line that reports them
   targets      tokens/s >= 100,000 and |measured peak - plan| <= 1 GiB (docs/design.md, "Targets on a
@@ -174,6 +176,8 @@ def summarize(train_dir, optimizer="skewadam", warmup=2, peak_flops=H200_BF16_DE
     def target(value, ok):
         return {"value": value, "pass": None if value is None else ok(value)}
 
+    recompute = (plan or {}).get("recompute") or train_cfg.get("recompute") or "block"
+    activations = number(((plan or {}).get("activations") or {}).get("gib"))
     batch = number(train_cfg.get("batch_size"))
     microbatch = (plan or {}).get("microbatch") or number(train_cfg.get("microbatch"))  # the plan's is resolved (0 = auto)
     return {
@@ -186,6 +190,8 @@ def summarize(train_dir, optimizer="skewadam", warmup=2, peak_flops=H200_BF16_DE
         "seq_len": number(train_cfg.get("seq_len")) or (plan or {}).get("seq_len"),
         "microbatch": microbatch,
         "grad_accum_steps": (batch // microbatch) if batch and microbatch else (plan or {}).get("grad_accum_steps"),
+        "recompute": recompute,
+        "plan_activations_gib": activations,
         "steps_logged": len(steps),
         "warmup_steps_excluded": warmup,
         "steps_measured": len(measured),

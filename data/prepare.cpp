@@ -28,6 +28,7 @@
 #include "data/shard.h"
 #include "data/split.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_identity.h"
 #include "engine/dir_lock.h"
 #include "engine/error.h"
 #include "engine/text.h"
@@ -230,8 +231,15 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     std::vector<std::vector<int32_t>> tokens;
     std::vector<std::string> errors;
     std::vector<char> is_train, is_empty, bad_utf8;
+    // A stop request (Ctrl-C) fails the run here: the destructors remove the temporaries, the lock
+    // file and a folder this run created, so nothing half-written is left.
+    auto check_stop = [&o] {
+        if (o.stop_requested && o.stop_requested())
+            fail("prepare: interrupted before the shards were complete; nothing was placed into {}", o.out_dir);
+    };
     bool more = read_chunk(chunk);
     while (!chunk.records.empty()) {
+        check_stop();
         std::future<bool> prefetch;
         if (more) prefetch = std::async(std::launch::async, read_chunk, std::ref(next));
         // Parse, split and tokenize in parallel.
@@ -270,6 +278,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
         // Append in input order.
         const int32_t eot = tok.eot;
         for (int64_t i = 0; i < n; i++) {
+            if (i % 64 == 0) check_stop();
             const auto& rec = records[i];
             if (!errors[i].empty()) {
                 const std::string& path = reader.sources[rec.source].path;
@@ -307,6 +316,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
         more = prefetch.get();
         std::swap(chunk, next);
     }
+    check_stop();
     split_finish(train);
     split_finish(val);
     summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -331,10 +341,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
 
     nlohmann::json m;
     m["format"] = {{"layout", "llm.c .bin"}, {"magic", kShardMagic}, {"version", kShardVersion}, {"dtype", "uint16"}, {"header_bytes", 1024}};
-    bool openai_files = fs::exists(fs::path(o.tokenizer_dir) / "encoder.json") && fs::exists(fs::path(o.tokenizer_dir) / "vocab.bpe");
-    nlohmann::json tok_files = nlohmann::json::object();
-    for (const char* f : openai_files ? std::vector<const char*>{"encoder.json", "vocab.bpe"} : std::vector<const char*>{"vocab.json", "merges.txt"})
-        tok_files[f] = md5_file((fs::path(o.tokenizer_dir) / f).string());
+    const nlohmann::json tok_files = tokenizer_file_md5s(o.tokenizer_dir);
     m["tokenizer"] = {{"kind", "gpt2-bpe"}, {"dir", o.tokenizer_dir}, {"vocab_size", tok.vocab_size()}, {"eot", tok.eot}, {"md5", tok_files},
                       {"allow_special", o.allow_special}};
     m["separator"] = o.separator;
@@ -376,6 +383,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
         }
     }
 
+    check_stop();  // the last point at which nothing is in place yet
     // Put everything in place: the old manifest goes first (the folder is not a dataset until the
     // new one lands), then the shards, then shards of an earlier run that this one did not write
     // (they would join a split), then the manifest.

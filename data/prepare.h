@@ -4,6 +4,7 @@
 // together at the end (an interrupted run leaves an earlier dataset whole).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@ struct PrepareOptions {
     int64_t shard_tokens = 100'000'000;          // tokens per shard file (llm.c's default size)
     int64_t chunk_bytes = 8ll << 20;             // text per chunk; two chunks are in memory at once
     bool progress = true;                        // progress bar on stderr when it is a terminal
+    std::function<bool()> stop_requested;        // polled between documents: true ends the run as a failure
+                                                 // (Ctrl-C); empty: never
 };
 
 struct PrepareSummary {
@@ -41,8 +44,10 @@ struct PrepareSummary {
 /// released and removed when the run ends) so two runs never share a folder. Throws skew::Error
 /// (file and line named) on unreadable input, a bad line when skip_bad_lines is false, an unknown
 /// separator, an unwritable output directory, another prepare writing out_dir, no document read,
-/// or a filesystem error under an input (a symbolic link loop, a permission) -- the path named. A
-/// run that fails places nothing into out_dir (an earlier dataset there stays whole).
+/// or a filesystem error under an input (a symbolic link loop, a permission) -- the path named, or
+/// "prepare: interrupted ..." when options.stop_requested says so before the files are put in place. A
+/// run that fails places nothing into out_dir (an earlier dataset there stays whole; its own
+/// temporaries and lock file are removed, and out_dir too when this run created it).
 PrepareSummary prepare_run(const PrepareOptions& options);
 
 /// Lowercase hex MD5 of a file's bytes, read in blocks.

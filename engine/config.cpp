@@ -263,7 +263,9 @@ ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string
         }
         case KeyType::INT_LIST:
         case KeyType::STRING_LIST: {
-            if (!n.IsSequence()) fail("{}: {}: expected {}, got {}", loc.where, key, key_type_name(k.type), node_kind(n));
+            if (!n.IsSequence())  // a bare `a,b` is one string: say how a list is written
+                fail("{}: {}: expected {}, got {}{}", loc.where, key, key_type_name(k.type), node_kind(n),
+                     n.IsScalar() && !n.Scalar().empty() ? fmt::format("; write a list in brackets: [{}]", n.Scalar()) : "");
             std::vector<int64_t> ints;
             std::vector<std::string> strs;
             for (size_t i = 0; i < n.size(); ++i) {
@@ -318,6 +320,8 @@ struct Loader {
     std::map<std::string, std::string> where;  // key path -> location of the value that set it
     std::map<std::string, OptimizerConfig> defined;  // optimizers section, by name
     std::vector<std::string> defined_order;
+    std::map<std::string, int> overridden;  // key path -> order of the last command-line override that set it
+    int overrides_applied = 0;
 
     std::string loc_of(const std::string& path) const {
         auto it = where.find(path);
@@ -442,13 +446,16 @@ struct Loader {
         }
     }
 
-    void apply_override(const std::string& text) {
+    // `flag` names the option in errors: "--set key=value" by default, or the flag that stands for
+    // the override (`--optimizers a,b` for train.optimizers=[a,b]).
+    void apply_override(const std::string& text, const std::string& flag = "") {
         auto eq = text.find('=');
         if (eq == std::string::npos || eq == 0)
             fail("--set {}: expected key=value, e.g. --set train.steps=100", text);
         std::string path = text.substr(0, eq);
         std::string value_text = text.substr(eq + 1);
-        Loc loc{"--set " + text};
+        Loc loc{flag.empty() ? "--set " + text : flag};
+        overridden[path] = ++overrides_applied;
         YAML::Node value;
         try {
             value = YAML::Load(value_text.empty() ? "\"\"" : value_text);
@@ -475,34 +482,51 @@ struct Loader {
         apply_section_key(path, value, loc);
     }
 
-    void rule(bool ok, const std::string& key, const std::string& message) const {
-        if (!ok) fail("{}: {}: {}", loc_of(key), key, message);
+    // A cross-field rule on `key` that also reads `others`: the error names the key and, when the
+    // last value to change any of them came from the command line, that option (not the file line
+    // of a key the option did not touch), adding where the key itself was set.
+    void rule(bool ok, const std::string& key, const std::string& message,
+              std::initializer_list<const char*> others = {}) const {
+        if (ok) return;
+        std::string blamed = key;
+        int latest = overridden.count(key) ? overridden.at(key) : 0;
+        for (const char* o : others)
+            if (auto it = overridden.find(o); it != overridden.end() && it->second > latest) {
+                latest = it->second;
+                blamed = o;
+            }
+        if (blamed == key) fail("{}: {}: {}", loc_of(key), key, message);
+        fail("{}: {}: {} ({} is set at {})", loc_of(blamed), key, message, key, loc_of(key));
     }
 
     void check_rules() {
         const ModelConfig& m = cfg.model;
         rule(m.d_model % m.n_heads == 0, "model.n_heads",
-             fmt::format("d_model ({}) must be divisible by n_heads ({})", m.d_model, m.n_heads));
+             fmt::format("d_model ({}) must be divisible by n_heads ({})", m.d_model, m.n_heads), {"model.d_model"});
         rule(m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads",
-             fmt::format("n_heads ({}) must be divisible by n_kv_heads ({})", m.n_heads, m.n_kv_heads));
+             fmt::format("n_heads ({}) must be divisible by n_kv_heads ({})", m.n_heads, m.n_kv_heads), {"model.n_heads"});
         rule(m.n_kv_heads <= m.n_heads, "model.n_kv_heads",
-             fmt::format("n_kv_heads ({}) must not exceed n_heads ({})", m.n_kv_heads, m.n_heads));
+             fmt::format("n_kv_heads ({}) must not exceed n_heads ({})", m.n_kv_heads, m.n_heads), {"model.n_heads"});
         rule(m.top_k <= m.n_experts, "model.top_k",
-             fmt::format("top_k ({}) must not exceed n_experts ({})", m.top_k, m.n_experts));
+             fmt::format("top_k ({}) must not exceed n_experts ({})", m.top_k, m.n_experts), {"model.n_experts"});
         rule(m.padded_vocab_size >= m.vocab_size, "model.padded_vocab_size",
-             fmt::format("padded_vocab_size ({}) must be >= vocab_size ({})", m.padded_vocab_size, m.vocab_size));
+             fmt::format("padded_vocab_size ({}) must be >= vocab_size ({})", m.padded_vocab_size, m.vocab_size),
+             {"model.vocab_size"});
         std::set<int64_t> seen;
         for (int64_t b : m.moe_blocks) {
             rule(b < m.n_blocks, "model.moe_blocks",
                  fmt::format("block index {} is out of range: the model has n_blocks = {} (indices 0..{})", b, m.n_blocks,
-                             m.n_blocks - 1));
+                             m.n_blocks - 1),
+                 {"model.n_blocks"});
             rule(seen.insert(b).second, "model.moe_blocks", fmt::format("block index {} is listed twice", b));
         }
         const TrainConfig& t = cfg.train;
         rule(t.seq_len <= m.max_seq_len, "train.seq_len",
-             fmt::format("seq_len ({}) must not exceed model.max_seq_len ({})", t.seq_len, m.max_seq_len));
+             fmt::format("seq_len ({}) must not exceed model.max_seq_len ({})", t.seq_len, m.max_seq_len),
+             {"model.max_seq_len"});
         rule(t.microbatch == 0 || t.batch_size % t.microbatch == 0, "train.microbatch",
-             fmt::format("microbatch ({}) must divide batch_size ({})", t.microbatch, t.batch_size));
+             fmt::format("microbatch ({}) must divide batch_size ({})", t.microbatch, t.batch_size),
+             {"train.batch_size"});
         rule(!t.optimizers.empty(), "train.optimizers", "list at least one optimizer");
         std::set<std::string> names;
         for (const auto& n : t.optimizers) rule(names.insert(n).second, "train.optimizers", fmt::format("'{}' is listed twice", n));
@@ -558,7 +582,8 @@ struct Loader {
                  fmt::format("deferred expert gradients are not supported by optimizer '{}' (type {}): its "
                              "projected step is not split into one expert matrix at a time; use "
                              "train.expert_grads: stored",
-                             name, type));
+                             name, type),
+                 {"train.optimizers"});
         }
     }
 
@@ -655,7 +680,7 @@ std::vector<YAML::Mark> yaml_document_starts(const std::string& text, const std:
 }
 
 Config load_config_text_unescaped(const std::string& yaml_text, const std::string& source,
-                                  const std::vector<std::string>& overrides) {
+                                  const std::vector<std::string>& overrides, const std::vector<FlagOverride>& flag_overrides) {
     Loader L;
     L.source = source;
     L.cfg.source = source;
@@ -680,6 +705,7 @@ Config load_config_text_unescaped(const std::string& yaml_text, const std::strin
     // not needed since optimizers resolve after all values are in.
     L.load_tree(docs[0]);
     for (const auto& o : overrides) L.apply_override(o);
+    for (const auto& o : flag_overrides) L.apply_override(o.text, o.flag);
     L.check_rules();
     L.check_optimizer_keys();
     L.resolve_optimizers();
@@ -700,16 +726,18 @@ const char* file_kind(const std::filesystem::file_status& st) {
 
 }  // namespace
 
-Config load_config_text(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides) {
+Config load_config_text(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides,
+                        const std::vector<FlagOverride>& flag_overrides) {
     try {
-        return load_config_text_unescaped(yaml_text, source, overrides);
+        return load_config_text_unescaped(yaml_text, source, overrides, flag_overrides);
     } catch (const Error& e) {
         // Keys, values and file names are the user's bytes: never echo control or broken UTF-8 bytes.
         throw Error(escape_text(e.what()));
     }
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   const std::vector<FlagOverride>& flag_overrides) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (fs::is_directory(path, ec)) fail("{}: is a directory, not a config file", escape_text(path));
@@ -739,7 +767,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
                  regular ? "" : fmt::format(" from {}", file_kind(st)));
     }
     if (in.bad()) fail("{}: cannot read the config file ({})", escape_text(path), std::strerror(errno));
-    return load_config_text(text, path, overrides);
+    return load_config_text(text, path, overrides, flag_overrides);
 }
 
 }  // namespace skew

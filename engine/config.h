@@ -106,6 +106,7 @@ struct TrainConfig {
     int64_t seed = 42;
     std::string idle_experts = "skip";  // an expert that got no token in a step: skip | step (zero gradient)
     std::string expert_grads = "stored";  // expert weight gradients: stored (a buffer) | deferred (into the optimizer step)
+    std::string recompute = "block";      // activation recompute in the backward: block | attention | none
 
     int64_t grad_accum_steps() const { return microbatch > 0 ? batch_size / microbatch : 0; }
 };
@@ -142,13 +143,24 @@ struct Config {
     const OptimizerConfig* find_optimizer(const std::string& name) const;
 };
 
-/// Load and validate a config file, then apply `key=value` overrides (each validated by the same
-/// rules). Throws skew::Error naming file, line, column and key on any violation.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+/// A command-line flag that stands for a `key=value` override (`--optimizers a,b` is
+/// `train.optimizers=[a,b]`): errors about the value name `flag` (e.g. "--optimizers a,b"), not --set.
+struct FlagOverride {
+    std::string flag;  // the option as the user typed it
+    std::string text;  // key=value
+};
+
+/// Load and validate a config file, then apply `key=value` overrides (--set, in order) and then
+/// flag_overrides (each validated by the same rules). Throws skew::Error naming file, line, column
+/// and key on any violation; a value from the command line is named by its option (`--set key=value`
+/// or the flag), also when it breaks a rule on another key (--set model.d_model=65 against n_heads).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                   const std::vector<FlagOverride>& flag_overrides = {});
 
 /// Same, from YAML text (`source` names it in errors).
 Config load_config_text(const std::string& yaml_text, const std::string& source,
-                        const std::vector<std::string>& overrides = {});
+                        const std::vector<std::string>& overrides = {},
+                        const std::vector<FlagOverride>& flag_overrides = {});
 
 /// The optimizer config of a built-in name (skewadam, skewadam-expert-momentum,
 /// skewadam-factored-router, uniform, adamw, lion, muon, muon-kj, adafactor, galore,

@@ -166,6 +166,8 @@ const std::vector<KeySpec>& section_key_specs() {
                         "An expert that got no token in a step: skip (weights and state untouched, the paper's trainer) or step it with a zero gradient"),
             SKEW_STRING("train.expert_grads", train.expert_grads, (std::vector<std::string>{"stored", "deferred"}),
                         "Expert weight gradients: stored (one gradient buffer per expert bank) or deferred (the backward keeps each expert's input rows and output gradients; the optimizer step forms one expert's dW at a time; CPU backend; not GaLore)"),
+            SKEW_STRING("train.recompute", train.recompute, (std::vector<std::string>{"block", "attention", "none"}),
+                        "Activation recompute in the backward: block (keep each block's input, recompute the whole block; the least memory), attention (keep every linear layer's output, recompute the attention output and its logsumexp from the kept q, k, v) or none (keep everything, recompute nothing; the most memory)"),
 
             SKEW_STRING("runtime.backend", runtime.backend, (std::vector<std::string>{"auto", "cpu", "cuda"}),
                         "Where to train: cuda, cpu, or auto (cuda when a GPU is present)"),

@@ -15,10 +15,11 @@ namespace skew {
 enum class BufferKind : uint8_t { WEIGHT, GRAD, STATE, ACTIVATION, WORKSPACE };
 
 /// Phases of one optimizer step, in order. A buffer lives over [first, last]; two buffers whose
-/// lifetimes do not intersect may share arena bytes. FORWARD runs every block and keeps only each
-/// block's input (per-block activation checkpointing); HEAD is the final LayerNorm, LM head and
-/// cross-entropy forward and backward; BACKWARD recomputes one block from its saved input and
-/// back-propagates through it (the same slots serve every block in turn); OPTIMIZER is the update.
+/// lifetimes do not intersect may share arena bytes. FORWARD runs every block and keeps each
+/// block's input (per-block activation checkpointing; train.recompute keeps more, model/
+/// activations.h); HEAD is the final LayerNorm, LM head and cross-entropy forward and backward;
+/// BACKWARD recomputes what the forward did not keep of one block and back-propagates through it
+/// (slots not kept per block serve every block in turn); OPTIMIZER is the update.
 enum class Phase : uint8_t { FORWARD = 0, HEAD = 1, BACKWARD = 2, OPTIMIZER = 3 };
 
 /// Kinds of optimizer state tensors (all fp32).

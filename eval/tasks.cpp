@@ -155,7 +155,11 @@ McItem hellaswag(const json& j, const std::string& where) {
         if (!e.is_string()) fail("{}: field 'endings' holds a non-string", where);
         choices.push_back(hellaswag_preprocess(e.get<std::string>()));
     }
-    if (choices.empty()) fail("{}: field 'endings' is empty", where);
+    // HellaSwag has four endings per context (Zellers et al., 2019; the harness scores all four):
+    // fewer or more is another file, and chance accuracy would no longer be 25%.
+    if (choices.size() != 4)
+        fail("{}: field 'endings' has {} ending{}; a HellaSwag example has exactly 4 (is this the right --format?)",
+             where, choices.size(), choices.size() == 1 ? "" : "s");
     return shared_context(query, choices, get_index(j, "label", where), where);
 }
 

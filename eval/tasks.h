@@ -30,7 +30,7 @@ struct McItem {
 /// Read a JSONL task file. Accepted fields (the HuggingFace exports; ARC also the original AI2 one):
 ///   piqa:       goal, sol1, sol2, label (0/1, number or string)
 ///   winogrande: sentence (one "_"), option1, option2, answer ("1"/"2")
-///   hellaswag:  activity_label, ctx_a, ctx_b, endings (list), label ("0".."3" or number)
+///   hellaswag:  activity_label, ctx_a, ctx_b, endings (a list of exactly 4), label ("0".."3" or number)
 ///   arc:        question (string, or {stem, choices}), choices {text, label} (or list of {text,
 ///               label}), answerKey
 /// Blank lines are skipped. Throws skew::Error "FILE:LINE: ..." on a malformed line (not JSON, a

@@ -10,15 +10,24 @@
 namespace skew {
 namespace {
 
-bool holds(const ModelConfig& m, ActWhen when) {
+// Whether block `b` of `m` is of the kind `when` names.
+bool block_holds(const ModelConfig& m, ActWhen when, int64_t b) {
     switch (when) {
-        case ActWhen::ALL:
-        case ActWhen::PER_BLOCK: return true;
-        case ActWhen::DENSE: return int64_t(m.moe_blocks.size()) < m.n_blocks;
-        case ActWhen::MOE: return !m.moe_blocks.empty();
+        case ActWhen::ALL: return true;
+        case ActWhen::DENSE: return !m.is_moe_block(b);
+        case ActWhen::MOE: return m.is_moe_block(b);
     }
     return false;
 }
+
+// Whether any block of `m` is of the kind `when` names (the model holds the slot at all).
+bool holds(const ModelConfig& m, ActWhen when) {
+    for (int64_t b = 0; b < m.n_blocks; ++b)
+        if (block_holds(m, when, b)) return true;
+    return false;
+}
+
+std::string per_block_name(const std::string& name, int64_t b) { return name + "." + std::to_string(b); }
 
 int64_t shape_bytes(DType dt, std::initializer_list<int64_t> shape) {
     int64_t n = dtype_bytes(dt);
@@ -29,24 +38,51 @@ int64_t shape_bytes(DType dt, std::initializer_list<int64_t> shape) {
 // The plan's buffer `name` with at least `bytes` bytes; throws naming it when missing or too small.
 void* slot_ptr(const Arena& arena, const std::string& name, int64_t bytes) {
     const int i = arena.plan->find(name);
-    if (i < 0) fail("model: the memory plan has no activation slot '{}'", name);
+    if (i < 0)
+        fail("model: the memory plan has no activation slot '{}' (a plan of another model or train.recompute mode?)",
+             name);
     const int64_t have = arena.plan->buffers[size_t(i)].bytes();
     if (have < bytes) fail("model: activation slot '{}' holds {} bytes, the model needs {}", name, have, bytes);
     return arena.ptr(i);
 }
 
+// One slot for the step.
 template <class T>
-void bind_slot(T*& member, const Arena& arena, const std::string& name, int64_t bytes, int64_t) {
-    member = static_cast<T*>(slot_ptr(arena, name, bytes));
+void bind_slot(T*& member, const Arena& arena, const std::string& name, int64_t bytes, const ModelConfig& m,
+               ActWhen when, bool) {
+    if (holds(m, when)) member = static_cast<T*>(slot_ptr(arena, name, bytes));
 }
 
+// One pointer per block: each block of the slot's kind gets its own buffer ("<name>.<block>") when
+// `per_block`, else the one shared buffer; blocks of another kind get null.
 template <class T>
-void bind_slot(std::vector<T*>& member, const Arena& arena, const std::string& name, int64_t bytes, int64_t n_blocks) {
-    member.clear();
-    for (int64_t b = 0; b < n_blocks; ++b) member.push_back(static_cast<T*>(slot_ptr(arena, name + std::to_string(b), bytes)));
+void bind_slot(std::vector<T*>& member, const Arena& arena, const std::string& name, int64_t bytes,
+               const ModelConfig& m, ActWhen when, bool per_block) {
+    member.assign(size_t(m.n_blocks), nullptr);
+    if (!holds(m, when)) return;
+    T* shared = per_block ? nullptr : static_cast<T*>(slot_ptr(arena, name, bytes));
+    for (int64_t b = 0; b < m.n_blocks; ++b)
+        if (block_holds(m, when, b))
+            member[size_t(b)] = per_block ? static_cast<T*>(slot_ptr(arena, per_block_name(name, b), bytes)) : shared;
 }
 
 }  // namespace
+
+Recompute parse_recompute(const std::string& mode) {
+    if (mode == "block") return Recompute::BLOCK;
+    if (mode == "attention") return Recompute::ATTENTION;
+    if (mode == "none") return Recompute::NONE;
+    fail("train.recompute: '{}' is not one of block, attention, none", mode);
+}
+
+const char* recompute_name(Recompute r) {
+    switch (r) {
+        case Recompute::BLOCK: return "block";
+        case Recompute::ATTENTION: return "attention";
+        case Recompute::NONE: return "none";
+    }
+    return "?";
+}
 
 ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes) {
     ActDims D;
@@ -68,26 +104,32 @@ ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int6
 
 std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDims& D) {
     const ModelConfig& m = cfg.model;
+    const Recompute mode = parse_recompute(cfg.train.recompute);
     const Phase F = Phase::FORWARD, H = Phase::HEAD, BW = Phase::BACKWARD, O = Phase::OPTIMIZER;
     std::vector<BufferSpec> out;
-    auto add = [&](const std::string& name, DType dtype, ActWhen when, BufferKind kind, Phase first, Phase last,
-                   std::vector<int64_t> shape) {
+    auto add = [&](const std::string& name, DType dtype, ActWhen when, ActKeep keep, BufferKind kind, Phase first,
+                   Phase last, std::vector<int64_t> shape) {
         if (!holds(m, when)) return;
-        const int64_t copies = when == ActWhen::PER_BLOCK ? m.n_blocks : 1;
-        for (int64_t c = 0; c < copies; ++c) {
-            BufferSpec b;
-            b.name = when == ActWhen::PER_BLOCK ? name + std::to_string(c) : name;
-            b.kind = kind;
-            b.dtype = dtype;
-            b.shape = shape;
-            b.first = first;
-            b.last = last;
-            b.component = kind == BufferKind::WORKSPACE ? "workspace" : "activations";
+        BufferSpec b;
+        b.kind = kind;
+        b.dtype = dtype;
+        b.shape = std::move(shape);
+        b.first = first;
+        b.last = last;
+        b.component = kind == BufferKind::WORKSPACE ? "workspace" : "activations";
+        if (!act_kept_per_block(keep, mode)) {
+            b.name = name;
             out.push_back(std::move(b));
+            return;
+        }
+        for (int64_t blk = 0; blk < m.n_blocks; ++blk) {
+            if (!block_holds(m, when, blk)) continue;
+            b.name = per_block_name(name, blk);
+            out.push_back(b);
         }
     };
-#define SKEW_ACT_DECLARE(member, type, name, dtype, when, kind, first, last, ...) \
-    add(name, DType::dtype, ActWhen::when, BufferKind::kind, first, last, {__VA_ARGS__});
+#define SKEW_ACT_DECLARE(member, type, name, dtype, when, keep, kind, first, last, ...) \
+    add(name, DType::dtype, ActWhen::when, ActKeep::keep, BufferKind::kind, first, last, {__VA_ARGS__});
     SKEW_ACTIVATIONS(SKEW_ACT_DECLARE)
 #undef SKEW_ACT_DECLARE
     (void)O;
@@ -152,8 +194,10 @@ ActSlots act_slots_bind(const Config& cfg, const ActDims& dims, const Arena& are
     ActDims D = dims;
     D.logits = m.padded_vocab_size;
     ActSlots a;
-#define SKEW_ACT_BIND(member, type, name, dtype, when, kind, first, last, ...) \
-    if (holds(m, ActWhen::when)) bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), m.n_blocks);
+    a.recompute = parse_recompute(cfg.train.recompute);
+#define SKEW_ACT_BIND(member, type, name, dtype, when, keep, kind, first, last, ...)                               \
+    bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), m, ActWhen::when,                     \
+              act_kept_per_block(ActKeep::keep, a.recompute));
     SKEW_ACTIVATIONS(SKEW_ACT_BIND)
 #undef SKEW_ACT_BIND
     a.logits_bytes = arena.plan->buffers[size_t(arena.plan->find("act.logits"))].bytes();

@@ -1,13 +1,19 @@
 // The model's activation slots, declared once (llm.c's TENSOR_SPEC is the model): each line of
 // SKEW_ACTIVATIONS gives the ActSlots member, its C++ type, the memory plan's buffer name and
-// dtype, which models hold it, its lifetime and its shape. The memory plan reads the table
-// (model_activation_buffers) and model_bind binds it (act_slots_bind), so the two cannot drift.
-// Per-block activation checkpointing (paper Section 4; docs/design.md "The data path"): each
-// block's input lives from the forward pass to its backward; one set of working slots serves
-// every block in turn; the LM head works on token chunks so full-batch fp32 logits never exist.
+// dtype, which blocks hold it, how many copies it has under each train.recompute mode, its
+// lifetime and its shape. The memory plan reads the table (model_activation_buffers) and
+// model_bind binds it (act_slots_bind), so the two cannot drift.
+// Activation recompute (paper Section 4; docs/design.md "Activation recompute"): under
+// `train.recompute: block` (the default) each block's input lives from the forward pass to its
+// backward and one set of working slots serves every block in turn (the backward recomputes the
+// block); under `attention` every block keeps its working slots except the attention output and
+// logsumexp, which one shared pair holds (the backward recomputes them from the kept q, k, v);
+// under `none` every block keeps all of them. The LM head works on token chunks so full-batch fp32
+// logits never exist.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/arena.h"
@@ -31,9 +37,44 @@ struct ActDims {
 /// lm_head_workspace_bytes: that workspace (0: the backend has no fused head).
 ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes);
 
-/// Which models hold a slot: every model, those with a dense block, those with an MoE block, or
-/// one slot per block ("<name><block>").
-enum class ActWhen : uint8_t { ALL, DENSE, MOE, PER_BLOCK };
+/// Which blocks hold a slot: every block, the dense (FFN) blocks, the MoE blocks. A slot kept once
+/// exists when the model has such a block; one kept per block exists for each such block.
+enum class ActWhen : uint8_t { ALL, DENSE, MOE };
+
+/// train.recompute, ordered by what the forward keeps: BLOCK keeps each block's input and
+/// recomputes the whole block in the backward; ATTENTION keeps every block's working slots but the
+/// attention core (attention output and logsumexp), recomputed from the kept q, k, v; NONE keeps
+/// everything and recomputes nothing.
+enum class Recompute : uint8_t { BLOCK = 0, ATTENTION = 1, NONE = 2 };
+
+/// The Recompute of a train.recompute string ("block", "attention", "none"); throws skew::Error
+/// naming the key for anything else.
+Recompute parse_recompute(const std::string& mode);
+
+/// The train.recompute string of a Recompute.
+const char* recompute_name(Recompute r);
+
+/// How many copies of a slot the plan holds: ONE for the whole step; one per block in EVERY_MODE
+/// (the checkpointed block inputs); one per block UNLESS_BLOCK recompute (a block's working slots:
+/// kept by attention and none, one shared set recomputed per block under block); one per block
+/// IF_NONE (the attention core: recomputed under attention and block).
+enum class ActKeep : uint8_t { ONE, EVERY_MODE, UNLESS_BLOCK, IF_NONE };
+
+/// True when `keep` gives each block its own copy under recompute mode `r`.
+constexpr bool act_kept_per_block(ActKeep keep, Recompute r) {
+    switch (keep) {
+        case ActKeep::ONE: return false;
+        case ActKeep::EVERY_MODE: return true;
+        case ActKeep::UNLESS_BLOCK: return r != Recompute::BLOCK;
+        case ActKeep::IF_NONE: return r == Recompute::NONE;
+    }
+    return false;
+}
+
+/// The ActSlots member type of a slot of pointer type T: T for ONE, else one T per block
+/// (n_blocks entries; null for blocks of another kind; all the same buffer where the mode shares it).
+template <ActKeep K, class T>
+using ActMember = std::conditional_t<K == ActKeep::ONE, T, std::vector<T>>;
 
 /// Named words of ws.scalars (fp32, backend memory): the ops' scalar outputs.
 enum ActScalar : int {
@@ -44,88 +85,95 @@ enum ActScalar : int {
 constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scalars)
 
 // clang-format off
-// X(member, C++ type, plan name, plan dtype, when, plan kind, first, last, shape...)
+// X(member, C++ type, plan name, plan dtype, when, keep, plan kind, first, last, shape...)
+// when: which blocks hold the slot (ALL, DENSE: dense FFN blocks, MOE: MoE blocks); a model without
+// such a block has no such slot. keep (ActKeep): one slot for the step, or one per block of that kind
+// (named "<plan name>.<block>"), in every train.recompute mode or in those that keep it.
 // Phases (engine/memory_plan.h): F forward, H head, BW backward (recompute + backward), O optimizer.
 // int64 index buffers are declared to the plan as pairs of int32 words (the plan has no int64 dtype).
 #define SKEW_ACTIVATIONS(X) \
-    /* the batch, the checkpointed block inputs, the final hidden state */                                    \
-    X(tokens,          int32_t*,           "act.tokens",             I32,  ALL,       ACTIVATION, F,  BW, D.B, D.T)  \
-    X(targets,         int32_t*,           "act.targets",            I32,  ALL,       ACTIVATION, F,  BW, D.B, D.T)  \
-    X(block_input,     std::vector<bf16*>, "act.block_input.",       BF16, PER_BLOCK, ACTIVATION, F,  BW, D.N, D.d)  \
-    X(final_input,     bf16*,              "act.final_input",        BF16, ALL,       ACTIVATION, F,  H,  D.N, D.d)  \
-    /* working slots of one block (forward and recompute) */                                                   \
-    X(ln1_out,         bf16*,              "act.ln1_out",            BF16, ALL,       ACTIVATION, F,  BW, D.N, D.d)  \
-    X(ln1_mean,        float*,             "act.ln1_mean",           F32,  ALL,       ACTIVATION, F,  BW, D.N)       \
-    X(ln1_rstd,        float*,             "act.ln1_rstd",           F32,  ALL,       ACTIVATION, F,  BW, D.N)       \
-    X(q,               bf16*,              "act.q",                  BF16, ALL,       ACTIVATION, F,  BW, D.N, D.qd) \
-    X(k,               bf16*,              "act.k",                  BF16, ALL,       ACTIVATION, F,  BW, D.N, D.kvd) \
-    X(v,               bf16*,              "act.v",                  BF16, ALL,       ACTIVATION, F,  BW, D.N, D.kvd) \
-    X(attn_lse,        float*,             "act.attn_lse",           F32,  ALL,       ACTIVATION, F,  BW, D.B, D.H, D.T) \
-    X(attn_out,        bf16*,              "act.attn_out",           BF16, ALL,       ACTIVATION, F,  BW, D.N, D.qd) \
-    X(resid1,          bf16*,              "act.resid1",             BF16, ALL,       ACTIVATION, F,  BW, D.N, D.d)  \
-    X(ln2_out,         bf16*,              "act.ln2_out",            BF16, ALL,       ACTIVATION, F,  BW, D.N, D.d)  \
-    X(ln2_mean,        float*,             "act.ln2_mean",           F32,  ALL,       ACTIVATION, F,  BW, D.N)       \
-    X(ln2_rstd,        float*,             "act.ln2_rstd",           F32,  ALL,       ACTIVATION, F,  BW, D.N)       \
-    X(ffn_h1,          bf16*,              "act.ffn_h1",             BF16, DENSE,     ACTIVATION, F,  BW, D.N, D.ff) \
-    X(ffn_h2,          bf16*,              "act.ffn_h2",             BF16, DENSE,     ACTIVATION, F,  BW, D.N, D.ff) \
-    X(ffn_act,         bf16*,              "act.ffn_act",            BF16, DENSE,     ACTIVATION, F,  BW, D.N, D.ff) \
-    /* routing of one MoE block */                                                                             \
-    X(router_logits,   float*,             "act.router_logits",      F32,  MOE,       ACTIVATION, F,  BW, D.N, D.E)  \
-    X(router_probs,    float*,             "act.router_probs",       F32,  MOE,       ACTIVATION, F,  BW, D.N, D.E)  \
-    X(topk_idx,        int32_t*,           "act.topk_idx",           I32,  MOE,       ACTIVATION, F,  BW, D.N, D.k)  \
-    X(topk_gate,       float*,             "act.topk_gate",          F32,  MOE,       ACTIVATION, F,  BW, D.N, D.k)  \
-    X(router_counts,   int64_t*,           "act.router_counts",      I32,  MOE,       ACTIVATION, F,  BW, D.E, 2)    \
-    X(expert_offsets,  int64_t*,           "act.expert_offsets",     I32,  MOE,       ACTIVATION, F,  BW, D.E + 1, 2) \
-    X(sorted_to_copy,  int64_t*,           "act.moe_sorted_to_copy", I32,  MOE,       ACTIVATION, F,  BW, D.NK, 2)   \
-    X(copy_to_sorted,  int64_t*,           "act.moe_copy_to_sorted", I32,  MOE,       ACTIVATION, F,  BW, D.NK, 2)   \
-    X(moe_in,          bf16*,              "act.moe_in",             BF16, MOE,       ACTIVATION, F,  BW, D.NK, D.d) \
-    X(moe_h1,          bf16*,              "act.moe_h1",             BF16, MOE,       ACTIVATION, F,  BW, D.NK, D.de) \
-    X(moe_h2,          bf16*,              "act.moe_h2",             BF16, MOE,       ACTIVATION, F,  BW, D.NK, D.de) \
-    X(moe_act,         bf16*,              "act.moe_act",            BF16, MOE,       ACTIVATION, F,  BW, D.NK, D.de) \
-    X(moe_out,         bf16*,              "act.moe_out",            BF16, MOE,       ACTIVATION, F,  BW, D.NK, D.d) \
-    /* LM head: final LayerNorm, logits (overwritten in place by their gradient), per-token losses */          \
-    X(final_ln_out,    bf16*,              "act.final_ln_out",       BF16, ALL,       ACTIVATION, H,  H,  D.N, D.d)  \
-    X(final_ln_mean,   float*,             "act.final_ln_mean",      F32,  ALL,       ACTIVATION, H,  H,  D.N)       \
-    X(final_ln_rstd,   float*,             "act.final_ln_rstd",      F32,  ALL,       ACTIVATION, H,  H,  D.N)       \
-    X(logits,          float*,             "act.logits",             F32,  ALL,       ACTIVATION, H,  H,  D.logits)  \
-    X(losses,          float*,             "act.losses",             F32,  ALL,       ACTIVATION, H,  H,  D.N)       \
-    X(d_final_ln_out,  bf16*,              "act.d_final_ln_out",     BF16, ALL,       ACTIVATION, H,  H,  D.N, D.d)  \
-    /* backward: the fp32 residual-stream gradient and the gradients of one block's slots (projection  */     \
-    /* and FFN outputs go straight into the next block's input, so they need no slots of their own)    */     \
-    X(d_stream,        float*,             "act.d_stream",           F32,  ALL,       ACTIVATION, H,  BW, D.N, D.d)  \
-    X(d_resid,         bf16*,              "act.d_resid",            BF16, ALL,       ACTIVATION, H,  BW, D.N, D.d)  \
-    X(d_ln_out,        bf16*,              "act.d_ln_out",           BF16, ALL,       ACTIVATION, BW, BW, D.N, D.d)  \
-    X(d_q,             bf16*,              "act.d_q",                BF16, ALL,       ACTIVATION, BW, BW, D.N, D.qd) \
-    X(d_k,             bf16*,              "act.d_k",                BF16, ALL,       ACTIVATION, BW, BW, D.N, D.kvd) \
-    X(d_v,             bf16*,              "act.d_v",                BF16, ALL,       ACTIVATION, BW, BW, D.N, D.kvd) \
-    X(d_attn_out,      bf16*,              "act.d_attn_out",         BF16, ALL,       ACTIVATION, BW, BW, D.N, D.qd) \
-    X(d_ffn_h1,        bf16*,              "act.d_ffn_h1",           BF16, DENSE,     ACTIVATION, BW, BW, D.N, D.ff) \
-    X(d_ffn_h2,        bf16*,              "act.d_ffn_h2",           BF16, DENSE,     ACTIVATION, BW, BW, D.N, D.ff) \
-    X(d_ffn_act,       bf16*,              "act.d_ffn_act",          BF16, DENSE,     ACTIVATION, BW, BW, D.N, D.ff) \
-    X(d_router_logits, float*,             "act.d_router_logits",    F32,  MOE,       ACTIVATION, BW, BW, D.N, D.E)  \
-    X(d_topk_gate,     float*,             "act.d_topk_gate",        F32,  MOE,       ACTIVATION, BW, BW, D.N, D.k)  \
-    X(d_moe_out,       bf16*,              "act.d_moe_out",          BF16, MOE,       ACTIVATION, BW, BW, D.NK, D.d) \
-    X(d_moe_h1,        bf16*,              "act.d_moe_h1",           BF16, MOE,       ACTIVATION, BW, BW, D.NK, D.de) \
-    X(d_moe_h2,        bf16*,              "act.d_moe_h2",           BF16, MOE,       ACTIVATION, BW, BW, D.NK, D.de) \
-    X(d_moe_act,       bf16*,              "act.d_moe_act",          BF16, MOE,       ACTIVATION, BW, BW, D.NK, D.de) \
-    X(d_moe_in,        bf16*,              "act.d_moe_in",           BF16, MOE,       ACTIVATION, BW, BW, D.NK, D.d) \
-    /* the ops' scalar outputs for the whole step (named slots: ActScalar) */                                \
-    X(scalars,         float*,             "ws.scalars",             F32,  ALL,       WORKSPACE,  F,  O,  ACT_SCALAR_WORDS)
+    /* the batch, the checkpointed block inputs, the final hidden state */                                                     \
+    X(tokens,          int32_t*, "act.tokens",              I32,  ALL,   ONE,          ACTIVATION, F,  BW, D.B, D.T)           \
+    X(targets,         int32_t*, "act.targets",             I32,  ALL,   ONE,          ACTIVATION, F,  BW, D.B, D.T)           \
+    X(block_input,     bf16*,    "act.block_input",         BF16, ALL,   EVERY_MODE,   ACTIVATION, F,  BW, D.N, D.d)           \
+    X(final_input,     bf16*,    "act.final_input",         BF16, ALL,   ONE,          ACTIVATION, F,  H,  D.N, D.d)           \
+    /* the working slots of a block: per block where train.recompute keeps them, else one set for all */                       \
+    X(ln1_out,         bf16*,    "act.ln1_out",             BF16, ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.d)           \
+    X(ln1_mean,        float*,   "act.ln1_mean",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N)                \
+    X(ln1_rstd,        float*,   "act.ln1_rstd",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N)                \
+    X(q,               bf16*,    "act.q",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.qd)          \
+    X(k,               bf16*,    "act.k",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.kvd)         \
+    X(v,               bf16*,    "act.v",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.kvd)         \
+    X(attn_lse,        float*,   "act.attn_lse",            F32,  ALL,   IF_NONE,      ACTIVATION, F,  BW, D.B, D.H, D.T)      \
+    X(attn_out,        bf16*,    "act.attn_out",            BF16, ALL,   IF_NONE,      ACTIVATION, F,  BW, D.N, D.qd)          \
+    X(resid1,          bf16*,    "act.resid1",              BF16, ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.d)           \
+    X(ln2_out,         bf16*,    "act.ln2_out",             BF16, ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.d)           \
+    X(ln2_mean,        float*,   "act.ln2_mean",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N)                \
+    X(ln2_rstd,        float*,   "act.ln2_rstd",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N)                \
+    X(ffn_h1,          bf16*,    "act.ffn_h1",              BF16, DENSE, UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.ff)          \
+    X(ffn_h2,          bf16*,    "act.ffn_h2",              BF16, DENSE, UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.ff)          \
+    X(ffn_act,         bf16*,    "act.ffn_act",             BF16, DENSE, UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.ff)          \
+    /* routing of one MoE block */                                                                                             \
+    X(router_logits,   float*,   "act.router_logits",       F32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.E)           \
+    X(router_probs,    float*,   "act.router_probs",        F32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.E)           \
+    X(topk_idx,        int32_t*, "act.topk_idx",            I32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.k)           \
+    X(topk_gate,       float*,   "act.topk_gate",           F32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.k)           \
+    X(router_counts,   int64_t*, "act.router_counts",       I32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.E, 2)             \
+    X(expert_offsets,  int64_t*, "act.expert_offsets",      I32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.E + 1, 2)         \
+    X(sorted_to_copy,  int64_t*, "act.moe_sorted_to_copy",  I32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, 2)            \
+    X(copy_to_sorted,  int64_t*, "act.moe_copy_to_sorted",  I32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, 2)            \
+    X(moe_in,          bf16*,    "act.moe_in",              BF16, MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, D.d)          \
+    X(moe_h1,          bf16*,    "act.moe_h1",              BF16, MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, D.de)         \
+    X(moe_h2,          bf16*,    "act.moe_h2",              BF16, MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, D.de)         \
+    X(moe_act,         bf16*,    "act.moe_act",             BF16, MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, D.de)         \
+    X(moe_out,         bf16*,    "act.moe_out",             BF16, MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, D.d)          \
+    /* LM head: final LayerNorm, logits (overwritten in place by their gradient), per-token losses */                          \
+    X(final_ln_out,    bf16*,    "act.final_ln_out",        BF16, ALL,   ONE,          ACTIVATION, H,  H,  D.N, D.d)           \
+    X(final_ln_mean,   float*,   "act.final_ln_mean",       F32,  ALL,   ONE,          ACTIVATION, H,  H,  D.N)                \
+    X(final_ln_rstd,   float*,   "act.final_ln_rstd",       F32,  ALL,   ONE,          ACTIVATION, H,  H,  D.N)                \
+    X(logits,          float*,   "act.logits",              F32,  ALL,   ONE,          ACTIVATION, H,  H,  D.logits)           \
+    X(losses,          float*,   "act.losses",              F32,  ALL,   ONE,          ACTIVATION, H,  H,  D.N)                \
+    X(d_final_ln_out,  bf16*,    "act.d_final_ln_out",      BF16, ALL,   ONE,          ACTIVATION, H,  H,  D.N, D.d)           \
+    /* backward: the fp32 residual-stream gradient and the gradients of one block's slots (projection  */                      \
+    /* and FFN outputs go straight into the next block's input, so they need no slots of their own)    */                      \
+    X(d_stream,        float*,   "act.d_stream",            F32,  ALL,   ONE,          ACTIVATION, H,  BW, D.N, D.d)           \
+    X(d_resid,         bf16*,    "act.d_resid",             BF16, ALL,   ONE,          ACTIVATION, H,  BW, D.N, D.d)           \
+    X(d_ln_out,        bf16*,    "act.d_ln_out",            BF16, ALL,   ONE,          ACTIVATION, BW, BW, D.N, D.d)           \
+    X(d_q,             bf16*,    "act.d_q",                 BF16, ALL,   ONE,          ACTIVATION, BW, BW, D.N, D.qd)          \
+    X(d_k,             bf16*,    "act.d_k",                 BF16, ALL,   ONE,          ACTIVATION, BW, BW, D.N, D.kvd)         \
+    X(d_v,             bf16*,    "act.d_v",                 BF16, ALL,   ONE,          ACTIVATION, BW, BW, D.N, D.kvd)         \
+    X(d_attn_out,      bf16*,    "act.d_attn_out",          BF16, ALL,   ONE,          ACTIVATION, BW, BW, D.N, D.qd)          \
+    X(d_ffn_h1,        bf16*,    "act.d_ffn_h1",            BF16, DENSE, ONE,          ACTIVATION, BW, BW, D.N, D.ff)          \
+    X(d_ffn_h2,        bf16*,    "act.d_ffn_h2",            BF16, DENSE, ONE,          ACTIVATION, BW, BW, D.N, D.ff)          \
+    X(d_ffn_act,       bf16*,    "act.d_ffn_act",           BF16, DENSE, ONE,          ACTIVATION, BW, BW, D.N, D.ff)          \
+    X(d_router_logits, float*,   "act.d_router_logits",     F32,  MOE,   ONE,          ACTIVATION, BW, BW, D.N, D.E)           \
+    X(d_topk_gate,     float*,   "act.d_topk_gate",         F32,  MOE,   ONE,          ACTIVATION, BW, BW, D.N, D.k)           \
+    X(d_moe_out,       bf16*,    "act.d_moe_out",           BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.d)          \
+    X(d_moe_h1,        bf16*,    "act.d_moe_h1",            BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.de)         \
+    X(d_moe_h2,        bf16*,    "act.d_moe_h2",            BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.de)         \
+    X(d_moe_act,       bf16*,    "act.d_moe_act",           BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.de)         \
+    X(d_moe_in,        bf16*,    "act.d_moe_in",            BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.d)          \
+    /* the ops' scalar outputs for the whole step (named slots: ActScalar) */                                                  \
+    X(scalars,         float*,   "ws.scalars",              F32,  ALL,   ONE,          WORKSPACE,  F,  O,  ACT_SCALAR_WORDS)
 // clang-format on
 
-/// The activation slots of one microbatch, bound to the arena (one member per SKEW_ACTIVATIONS line).
+/// The activation slots of one microbatch, bound to the arena (one member per SKEW_ACTIVATIONS line;
+/// a slot with keep other than ONE is indexed by block: a.q[b]).
 struct ActSlots {
-#define SKEW_ACT_MEMBER(member, type, ...) type member{};
+#define SKEW_ACT_MEMBER(member, type, name, dtype, when, keep, ...) ActMember<ActKeep::keep, type> member{};
     SKEW_ACTIVATIONS(SKEW_ACT_MEMBER)
 #undef SKEW_ACT_MEMBER
     int64_t logits_bytes = 0;  // bytes of act.logits
     bool fused_head = false;   // the backend's fused LM head fits act.logits
+    Recompute recompute = Recompute::BLOCK;  // the mode the slots were bound for (train.recompute)
 
     float* scalar(ActScalar s) const { return scalars + int(s); }
 };
 
-/// The table's buffers for one microbatch of `cfg.model` (in table order; block inputs per block),
-/// with the dimensions of act_dims. Plan component "activations" (ws.scalars: "workspace").
+/// The table's buffers for one microbatch of `cfg.model` under cfg.train.recompute (in table order;
+/// a slot kept per block as "<name>.<block>" for each block that holds it), with the dimensions of
+/// act_dims. Plan component "activations" (ws.scalars: "workspace"). Throws skew::Error for an
+/// unknown train.recompute.
 std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDims& D);
 
 /// The buffers of deferred expert weight gradients (train.expert_grads: deferred; docs/design.md
@@ -149,8 +197,9 @@ std::string deferred_expert_prefix(int64_t block, int64_t microbatch);
 /// True for the parameters whose gradient deferred mode does not store (the expert banks).
 bool deferred_expert_param(const ParamInfo& p);
 
-/// Bind every slot of the table that `cfg.model` holds to the arena's buffer of the same name.
-/// Throws skew::Error naming the slot when the plan lacks it or holds fewer bytes than the table says.
+/// Bind every slot of the table that `cfg.model` holds under cfg.train.recompute to the arena's
+/// buffer of the same name. Throws skew::Error naming the slot when the plan lacks it (e.g. a plan
+/// built for another recompute mode) or holds fewer bytes than the table says.
 ActSlots act_slots_bind(const Config& cfg, const ActDims& D, const Arena& arena);
 
 }  // namespace skew

@@ -1,6 +1,8 @@
 // The MoE transformer's forward and backward over the Backend ops (docs/design.md "The data path";
 // paper Section 4): per-block activation checkpointing (forward keeps block inputs, backward
-// recomputes each block with the same router noise), loss = LM + Σ_MoE (balance + z), each / accum.
+// recomputes each block with the same router noise; or, per train.recompute, the forward keeps
+// every block's slots and the backward recomputes only the attention core, or nothing),
+// loss = LM + Σ_MoE (balance + z), each / accum.
 #include "model/model.h"
 
 #include <algorithm>
@@ -86,67 +88,100 @@ RouterOptions router_options(const Model& m, const BlockParams& blk, int64_t mb,
 
 // ---- one block, forward (also the recompute of the backward)
 
-// Runs block `bi` from its saved input. When `out` is non-null the block output (N, d) is written
-// there (the next block's input); the recompute passes null and stops after the last activation
-// the backward reads. Fills *stats for MoE blocks when non-null.
+// The attention core of block `bi`: attn_out and attn_lse from its q, k, v (causal, GQA). The
+// forward runs it inside block_forward; train.recompute: attention runs it again in the backward.
+void attention_core_forward(Model& m, int64_t bi) {
+    ActSlots& a = m.act;
+    const Dims x = dims_of(m);
+    const size_t b = size_t(bi);
+    const AttentionShape as{x.B, x.T, x.H, x.KV, x.hd};
+    m.backend->attention_forward(a.attn_out[b], a.attn_lse[b], a.q[b], a.k[b], a.v[b], as);
+}
+
+// Runs block `bi` from its saved input into the block's slots (a.q[bi], ...: its own under
+// train.recompute attention or none, the shared set under block). When `out` is non-null the block
+// output (N, d) is written there (the next block's input); the recompute passes null and stops
+// after the last activation the backward reads. Fills *stats for MoE blocks when non-null.
 void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, bool noise, MoeStats* stats) {
     Backend& be = *m.backend;
     ActSlots& a = m.act;
     const BlockParams& p = m.blocks[size_t(bi)];
     const Dims x = dims_of(m);
     const float eps = float(m.cfg->model.layernorm_eps);
-    const bf16* inp = a.block_input[size_t(bi)];
+    const size_t b = size_t(bi);  // the block's slots (the one shared set under train.recompute: block)
+    const bf16* inp = a.block_input[b];
 
     // attention sub-block: resid1 = inp + wo · attn(LN1(inp))
-    be.layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, inp, static_cast<const float*>(p.ln1_w.weight),
+    be.layernorm_forward(a.ln1_out[b], a.ln1_mean[b], a.ln1_rstd[b], inp, static_cast<const float*>(p.ln1_w.weight),
                          static_cast<const float*>(p.ln1_b.weight), x.N, x.d, eps);
-    be.matmul_forward(a.q, a.ln1_out, p.wq.w(), x.N, x.d, x.qd);
-    be.matmul_forward(a.k, a.ln1_out, p.wk.w(), x.N, x.d, x.kvd);
-    be.matmul_forward(a.v, a.ln1_out, p.wv.w(), x.N, x.d, x.kvd);
-    const AttentionShape as{x.B, x.T, x.H, x.KV, x.hd};
-    be.attention_forward(a.attn_out, a.attn_lse, a.q, a.k, a.v, as);
-    be.matmul_forward(a.resid1, a.attn_out, p.wo.w(), x.N, x.qd, x.d);
-    be.residual_forward(a.resid1, a.resid1, inp, x.N * x.d);
+    be.matmul_forward(a.q[b], a.ln1_out[b], p.wq.w(), x.N, x.d, x.qd);
+    be.matmul_forward(a.k[b], a.ln1_out[b], p.wk.w(), x.N, x.d, x.kvd);
+    be.matmul_forward(a.v[b], a.ln1_out[b], p.wv.w(), x.N, x.d, x.kvd);
+    attention_core_forward(m, bi);
+    be.matmul_forward(a.resid1[b], a.attn_out[b], p.wo.w(), x.N, x.qd, x.d);
+    be.residual_forward(a.resid1[b], a.resid1[b], inp, x.N * x.d);
 
     // FFN sub-block: out = resid1 + FFN(LN2(resid1))
-    be.layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.resid1, static_cast<const float*>(p.ln2_w.weight),
-                         static_cast<const float*>(p.ln2_b.weight), x.N, x.d, eps);
+    be.layernorm_forward(a.ln2_out[b], a.ln2_mean[b], a.ln2_rstd[b], a.resid1[b],
+                         static_cast<const float*>(p.ln2_w.weight), static_cast<const float*>(p.ln2_b.weight), x.N, x.d,
+                         eps);
     if (!p.moe) {
-        be.matmul_forward(a.ffn_h1, a.ln2_out, p.ffn_w1.w(), x.N, x.d, x.ff);
-        be.matmul_forward(a.ffn_h2, a.ln2_out, p.ffn_w2.w(), x.N, x.d, x.ff);
-        be.swiglu_forward(a.ffn_act, a.ffn_h1, a.ffn_h2, x.N * x.ff);
+        be.matmul_forward(a.ffn_h1[b], a.ln2_out[b], p.ffn_w1.w(), x.N, x.d, x.ff);
+        be.matmul_forward(a.ffn_h2[b], a.ln2_out[b], p.ffn_w2.w(), x.N, x.d, x.ff);
+        be.swiglu_forward(a.ffn_act[b], a.ffn_h1[b], a.ffn_h2[b], x.N * x.ff);
         if (!out) return;
-        be.matmul_forward(out, a.ffn_act, p.ffn_w3.w(), x.N, x.ff, x.d);
+        be.matmul_forward(out, a.ffn_act[b], p.ffn_w3.w(), x.N, x.ff, x.d);
     } else {
         // router (fp32): clean logits = LN2(resid1) · Wr^T, then noise, softmax, top-k, aux losses
-        be.matmul_forward(a.router_logits, a.ln2_out, p.router.w(), x.N, x.d, x.E);
+        be.matmul_forward(a.router_logits[b], a.ln2_out[b], p.router.w(), x.N, x.d, x.E);
         const RouterShape rs{x.N, x.E, x.k};
         const RouterOptions ro = router_options(m, p, mb, step, noise);
         float* bal = a.scalar(ACT_SCALAR_BALANCE_LOSS);
         float* z = a.scalar(ACT_SCALAR_Z_LOSS);
-        be.moe_router_forward(a.router_probs, a.topk_idx, a.topk_gate, a.router_counts, bal, z, nullptr,
-                              a.router_logits, rs, ro);
+        be.moe_router_forward(a.router_probs[b], a.topk_idx[b], a.topk_gate[b], a.router_counts[b], bal, z, nullptr,
+                              a.router_logits[b], rs, ro);
         if (stats) {
             stats->block = int(bi);
             stats->counts.resize(size_t(x.E));
-            from_backend(be, stats->counts.data(), a.router_counts, size_t(x.E) * sizeof(int64_t));
+            from_backend(be, stats->counts.data(), a.router_counts[b], size_t(x.E) * sizeof(int64_t));
             stats->balance_loss = read_scalar(be, bal);
             stats->z_loss = read_scalar(be, z);
         }
         // dropless dispatch -> expert SwiGLU (grouped matmuls) -> weighted combine
-        be.moe_dispatch(a.sorted_to_copy, a.copy_to_sorted, a.expert_offsets, a.topk_idx, x.N, x.k, x.E);
-        be.moe_gather_forward(a.moe_in, a.ln2_out, a.sorted_to_copy, x.N, x.k, x.d);
-        be.moe_matmul_forward(a.moe_h1, a.moe_in, p.expert_w1.w(), a.expert_offsets, x.E, x.d, x.de);
-        be.moe_matmul_forward(a.moe_h2, a.moe_in, p.expert_w2.w(), a.expert_offsets, x.E, x.d, x.de);
-        be.swiglu_forward(a.moe_act, a.moe_h1, a.moe_h2, x.NK * x.de);
-        be.moe_matmul_forward(a.moe_out, a.moe_act, p.expert_w3.w(), a.expert_offsets, x.E, x.de, x.d);
+        be.moe_dispatch(a.sorted_to_copy[b], a.copy_to_sorted[b], a.expert_offsets[b], a.topk_idx[b], x.N, x.k, x.E);
+        be.moe_gather_forward(a.moe_in[b], a.ln2_out[b], a.sorted_to_copy[b], x.N, x.k, x.d);
+        be.moe_matmul_forward(a.moe_h1[b], a.moe_in[b], p.expert_w1.w(), a.expert_offsets[b], x.E, x.d, x.de);
+        be.moe_matmul_forward(a.moe_h2[b], a.moe_in[b], p.expert_w2.w(), a.expert_offsets[b], x.E, x.d, x.de);
+        be.swiglu_forward(a.moe_act[b], a.moe_h1[b], a.moe_h2[b], x.NK * x.de);
+        be.moe_matmul_forward(a.moe_out[b], a.moe_act[b], p.expert_w3.w(), a.expert_offsets[b], x.E, x.de, x.d);
         if (!out) return;
-        be.moe_combine_forward(out, a.moe_out, a.topk_gate, a.copy_to_sorted, x.N, x.k, x.d);
+        be.moe_combine_forward(out, a.moe_out[b], a.topk_gate[b], a.copy_to_sorted[b], x.N, x.k, x.d);
     }
-    be.residual_forward(out, out, a.resid1, x.N * x.d);
+    be.residual_forward(out, out, a.resid1[b], x.N * x.d);
 }
 
-// ---- one block, backward (after block_forward(..., out = nullptr) recomputed its activations)
+// What the backward of block `bi` reads and the forward did not keep (train.recompute;
+// model/activations.h): under block the whole block from its saved input, with the same router
+// noise (block_forward with out = nullptr); under attention the attention output and logsumexp
+// from the kept q, k, v; under none nothing. The same ops on the same inputs as the forward, so
+// the backward reads the forward's values bit for bit.
+void recompute_for_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise) {
+    switch (m.act.recompute) {
+        case Recompute::BLOCK: {
+            SKEW_NVTX_RANGE(fmt::format("block {} recompute", bi).c_str());
+            block_forward(m, bi, nullptr, mb, step, noise, nullptr);
+            return;
+        }
+        case Recompute::ATTENTION: {
+            SKEW_NVTX_RANGE(fmt::format("block {} recompute attention", bi).c_str());
+            attention_core_forward(m, bi);
+            return;
+        }
+        case Recompute::NONE: return;
+    }
+}
+
+// ---- one block, backward (after recompute_for_backward)
 
 // Deferred mode: copy the operands of MoE block `bi`'s three weight-gradient products (their
 // products were skipped: the banks have no gradient buffer) into the block's kept buffers for
@@ -155,6 +190,7 @@ void keep_expert_operands(Model& m, int64_t bi, int64_t mb) {
     Backend& be = *m.backend;
     const ActSlots& a = m.act;
     const Dims x = dims_of(m);
+    const size_t b = size_t(bi);
     auto& per_block = m.deferred.kept[size_t(bi)];
     if (mb < 0 || mb >= int64_t(per_block.size()))
         fail("model: microbatch {} is beyond the {} whose expert operands the plan keeps", mb, per_block.size());
@@ -162,13 +198,13 @@ void keep_expert_operands(Model& m, int64_t bi, int64_t mb) {
     auto copy = [&](bf16* dst, const bf16* src, int64_t n) {
         be.convert(TensorRef(dst, ScalarType::BF16), ConstTensorRef(src, ScalarType::BF16), n);
     };
-    copy(k.moe_in, a.moe_in, x.NK * x.d);
-    copy(k.moe_act, a.moe_act, x.NK * x.de);
+    copy(k.moe_in, a.moe_in[b], x.NK * x.d);
+    copy(k.moe_act, a.moe_act[b], x.NK * x.de);
     copy(k.d_moe_h1, a.d_moe_h1, x.NK * x.de);
     copy(k.d_moe_h2, a.d_moe_h2, x.NK * x.de);
     copy(k.d_moe_out, a.d_moe_out, x.NK * x.d);
     k.offsets.resize(size_t(x.E + 1));
-    from_backend(be, k.offsets.data(), a.expert_offsets, k.offsets.size() * sizeof(int64_t));
+    from_backend(be, k.offsets.data(), a.expert_offsets[b], k.offsets.size() * sizeof(int64_t));
 }
 
 // d_stream (N, d) fp32 holds dL/d(block output) on entry and dL/d(block input) on return.
@@ -179,50 +215,52 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
     const Dims x = dims_of(m);
     const float* lnw2 = static_cast<const float*>(p.ln2_w.weight);
     const float* lnw1 = static_cast<const float*>(p.ln1_w.weight);
+    const size_t b = size_t(bi);
 
     // FFN sub-block: d_ln_out = dFFN/d(LN2 out)^T · g
     if (!p.moe) {
         // the fp32 stream gradient rounded to bf16 once (as the MoE path does), so both products of
         // w3's backward are bf16 x bf16 with fp32 accumulation (tensor cores on the GPU)
         be.convert(a.d_resid, a.d_stream, x.N * x.d);
-        be.matmul_backward(a.d_ffn_act, p.ffn_w3.grad, a.d_resid, a.ffn_act, p.ffn_w3.w(), x.N, x.ff, x.d);
-        be.swiglu_backward(a.d_ffn_h1, a.d_ffn_h2, a.d_ffn_act, a.ffn_h1, a.ffn_h2, x.N * x.ff);
-        be.matmul_backward(a.d_ln_out, p.ffn_w1.grad, a.d_ffn_h1, a.ln2_out, p.ffn_w1.w(), x.N, x.d, x.ff);
-        be.matmul_backward(a.d_ln_out, p.ffn_w2.grad, a.d_ffn_h2, a.ln2_out, p.ffn_w2.w(), x.N, x.d, x.ff, true);
+        be.matmul_backward(a.d_ffn_act, p.ffn_w3.grad, a.d_resid, a.ffn_act[b], p.ffn_w3.w(), x.N, x.ff, x.d);
+        be.swiglu_backward(a.d_ffn_h1, a.d_ffn_h2, a.d_ffn_act, a.ffn_h1[b], a.ffn_h2[b], x.N * x.ff);
+        be.matmul_backward(a.d_ln_out, p.ffn_w1.grad, a.d_ffn_h1, a.ln2_out[b], p.ffn_w1.w(), x.N, x.d, x.ff);
+        be.matmul_backward(a.d_ln_out, p.ffn_w2.grad, a.d_ffn_h2, a.ln2_out[b], p.ffn_w2.w(), x.N, x.d, x.ff, true);
     } else {
         be.convert(a.d_resid, a.d_stream, x.N * x.d);  // combine backward reads a bf16 dout
-        be.moe_combine_backward(a.d_moe_out, a.d_topk_gate, a.d_resid, a.moe_out, a.topk_gate, a.copy_to_sorted, x.N,
-                                x.k, x.d);
-        be.moe_matmul_backward(a.d_moe_act, p.expert_w3.grad, a.d_moe_out, a.moe_act, p.expert_w3.w(),
-                               a.expert_offsets, x.E, x.de, x.d);
-        be.swiglu_backward(a.d_moe_h1, a.d_moe_h2, a.d_moe_act, a.moe_h1, a.moe_h2, x.NK * x.de);
-        be.moe_matmul_backward(a.d_moe_in, p.expert_w1.grad, a.d_moe_h1, a.moe_in, p.expert_w1.w(), a.expert_offsets,
-                               x.E, x.d, x.de);
-        be.moe_matmul_backward(a.d_moe_in, p.expert_w2.grad, a.d_moe_h2, a.moe_in, p.expert_w2.w(), a.expert_offsets,
-                               x.E, x.d, x.de, true);
+        be.moe_combine_backward(a.d_moe_out, a.d_topk_gate, a.d_resid, a.moe_out[b], a.topk_gate[b],
+                                a.copy_to_sorted[b], x.N, x.k, x.d);
+        be.moe_matmul_backward(a.d_moe_act, p.expert_w3.grad, a.d_moe_out, a.moe_act[b], p.expert_w3.w(),
+                               a.expert_offsets[b], x.E, x.de, x.d);
+        be.swiglu_backward(a.d_moe_h1, a.d_moe_h2, a.d_moe_act, a.moe_h1[b], a.moe_h2[b], x.NK * x.de);
+        be.moe_matmul_backward(a.d_moe_in, p.expert_w1.grad, a.d_moe_h1, a.moe_in[b], p.expert_w1.w(),
+                               a.expert_offsets[b], x.E, x.d, x.de);
+        be.moe_matmul_backward(a.d_moe_in, p.expert_w2.grad, a.d_moe_h2, a.moe_in[b], p.expert_w2.w(),
+                               a.expert_offsets[b], x.E, x.d, x.de, true);
         if (m.deferred.on) keep_expert_operands(m, bi, mb);
-        be.moe_gather_backward(a.d_ln_out, a.d_moe_in, a.copy_to_sorted, x.N, x.k, x.d);
+        be.moe_gather_backward(a.d_ln_out, a.d_moe_in, a.copy_to_sorted[b], x.N, x.k, x.d);
         // router: gates, balance and z-loss (each weighted loss_weight = 1/accum) to the logits
         const RouterShape rs{x.N, x.E, x.k};
         const RouterOptions ro = router_options(m, p, mb, step, noise);
-        be.moe_router_backward(a.d_router_logits, a.d_topk_gate, a.router_logits, a.router_probs, a.topk_idx,
-                               a.topk_gate, a.router_counts, loss_weight, loss_weight, rs, ro);
-        be.matmul_backward(a.d_ln_out, p.router.grad, a.d_router_logits, a.ln2_out, p.router.w(), x.N, x.d, x.E, true);
+        be.moe_router_backward(a.d_router_logits, a.d_topk_gate, a.router_logits[b], a.router_probs[b], a.topk_idx[b],
+                               a.topk_gate[b], a.router_counts[b], loss_weight, loss_weight, rs, ro);
+        be.matmul_backward(a.d_ln_out, p.router.grad, a.d_router_logits, a.ln2_out[b], p.router.w(), x.N, x.d, x.E,
+                           true);
     }
     be.layernorm_backward(a.d_resid, static_cast<float*>(p.ln2_w.grad.data), static_cast<float*>(p.ln2_b.grad.data),
-                          a.d_ln_out, a.resid1, lnw2, a.ln2_mean, a.ln2_rstd, x.N, x.d);
+                          a.d_ln_out, a.resid1[b], lnw2, a.ln2_mean[b], a.ln2_rstd[b], x.N, x.d);
     be.accumulate(a.d_stream, a.d_resid, x.N * x.d);  // g = d resid1
 
     // attention sub-block (attn.o's backward reads the stream gradient rounded to bf16, as w3's)
     be.convert(a.d_resid, a.d_stream, x.N * x.d);
-    be.matmul_backward(a.d_attn_out, p.wo.grad, a.d_resid, a.attn_out, p.wo.w(), x.N, x.qd, x.d);
+    be.matmul_backward(a.d_attn_out, p.wo.grad, a.d_resid, a.attn_out[b], p.wo.w(), x.N, x.qd, x.d);
     const AttentionShape as{x.B, x.T, x.H, x.KV, x.hd};
-    be.attention_backward(a.d_q, a.d_k, a.d_v, a.d_attn_out, a.q, a.k, a.v, a.attn_out, a.attn_lse, as);
-    be.matmul_backward(a.d_ln_out, p.wq.grad, a.d_q, a.ln1_out, p.wq.w(), x.N, x.d, x.qd);
-    be.matmul_backward(a.d_ln_out, p.wk.grad, a.d_k, a.ln1_out, p.wk.w(), x.N, x.d, x.kvd, true);
-    be.matmul_backward(a.d_ln_out, p.wv.grad, a.d_v, a.ln1_out, p.wv.w(), x.N, x.d, x.kvd, true);
+    be.attention_backward(a.d_q, a.d_k, a.d_v, a.d_attn_out, a.q[b], a.k[b], a.v[b], a.attn_out[b], a.attn_lse[b], as);
+    be.matmul_backward(a.d_ln_out, p.wq.grad, a.d_q, a.ln1_out[b], p.wq.w(), x.N, x.d, x.qd);
+    be.matmul_backward(a.d_ln_out, p.wk.grad, a.d_k, a.ln1_out[b], p.wk.w(), x.N, x.d, x.kvd, true);
+    be.matmul_backward(a.d_ln_out, p.wv.grad, a.d_v, a.ln1_out[b], p.wv.w(), x.N, x.d, x.kvd, true);
     be.layernorm_backward(a.d_resid, static_cast<float*>(p.ln1_w.grad.data), static_cast<float*>(p.ln1_b.grad.data),
-                          a.d_ln_out, a.block_input[size_t(bi)], lnw1, a.ln1_mean, a.ln1_rstd, x.N, x.d);
+                          a.d_ln_out, a.block_input[b], lnw1, a.ln1_mean[b], a.ln1_rstd[b], x.N, x.d);
     be.accumulate(a.d_stream, a.d_resid, x.N * x.d);  // g = d block input
 }
 
@@ -461,12 +499,9 @@ LossParts model_forward_backward(Model& m, const int32_t* tokens, const int32_t*
         lp = forward_and_head(m, tokens, targets, microbatch_index, step, training, true, w);
     }
     SKEW_NVTX_RANGE("backward");
-    // backward in reverse, recomputing each block from its saved input (same router noise)
+    // backward in reverse, each block after recomputing what train.recompute did not keep
     for (int64_t bi = int64_t(m.blocks.size()) - 1; bi >= 0; --bi) {
-        {
-            SKEW_NVTX_RANGE(fmt::format("block {} recompute", bi).c_str());
-            block_forward(m, bi, nullptr, microbatch_index, step, training, nullptr);
-        }
+        recompute_for_backward(m, bi, microbatch_index, step, training);
         SKEW_NVTX_RANGE(fmt::format("block {} backward", bi).c_str());
         block_backward(m, bi, microbatch_index, step, training, w);
     }

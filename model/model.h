@@ -1,7 +1,8 @@
 // The MoE transformer of docs/design.md ("The paper's model"; paper Section 4), written once against the
 // Backend ops interface: embedding + positions, per block pre-LayerNorm GQA attention and a dense
 // SwiGLU FFN or a top-k MoE, final LayerNorm, tied LM head, cross-entropy + balance loss + z-loss.
-// Per-block activation checkpointing: the forward keeps each block's input, the backward recomputes.
+// Activation recompute (train.recompute): by default the forward keeps each block's input and the
+// backward recomputes the block; `attention` recomputes only the attention core, `none` nothing.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -119,9 +120,12 @@ void model_init(Model& m, uint64_t seed);
 /// Set every gradient buffer to zero (once per optimizer step, before the microbatches).
 void model_zero_grads(Model& m);
 
-/// One microbatch of training: forward through every block keeping only the block inputs, the
-/// head (final LayerNorm, tied LM head, cross-entropy), then backward block by block, recomputing
-/// each block from its saved input with the same router noise. Loss weight 1/accum_steps on every
+/// One microbatch of training: forward through every block keeping what train.recompute keeps
+/// (block: only the block inputs; attention: every block's slots but the attention output and
+/// logsumexp; none: everything; model/activations.h), the head (final LayerNorm, tied LM head,
+/// cross-entropy), then backward block by block, first recomputing what was not kept from the kept
+/// values (the whole block with the same router noise, or the attention core). Every mode runs the
+/// same ops on the same values, so losses and gradients are bit-identical across modes. Loss weight 1/accum_steps on every
 /// part (LM, balance, z), so gradients of `accum_steps` microbatches sum to the batch gradient.
 /// Gradients ACCUMULATE into the arena's grad.* buffers (deferred expert gradients: the expert
 /// banks' operands are kept for microbatch `microbatch_index` instead, m.deferred).

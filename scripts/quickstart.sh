@@ -13,7 +13,11 @@ bash scripts/fetch_data.sh
 if [ ! -f data/prepared/quickstart/manifest.json ] || compgen -G 'data/prepared/quickstart/.*.tmp-*' >/dev/null; then
   ./build/tools/skew prepare --input data/corpus --out data/prepared/quickstart --tokenizer data/tokenizer
 fi
-run=runs/quickstart
+# runs/quickstart, or a new runs/quickstart-N when that folder holds a run of another config or version.
+run=$(bash scripts/run_folder_for.sh ./build/tools/skew configs/quickstart.yaml runs/quickstart)
+if [ "$run" != runs/quickstart ] && [ ! -e "$run" ]; then
+  echo "quickstart: starting a fresh run in $run" >&2
+fi
 if [ -f "$run/config.yaml" ]; then
   ./build/tools/skew train --resume "$run"   # continues (or reports) an earlier quickstart run
 else

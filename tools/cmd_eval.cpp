@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
+#include "data/tokenizer_identity.h"
 #include "train/checkpoint.h"
 #include "engine/error.h"
 #include "eval/load.h"
@@ -99,6 +100,7 @@ void run_eval(const EvalArgs& a) {
         const Config run_cfg = load_config((fs::path(ref.run_dir) / "config.yaml").string());
         const int64_t B = run_cfg.train.batch_size;
         const int64_t mb = run_cfg.train.microbatch > 0 ? run_cfg.train.microbatch : B;
+        data::check_run_data_tokenizer(ref.run_dir, a.data_dir, "--data " + a.data_dir);
         auto lm = eval::load_model(ref, a.backend, mb, run_cfg.train.seq_len);
         out["backend"] = lm->backend->name();
         const eval::PerplexityResult p = eval::evaluate_perplexity(lm->model, a.data_dir, a.split, B, a.batches,
@@ -120,6 +122,9 @@ void run_eval(const EvalArgs& a) {
             fail("tokenizer folder {} (data.tokenizer_dir of {}/config.yaml) does not exist; give --tokenizer DIR", tok_dir,
                  ref.run_dir);
         const data::Tokenizer tok = data::tokenizer_load(tok_dir);
+        data::check_run_tokenizer(ref.run_dir, tok_dir,
+                                  a.tokenizer_dir.empty() ? "data.tokenizer_dir " + tok_dir + " of " + ref.run_dir + "/config.yaml"
+                                                          : "--tokenizer " + tok_dir);
         const int64_t L = run_cfg.model.max_seq_len;
         auto lm = eval::load_model(ref, a.backend, a.batch_size, L);
         out["backend"] = lm->backend->name();

@@ -1,8 +1,9 @@
 // skew plan: the memory-budget dry run (no GPU needed). Prints the paper's Appendix B table for
 // one optimizer, the memory at peak, whether it fits a budget and the largest microbatch that
-// does, and every optimizer's state side by side; --json gives the same numbers for scripts.
-// --world-size N [--expert-parallel M] plans one rank of a distributed run (docs/distributed.md):
-// the rank with the most optimizer state under ZeRO-1, and every rank's state.
+// does, both train.expert_grads modes and every train.recompute mode, and every optimizer's state
+// side by side; --json gives the same numbers for scripts. --world-size N [--expert-parallel M]
+// plans one rank of a distributed run (docs/distributed.md): the rank with the most optimizer state
+// under ZeRO-1, and every rank's state.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -28,6 +29,7 @@ struct PlanArgs {
     std::string optimizer;
     int64_t microbatch = 0;
     std::string budget;
+    bool budget_given = false;  // --budget was on the command line (even as '')
     bool json = false;
     int64_t world_size = 1;
     int64_t expert_parallel = 0;  // 0: parallel.expert of the config
@@ -80,7 +82,7 @@ void run_plan(const PlanArgs& a) {
     ParamTable table = build_param_table(cfg.model);
     OptimizerConfig opt = pick_optimizer(cfg, a.optimizer);
     std::optional<ParsedSize> budget;
-    if (!a.budget.empty()) budget = parse_size(a.budget, "--budget");
+    if (a.budget_given) budget = parse_size(a.budget, "--budget");  // '' is refused there, not read as "no budget"
     int64_t largest = budget ? largest_fitting_microbatch(cfg, table, opt, budget->bytes, layout) : -1;
     // train.microbatch 0 means "the largest that fits": the budget's, else the rank's whole share.
     const int64_t rank_batch = cfg.train.batch_size / layout.world_size;
@@ -147,6 +149,16 @@ void run_plan(const PlanArgs& a) {
         }
     }
 
+    // every mode of train.recompute side by side (docs/design.md "Activation recompute")
+    std::vector<ModeRow> recompute_modes;
+    for (const char* mode : {"block", "attention", "none"}) {
+        Config mc = cfg;
+        mc.train.recompute = mode;
+        ModeRow r{mode, build_largest_rank_plan(mc, table, opt, mb, layout)};
+        if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, budget->bytes, layout);
+        recompute_modes.push_back(std::move(r));
+    }
+
     if (a.json) {
         nlohmann::json j;
         j["config"] = a.config;
@@ -206,6 +218,13 @@ void run_plan(const PlanArgs& a) {
                           {"largest_microbatch", budget ? nlohmann::json(r.largest) : nlohmann::json(nullptr)}});
         j["expert_grads"] = cfg.train.expert_grads;
         j["expert_grad_modes"] = mj;
+        nlohmann::json rj = nlohmann::json::array();
+        for (const ModeRow& r : recompute_modes)
+            rj.push_back({{"recompute", r.mode}, {"activations", entry(r.plan.activation_bytes)},
+                          {"peak", entry(r.plan.peak_bytes)},
+                          {"largest_microbatch", budget ? nlohmann::json(r.largest) : nlohmann::json(nullptr)}});
+        j["recompute"] = cfg.train.recompute;
+        j["recompute_modes"] = rj;
         std::cout << j.dump(2) << "\n";
         return;
     }
@@ -239,7 +258,8 @@ void run_plan(const PlanArgs& a) {
     fmt::print("| weights (bf16; fp32 norms and router) | {:.2f} GiB |\n", gib(plan.weights_bytes));
     fmt::print("| gradients ({}) | {:.2f} GiB |\n", cfg.runtime.grad_dtype, gib(plan.grads_bytes));
     fmt::print("| optimizer state | {:.2f} GiB |\n", gib(plan.state_bytes));
-    fmt::print("| activations (microbatch {}, per-block checkpointing) | {:.2f} GiB |\n", mb, gib(plan.activation_bytes));
+    fmt::print("| activations (microbatch {}, train.recompute: {}) | {:.2f} GiB |\n", mb, cfg.train.recompute,
+               gib(plan.activation_bytes));
     fmt::print("| workspace | {:.2f} GiB |\n", gib(plan.workspace_bytes));
     fmt::print("| **predicted peak** | **{:.2f} GiB** |\n\n", gib(plan.peak_bytes));
     if (plan_backend(cfg) == "cuda") {
@@ -276,6 +296,14 @@ void run_plan(const PlanArgs& a) {
             fmt::print("| {} | {} | {} MiB |\n", r.rank, r.ranges, mib_text(r.state_bytes));
         fmt::print("\n");
     }
+    fmt::print("Activation recompute (train.recompute; this config: {}), {} at microbatch {}: block keeps each block's "
+               "input and recomputes the block, attention keeps all but the attention output and logsumexp, none keeps "
+               "everything\n| mode | activations | peak |{}\n| --- | ---: | ---: |{}\n",
+               cfg.train.recompute, opt.name, mb, budget ? " largest microbatch that fits |" : "", budget ? " ---: |" : "");
+    for (const ModeRow& r : recompute_modes)
+        fmt::print("| {} | {} MiB | {:.2f} GiB |{}\n", r.mode, mib_text(r.plan.activation_bytes), gib(r.plan.peak_bytes),
+                   budget ? fmt::format(" {} |", r.largest > 0 ? std::to_string(r.largest) : std::string("none")) : "");
+    fmt::print("\n");
     fmt::print("All optimizers at microbatch {}\n| optimizer | type | state | peak |{}\n| --- | --- | ---: | ---: |{}\n", mb,
                budget ? " fits |" : "", budget ? " --- |" : "");
     for (size_t i = 0; i < all.size(); ++i) {
@@ -310,7 +338,13 @@ void register_plan_command(CLI::App& app) {
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
     cmd->add_option("--set", args->overrides, "Override a config key, e.g. --set train.microbatch=4 (repeatable)")
         ->take_all();
-    cmd->callback([args] { run_plan(*args); });
+    cmd->callback([args, cmd] {
+        args->budget_given = cmd->count("--budget") > 0;
+        if (cmd->count("--optimizer") > 0 && args->optimizer.empty())
+            fail("--optimizer: empty name; give a built-in or a key of the config's optimizers section, or leave the flag "
+                 "out for the first of train.optimizers");
+        run_plan(*args);
+    });
 }
 
 }  // namespace skew::tools

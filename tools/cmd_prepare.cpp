@@ -2,11 +2,42 @@
 // split by document hash, plus manifest.json (docs/design.md "Data"; data/prepare.h does the work).
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
 #include "data/prepare.h"
 #include "data/shard.h"
+#include "data/split.h"
+#include "engine/error.h"
 #include "tools/commands.h"
+#include "train/signals.h"
 
 namespace skew::tools {
+
+namespace {
+
+/// --val-ratio: documents go to validation by hash bucket, 1 of 1000 at a time (data/split.h), so a
+/// ratio that rounds to no bucket leaves no validation batch for `skew train` (and one that rounds to
+/// all 1000 leaves no training split): refused naming the smallest and largest usable ratio.
+CLI::Validator val_ratio_check() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            char* end = nullptr;
+            const double v = std::strtod(text.c_str(), &end);
+            if (text.empty() || *end != '\0' || !(v >= 0.0 && v <= 1.0)) return "'" + text + "' is not a ratio in [0, 1]";
+            const int train_buckets = data::split_train_buckets(v);
+            if (train_buckets >= 1000)
+                return text + " leaves no validation split (documents go to validation 1/1000 at a time by hash, and "
+                              "`skew train` needs validation batches); the smallest is 0.001, the default 0.05";
+            if (train_buckets <= 0)
+                return text + " leaves no training split; the largest is 0.999, the default 0.05";
+            return "";
+        },
+        "RATIO in [0.001, 0.999]");
+}
+
+}  // namespace
 
 void register_prepare_command(CLI::App& app) {
     auto opts = std::make_shared<data::PrepareOptions>();
@@ -19,7 +50,7 @@ void register_prepare_command(CLI::App& app) {
     cmd->add_option("--tokenizer", opts->tokenizer_dir, "Directory with encoder.json + vocab.bpe (or vocab.json + merges.txt)")
         ->capture_default_str();
     cmd->add_option("--val-ratio", opts->val_ratio, "Share of documents (by MD5 bucket) in the validation split")
-        ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+        ->check(val_ratio_check())->capture_default_str();
     cmd->add_option("--separator", opts->separator, "Between documents: eot (token 50256 before each document, as llm.c) or none (the paper)")
         ->check(CLI::IsMember({"eot", "none"}))->capture_default_str();
     cmd->add_option("--bad-lines", *bad_lines, "A .jsonl line that is not an object with a string field: skip (warn and count) or fail")
@@ -32,7 +63,28 @@ void register_prepare_command(CLI::App& app) {
     cmd->callback([opts, bad_lines, no_progress] {
         opts->skip_bad_lines = *bad_lines == "skip";
         opts->progress = !*no_progress;
-        data::PrepareSummary s = data::prepare_run(*opts);
+        // Ctrl-C or SIGTERM: the run stops between documents, removes what it wrote (and the --out
+        // folder if it created it) and exits 128 + signal; a second signal exits at once (a rerun
+        // removes the temporaries that leaves).
+        std::error_code ec;
+        const bool out_existed = std::filesystem::exists(opts->out_dir, ec);
+        install_stop_handlers("\nskew: stop requested: removing this run's temporary files, then exiting (signal again "
+                              "to exit at once)\n");
+        opts->stop_requested = [] { return stop_requested(); };
+        data::PrepareSummary s;
+        try {
+            s = data::prepare_run(*opts);
+        } catch (const Error& e) {
+            const int sig = stop_signal();
+            restore_stop_handlers();
+            if (!sig) throw;
+            std::fprintf(stderr, "skew: error: %s (%s: stopped by signal %d; %s)\n", e.what(), opts->out_dir.c_str(), sig,
+                         out_existed ? "the folder is as it was"
+                         : std::filesystem::exists(opts->out_dir, ec) ? "the folder this run created is left, without its files"
+                                                                      : "the folder this run created was removed");
+            std::exit(128 + sig);
+        }
+        restore_stop_handlers();
         spdlog::info("prepare: {} documents ({} train, {} val), {} train tokens, {} val tokens, {:.1f} MB in {:.1f} s ({:.1f} MB/s)",
                      s.documents_train + s.documents_val, s.documents_train, s.documents_val, s.tokens_train, s.tokens_val,
                      double(s.bytes) / 1e6, s.seconds, s.seconds > 0 ? double(s.bytes) / 1e6 / s.seconds : 0.0);

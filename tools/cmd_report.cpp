@@ -205,6 +205,9 @@ double final_tokens_per_sec(const RunMetrics& r) {
 // "15 / 30" for a row of a known protocol; "not run (no metrics file)" without metrics.
 std::string steps_cell(const Row& r, const Protocol& p) {
     if (!r.m) return "not run (no metrics file)";
+    if (!r.m->summary.stop_reason.empty())
+        return fmt::format("{} / {} (stopped at step {})", with_thousands(r.steps_done), with_thousands(p.steps),
+                           with_thousands(r.m->summary.stopped_at_step));
     return fmt::format("{} / {}", with_thousands(r.steps_done), with_thousands(p.steps));
 }
 
@@ -221,6 +224,12 @@ std::string completeness_note(const Run& run) {
     for (const Row& r : run.rows) {
         if (r.complete) ++completed;
         else if (!r.m) not_run.push_back(r.optimizer);
+        else if (!r.m->summary.stop_reason.empty())  // the trainer stopped it on a fault
+            stopped.push_back(fmt::format("{} stopped at step {} ({}){}", r.optimizer,
+                                          with_thousands(r.m->summary.stopped_at_step), r.m->summary.stop_reason,
+                                          r.m->history.empty() ? " before its first evaluation"
+                                                               : fmt::format(", its values are from the step-{} evaluation",
+                                                                             with_thousands(r.m->history.back().step))));
         else if (r.m->history.empty())
             stopped.push_back(fmt::format("{} at step {} (no evaluation yet)", r.optimizer, with_thousands(r.steps_done)));
         else

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
+#include "data/tokenizer_identity.h"
 #include "engine/config.h"
 #include "engine/error.h"
 #include "eval/load.h"
@@ -68,6 +69,9 @@ void run_sample(const SampleArgs& a) {
         fail("tokenizer folder {} (data.tokenizer_dir of {}/config.yaml) does not exist; give --tokenizer DIR", tok_dir,
              ref.run_dir);
     const data::Tokenizer tok = data::tokenizer_load(tok_dir);
+    data::check_run_tokenizer(ref.run_dir, tok_dir,
+                              a.tokenizer_dir.empty() ? "data.tokenizer_dir " + tok_dir + " of " + ref.run_dir + "/config.yaml"
+                                                      : "--tokenizer " + tok_dir);
     std::string prompt = a.prompt;
     if (!a.prompt_given) {  // standard input, without the one newline that ends it (echo, a file)
         prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());

@@ -87,8 +87,14 @@ void register_train_command(CLI::App& app) {
         if (!a->resume.empty() && (!a->overrides.empty() || !a->optimizers.empty()))
             fail("--resume {}: continues the run exactly as its config.yaml says; --set and --optimizers are not allowed "
                  "(start a new run with --out for other settings)", a->resume);
-        std::vector<std::string> overrides = a->overrides;
-        if (!a->optimizers.empty()) overrides.push_back("train.optimizers=[" + a->optimizers + "]");
+        if (!a->resume.empty() && cmd->count("--out") > 0)
+            fail("--resume {}: continues the run in that folder; --out {} is not allowed with it (a resumed run writes "
+                 "nowhere else; to start a new run in {}, give the config instead of --resume)",
+                 a->resume, a->out, a->out);
+        const std::vector<std::string>& overrides = a->overrides;
+        std::vector<FlagOverride> flag_overrides;
+        if (!a->optimizers.empty())
+            flag_overrides.push_back({"--optimizers " + a->optimizers, "train.optimizers=[" + a->optimizers + "]"});
         TrainOptions opts;
         opts.force_plain_log = a->plain;
         opts.stop_after_step = a->stop_after;
@@ -108,7 +114,7 @@ void register_train_command(CLI::App& app) {
             opts.resume = true;
         } else {
             if (a->config.empty()) throw CLI::RequiredError("config");
-            cfg = load_config(a->config, overrides);
+            cfg = load_config(a->config, overrides, flag_overrides);
             opts.run_dir = a->out.empty() ? cfg.runtime.out_dir : a->out;
         }
         // Under mpirun/srun: the run's ranks, one GPU per rank by local rank, and with runtime.threads 0

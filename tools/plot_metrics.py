@@ -13,13 +13,11 @@ Needs Debian's python3-matplotlib (and numpy); nothing else.
 import argparse
 import glob
 import json
+import math
 import os
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = None  # matplotlib.pyplot, imported by main() after the arguments are checked
 
 GIB = 2 ** 30
 
@@ -122,12 +120,33 @@ def plot_train_loss(runs, out):
     save(fig, ax, out)
 
 
+def gib_budget(text):
+    """--budget: a finite number of GiB above 0 (argparse names the option when this refuses)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of GiB (e.g. --budget 40)")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} GiB is not a memory budget; give a finite number above 0 (e.g. --budget 40)")
+    return value
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", help="run folder with metrics_<optimizer>.json")
-    ap.add_argument("--budget", type=float, default=None, help="draw a dashed memory-budget line at this many GiB")
+    ap.add_argument("--budget", type=gib_budget, default=None, help="draw a dashed memory-budget line at this many GiB (> 0)")
     args = ap.parse_args()
     runs = load_runs(args.run_dir)
+    global plt
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as pyplot
+    except ImportError as e:
+        sys.exit(f"plot_metrics.py: cannot import matplotlib ({e}); install Debian's python3-matplotlib "
+                 "(sudo apt-get install python3-matplotlib) and run it with /usr/bin/python3")
+    plt = pyplot
     outs = {
         "val_ppl.png": lambda p: plot_val_ppl(runs, p),
         "memory.png": lambda p: plot_memory(runs, p, args.budget),

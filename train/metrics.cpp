@@ -183,7 +183,7 @@ nlohmann::json metrics_to_json(const RunMetrics& m) {
             {"grad_norm", number_or_null(e.grad_norm)},
         });
     const MetricsSummary& s = m.summary;
-    return {
+    nlohmann::json j = {
         {"optimizer", m.optimizer},
         {"type", m.type},
         {"config", m.config},
@@ -211,6 +211,9 @@ nlohmann::json metrics_to_json(const RunMetrics& m) {
              {"skipped_steps", s.skipped_steps},
          }},
     };
+    // A run the trainer stopped on a fault (non-finite steps past train.max_skipped_steps) says where and why.
+    if (!s.stop_reason.empty()) j["summary"]["stopped"] = {{"step", s.stopped_at_step}, {"reason", s.stop_reason}};
+    return j;
 }
 
 RunMetrics metrics_from_json(const nlohmann::json& j, const std::string& source) {
@@ -261,6 +264,14 @@ RunMetrics metrics_from_json(const nlohmann::json& j, const std::string& source)
     m.summary.wall_seconds = s.number("wall_seconds");
     m.summary.steps = s.integer("steps");
     m.summary.skipped_steps = s.integer("skipped_steps");
+    if (sj.contains("stopped")) {  // optional: written only by a run stopped on a fault
+        const std::string stop_where = where + ": stopped";
+        if (!sj["stopped"].is_object()) fail("{} must be an object with 'step' and 'reason'", stop_where);
+        Fields st{sj["stopped"], stop_where};
+        m.summary.stopped_at_step = st.integer("step");
+        m.summary.stop_reason = st.text("reason");
+        if (m.summary.stopped_at_step < 1) fail("{}: 'step' must be at least 1, got {}", stop_where, m.summary.stopped_at_step);
+    }
     return m;
 }
 

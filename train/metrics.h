@@ -60,6 +60,8 @@ struct MetricsSummary {
     double wall_seconds = 0;               // wall time of the whole run, resumed parts summed
     int64_t steps = 0;                     // optimizer steps completed
     int64_t skipped_steps = 0;             // steps skipped for a NaN/inf
+    int64_t stopped_at_step = 0;           // the step at which the run stopped on a fault (0: it did not)
+    std::string stop_reason;               // why it stopped there (e.g. too many non-finite steps); "" if it did not
 };
 
 /// Everything metrics_<optimizer>.json holds.

@@ -19,6 +19,9 @@ std::atomic<int> g_signal_count{0};
 std::atomic<int> g_signal{0};
 std::atomic<bool> g_requested{false};
 bool g_installed = false;
+constexpr const char* kTrainStopLine =
+    "\nskew: stop requested: finishing this step, then saving a checkpoint (signal again to exit at once)\n";
+std::atomic<const char*> g_first_line{kTrainStopLine};
 struct sigaction g_old_int {}, g_old_term {};
 
 void write_stderr(const char* s) {
@@ -30,7 +33,7 @@ extern "C" void on_stop_signal(int signo) {
     if (g_signal_count.fetch_add(1) == 0) {
         g_signal.store(signo);
         g_requested.store(true);
-        write_stderr("\nskew: stop requested: finishing this step, then saving a checkpoint (signal again to exit at once)\n");
+        write_stderr(g_first_line.load());
         return;
     }
     write_stderr("\nskew: second stop signal: exiting now without a checkpoint\n");
@@ -39,8 +42,9 @@ extern "C" void on_stop_signal(int signo) {
 
 }  // namespace
 
-void install_stop_handlers() {
+void install_stop_handlers(const char* first_signal_line) {
     clear_stop_request();
+    g_first_line.store(first_signal_line ? first_signal_line : kTrainStopLine);
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);

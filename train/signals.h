@@ -6,9 +6,11 @@
 namespace skew {
 
 /// Install the SIGINT and SIGTERM handlers and clear any earlier request. The handler is
-/// async-signal-safe: it sets the flag and writes one fixed line to stderr; on the second signal
-/// it writes another line and calls _exit(128 + signo). Throws skew::Error if sigaction fails.
-void install_stop_handlers();
+/// async-signal-safe: it sets the flag and writes one fixed line to stderr (`first_signal_line`, a
+/// string that outlives the handlers, e.g. a literal; nullptr: the training loop's "finishing this
+/// step, then saving a checkpoint"); on the second signal it writes another line and calls
+/// _exit(128 + signo). Throws skew::Error if sigaction fails.
+void install_stop_handlers(const char* first_signal_line = nullptr);
 
 /// Put back the handlers that were there before install_stop_handlers (no-op if not installed).
 void restore_stop_handlers();

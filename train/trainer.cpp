@@ -433,8 +433,10 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
                                                                     table, *opts.comm)
                                           : load_checkpoint(r.last_dir, r.arena, &backend);
         if (r.state.config_hash != hash)
-            fail("{}: the checkpoint was written by a run with another config (hash {} vs {}); resume with the run's own "
-                 "config.yaml", r.last_dir, r.state.config_hash, hash);
+            fail("{}: the checkpoint was written under another config than {} (config hash {} vs {}): was config.yaml "
+                 "edited after the run started, or the checkpoint copied from another run? Put config.yaml back as the "
+                 "run wrote it; other settings need a new run (skew train CONFIG --out NEW_FOLDER)",
+                 r.last_dir, (fs::path(run_dir) / "config.yaml").string(), r.state.config_hash, hash);
         if (fs::exists(metrics_path(run_dir, opt.name))) {
             r.metrics = read_metrics(metrics_path(run_dir, opt.name));
             truncate_history(r.metrics, r.state.step);
@@ -573,6 +575,13 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
         if (fault->action == FaultAction::STOP) {
             r.log_step(rec);
             r.checkpoint(r.last_dir);
+            // The metrics say the run stopped, where and why (`skew report` shows it, not "not run").
+            r.metrics.summary = summarize(r.metrics.history, r.totals());
+            r.metrics.summary.stopped_at_step = step;
+            const std::string why = fault_message(*fault), prefix = fmt::format("step {}: ", step);
+            r.metrics.summary.stop_reason = why.rfind(prefix, 0) == 0 ? why.substr(prefix.size()) : why;
+            write_metrics(r.opts.run_dir, r.metrics);
+            sync_step_log(r.log);
             fail("{}: {}; stopped with the checkpoint of step {} in {}", opt.name, fault_message(*fault), r.state.step,
                  r.last_dir);
         }

@@ -64,6 +64,20 @@ with tempfile.TemporaryDirectory() as tmp:
         check("full: peak - plan GiB", s["memory"]["diff_gib"], 0.75)
         check("full: tokens/s target", s["targets"]["tokens_per_sec_at_least_100k"]["pass"], True)
         check("full: memory target", s["targets"]["peak_within_1_gib_of_plan"]["pass"], True)
+        check("full: recompute (plan.json without the key: a run before train.recompute)", s["recompute"], "block")
+        check("full: plan activations GiB", s["plan_activations_gib"], 2698643968 / 2**30)
+
+    # 1b. a run with train.recompute none: the mode from plan.json
+    d = copy_fixture(tmp, "recompute_none")
+    with open(os.path.join(d, "plan.json")) as f:
+        plan = json.load(f)
+    plan["recompute"] = "none"
+    with open(os.path.join(d, "plan.json"), "w") as f:
+        json.dump(plan, f)
+    rc, s = run(d)
+    check("recompute none: exit", rc, 0)
+    if s:
+        check("recompute none: mode", s["recompute"], "none")
 
     # 2. a trainer without phase timing, no plan.json: phases null, active parameters from the config
     d = copy_fixture(tmp, "no_phases")

@@ -214,3 +214,15 @@ TEST_CASE("a malformed task line is refused naming the file and the line", "[eva
     CHECK_THROWS_WITH(read_task_file("/nonexistent/x.jsonl", TaskFormat::ARC), Catch::Contains("cannot open"));
     CHECK_THROWS_WITH(task_format_from_name("mmlu"), Catch::Contains("unknown task format"));
 }
+
+TEST_CASE("a HellaSwag example without exactly 4 endings is refused naming the file and the line", "[eval][tasks]") {
+    const std::string four = R"({"activity_label": "A", "ctx_a": "x.", "ctx_b": "y", "endings": ["a", "b", "c", "d"], "label": "1"})";
+    const std::string two = R"({"activity_label": "A", "ctx_a": "x.", "ctx_b": "y", "endings": ["a", "b"], "label": "1"})";
+    const std::string five = R"({"activity_label": "A", "ctx_a": "x.", "ctx_b": "y", "endings": ["a", "b", "c", "d", "e"], "label": "0"})";
+    CHECK(read_task_file(write_temp("skew_eval_hs4.jsonl", four + "\n"), TaskFormat::HELLASWAG).at(0).contexts.size() == 4);
+    const std::string p = write_temp("skew_eval_hs2.jsonl", four + "\n" + two + "\n");
+    CHECK_THROWS_WITH(read_task_file(p, TaskFormat::HELLASWAG),
+                      Catch::Contains(p + ":2: field 'endings' has 2 endings; a HellaSwag example has exactly 4"));
+    const std::string q = write_temp("skew_eval_hs5.jsonl", five + "\n");
+    CHECK_THROWS_WITH(read_task_file(q, TaskFormat::HELLASWAG), Catch::Contains(q + ":1: field 'endings' has 5 endings"));
+}

@@ -60,9 +60,9 @@ TEST_CASE("the plan's activation buffers are the activation table's, and each sl
         CHECK(static_cast<void*>(a.block_input[1]) == t->arena.ptr("act.block_input.1"));
         CHECK(static_cast<void*>(a.scalars) == t->arena.ptr("ws.scalars"));
         const bool has_moe = std::string(moe) == "[1]";
-        CHECK((a.router_logits != nullptr) == has_moe);
+        CHECK((a.router_logits[1] != nullptr) == has_moe);  // block 1: MoE or dense
         CHECK((t->plan.find("act.router_logits") >= 0) == has_moe);
-        CHECK((a.ffn_h1 != nullptr) == true);  // block 0 is dense in both
+        CHECK(a.ffn_h1[0] != nullptr);  // block 0 is dense in both
         // act.router_counts is int64 (E) declared as (E, 2) int32 words: 8 bytes per expert.
         if (has_moe) CHECK(t->plan.buffers[size_t(t->plan.find("act.router_counts"))].bytes() == 8 * 8);
     }

@@ -135,7 +135,7 @@ TEST_CASE("the zero-initialized router routes deterministically and the balance 
     // p̄ = 1/E, f = (1/2, 1/2, 0, ...): α·E·Σ p̄ f = α exactly; z = coef·(log E)^2
     CHECK(a.moe[0].balance_loss == Approx(0.05).epsilon(1e-6));
     CHECK(a.moe[0].z_loss == Approx(1e-4 * std::log(8.0) * std::log(8.0)).epsilon(1e-5));
-    for (int64_t r = 0; r < N * 2; ++r) CHECK(m.act.topk_gate[r] == 0.5f);
+    for (int64_t r = 0; r < N * 2; ++r) CHECK(m.act.topk_gate[1][r] == 0.5f);  // block 1 is the MoE block
 }
 
 TEST_CASE("an expert that receives no tokens has exactly zero gradient", "[model]") {

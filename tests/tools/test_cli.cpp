@@ -169,12 +169,47 @@ TEST_CASE("skew prepare warns once about documents that are not UTF-8 naming the
     std::ofstream(d / "in" / "c.txt", std::ios::binary) << "caf\xe9 two\n";
     std::ofstream(d / "in" / "empty.txt");
     Run r = run("prepare --input " + (d / "in").string() + " --out " + (d / "out").string() + " --tokenizer " +
-                std::string(SKEW_SOURCE_DIR) + "/tests/fixtures/data/gpt2 --no-progress --val-ratio 0.0");
+                std::string(SKEW_SOURCE_DIR) + "/tests/fixtures/data/gpt2 --no-progress --val-ratio 0.001");
     CHECK(r.status == 0);
     CHECK(r.output.find("2 documents are not valid UTF-8 (the first: " + (d / "in" / "b.txt").string() + ")") !=
           std::string::npos);
     CHECK(r.output.find("1 empty documents skipped") != std::string::npos);
     fs::remove_all(d);
+}
+
+TEST_CASE("skew plan shows every train.recompute mode with its activations, peak and largest microbatch") {
+    // 30,310 MiB (29.6 GiB): block's 29.50 GiB fits at microbatch 64, attention's and none's do not
+    Run r = run("plan " + paper() + " --optimizer skewadam --microbatch 64 --budget 30310MiB --json");
+    REQUIRE(r.status == 0);
+    auto j = nlohmann::json::parse(r.output);
+    CHECK(j["recompute"] == "block");
+    REQUIRE(j["recompute_modes"].size() == 3);
+    const auto& block = j["recompute_modes"][0];
+    const auto& attention = j["recompute_modes"][1];
+    const auto& none = j["recompute_modes"][2];
+    CHECK(block["recompute"] == "block");
+    CHECK(attention["recompute"] == "attention");
+    CHECK(none["recompute"] == "none");
+    CHECK(block["peak"]["bytes"] == j["peak"]["bytes"]);
+    CHECK(block["activations"]["bytes"] == j["activations"]["bytes"]);
+    // two blocks (one dense, one MoE) at 64 x 128 = 8,192 tokens, d 4096, 32/8 heads of 128: attention
+    // keeps one more copy of LN1 out, q, resid1, LN2 out (N d bf16 each), k and v (N 1024 bf16) and
+    // the four LayerNorm statistics (N fp32); none also the attention output (N d bf16) and the
+    // logsumexp (64 x 32 x 128 fp32)
+    const int64_t N = 8192, d = 4096;
+    const int64_t attention_extra = 4 * N * d * 2 + 2 * N * 1024 * 2 + 4 * N * 4;
+    const int64_t core = N * d * 2 + 64 * 32 * 128 * 4;
+    CHECK(attention["activations"]["bytes"].get<int64_t>() - block["activations"]["bytes"].get<int64_t>() == attention_extra);
+    CHECK(none["activations"]["bytes"].get<int64_t>() - attention["activations"]["bytes"].get<int64_t>() == core);
+    CHECK(none["peak"]["bytes"].get<int64_t>() - block["peak"]["bytes"].get<int64_t>() == attention_extra + core);
+    CHECK(block["largest_microbatch"] == 64);
+    CHECK(attention["largest_microbatch"] == 32);
+    CHECK(none["largest_microbatch"] == 32);
+    Run text = run("plan " + paper() + " --optimizer skewadam --microbatch 64 --set train.recompute=none");
+    REQUIRE(text.status == 0);
+    CHECK(text.output.find("| activations (microbatch 64, train.recompute: none) | 2.90 GiB |") != std::string::npos);
+    CHECK(text.output.find("| attention | 2,902.6 MiB | 29.78 GiB |") != std::string::npos);
+    CHECK(text.output.find("| none | 2,967.6 MiB | 29.84 GiB |") != std::string::npos);
 }
 
 TEST_CASE("skew plan shows both train.expert_grads modes side by side with the largest microbatch of each") {

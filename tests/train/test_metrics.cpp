@@ -137,6 +137,33 @@ TEST_CASE("a metrics file with a missing key or bad JSON is refused naming the f
     CHECK_THAT(error_of([&] { read_metrics(dir + "/absent.json"); }), Catch::Contains("absent.json: cannot open"));
 }
 
+TEST_CASE("a run stopped on a fault records where and why in summary.stopped, read back exactly; others have none") {
+    const std::string dir = scratch("metrics-stopped");
+    RunMetrics m;
+    m.optimizer = "adamw";
+    m.type = "adamw";
+    add_eval(m, eval_at(10, 100));
+    m.summary = summarize(m.history, RunTotals{12, 1, 640, 1.0, 2.0});
+    CHECK_FALSE(metrics_to_json(m)["summary"].contains("stopped"));  // a run that did not stop on a fault
+    m.summary.stopped_at_step = 13;
+    m.summary.stop_reason = "non-finite loss (nan); stopping";
+    write_metrics(dir, m);
+    const auto raw = nlohmann::json::parse(read_file(metrics_path(dir, "adamw")));
+    CHECK(raw["summary"]["stopped"]["step"] == 13);
+    CHECK(raw["summary"]["stopped"]["reason"] == "non-finite loss (nan); stopping");
+    const RunMetrics back = read_metrics(metrics_path(dir, "adamw"));
+    CHECK(back.summary.stopped_at_step == 13);
+    CHECK(back.summary.stop_reason == m.summary.stop_reason);
+    auto j = raw;
+    j["summary"]["stopped"] = "yes";
+    const std::string path = dir + "/metrics_bad.json";
+    write_file(path, j.dump());
+    CHECK_THAT(error_of([&] { read_metrics(path); }), Catch::Contains(path + ": summary: stopped must be an object"));
+    j["summary"]["stopped"] = {{"step", 0}, {"reason", "x"}};
+    write_file(path, j.dump());
+    CHECK_THAT(error_of([&] { read_metrics(path); }), Catch::Contains("'step' must be at least 1, got 0"));
+}
+
 TEST_CASE("a resume drops the evaluations after the checkpoint's step") {
     RunMetrics m;
     add_eval(m, eval_at(10, 300));

@@ -169,3 +169,38 @@ TEST_CASE("skew sample: the same seed gives the same text; greedy is top-k 1; a 
     CHECK(s.status == 1);
     CHECK(s.output.find("--top-p") != std::string::npos);
 }
+
+TEST_CASE("skew eval and sample refuse a tokenizer, or a dataset tokenized by one, other than the run's", "[eval][cli]") {
+    // Another tokenizer: GPT-2's files less the last merge ("Ġg azed"), so " gazed" is two tokens.
+    const fs::path work = fs::path(run_dir()).parent_path(), other = work / "other-tokenizer";
+    fs::create_directories(other);
+    fs::copy_file(src("tests/fixtures/data/gpt2/encoder.json"), other / "encoder.json", fs::copy_options::overwrite_existing);
+    {
+        std::ifstream in(src("tests/fixtures/data/gpt2/vocab.bpe"));
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        const size_t last = text.rfind("Ġg azed");
+        REQUIRE(last != std::string::npos);
+        std::ofstream(other / "vocab.bpe") << text.substr(0, last);
+    }
+    Run t = run("eval " + run_dir() + " --optimizer adamw --no-write --tokenizer " + other.string() + " --task " +
+                src("tests/fixtures/eval/piqa.jsonl") + " --format piqa");
+    INFO(t.output);
+    CHECK(t.status == 1);
+    CHECK(t.output.find("skew: error: --tokenizer " + other.string() +
+                        ": not the tokenizer this run was trained with: its vocab.bpe differs") != std::string::npos);
+    Run s = run("sample " + run_dir() + " --prompt hi --max-tokens 2 --tokenizer " + other.string());
+    CHECK(s.status == 1);
+    CHECK(s.output.find("skew: error: --tokenizer " + other.string() + ": not the tokenizer") != std::string::npos);
+    // Shards prepared by that tokenizer: refused for --data, naming both manifests.
+    Run p = run("prepare --input " + src("tests/fixtures/train/sample.jsonl") + " --out " + (work / "other-prep").string() +
+                " --tokenizer " + other.string() + " --no-progress");
+    REQUIRE(p.status == 0);
+    Run d = run("eval " + run_dir() + " --optimizer adamw --no-write --data " + (work / "other-prep").string());
+    INFO(d.output);
+    CHECK(d.status == 1);
+    CHECK(d.output.find("skew: error: --data " + (work / "other-prep").string() +
+                        ": its shards were tokenized by another tokenizer than the run's") != std::string::npos);
+    CHECK(d.output.find("its vocab.bpe differs by MD5 from the run's") != std::string::npos);
+    // The run's own tokenizer and data still pass.
+    CHECK(run("eval " + run_dir() + " --optimizer adamw --no-write --batches 1 --data " + prep_dir()).status == 0);
+}

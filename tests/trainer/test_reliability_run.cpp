@@ -201,7 +201,15 @@ TEST_CASE("a second writer on a run folder is refused naming the folder and its 
 }
 
 TEST_CASE("data prepared with --val-ratio 0 is refused without proposing data.val_ratio: 0") {
-    const std::string data = prepare("prep-no-val", "--val-ratio 0");
+    // `skew prepare` refuses --val-ratio 0 (tests/tools/test_user_errors.cpp); such a manifest can
+    // still come from elsewhere (an older skew, a hand-made folder): made here from a normal one.
+    const std::string data = prepare("prep-no-val");
+    {
+        json m = read_json(data + "/manifest.json");
+        m["split"]["val_ratio"] = 0;
+        m["split"]["train_buckets"] = 1000;
+        std::ofstream(data + "/manifest.json") << m.dump(2) << "\n";
+    }
     Run r = run(train_args(data, "--set train.steps=2 --optimizers adamw --out " + work_dir() + "/no-val"));
     INFO(r.output);
     CHECK(r.status != 0);
@@ -215,4 +223,52 @@ TEST_CASE("data prepared with --val-ratio 0 is refused without proposing data.va
     CHECK(r10.status != 0);
     REQUIRE(r10.output.find("or set data.val_ratio: 0.1") != std::string::npos);
     CHECK(run("config " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --set data.val_ratio=0.1").status == 0);
+}
+
+TEST_CASE("a run stopped on non-finite steps writes its metrics with where and why, and the report says it stopped") {
+    const std::string data = prepare("prep");
+    const std::string d = work_dir() + "/nan-stop";
+    Run r = run(train_args(data, "--set train.steps=6 --set train.eval_every=2 --set train.max_skipped_steps=0 "
+                                 "--optimizers adamw,lion --debug-inject-nan 5 --out " + d));
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("adamw: step 5: non-finite") != std::string::npos);
+    REQUIRE(fs::exists(d + "/metrics_adamw.json"));  // before: no metrics file, and the report said "not run"
+    const json m = read_json(d + "/metrics_adamw.json");
+    CHECK(m["summary"]["steps"] == 4);
+    CHECK(m["summary"]["stopped"]["step"] == 5);
+    const std::string reason = m["summary"]["stopped"]["reason"].get<std::string>();
+    CHECK(reason.rfind("non-finite grad norm (nan)", 0) == 0);
+    CHECK(reason.find("exceed train.max_skipped_steps = 0") != std::string::npos);
+    CHECK(m["history"].size() == 2);  // the step-2 and step-4 evaluations
+    Run rep = run("report " + d);
+    INFO(rep.output);
+    REQUIRE(rep.status == 0);
+    CHECK(rep.output.find("Stopped early: adamw stopped at step 5 (non-finite grad norm (nan)") != std::string::npos);
+    CHECK(rep.output.find("its values are from the step-4 evaluation") != std::string::npos);
+    CHECK(rep.output.find("| adamw | 4 / 6 (stopped at step 5) |") != std::string::npos);
+    CHECK(rep.output.find("Not run (no metrics file): lion.") != std::string::npos);
+    CHECK(rep.output.find("adamw | not run") == std::string::npos);
+}
+
+TEST_CASE("resuming after config.yaml was edited says so and what to do, naming the file") {
+    const std::string data = prepare("prep");
+    const std::string d = work_dir() + "/edited-config";
+    Run first = run(train_args(data, "--set train.steps=4 --optimizers adamw --stop-after 2 --out " + d));
+    INFO(first.output);
+    REQUIRE(fs::exists(d + "/checkpoints/adamw/last/trainer_state.json"));
+    std::string yaml;
+    {
+        std::ifstream in(d + "/config.yaml");
+        yaml.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const size_t at = yaml.find("  steps: 4\n");
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, 11, "  steps: 6\n");
+    std::ofstream(d + "/config.yaml") << yaml;
+    Run r = run("train --plain --resume " + d);
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("the checkpoint was written under another config than " + d + "/config.yaml") != std::string::npos);
+    CHECK(r.output.find("was config.yaml edited after the run started") != std::string::npos);
 }
