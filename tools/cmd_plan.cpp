@@ -171,11 +171,11 @@ void run_plan(const PlanArgs& a) {
         j["grad_accum_steps"] = rank_batch / mb;
         j["layout"] = {{"world_size", layout.world_size}, {"expert_parallel", layout.expert_parallel},
                        {"zero_stage", layout.zero_stage}, {"zero", layout.zero()}, {"planned_rank", plan_rank}};
-        nlohmann::json rj = nlohmann::json::array();
+        nlohmann::json ranks_json = nlohmann::json::array();
         for (const RankRow& r : ranks)
-            rj.push_back({{"rank", r.rank}, {"state_bytes", r.state_bytes}, {"state_gib", gib(r.state_bytes)},
+            ranks_json.push_back({{"rank", r.rank}, {"state_bytes", r.state_bytes}, {"state_gib", gib(r.state_bytes)},
                           {"owned_ranges", r.ranges}});
-        j["ranks"] = rj;
+        j["ranks"] = ranks_json;
         j["params"] = {{"backbone", bb}, {"experts", ex}, {"router", rt}, {"total", total}, {"active_per_token", active}};
         nlohmann::json comps = nlohmann::json::array();
         for (const auto& c : plan.state_components)
