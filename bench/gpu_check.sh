@@ -6,7 +6,9 @@
 # (`skew train configs/paper-6.78b.yaml`, SkewAdam, batch 64 x 128, on the CUDA backend for a few
 # steps over the carried quickstart shards: tokens/s, MFU, phase times, peak device memory vs the
 # plan), the optimizer section (each of skewadam, adamw, lion, muon, adafactor, galore on the paper
-# model for OPT_STEPS steps: step and phase times), a compute-sanitizer memcheck of a few tests, and
+# model for OPT_STEPS steps: step and phase times), the memory section (every optimizer at
+# microbatch 8 and 64, SkewAdam deferred at 64 and 16: measured peak against the plan's device
+# total), a compute-sanitizer memcheck of a few tests, and
 # the GPU micro-benchmarks (the optimizer steps at the paper's parameter set first). Every step is
 # time-capped; the whole run stays within BUDGET (300 s). $OUT ends up holding summary.txt and
 # results.tar.gz (every log and result).
@@ -33,8 +35,8 @@
 # (seconds per optimizer, 25), OPTIMIZERS ("adamw lion muon adafactor galore"; skewadam is the
 # training run), RECOMPUTE_MODES ("none": the training run again under each of these
 # train.recompute modes, into train_recompute_<mode>/, at TRAIN_MB or the largest microbatch the
-# plan fits on the device; "" skips), RECOMPUTE_CAP (seconds per mode, 45), TEST_CAP (90),
-# BENCH_CAP (50). The data separator is read from the shards'
+# plan fits on the device; "" skips), RECOMPUTE_CAP (seconds per mode, 45), MEM_RUNS (1; 0 skips the
+# memory section), MEM_STEPS (2), MEM_CAP (25), TEST_CAP (90), BENCH_CAP (50). The data separator is read from the shards'
 # manifest.json and passed as data.separator, so shards prepared either way run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -200,16 +202,18 @@ if [[ -n "$TRAIN_DATA" ]]; then
 fi
 # run_train OPTIMIZER STEPS CAP DIR: one run killed after its evaluation (or at CAP); exit 0 when it
 # logged every step and wrote its metrics, 124 at the cap.
+# [MICROBATCH [--set KEY=VALUE ...]]: the microbatch (default TRAIN_MB) and further overrides.
 run_train() {
-    local o=$1 steps=$2 cap=$3 T=$4
+    local o=$1 steps=$2 cap=$3 T=$4 mbs=${5:-$TRAIN_MB}
+    shift 4; (( $# )) && shift
     mkdir -p "$T"
     local RUN_PARENT RUN_DIR
     RUN_PARENT=$(mktemp -d "${TMPDIR:-/tmp}/skew-gpu-train.XXXXXX")
     RUN_DIR="$RUN_PARENT/run"
     local SETS=(--set "runtime.backend=$TRAIN_BACKEND" --set "data.dir=$TRAIN_DATA" --set "train.steps=$steps"
-          --set "train.microbatch=${RUN_MB:-$TRAIN_MB}" --set "train.recompute=${RUN_RECOMPUTE:-block}"
+          --set "train.microbatch=${RUN_MB:-$mbs}" --set "train.recompute=${RUN_RECOMPUTE:-block}"
           --set "train.eval_every=$steps" --set train.eval_batches=1
-          --set train.log_every=1 --set train.checkpoint_every=1000000)
+          --set train.log_every=1 --set train.checkpoint_every=1000000 "$@")
     [[ -n "$SEPARATOR" ]] && SETS+=(--set "data.separator=$SEPARATOR")
     {
         echo "commit: $COMMIT"
@@ -218,7 +222,7 @@ run_train() {
         echo "command: skew train $TRAIN_CONFIG --optimizers $o --plain ${SETS[*]}"
     } > "$T/info.txt"
     "$SKEW_BIN" plan "$TRAIN_CONFIG" --optimizer "$o" --json "${SETS[@]}" > "$T/plan.json" 2> "$T/plan.err"
-    log "train $o: $TRAIN_CONFIG, $steps steps, microbatch ${RUN_MB:-$TRAIN_MB}, recompute ${RUN_RECOMPUTE:-block} (cap ${cap}s)"
+    log "train $o: $TRAIN_CONFIG, $steps steps, microbatch ${RUN_MB:-$mbs}, recompute ${RUN_RECOMPUTE:-block}${*:+ ($*)} (cap ${cap}s)"
     local SMI_PID=""
     if command -v nvidia-smi >/dev/null; then
         nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu,power.draw --format=csv -lms 500 > "$T/nvidia-smi.csv" 2>&1 &
@@ -335,6 +339,43 @@ else
         cap=$OPT_CAP
         (( cap > room )) && cap=$room
         run_train "$o" "$OPT_STEPS" "$cap" "$OUT/optim/$o" || OPT_RC=1
+    done
+fi
+
+# ---- the memory section (plan == measured): every optimizer at microbatch 8 and 64 (the runs above
+# are at TRAIN_MB), and SkewAdam with deferred expert gradients at 64 and 16, MEM_STEPS steps each:
+# the measured peak (whole device) against the plan's device total (the arena plus skew plan's CUDA
+# constant, metrics plan_bytes) and the context and libraries measured at start-up
+# (device_overhead_bytes). Target: within 0.25 GiB. MEM_RUNS=0 skips it.
+MEM_STEPS=${MEM_STEPS:-2}
+MEM_CAP=${MEM_CAP:-25}
+mem_line() {  # mem_line DIR LABEL OPTIMIZER: one summary line from the run's summary.json
+    python3 bench/summarize_gpu_train.py "$1" --optimizer "$3" --warmup 0 --out "$1/summary.json" > /dev/null 2> "$1/summary.err"
+    python3 - "$1/summary.json" "$2" >> "$OUT/summary.txt" 2>/dev/null <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))["memory"]
+f = lambda v: "n/a" if v is None else f"{v:.3f}"
+print(f"  memory {sys.argv[2]}: peak {f(m['measured_peak_gib'])} GiB, plan {f(m['plan_device_total_gib'])} GiB "
+      f"(arena {f(m['plan_peak_gib'])} + constant {f(m['device_overhead_constant_gib'])}; start-up measured "
+      f"{f(m['device_overhead_gib'])}), peak - plan {f(m['diff_device_total_gib'])} GiB")
+EOF
+}
+if [[ "${MEM_RUNS:-1}" != 0 && -n "$SKEW_BIN" && -n "$TRAIN_DATA" ]] && command -v python3 >/dev/null; then
+    MEM_PLAN=()
+    for o in skewadam $OPTIMIZERS; do MEM_PLAN+=("$o:8:stored" "$o:64:stored"); done
+    MEM_PLAN+=("skewadam:64:deferred" "skewadam:16:deferred")
+    for item in "${MEM_PLAN[@]}"; do
+        IFS=: read -r o mbs mode <<< "$item"
+        room=$(( $(left) - 75 ))
+        if (( room < 15 )); then
+            log "memory section: $o microbatch $mbs $mode skipped, too little time left ($(left)s)"
+            continue
+        fi
+        cap=$MEM_CAP
+        (( cap > room )) && cap=$room
+        D="$OUT/memory/$o-mb$mbs-$mode"
+        run_train "$o" "$MEM_STEPS" "$cap" "$D" "$mbs" --set "train.expert_grads=$mode"
+        mem_line "$D" "$o microbatch $mbs $mode" "$o"
     done
 fi
 

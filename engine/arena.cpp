@@ -14,7 +14,11 @@ namespace {
 
 int64_t align_up(int64_t x) { return (x + ARENA_ALIGNMENT - 1) / ARENA_ALIGNMENT * ARENA_ALIGNMENT; }
 
-bool lifetimes_intersect(const BufferSpec& a, const BufferSpec& b) { return a.first <= b.last && b.first <= a.last; }
+bool lifetimes_intersect(const BufferSpec& a, const BufferSpec& b) {
+    for (Phase p : {Phase::FORWARD, Phase::HEAD, Phase::BACKWARD, Phase::OPTIMIZER})
+        if (a.lives_in(p) && b.lives_in(p)) return true;
+    return false;
+}
 
 bool persistent(const BufferSpec& b) { return b.first == Phase::FORWARD && b.last == Phase::OPTIMIZER; }
 

@@ -530,13 +530,12 @@ struct Loader {
         rule(!t.optimizers.empty(), "train.optimizers", "list at least one optimizer");
         std::set<std::string> names;
         for (const auto& n : t.optimizers) rule(names.insert(n).second, "train.optimizers", fmt::format("'{}' is listed twice", n));
-        rule(t.expert_grads != "deferred" || cfg.runtime.backend == "cpu", "train.expert_grads",
-             fmt::format("deferred expert gradients run on the CPU backend only (the CUDA step has no per-expert "
-                         "weight-gradient product yet); set runtime.backend: cpu or train.expert_grads: stored "
-                         "(runtime.backend is {})",
-                         cfg.runtime.backend));
         rule(m.n_experts % cfg.parallel.expert == 0, "parallel.expert",
              fmt::format("expert parallelism ({}) must divide model.n_experts ({})", cfg.parallel.expert, m.n_experts));
+        rule(cfg.parallel.expert == 1 || t.recompute == "block", "parallel.expert",
+             fmt::format("expert parallelism ({}) runs with train.recompute: block only (the exchange of a block's "
+                         "rows is planned again by its recompute); train.recompute is {}",
+                         cfg.parallel.expert, t.recompute));
     }
 
     // tiers.* are read by SkewAdam alone (optim/optimizer.cpp, param_policy): under any other type

@@ -165,7 +165,7 @@ const std::vector<KeySpec>& section_key_specs() {
             SKEW_STRING("train.idle_experts", train.idle_experts, (std::vector<std::string>{"skip", "step"}),
                         "An expert that got no token in a step: skip (weights and state untouched, the paper's trainer) or step it with a zero gradient"),
             SKEW_STRING("train.expert_grads", train.expert_grads, (std::vector<std::string>{"stored", "deferred"}),
-                        "Expert weight gradients: stored (one gradient buffer per expert bank) or deferred (the backward keeps each expert's input rows and output gradients; the optimizer step forms one expert's dW at a time; CPU backend; not GaLore)"),
+                        "Expert weight gradients: stored (one gradient buffer per expert bank) or deferred (the backward keeps each expert's input rows and output gradients; the optimizer step forms one expert's dW at a time; not GaLore)"),
             SKEW_STRING("train.recompute", train.recompute, (std::vector<std::string>{"block", "attention", "none"}),
                         "Activation recompute in the backward: block (keep each block's input, recompute the whole block; the least memory), attention (keep every linear layer's output, recompute the attention output and its logsumexp from the kept q, k, v) or none (keep everything, recompute nothing; the most memory)"),
 
@@ -179,9 +179,9 @@ const std::vector<KeySpec>& section_key_specs() {
             SKEW_STRING("runtime.out_dir", runtime.out_dir, {}, "Run folder for metrics and checkpoints"),
 
             SKEW_INT("parallel.expert", parallel.expert, 1, 1 << 20,
-                     "Expert parallelism M: the experts of every MoE block split across M ranks (divides model.n_experts and the world size)"),
+                     "Expert parallelism M: the experts of every MoE block split across M ranks (divides model.n_experts and the world size; M > 1 needs parallel.zero_stage: 0)"),
             SKEW_INT("parallel.zero_stage", parallel.zero_stage, 0, 1,
-                     "1: optimizer state and its update partitioned across the data-parallel ranks (ZeRO-1); 0: every rank holds all of it"),
+                     "1: optimizer state and its update partitioned across the data-parallel ranks (ZeRO-1); 0: every rank holds all of it (parallel.expert > 1 needs 0)"),
             SKEW_FLOAT("parallel.bucket_mib", parallel.bucket_mib, 0, 1 << 20, true,
                        "Gradient all-reduce bucket size, MiB (overlapped with the backward pass on GPUs)"),
         };

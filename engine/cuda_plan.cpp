@@ -2,10 +2,11 @@
 // scratch (sorts, reduction partials), the fp32 widening buffer of mixed-dtype products (the fp32
 // router) and its fused LM head's workspace, sized from engine/cuda_workspace.h so a CUDA run
 // allocates nothing outside the arena (docs/design.md, "One memory plan"); the CPU backend's
-// fused LM head; the cuBLASLt workspace of runtime.workspace_gib.
+// fused LM head (engine/cpu_workspace.h); the cuBLASLt workspace of runtime.workspace_gib.
 #include <algorithm>
 
 #include "engine/arena.h"
+#include "engine/cpu_workspace.h"
 #include "engine/cuda_workspace.h"
 #include "engine/memory_plan.h"
 #if SKEW_HAVE_CUDA
@@ -46,7 +47,7 @@ BackendWorkspace cpu_backend_workspace(const Config& cfg, const ParamTable&, int
     const int64_t N = microbatch * cfg.train.seq_len, Vp = m.padded_vocab_size;
     BackendWorkspace ws;
     ws.whole_step = library_workspace(cfg);
-    ws.lm_head_bytes = (std::min(N, LOGITS_CHUNK_TOKENS) * Vp + 2 * Vp * m.d_model) * 4;
+    ws.lm_head_bytes = cpu_ws::lm_head_workspace_bytes(N, m.d_model, Vp);
     return ws;
 }
 

@@ -14,12 +14,13 @@ namespace skew {
 
 enum class BufferKind : uint8_t { WEIGHT, GRAD, STATE, ACTIVATION, WORKSPACE };
 
-/// Phases of one optimizer step, in order. A buffer lives over [first, last]; two buffers whose
-/// lifetimes do not intersect may share arena bytes. FORWARD runs every block and keeps each
-/// block's input (per-block activation checkpointing; train.recompute keeps more, model/
-/// activations.h); HEAD is the final LayerNorm, LM head and cross-entropy forward and backward;
-/// BACKWARD recomputes what the forward did not keep of one block and back-propagates through it
-/// (slots not kept per block serve every block in turn); OPTIMIZER is the update.
+/// Phases of one optimizer step, in order. A buffer lives over [first, last] (less HEAD for a
+/// block's working slot, BufferSpec::dead_in_head); two buffers that live in no common phase may
+/// share arena bytes. FORWARD runs every block and keeps each block's input (per-block activation
+/// checkpointing; train.recompute keeps more, model/activations.h); HEAD is the final LayerNorm, LM
+/// head and cross-entropy forward and backward; BACKWARD recomputes what the forward did not keep
+/// of one block and back-propagates through it (slots not kept per block serve every block in
+/// turn); OPTIMIZER is the update.
 enum class Phase : uint8_t { FORWARD = 0, HEAD = 1, BACKWARD = 2, OPTIMIZER = 3 };
 
 /// Kinds of optimizer state tensors (all fp32).
@@ -45,13 +46,17 @@ struct BufferSpec {
     std::vector<int64_t> shape;
     Phase first = Phase::FORWARD;
     Phase last = Phase::OPTIMIZER;
+    /// A block's working slot (FORWARD..BACKWARD) that the backward's recompute writes again before
+    /// reading it: it holds nothing live during HEAD, so the arena lends its bytes to the head's
+    /// buffers (the LM head's logits) in that phase.
+    bool dead_in_head = false;
     int param = -1;              // index into the ParamTable (weights, grads, state), else -1
     StateKind state = StateKind::MOMENTUM;  // meaningful for kind == STATE
     std::string component;       // the plan-table row this buffer is counted in
 
     int64_t numel() const;
     int64_t bytes() const;
-    bool lives_in(Phase p) const { return first <= p && p <= last; }
+    bool lives_in(Phase p) const { return first <= p && p <= last && !(dead_in_head && p == Phase::HEAD); }
 };
 
 /// One row of the Appendix B table: component, parameters it covers, state kept, bytes.
@@ -63,8 +68,8 @@ struct PlanComponent {
 };
 
 /// Tokens per chunk of the model's unfused LM head: its act.logits slot holds at least
-/// min(N, LOGITS_CHUNK_TOKENS) x padded_vocab_size fp32 logits (model/activations.h), and the CPU
-/// backend's fused head works in the same chunk (cpu_backend_workspace).
+/// min(N, LOGITS_CHUNK_TOKENS) x padded_vocab_size fp32 logits (model/activations.h); the CPU
+/// backend's fused head works in chunks of at most as many tokens (engine/cpu_workspace.h).
 constexpr int64_t LOGITS_CHUNK_TOKENS = 512;
 
 /// The backend a plan is sized for: "cpu" for runtime.backend cpu, else "cuda" (auto plans for
@@ -85,9 +90,10 @@ struct BackendWorkspace {
 /// cuda_backend_workspace.
 BackendWorkspace backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
 
-/// The CPU backend's: its fused LM head works on the model's logits chunk (min(N, 512) tokens)
-/// plus the embedding widened to fp32 and an fp32 accumulator for its gradient (2 Vp d words;
-/// kernels/cpu/cross_entropy.cpp); no op scratch.
+/// The CPU backend's: its fused LM head's workspace (engine/cpu_workspace.h: a chunk of at most
+/// 512 tokens of fp32 logits, the embedding widened to fp32 and an fp32 accumulator for its
+/// gradient, per-group input-gradient partials and softmax statistics; kernels/cpu/lm_head.cpp);
+/// no op scratch.
 BackendWorkspace cpu_backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
 
 /// The CUDA backend's (formulas: engine/cuda_workspace.h): ws.cuda_scratch (fp32 words holding the

@@ -89,7 +89,8 @@ int64_t ParamTable::active_numel(int64_t top_k, int64_t n_experts) const {
     int64_t n = 0;
     for (const auto& p : params) {
         if (p.tier == Tier::EXPERTS) {
-            n += p.numel() / n_experts * top_k;
+            (void)n_experts;  // a bank holds shape[0] experts (all of them, or one rank's share)
+            n += p.numel() / p.shape[0] * top_k;
         } else if (p.role != Role::POSITION_EMBEDDING) {
             n += p.numel();
         }
@@ -103,7 +104,20 @@ const ParamInfo* ParamTable::find(const std::string& name) const {
     return nullptr;
 }
 
-ParamTable build_param_table(const ModelConfig& m) {
+ParamTable build_param_table(const ModelConfig& m) { return build_param_table(m, ExpertShard{}); }
+
+ParamTable build_param_table(const ModelConfig& m, const ExpertShard& shard) {
+    const int64_t M = shard.expert_parallel;
+    if (M < 1) fail("parallel.expert: must be >= 1 (got {})", M);
+    if (M > 1) {
+        if (m.n_experts % M != 0)
+            fail("parallel.expert: {} does not divide model.n_experts {}", M, m.n_experts);
+        if ((m.d_model * m.d_expert) % 4 != 0)
+            fail("parallel.expert: {} needs model.d_model x model.d_expert ({} x {}) to be a multiple of 4", M,
+                 m.d_model, m.d_expert);
+    }
+    if (shard.expert_rank < 0 || shard.expert_rank >= M)
+        fail("parallel.expert: rank {} is outside the expert-parallel group of {}", shard.expert_rank, M);
     ParamTable t;
     auto add = [&](std::string name, std::vector<int64_t> shape, DType dtype, Tier tier, Role role, int block) {
         ParamInfo p;
@@ -132,11 +146,12 @@ ParamTable build_param_table(const ModelConfig& m) {
         add(pre + "ln2.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, bi);
         add(pre + "ln2.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, bi);
         if (m.is_moe_block(b)) {
-            const int64_t e = m.n_experts, h = m.d_expert;
+            const int64_t e = m.n_experts, h = m.d_expert, el = e / M;
             add(pre + "moe.router.weight", {e, d}, DType::F32, Tier::ROUTER, Role::ROUTER, bi);
-            add(pre + "moe.experts.w1", {e, h, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, bi);
-            add(pre + "moe.experts.w2", {e, h, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W2, bi);
-            add(pre + "moe.experts.w3", {e, d, h}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W3, bi);
+            add(pre + "moe.experts.w1", {el, h, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, bi);
+            add(pre + "moe.experts.w2", {el, h, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W2, bi);
+            add(pre + "moe.experts.w3", {el, d, h}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W3, bi);
+            for (size_t i = t.params.size() - 3; i < t.params.size(); ++i) t.params[i].expert_offset = shard.expert_rank * el;
         } else {
             add(pre + "ffn.w1", {m.d_ff, d}, DType::BF16, Tier::BACKBONE, Role::FFN_W1, bi);
             add(pre + "ffn.w2", {m.d_ff, d}, DType::BF16, Tier::BACKBONE, Role::FFN_W2, bi);

@@ -48,6 +48,9 @@ struct ParamInfo {
     Role role;
     int block = -1;              // transformer block index, -1 for embeddings and final norm
     uint32_t index = 0;          // position in the table (stable id for RNG keys and checkpoints)
+    /// Expert banks under expert parallelism (docs/distributed.md, "Expert parallel"): the global
+    /// index of the first expert this rank holds (shape[0] experts from here on). 0 otherwise.
+    int64_t expert_offset = 0;
 
     int64_t numel() const;
     int64_t bytes() const { return numel() * dtype_bytes(dtype); }
@@ -57,6 +60,10 @@ struct ParamInfo {
     int64_t cols() const;
     /// Number of independent matrices (experts in a bank), 1 for a plain matrix, 0 for a vector.
     int64_t n_matrices() const;
+    /// The global element index of local element 0: expert_offset * rows * cols for an expert
+    /// bank, 0 for every other tensor. Every Philox key that depends on an element index (init,
+    /// rounding noise, GaLore's test matrix) adds it, so a rank's shard draws what one process does.
+    int64_t element_offset() const { return shape.size() == 3 ? expert_offset * rows() * cols() : 0; }
 };
 
 /// The parameter table of a model config, in a fixed order (embeddings, blocks, final norm).
@@ -72,5 +79,20 @@ struct ParamTable {
 
 /// Build the table from a validated model config. Shapes and dtypes: docs/design.md, "The paper's model".
 ParamTable build_param_table(const ModelConfig& model);
+
+/// One rank's share of every expert bank under expert parallelism (parallel.expert = M): rank
+/// `expert_rank` in [0, expert_parallel) holds experts [expert_rank * E/M, (expert_rank + 1) * E/M).
+struct ExpertShard {
+    int64_t expert_parallel = 1;  // M
+    int64_t expert_rank = 0;      // this rank's position in its expert-parallel group
+};
+
+/// The table of one expert-parallel rank (docs/distributed.md, "Expert parallel"): the expert banks
+/// hold n_experts / M experts, shape (E/M, rows, cols), with ParamInfo::expert_offset the global
+/// index of the first; every other parameter, name and index as build_param_table(model). M = 1 is
+/// build_param_table(model). Errors (skew::Error naming the key): M < 1, M not dividing n_experts,
+/// expert_rank outside [0, M), or d_model x d_expert not a multiple of 4 when M > 1 (the rounding
+/// noise is drawn four elements per Philox block, so a shard must start on a block).
+ParamTable build_param_table(const ModelConfig& model, const ExpertShard& shard);
 
 }  // namespace skew

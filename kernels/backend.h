@@ -241,7 +241,8 @@ struct Backend {
     /// h = silu(a) * b elementwise (the inner product of w3(silu(w1 x) * w2 x)); h, a, b (n) bf16.
     virtual void swiglu_forward(bf16* h, const bf16* a, const bf16* b, int64_t n) = 0;
 
-    /// da = dh * b * silu'(a), db = dh * silu(a); all (n) bf16, overwritten.
+    /// da = dh * b * silu'(a), db = dh * silu(a); all (n) bf16, overwritten. In place allowed: da may
+    /// be a and db may be b (each element's inputs are read before its outputs are written).
     virtual void swiglu_backward(bf16* da, bf16* db, const bf16* dh, const bf16* a, const bf16* b, int64_t n) = 0;
 
     // ---- MoE router (fp32)

@@ -10,20 +10,23 @@
 namespace skew {
 namespace {
 
-// Whether block `b` of `m` is of the kind `when` names.
-bool block_holds(const ModelConfig& m, ActWhen when, int64_t b) {
+// Whether block `b` of cfg.model is of the kind `when` names.
+bool block_holds(const Config& cfg, const ActDims& D, ActWhen when, int64_t b) {
+    const ModelConfig& m = cfg.model;
     switch (when) {
+        case ActWhen::EXPERT_PARALLEL: return m.is_moe_block(b) && D.M > 1;
         case ActWhen::ALL: return true;
         case ActWhen::DENSE: return !m.is_moe_block(b);
         case ActWhen::MOE: return m.is_moe_block(b);
+        case ActWhen::MOE_STORED: return m.is_moe_block(b) && cfg.train.expert_grads != "deferred";
     }
     return false;
 }
 
-// Whether any block of `m` is of the kind `when` names (the model holds the slot at all).
-bool holds(const ModelConfig& m, ActWhen when) {
-    for (int64_t b = 0; b < m.n_blocks; ++b)
-        if (block_holds(m, when, b)) return true;
+// Whether any block of cfg.model is of the kind `when` names (the model holds the slot at all).
+bool holds(const Config& cfg, const ActDims& D, ActWhen when) {
+    for (int64_t b = 0; b < cfg.model.n_blocks; ++b)
+        if (block_holds(cfg, D, when, b)) return true;
     return false;
 }
 
@@ -48,21 +51,22 @@ void* slot_ptr(const Arena& arena, const std::string& name, int64_t bytes) {
 
 // One slot for the step.
 template <class T>
-void bind_slot(T*& member, const Arena& arena, const std::string& name, int64_t bytes, const ModelConfig& m,
-               ActWhen when, bool) {
-    if (holds(m, when)) member = static_cast<T*>(slot_ptr(arena, name, bytes));
+void bind_slot(T*& member, const Arena& arena, const std::string& name, int64_t bytes, const Config& cfg,
+               const ActDims& D, ActWhen when, bool) {
+    if (holds(cfg, D, when)) member = static_cast<T*>(slot_ptr(arena, name, bytes));
 }
 
 // One pointer per block: each block of the slot's kind gets its own buffer ("<name>.<block>") when
 // `per_block`, else the one shared buffer; blocks of another kind get null.
 template <class T>
 void bind_slot(std::vector<T*>& member, const Arena& arena, const std::string& name, int64_t bytes,
-               const ModelConfig& m, ActWhen when, bool per_block) {
+               const Config& cfg, const ActDims& D, ActWhen when, bool per_block) {
+    const ModelConfig& m = cfg.model;
     member.assign(size_t(m.n_blocks), nullptr);
-    if (!holds(m, when)) return;
+    if (!holds(cfg, D, when)) return;
     T* shared = per_block ? nullptr : static_cast<T*>(slot_ptr(arena, name, bytes));
     for (int64_t b = 0; b < m.n_blocks; ++b)
-        if (block_holds(m, when, b))
+        if (block_holds(cfg, D, when, b))
             member[size_t(b)] = per_block ? static_cast<T*>(slot_ptr(arena, per_block_name(name, b), bytes)) : shared;
 }
 
@@ -84,7 +88,10 @@ const char* recompute_name(Recompute r) {
     return "?";
 }
 
-ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes) {
+ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes,
+                 int64_t expert_parallel) {
+    if (expert_parallel < 1 || m.n_experts % expert_parallel != 0)
+        fail("parallel.expert: {} does not divide model.n_experts {}", expert_parallel, m.n_experts);
     ActDims D;
     D.B = microbatch;
     D.T = seq_len;
@@ -98,32 +105,50 @@ ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int6
     D.E = m.n_experts;
     D.k = m.top_k;
     D.NK = D.N * D.k;
+    D.M = expert_parallel;
+    D.El = D.E / D.M;
+    D.NKr = D.M * D.NK;
     D.logits = std::max(std::min(D.N, LOGITS_CHUNK_TOKENS) * m.padded_vocab_size, (lm_head_workspace_bytes + 3) / 4);
     return D;
+}
+
+int64_t table_expert_parallel(const ParamTable& table, const ModelConfig& m) {
+    for (const ParamInfo& p : table.params)
+        if (p.tier == Tier::EXPERTS && p.shape[0] > 0) return m.n_experts / p.shape[0];
+    return 1;
 }
 
 std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDims& D) {
     const ModelConfig& m = cfg.model;
     const Recompute mode = parse_recompute(cfg.train.recompute);
-    const Phase F = Phase::FORWARD, H = Phase::HEAD, BW = Phase::BACKWARD, O = Phase::OPTIMIZER;
+    // a table phase: the Phase, and for FR that the backward's recompute writes the slot again
+    // before reading it (dead during the head unless the mode keeps it per block)
+    struct TablePhase {
+        Phase phase;
+        bool recomputed;
+    };
+    const TablePhase F{Phase::FORWARD, false}, FR{Phase::FORWARD, true}, H{Phase::HEAD, false},
+        BW{Phase::BACKWARD, false}, O{Phase::OPTIMIZER, false};
     std::vector<BufferSpec> out;
-    auto add = [&](const std::string& name, DType dtype, ActWhen when, ActKeep keep, BufferKind kind, Phase first,
-                   Phase last, std::vector<int64_t> shape) {
-        if (!holds(m, when)) return;
+    auto add = [&](const std::string& name, DType dtype, ActWhen when, ActKeep keep, BufferKind kind, TablePhase first,
+                   TablePhase last, std::vector<int64_t> shape) {
+        if (!holds(cfg, D, when)) return;
+        const bool per_block = act_kept_per_block(keep, mode);
         BufferSpec b;
         b.kind = kind;
         b.dtype = dtype;
         b.shape = std::move(shape);
-        b.first = first;
-        b.last = last;
+        b.first = first.phase;
+        b.last = last.phase;
+        b.dead_in_head = first.recomputed && !per_block;
         b.component = kind == BufferKind::WORKSPACE ? "workspace" : "activations";
-        if (!act_kept_per_block(keep, mode)) {
+        if (!per_block) {
             b.name = name;
             out.push_back(std::move(b));
             return;
         }
         for (int64_t blk = 0; blk < m.n_blocks; ++blk) {
-            if (!block_holds(m, when, blk)) continue;
+            if (!block_holds(cfg, D, when, blk)) continue;
             b.name = per_block_name(name, blk);
             out.push_back(b);
         }
@@ -133,6 +158,7 @@ std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDim
     SKEW_ACTIVATIONS(SKEW_ACT_DECLARE)
 #undef SKEW_ACT_DECLARE
     (void)O;
+    (void)FR;
     return out;
 }
 
@@ -165,18 +191,27 @@ std::vector<BufferSpec> deferred_expert_buffers(const Config& cfg, const ActDims
         }
     }
     if (any) {
-        BufferSpec s;
-        s.name = "ws.expert_grad";
-        s.kind = BufferKind::WORKSPACE;
-        s.dtype = grad_dtype;
-        s.shape = {D.de, D.d};
-        s.first = Phase::OPTIMIZER;
-        s.last = Phase::OPTIMIZER;
-        s.component = "workspace";
-        out.push_back(std::move(s));
+        auto scratch = [&](const char* name, DType dtype, int64_t numel) {
+            BufferSpec s;
+            s.name = name;
+            s.kind = BufferKind::WORKSPACE;
+            s.dtype = dtype;
+            s.shape = {numel};
+            s.first = Phase::OPTIMIZER;
+            s.last = Phase::OPTIMIZER;
+            s.component = "workspace";
+            out.push_back(std::move(s));
+        };
+        scratch("ws.expert_grad", grad_dtype, D.de * D.d);
+        const int64_t c = deferred_gram_chunk_rows(D);
+        scratch("ws.expert_gram", DType::F32, deferred_gram_partials_words(D) + 2 * c * c);
     }
     return out;
 }
+
+int64_t deferred_gram_chunk_rows(const ActDims& D) { return std::max<int64_t>(1, std::min<int64_t>(1024, D.N)); }
+
+int64_t deferred_gram_partials_words(const ActDims& D) { return (3 * D.E + 63) / 64 * 64; }
 
 bool deferred_expert_param(const ParamInfo& p) {
     return p.role == Role::EXPERT_W1 || p.role == Role::EXPERT_W2 || p.role == Role::EXPERT_W3;
@@ -196,7 +231,7 @@ ActSlots act_slots_bind(const Config& cfg, const ActDims& dims, const Arena& are
     ActSlots a;
     a.recompute = parse_recompute(cfg.train.recompute);
 #define SKEW_ACT_BIND(member, type, name, dtype, when, keep, kind, first, last, ...)                               \
-    bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), m, ActWhen::when,                     \
+    bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), cfg, D, ActWhen::when,                    \
               act_kept_per_block(ActKeep::keep, a.recompute));
     SKEW_ACTIVATIONS(SKEW_ACT_BIND)
 #undef SKEW_ACT_BIND

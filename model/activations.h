@@ -30,16 +30,30 @@ struct ActDims {
     int64_t ff = 0, de = 0;        // d_ff, d_expert
     int64_t E = 0, k = 0, NK = 0;  // n_experts, top_k, N*top_k token copies
     int64_t logits = 0;            // fp32 words of act.logits (LM head chunk, or the backend's fused head)
+    /// Expert parallelism (docs/distributed.md, "Expert parallel"): M ranks share each expert bank,
+    /// El = E / M experts per rank; NKr = M * NK, the most token rows a rank's experts can receive
+    /// per microbatch (every rank of the group routing every copy to this rank's experts). M = 1:
+    /// El = E, NKr = NK and no exchange slots.
+    int64_t M = 1, El = 0, NKr = 0;
 };
 
 /// The dimensions of `m` for `microbatch` sequences of `seq_len` tokens; act.logits holds
 /// max(min(N, LOGITS_CHUNK_TOKENS) x padded_vocab_size, the backend's fused LM head workspace).
-/// lm_head_workspace_bytes: that workspace (0: the backend has no fused head).
-ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes);
+/// lm_head_workspace_bytes: that workspace (0: the backend has no fused head). expert_parallel: M
+/// (table_expert_parallel of the rank's parameter table), which must divide n_experts.
+ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes,
+                 int64_t expert_parallel = 1);
 
-/// Which blocks hold a slot: every block, the dense (FFN) blocks, the MoE blocks. A slot kept once
-/// exists when the model has such a block; one kept per block exists for each such block.
-enum class ActWhen : uint8_t { ALL, DENSE, MOE };
+/// M of a parameter table: n_experts over the experts its banks hold (build_param_table with an
+/// ExpertShard), 1 for a model without MoE blocks.
+int64_t table_expert_parallel(const ParamTable& table, const ModelConfig& m);
+
+/// Which blocks hold a slot: every block, the dense (FFN) blocks, the MoE blocks, the MoE blocks
+/// whose expert weight gradients are stored (train.expert_grads: stored; in deferred mode the kept
+/// operands of deferred_expert_buffers serve as these slots, one set per MoE block and
+/// microbatch). A slot kept once exists when the model has such a block; one kept per block exists
+/// for each such block. EXPERT_PARALLEL: the MoE blocks under expert parallelism (ActDims::M > 1).
+enum class ActWhen : uint8_t { ALL, DENSE, MOE, MOE_STORED, EXPERT_PARALLEL };
 
 /// train.recompute, ordered by what the forward keeps: BLOCK keeps each block's input and
 /// recomputes the whole block in the backward; ATTENTION keeps every block's working slots but the
@@ -81,6 +95,7 @@ enum ActScalar : int {
     ACT_SCALAR_LM_LOSS = 0,       // mean cross-entropy of the microbatch (lm_head)
     ACT_SCALAR_BALANCE_LOSS = 2,  // balance loss of the MoE block being run
     ACT_SCALAR_Z_LOSS = 3,        // z-loss of the MoE block being run
+    ACT_SCALAR_EP_SQ_NORM = 4,    // words 4-5: one fp64, the expert banks' squared gradient norm summed over the expert-parallel group
 };
 constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scalars)
 
@@ -89,7 +104,10 @@ constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scala
 // when: which blocks hold the slot (ALL, DENSE: dense FFN blocks, MOE: MoE blocks); a model without
 // such a block has no such slot. keep (ActKeep): one slot for the step, or one per block of that kind
 // (named "<plan name>.<block>"), in every train.recompute mode or in those that keep it.
-// Phases (engine/memory_plan.h): F forward, H head, BW backward (recompute + backward), O optimizer.
+// Phases (engine/memory_plan.h): F forward, H head, BW backward (recompute + backward), O optimizer;
+// FR: from the forward like F, but a block's working slot that the backward's recompute writes
+// again before reading it, so it holds nothing during the head (BufferSpec::dead_in_head) where
+// train.recompute does not keep it per block.
 // int64 index buffers are declared to the plan as pairs of int32 words (the plan has no int64 dtype).
 #define SKEW_ACTIVATIONS(X) \
     /* the batch, the checkpointed block inputs, the final hidden state */                                                     \
@@ -98,35 +116,45 @@ constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scala
     X(block_input,     bf16*,    "act.block_input",         BF16, ALL,   EVERY_MODE,   ACTIVATION, F,  BW, D.N, D.d)           \
     X(final_input,     bf16*,    "act.final_input",         BF16, ALL,   ONE,          ACTIVATION, F,  H,  D.N, D.d)           \
     /* the working slots of a block: per block where train.recompute keeps them, else one set for all */                       \
-    X(ln1_out,         bf16*,    "act.ln1_out",             BF16, ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.d)           \
-    X(ln1_mean,        float*,   "act.ln1_mean",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N)                \
-    X(ln1_rstd,        float*,   "act.ln1_rstd",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N)                \
-    X(q,               bf16*,    "act.q",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.qd)          \
-    X(k,               bf16*,    "act.k",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.kvd)         \
-    X(v,               bf16*,    "act.v",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.kvd)         \
-    X(attn_lse,        float*,   "act.attn_lse",            F32,  ALL,   IF_NONE,      ACTIVATION, F,  BW, D.B, D.H, D.T)      \
-    X(attn_out,        bf16*,    "act.attn_out",            BF16, ALL,   IF_NONE,      ACTIVATION, F,  BW, D.N, D.qd)          \
-    X(resid1,          bf16*,    "act.resid1",              BF16, ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.d)           \
-    X(ln2_out,         bf16*,    "act.ln2_out",             BF16, ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.d)           \
-    X(ln2_mean,        float*,   "act.ln2_mean",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N)                \
-    X(ln2_rstd,        float*,   "act.ln2_rstd",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N)                \
-    X(ffn_h1,          bf16*,    "act.ffn_h1",              BF16, DENSE, UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.ff)          \
-    X(ffn_h2,          bf16*,    "act.ffn_h2",              BF16, DENSE, UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.ff)          \
-    X(ffn_act,         bf16*,    "act.ffn_act",             BF16, DENSE, UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.ff)          \
+    X(ln1_out,         bf16*,    "act.ln1_out",             BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.d)           \
+    X(ln1_mean,        float*,   "act.ln1_mean",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N)                \
+    X(ln1_rstd,        float*,   "act.ln1_rstd",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N)                \
+    X(q,               bf16*,    "act.q",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.qd)          \
+    X(k,               bf16*,    "act.k",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.kvd)         \
+    X(v,               bf16*,    "act.v",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.kvd)         \
+    X(attn_lse,        float*,   "act.attn_lse",            F32,  ALL,   IF_NONE,      ACTIVATION, FR, BW, D.B, D.H, D.T)      \
+    X(attn_out,        bf16*,    "act.attn_out",            BF16, ALL,   IF_NONE,      ACTIVATION, FR, BW, D.N, D.qd)          \
+    X(resid1,          bf16*,    "act.resid1",              BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.d)           \
+    X(ln2_out,         bf16*,    "act.ln2_out",             BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.d)           \
+    X(ln2_mean,        float*,   "act.ln2_mean",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N)                \
+    X(ln2_rstd,        float*,   "act.ln2_rstd",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N)                \
+    X(ffn_h1,          bf16*,    "act.ffn_h1",              BF16, DENSE, UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.ff)          \
+    X(ffn_h2,          bf16*,    "act.ffn_h2",              BF16, DENSE, UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.ff)          \
+    X(ffn_act,         bf16*,    "act.ffn_act",             BF16, DENSE, UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.ff)          \
     /* routing of one MoE block */                                                                                             \
-    X(router_logits,   float*,   "act.router_logits",       F32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.E)           \
-    X(router_probs,    float*,   "act.router_probs",        F32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.E)           \
-    X(topk_idx,        int32_t*, "act.topk_idx",            I32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.k)           \
-    X(topk_gate,       float*,   "act.topk_gate",           F32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.N, D.k)           \
-    X(router_counts,   int64_t*, "act.router_counts",       I32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.E, 2)             \
-    X(expert_offsets,  int64_t*, "act.expert_offsets",      I32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.E + 1, 2)         \
-    X(sorted_to_copy,  int64_t*, "act.moe_sorted_to_copy",  I32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, 2)            \
-    X(copy_to_sorted,  int64_t*, "act.moe_copy_to_sorted",  I32,  MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, 2)            \
-    X(moe_in,          bf16*,    "act.moe_in",              BF16, MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, D.d)          \
-    X(moe_h1,          bf16*,    "act.moe_h1",              BF16, MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, D.de)         \
-    X(moe_h2,          bf16*,    "act.moe_h2",              BF16, MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, D.de)         \
-    X(moe_act,         bf16*,    "act.moe_act",             BF16, MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, D.de)         \
-    X(moe_out,         bf16*,    "act.moe_out",             BF16, MOE,   UNLESS_BLOCK, ACTIVATION, F,  BW, D.NK, D.d)          \
+    X(router_logits,   float*,   "act.router_logits",       F32,  MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.E)           \
+    X(router_probs,    float*,   "act.router_probs",        F32,  MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.E)           \
+    X(topk_idx,        int32_t*, "act.topk_idx",            I32,  MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.k)           \
+    X(topk_gate,       float*,   "act.topk_gate",           F32,  MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.k)           \
+    X(router_counts,   int64_t*, "act.router_counts",       I32,  MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.E, 2)             \
+    X(expert_offsets,  int64_t*, "act.expert_offsets",      I32,  MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.E + 1, 2)         \
+    X(sorted_to_copy,  int64_t*, "act.moe_sorted_to_copy",  I32,  MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.NK, 2)            \
+    X(copy_to_sorted,  int64_t*, "act.moe_copy_to_sorted",  I32,  MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.NK, 2)            \
+    X(moe_in,          bf16*,    "act.moe_in",              BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NK, D.d)          \
+    X(moe_h1,          bf16*,    "act.moe_h1",              BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NKr, D.de)         \
+    X(moe_h2,          bf16*,    "act.moe_h2",              BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NKr, D.de)         \
+    X(moe_act,         bf16*,    "act.moe_act",             BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NKr, D.de)         \
+    X(moe_out,         bf16*,    "act.moe_out",             BF16, MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.NK, D.d)          \
+    /* expert parallel (train.recompute: block only): the all-to-all receive (and return-send) rows,  */                       \
+    /* source-rank order; this rank's experts' rows in expert order (input; output, then in the       */                       \
+    /* backward the output and input gradients); the permutation both ways; local offsets; counts    */                        \
+    X(ep_recv,         bf16*,    "act.ep_recv",             BF16, EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.NKr, D.d)         \
+    X(ep_moe_in,       bf16*,    "act.ep_moe_in",           BF16, EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.NKr, D.d)         \
+    X(ep_moe_out,      bf16*,    "act.ep_moe_out",          BF16, EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.NKr, D.d)         \
+    X(ep_perm,         int64_t*, "act.ep_perm",             I32,  EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.NKr, 2)           \
+    X(ep_perm_inv,     int64_t*, "act.ep_perm_inv",         I32,  EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.NKr, 2)           \
+    X(ep_offsets,      int64_t*, "act.ep_offsets",          I32,  EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.El + 1, 2)        \
+    X(ep_counts,       int64_t*, "act.ep_counts",           I32,  EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, 2 * D.E, 2)         \
     /* LM head: final LayerNorm, logits (overwritten in place by their gradient), per-token losses */                          \
     X(final_ln_out,    bf16*,    "act.final_ln_out",        BF16, ALL,   ONE,          ACTIVATION, H,  H,  D.N, D.d)           \
     X(final_ln_mean,   float*,   "act.final_ln_mean",       F32,  ALL,   ONE,          ACTIVATION, H,  H,  D.N)                \
@@ -148,10 +176,10 @@ constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scala
     X(d_ffn_act,       bf16*,    "act.d_ffn_act",           BF16, DENSE, ONE,          ACTIVATION, BW, BW, D.N, D.ff)          \
     X(d_router_logits, float*,   "act.d_router_logits",     F32,  MOE,   ONE,          ACTIVATION, BW, BW, D.N, D.E)           \
     X(d_topk_gate,     float*,   "act.d_topk_gate",         F32,  MOE,   ONE,          ACTIVATION, BW, BW, D.N, D.k)           \
-    X(d_moe_out,       bf16*,    "act.d_moe_out",           BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.d)          \
-    X(d_moe_h1,        bf16*,    "act.d_moe_h1",            BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.de)         \
-    X(d_moe_h2,        bf16*,    "act.d_moe_h2",            BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.de)         \
-    X(d_moe_act,       bf16*,    "act.d_moe_act",           BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.de)         \
+    X(d_moe_out,       bf16*,    "act.d_moe_out",           BF16, MOE_STORED,ONE,          ACTIVATION, BW, BW, D.NK, D.d)          \
+    X(d_moe_h1,        bf16*,    "act.d_moe_h1",            BF16, MOE_STORED,ONE,          ACTIVATION, BW, BW, D.NKr, D.de)         \
+    X(d_moe_h2,        bf16*,    "act.d_moe_h2",            BF16, MOE_STORED,ONE,          ACTIVATION, BW, BW, D.NKr, D.de)         \
+    X(d_moe_act,       bf16*,    "act.d_moe_act",           BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NKr, D.de)         \
     X(d_moe_in,        bf16*,    "act.d_moe_in",            BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.d)          \
     /* the ops' scalar outputs for the whole step (named slots: ActScalar) */                                                  \
     X(scalars,         float*,   "ws.scalars",              F32,  ALL,   ONE,          WORKSPACE,  F,  O,  ACT_SCALAR_WORDS)
@@ -180,16 +208,30 @@ std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDim
 /// "Deferred expert gradients"), which replace the expert banks' "grad.<param>" buffers: per MoE
 /// block b and microbatch m of the step's `accum_steps`, the operands of the weight-gradient
 /// products dW = dY^T X of the three expert banks, kept from the backward to the optimizer step
-/// (kind GRAD, FORWARD..OPTIMIZER, component "kept expert operands"):
-///   kept.<b>.<m>.moe_in (NK, d) bf16      X of w1 and w2 (the gathered LN2 rows, expert order)
-///   kept.<b>.<m>.moe_act (NK, de) bf16    X of w3 (the SwiGLU output)
-///   kept.<b>.<m>.d_moe_h1, d_moe_h2 (NK, de) bf16   dY of w1, w2
-///   kept.<b>.<m>.d_moe_out (NK, d) bf16   dY of w3
-/// (each expert's row range is kept on the host, Model::deferred) and one expert matrix of scratch "ws.expert_grad" (d_expert x d_model, `grad_dtype`, OPTIMIZER
-/// phase) into which the optimizer step forms one expert's dW at a time. Empty when the model has
-/// no MoE block.
+/// (kind GRAD, FORWARD..OPTIMIZER, component "kept expert operands"). They are also the block's
+/// working slots for that microbatch, so the table's MOE_STORED slots do not exist in this mode:
+///   kept.<b>.<m>.moe_in (NK, d) bf16      act.moe_in; X of w1 and w2 (the gathered LN2 rows, expert order)
+///   kept.<b>.<m>.moe_act (NK, de) bf16    act.moe_act; X of w3 (the SwiGLU output)
+///   kept.<b>.<m>.d_moe_h1 (NK, de) bf16   act.moe_h1 in the forward and recompute, overwritten in
+///                                         place by its gradient (act.d_moe_h1), dY of w1
+///   kept.<b>.<m>.d_moe_h2 (NK, de) bf16   likewise act.moe_h2, then dY of w2
+///   kept.<b>.<m>.d_moe_out (NK, d) bf16   act.d_moe_out; dY of w3
+/// (each expert's row range is kept on the host, Model::deferred); and the optimizer step's
+/// scratch (OPTIMIZER phase, so it shares bytes with the backward's slots): "ws.expert_grad", one
+/// expert matrix (d_expert x d_model, `grad_dtype`) into which one expert's dW is formed at a time,
+/// and "ws.expert_gram" (fp32), the Gram blocks of the expert gradient norm: two
+/// deferred_gram_chunk_rows(D)^2 blocks and one partial per expert and bank (3 E). Empty when the
+/// model has no MoE block.
 std::vector<BufferSpec> deferred_expert_buffers(const Config& cfg, const ActDims& D, int64_t accum_steps,
                                                 DType grad_dtype);
+
+/// Rows of one Gram block of the deferred expert gradient norm: min(1024, N), the most rows an
+/// expert receives from one microbatch being N (top-k experts are distinct).
+int64_t deferred_gram_chunk_rows(const ActDims& D);
+
+/// fp32 words at the start of ws.expert_gram holding one partial squared norm per expert and bank
+/// (3 E, rounded up to 64 words so the Gram blocks after them stay 256-byte aligned).
+int64_t deferred_gram_partials_words(const ActDims& D);
 
 /// "kept.<block>.<microbatch>.": the name prefix of deferred_expert_buffers.
 std::string deferred_expert_prefix(int64_t block, int64_t microbatch);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "kernels/common/init_math.h"
 #include "kernels/common/philox.h"
 #include "kernels/cuda/nvtx.h"
 
@@ -86,6 +87,144 @@ RouterOptions router_options(const Model& m, const BlockParams& blk, int64_t mb,
     return o;
 }
 
+// The expert slots of MoE block `bi` for microbatch `mb`: the table's act.moe_* slots in stored
+// mode; in deferred mode the block's kept operands of that microbatch (model/activations.h,
+// deferred_expert_buffers), where h1 and h2 share bytes with their gradients (the SwiGLU backward
+// runs in place).
+struct ExpertSlots {
+    bf16 *moe_in, *h1, *h2, *act, *d_out, *d_h1, *d_h2;
+};
+
+ExpertSlots expert_slots(const Model& m, int64_t bi, int64_t mb) {
+    const ActSlots& a = m.act;
+    const size_t b = size_t(bi);
+    if (!m.deferred.on)
+        return ExpertSlots{a.moe_in[b], a.moe_h1[b], a.moe_h2[b], a.moe_act[b], a.d_moe_out, a.d_moe_h1, a.d_moe_h2};
+    const auto& per_block = m.deferred.kept[size_t(bi)];
+    if (mb < 0 || mb >= int64_t(per_block.size()))
+        fail("model: microbatch {} is beyond the {} whose expert operands the plan keeps", mb, per_block.size());
+    const KeptExpertOperands& k = per_block[size_t(mb)];
+    return ExpertSlots{k.moe_in, k.d_moe_h1, k.d_moe_h2, k.moe_act, k.d_moe_out, k.d_moe_h1, k.d_moe_h2};
+}
+
+// ---- expert parallelism (docs/distributed.md, "Expert parallel")
+
+// Where the grouped expert matmuls of a MoE block run: over the microbatch's NK copies and all E
+// experts (one rank), or over the R rows this rank's El experts received (expert parallel).
+struct ExpertRows {
+    const bf16* in;          // X of w1 and w2 (rows, d), expert order
+    bf16* out;               // w3's output (rows, d); in the backward w3's dY, then dX of w1 + w2
+    const int64_t* offsets;  // (n_experts + 1) row offsets
+    int64_t n_experts, rows;
+};
+
+ExpertRows expert_rows(const Model& m, int64_t bi, const bf16* moe_in) {
+    const ActSlots& a = m.act;
+    if (!m.ep.on()) {
+        const Dims x = dims_of(m);
+        return ExpertRows{moe_in, a.moe_out[size_t(bi)], a.expert_offsets[size_t(bi)], x.E, x.NK};
+    }
+    return ExpertRows{a.ep_moe_in, a.ep_moe_out, a.ep_offsets, m.ep.El, m.ep.recv_total};
+}
+
+void ep_alltoallv(Model& m, const bf16* send, const std::vector<int64_t>& send_rows,
+                  const std::vector<int64_t>& send_displs, bf16* recv, const std::vector<int64_t>& recv_rows,
+                  const std::vector<int64_t>& recv_displs, int64_t C) {
+    const size_t M = size_t(m.ep.M);
+    std::vector<int64_t> sc(M), sd(M), rc(M), rd(M);
+    for (size_t j = 0; j < M; ++j) {
+        sc[j] = send_rows[j] * C;
+        sd[j] = send_displs[j] * C;
+        rc[j] = recv_rows[j] * C;
+        rd[j] = recv_displs[j] * C;
+    }
+    m.ep.comm->alltoallv(send, sc, sd, recv, rc, rd, CommDType::BF16);
+}
+
+// Plan this microbatch's exchange of MoE block rows from the routing (a.expert_offsets over all E
+// experts, this rank's tokens): exchange the per-expert row counts with every rank of the group,
+// then lay the received rows out in expert order (within an expert, by source rank: the order one
+// process would see the group's concatenated tokens in) and upload that permutation both ways
+// and the local expert offsets. Host state in m.ep for the exchanges of this block.
+void ep_plan_exchange(Model& m, int64_t bi) {
+    Backend& be = *m.backend;
+    ActSlots& a = m.act;
+    const Dims x = dims_of(m);
+    const int64_t M = m.ep.M, El = m.ep.El;
+    if (!m.ep.comm) fail("model: parallel.expert is {} but no expert-parallel group was attached (model_set_expert_comm)", M);
+    std::vector<int64_t> offsets(static_cast<size_t>(x.E + 1)), counts(static_cast<size_t>(2 * x.E));
+    from_backend(be, offsets.data(), a.expert_offsets[size_t(bi)], offsets.size() * sizeof(int64_t));
+    for (int64_t e = 0; e < x.E; ++e) counts[size_t(e)] = offsets[size_t(e + 1)] - offsets[size_t(e)];
+    to_backend(be, a.ep_counts, counts.data(), size_t(x.E) * sizeof(int64_t));
+    const std::vector<int64_t> el_counts(size_t(M), El);
+    std::vector<int64_t> el_displs(static_cast<size_t>(M));
+    for (int64_t j = 0; j < M; ++j) el_displs[size_t(j)] = j * El;
+    m.ep.comm->alltoallv(a.ep_counts, el_counts, el_displs, a.ep_counts + x.E, el_counts, el_displs, CommDType::I64);
+    from_backend(be, counts.data() + x.E, a.ep_counts + x.E, size_t(x.E) * sizeof(int64_t));
+    const int64_t* c = counts.data() + x.E;  // c[i * El + e]: rows from rank i for local expert e
+
+    ExpertParallelState& s = m.ep;
+    s.send_rows.assign(size_t(M), 0);
+    s.send_row_displs.assign(size_t(M), 0);
+    s.recv_rows.assign(size_t(M), 0);
+    s.recv_row_displs.assign(size_t(M), 0);
+    for (int64_t j = 0; j < M; ++j) {
+        s.send_row_displs[size_t(j)] = offsets[size_t(j * El)];
+        s.send_rows[size_t(j)] = offsets[size_t((j + 1) * El)] - offsets[size_t(j * El)];
+    }
+    int64_t R = 0;
+    for (int64_t i = 0; i < M; ++i) {
+        s.recv_row_displs[size_t(i)] = R;
+        for (int64_t e = 0; e < El; ++e) {
+            if (c[i * El + e] < 0) fail("model: expert parallel: rank {} sent a negative row count", i);
+            s.recv_rows[size_t(i)] += c[i * El + e];
+        }
+        R += s.recv_rows[size_t(i)];
+    }
+    if (R > M * x.NK)
+        fail("model: expert parallel: {} rows received, beyond the {} the plan holds", R, M * x.NK);
+    s.recv_total = R;
+    // expert-major position p <- source-major position q
+    std::vector<int64_t> perm(static_cast<size_t>(R)), inv(static_cast<size_t>(R)), local_offsets(static_cast<size_t>(El + 1));
+    std::vector<int64_t> src_at(static_cast<size_t>(M * El));  // source-major start of block (i, e)
+    for (int64_t i = 0; i < M; ++i) {
+        int64_t q = s.recv_row_displs[size_t(i)];
+        for (int64_t e = 0; e < El; ++e) {
+            src_at[size_t(i * El + e)] = q;
+            q += c[i * El + e];
+        }
+    }
+    int64_t p = 0;
+    for (int64_t e = 0; e < El; ++e) {
+        local_offsets[size_t(e)] = p;
+        for (int64_t i = 0; i < M; ++i)
+            for (int64_t r = 0; r < c[i * El + e]; ++r, ++p) {
+                perm[size_t(p)] = src_at[size_t(i * El + e)] + r;
+                inv[size_t(perm[size_t(p)])] = p;
+            }
+    }
+    local_offsets[size_t(El)] = R;
+    to_backend(be, a.ep_perm, perm.data(), perm.size() * sizeof(int64_t));
+    to_backend(be, a.ep_perm_inv, inv.data(), inv.size() * sizeof(int64_t));
+    to_backend(be, a.ep_offsets, local_offsets.data(), local_offsets.size() * sizeof(int64_t));
+}
+
+// Rows (NK, C) of this rank's token copies in global expert order -> the owners' expert-order
+// rows dst (R, C): all-to-all into ep_recv (source-rank order), then the permutation.
+void ep_to_owners(Model& m, const bf16* rows, bf16* dst, int64_t C) {
+    ExpertParallelState& s = m.ep;
+    ep_alltoallv(m, rows, s.send_rows, s.send_row_displs, m.act.ep_recv, s.recv_rows, s.recv_row_displs, C);
+    m.backend->moe_gather_forward(dst, m.act.ep_recv, m.act.ep_perm, s.recv_total, 1, C);
+}
+
+// The reverse: this rank's expert-order rows src (R, C) -> each source rank's rows (NK, C) in its
+// global expert order (the inverse permutation into ep_recv, then the all-to-all back).
+void ep_from_owners(Model& m, const bf16* src, bf16* rows, int64_t C) {
+    ExpertParallelState& s = m.ep;
+    m.backend->moe_gather_forward(m.act.ep_recv, src, m.act.ep_perm_inv, s.recv_total, 1, C);
+    ep_alltoallv(m, m.act.ep_recv, s.recv_rows, s.recv_row_displs, rows, s.send_rows, s.send_row_displs, C);
+}
+
 // ---- one block, forward (also the recompute of the backward)
 
 // The attention core of block `bi`: attn_out and attn_lse from its q, k, v (causal, GQA). The
@@ -148,12 +287,19 @@ void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, b
             stats->z_loss = read_scalar(be, z);
         }
         // dropless dispatch -> expert SwiGLU (grouped matmuls) -> weighted combine
+        const ExpertSlots es = expert_slots(m, bi, mb);
         be.moe_dispatch(a.sorted_to_copy[b], a.copy_to_sorted[b], a.expert_offsets[b], a.topk_idx[b], x.N, x.k, x.E);
-        be.moe_gather_forward(a.moe_in[b], a.ln2_out[b], a.sorted_to_copy[b], x.N, x.k, x.d);
-        be.moe_matmul_forward(a.moe_h1[b], a.moe_in[b], p.expert_w1.w(), a.expert_offsets[b], x.E, x.d, x.de);
-        be.moe_matmul_forward(a.moe_h2[b], a.moe_in[b], p.expert_w2.w(), a.expert_offsets[b], x.E, x.d, x.de);
-        be.swiglu_forward(a.moe_act[b], a.moe_h1[b], a.moe_h2[b], x.NK * x.de);
-        be.moe_matmul_forward(a.moe_out[b], a.moe_act[b], p.expert_w3.w(), a.expert_offsets[b], x.E, x.de, x.d);
+        be.moe_gather_forward(es.moe_in, a.ln2_out[b], a.sorted_to_copy[b], x.N, x.k, x.d);
+        if (m.ep.on()) {  // the rows go to the ranks that own their experts
+            ep_plan_exchange(m, bi);
+            ep_to_owners(m, es.moe_in, a.ep_moe_in, x.d);
+        }
+        const ExpertRows er = expert_rows(m, bi, es.moe_in);
+        be.moe_matmul_forward(es.h1, er.in, p.expert_w1.w(), er.offsets, er.n_experts, x.d, x.de);
+        be.moe_matmul_forward(es.h2, er.in, p.expert_w2.w(), er.offsets, er.n_experts, x.d, x.de);
+        be.swiglu_forward(es.act, es.h1, es.h2, er.rows * x.de);
+        be.moe_matmul_forward(er.out, es.act, p.expert_w3.w(), er.offsets, er.n_experts, x.de, x.d);
+        if (m.ep.on()) ep_from_owners(m, er.out, a.moe_out[b], x.d);  // results back, global expert order
         if (!out) return;
         be.moe_combine_forward(out, a.moe_out[b], a.topk_gate[b], a.copy_to_sorted[b], x.N, x.k, x.d);
     }
@@ -183,28 +329,14 @@ void recompute_for_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, boo
 
 // ---- one block, backward (after recompute_for_backward)
 
-// Deferred mode: copy the operands of MoE block `bi`'s three weight-gradient products (their
-// products were skipped: the banks have no gradient buffer) into the block's kept buffers for
-// microbatch `mb`, and the expert offsets to the host.
-void keep_expert_operands(Model& m, int64_t bi, int64_t mb) {
-    Backend& be = *m.backend;
-    const ActSlots& a = m.act;
+// Deferred mode: the operands of MoE block `bi`'s three weight-gradient products (their products
+// were skipped: the banks have no gradient buffer) are already in the block's kept buffers for
+// microbatch `mb` (expert_slots); keep the expert offsets on the host.
+void keep_expert_offsets(Model& m, int64_t bi, int64_t mb) {
     const Dims x = dims_of(m);
-    const size_t b = size_t(bi);
-    auto& per_block = m.deferred.kept[size_t(bi)];
-    if (mb < 0 || mb >= int64_t(per_block.size()))
-        fail("model: microbatch {} is beyond the {} whose expert operands the plan keeps", mb, per_block.size());
-    KeptExpertOperands& k = per_block[size_t(mb)];
-    auto copy = [&](bf16* dst, const bf16* src, int64_t n) {
-        be.convert(TensorRef(dst, ScalarType::BF16), ConstTensorRef(src, ScalarType::BF16), n);
-    };
-    copy(k.moe_in, a.moe_in[b], x.NK * x.d);
-    copy(k.moe_act, a.moe_act[b], x.NK * x.de);
-    copy(k.d_moe_h1, a.d_moe_h1, x.NK * x.de);
-    copy(k.d_moe_h2, a.d_moe_h2, x.NK * x.de);
-    copy(k.d_moe_out, a.d_moe_out, x.NK * x.d);
+    KeptExpertOperands& k = m.deferred.kept[size_t(bi)][size_t(mb)];
     k.offsets.resize(size_t(x.E + 1));
-    from_backend(be, k.offsets.data(), a.expert_offsets[b], k.offsets.size() * sizeof(int64_t));
+    from_backend(*m.backend, k.offsets.data(), m.act.expert_offsets[size_t(bi)], k.offsets.size() * sizeof(int64_t));
 }
 
 // d_stream (N, d) fp32 holds dL/d(block output) on entry and dL/d(block input) on return.
@@ -227,17 +359,25 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
         be.matmul_backward(a.d_ln_out, p.ffn_w1.grad, a.d_ffn_h1, a.ln2_out[b], p.ffn_w1.w(), x.N, x.d, x.ff);
         be.matmul_backward(a.d_ln_out, p.ffn_w2.grad, a.d_ffn_h2, a.ln2_out[b], p.ffn_w2.w(), x.N, x.d, x.ff, true);
     } else {
+        const ExpertSlots es = expert_slots(m, bi, mb);
         be.convert(a.d_resid, a.d_stream, x.N * x.d);  // combine backward reads a bf16 dout
-        be.moe_combine_backward(a.d_moe_out, a.d_topk_gate, a.d_resid, a.moe_out[b], a.topk_gate[b],
-                                a.copy_to_sorted[b], x.N, x.k, x.d);
-        be.moe_matmul_backward(a.d_moe_act, p.expert_w3.grad, a.d_moe_out, a.moe_act[b], p.expert_w3.w(),
-                               a.expert_offsets[b], x.E, x.de, x.d);
-        be.swiglu_backward(a.d_moe_h1, a.d_moe_h2, a.d_moe_act, a.moe_h1[b], a.moe_h2[b], x.NK * x.de);
-        be.moe_matmul_backward(a.d_moe_in, p.expert_w1.grad, a.d_moe_h1, a.moe_in[b], p.expert_w1.w(),
-                               a.expert_offsets[b], x.E, x.d, x.de);
-        be.moe_matmul_backward(a.d_moe_in, p.expert_w2.grad, a.d_moe_h2, a.moe_in[b], p.expert_w2.w(),
-                               a.expert_offsets[b], x.E, x.d, x.de, true);
-        if (m.deferred.on) keep_expert_operands(m, bi, mb);
+        be.moe_combine_backward(es.d_out, a.d_topk_gate, a.d_resid, a.moe_out[b], a.topk_gate[b], a.copy_to_sorted[b],
+                                x.N, x.k, x.d);
+        // expert parallel: output gradients to the owners (into er.out), input gradients come back
+        const ExpertRows er = expert_rows(m, bi, es.moe_in);
+        const bf16* dy = m.ep.on() ? er.out : es.d_out;
+        bf16* dx = m.ep.on() ? er.out : a.d_moe_in;
+        if (m.ep.on()) ep_to_owners(m, es.d_out, er.out, x.d);
+        be.moe_matmul_backward(a.d_moe_act, p.expert_w3.grad, dy, es.act, p.expert_w3.w(), er.offsets, er.n_experts,
+                               x.de, x.d);
+        // in place in deferred mode (d_h1 over h1, d_h2 over h2: Backend::swiglu_backward allows it)
+        be.swiglu_backward(es.d_h1, es.d_h2, a.d_moe_act, es.h1, es.h2, er.rows * x.de);
+        be.moe_matmul_backward(dx, p.expert_w1.grad, es.d_h1, er.in, p.expert_w1.w(), er.offsets, er.n_experts, x.d,
+                               x.de);
+        be.moe_matmul_backward(dx, p.expert_w2.grad, es.d_h2, er.in, p.expert_w2.w(), er.offsets, er.n_experts, x.d,
+                               x.de, true);
+        if (m.ep.on()) ep_from_owners(m, er.out, a.d_moe_in, x.d);
+        if (m.deferred.on) keep_expert_offsets(m, bi, mb);
         be.moe_gather_backward(a.d_ln_out, a.d_moe_in, a.copy_to_sorted[b], x.N, x.k, x.d);
         // router: gates, balance and z-loss (each weighted loss_weight = 1/accum) to the logits
         const RouterShape rs{x.N, x.E, x.k};
@@ -420,14 +560,27 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
     const Dims x = dims_of(m);
     // Bind with the model's own need for act.logits (one chunk of the unfused head); the plan's
     // slot may be larger, and then the backend's fused head runs in it.
-    m.act = act_slots_bind(cfg, act_dims(c, m.microbatch, m.seq_len, 0), arena);
+    m.ep.M = table_expert_parallel(table, c);
+    m.ep.El = c.n_experts / m.ep.M;
+    m.act = act_slots_bind(cfg, act_dims(c, m.microbatch, m.seq_len, 0, m.ep.M), arena);
     const ClassifierShape cs{x.N, x.d, x.V, x.Vp};
     m.act.fused_head = backend.lm_head_workspace_bytes(cs) <= m.act.logits_bytes;
 
     const int si = arena.plan->find("ws.expert_grad");
+    if (si >= 0 && m.ep.on())
+        fail("model: train.expert_grads: deferred is not supported with parallel.expert {} (use stored)", m.ep.M);
     if (si >= 0) {  // deferred expert gradients: bind the kept operands of every MoE block and microbatch
         m.deferred.on = true;
         m.deferred.scratch = TensorRef(arena.ptr(si), scalar_of(arena.plan->buffers[size_t(si)].dtype));
+        const ActDims D = act_dims(c, m.microbatch, m.seq_len, 0);
+        m.deferred.gram_rows = deferred_gram_chunk_rows(D);
+        m.deferred.gram_partials = deferred_gram_partials_words(D);
+        m.deferred.gram = static_cast<float*>(arena.ptr("ws.expert_gram"));
+        const int gi = arena.plan->find("ws.expert_gram");
+        if (arena.plan->buffers[size_t(gi)].numel() < m.deferred.gram_partials + 2 * m.deferred.gram_rows * m.deferred.gram_rows)
+            fail("model: ws.expert_gram holds {} words, deferred expert gradients need {}",
+                 arena.plan->buffers[size_t(gi)].numel(),
+                 m.deferred.gram_partials + 2 * m.deferred.gram_rows * m.deferred.gram_rows);
         const int64_t accum = cfg.train.batch_size / m.microbatch;
         m.deferred.kept.resize(m.blocks.size());
         for (size_t b = 0; b < m.blocks.size(); ++b) {
@@ -447,6 +600,29 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
     return m;
 }
 
+void model_set_expert_comm(Model& m, Communicator* comm) {
+    if (!m.ep.on()) {
+        if (comm && comm->world_size() != 1)
+            fail("model: an expert-parallel group of {} ranks was given, but the parameter table holds every expert",
+                 comm->world_size());
+        m.ep.comm = comm;
+        return;
+    }
+    if (!comm) fail("model: the parameter table holds 1/{} of the experts but no expert-parallel group was given", m.ep.M);
+    if (comm->device_memory() != m.backend->device_memory())
+        fail("model: the expert-parallel group ({}) moves {} memory but the {} backend's activations are in {} memory",
+             comm->describe(), comm->device_memory() ? "device" : "host", m.backend->name(),
+             m.backend->device_memory() ? "device" : "host");
+    if (comm->world_size() != m.ep.M)
+        fail("model: parallel.expert is {} but the expert-parallel group has {} ranks ({})", m.ep.M, comm->world_size(),
+             comm->describe());
+    for (const BlockParams& b : m.blocks)
+        if (b.moe && b.expert_w1.info->expert_offset != comm->rank() * m.ep.El)
+            fail("model: rank {} of the expert-parallel group holds experts from {}, its table says {}", comm->rank(),
+                 comm->rank() * m.ep.El, b.expert_w1.info->expert_offset);
+    m.ep.comm = comm;
+}
+
 void model_init(Model& m, uint64_t seed) {
     const ModelConfig& c = m.cfg->model;
     const double out_std = c.init_std / std::sqrt(2.0 * double(c.n_blocks));
@@ -464,10 +640,17 @@ void model_init(Model& m, uint64_t seed) {
                 const bool out_proj =
                     info.role == Role::ATTN_O || info.role == Role::FFN_W3 || info.role == Role::EXPERT_W3;
                 const float std = float(out_proj ? out_std : c.init_std);
-                // Drawn where the weights live (the CUDA backend: a kernel; the CPU: host loops).
-                m.backend->init_normal(TensorRef(p.weight, info.dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32),
-                                       n, seed, info.index, std);
-                continue;
+                const int64_t offset = info.element_offset();
+                if (offset == 0) {
+                    // Drawn where the weights live (the CUDA backend: a kernel; the CPU: host loops).
+                    m.backend->init_normal(TensorRef(p.weight, info.dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32),
+                                           n, seed, info.index, std);
+                    continue;
+                }
+                // An expert-parallel shard of a bank: the global elements [offset, offset + n), on the host.
+#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
+                for (int64_t i = 0; i < n; ++i) host[size_t(i)] = init_normal_value(seed, info.index, uint64_t(offset + i), std);
+                break;
             }
         }
         if (info.dtype == DType::BF16) {
@@ -540,55 +723,76 @@ double deferred_expert_grad_sq_norm(Model& m) {
     if (!m.deferred.on) return 0.0;
     Backend& be = *m.backend;
     const Dims x = dims_of(m);
-    std::vector<bf16> host16;
-    auto fetch = [&](const bf16* src, int64_t n) {
-        host16.resize(size_t(n));
-        from_backend(be, host16.data(), src, size_t(n) * sizeof(bf16));
-        std::vector<float> out(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) out[size_t(i)] = bf16_to_f32(host16[size_t(i)]);
-        return out;
+    const DeferredExperts& df = m.deferred;
+    float* partials = df.gram;  // (3 E): w1, w2, w3 of expert e at 3 e + bank
+    float* gx = df.gram + df.gram_partials;
+    float* gy = gx + df.gram_rows * df.gram_rows;
+    struct Block {
+        const KeptExpertOperands* k;
+        int64_t r0, rows;
     };
+    std::vector<Block> blocks;
+    std::vector<float> host(size_t(3 * x.E));
     double total = 0.0;
-    for (const auto& per_block : m.deferred.kept) {
-        // each operand of every kept microbatch, on the host in fp32
-        struct Host {
-            std::vector<float> moe_in, moe_act, dh1, dh2, dout;
-            const std::vector<int64_t>* offsets;
-        };
-        std::vector<Host> mbs;
-        for (const KeptExpertOperands& k : per_block) {
-            if (k.offsets.empty()) continue;  // microbatch not run this step
-            mbs.push_back(Host{fetch(k.moe_in, x.NK * x.d), fetch(k.moe_act, x.NK * x.de), fetch(k.d_moe_h1, x.NK * x.de),
-                               fetch(k.d_moe_h2, x.NK * x.de), fetch(k.d_moe_out, x.NK * x.d), &k.offsets});
-        }
-        if (mbs.empty()) continue;
-        // per expert: the rows of every microbatch stacked, then the Gram identity per bank
+    for (const auto& per_block : df.kept) {
+        bool any = false;
+        for (const KeptExpertOperands& k : per_block) any = any || !k.offsets.empty();
+        if (!any) continue;  // a dense block, or no microbatch run this step
+        be.zero(TensorRef(partials), 3 * x.E);
         for (int64_t e = 0; e < x.E; ++e) {
-            std::vector<float> X1, A, Y1, Y2, Y3;
-            for (const Host& h : mbs) {
-                const int64_t r0 = (*h.offsets)[size_t(e)], r1 = (*h.offsets)[size_t(e + 1)];
-                X1.insert(X1.end(), h.moe_in.begin() + r0 * x.d, h.moe_in.begin() + r1 * x.d);
-                A.insert(A.end(), h.moe_act.begin() + r0 * x.de, h.moe_act.begin() + r1 * x.de);
-                Y1.insert(Y1.end(), h.dh1.begin() + r0 * x.de, h.dh1.begin() + r1 * x.de);
-                Y2.insert(Y2.end(), h.dh2.begin() + r0 * x.de, h.dh2.begin() + r1 * x.de);
-                Y3.insert(Y3.end(), h.dout.begin() + r0 * x.d, h.dout.begin() + r1 * x.d);
+            // the expert's rows over the step's microbatches, in blocks of at most gram_rows
+            blocks.clear();
+            for (const KeptExpertOperands& k : per_block) {
+                if (k.offsets.empty()) continue;  // microbatch not run this step
+                const int64_t end = k.offsets[size_t(e + 1)];
+                for (int64_t r = k.offsets[size_t(e)]; r < end; r += df.gram_rows)
+                    blocks.push_back(Block{&k, r, std::min(df.gram_rows, end - r)});
             }
-            const int64_t n = int64_t(X1.size()) / x.d;
-            if (n == 0) continue;
-            total += gram_grad_sq_norm(X1.data(), Y1.data(), n, x.d, x.de);  // w1
-            total += gram_grad_sq_norm(X1.data(), Y2.data(), n, x.d, x.de);  // w2
-            total += gram_grad_sq_norm(A.data(), Y3.data(), n, x.de, x.d);   // w3
+            for (size_t i = 0; i < blocks.size(); ++i)
+                for (size_t j = i; j < blocks.size(); ++j) {
+                    const Block &p = blocks[i], &q = blocks[j];
+                    // G = A_p A_q^T (rows_p, rows_q) fp32 over rows of `width` bf16 values
+                    auto gram = [&](float* g, const bf16* A, const bf16* B, int64_t width) {
+                        be.matmul(TensorRef(g), ConstTensorRef(A + p.r0 * width), ConstTensorRef(B + q.r0 * width),
+                                  MatmulShape{p.rows, q.rows, width, false, true, 1.0f, 0.0f});
+                    };
+                    // partial += w <G_X, G_Y>: the off-diagonal pair (j, i) contributes the same again
+                    auto dot = [&](int64_t bank) {
+                        be.matmul(TensorRef(partials + 3 * e + bank), ConstTensorRef(gx), ConstTensorRef(gy),
+                                  MatmulShape{1, 1, p.rows * q.rows, false, false, i == j ? 1.0f : 2.0f, 1.0f});
+                    };
+                    gram(gx, p.k->moe_in, q.k->moe_in, x.d);
+                    gram(gy, p.k->d_moe_h1, q.k->d_moe_h1, x.de);
+                    dot(0);
+                    gram(gy, p.k->d_moe_h2, q.k->d_moe_h2, x.de);
+                    dot(1);
+                    gram(gx, p.k->moe_act, q.k->moe_act, x.de);
+                    gram(gy, p.k->d_moe_out, q.k->d_moe_out, x.d);
+                    dot(2);
+                }
         }
+        from_backend(be, host.data(), partials, host.size() * sizeof(float));
+        for (float v : host) total += double(v);
     }
     return total;
 }
 
 double model_grad_norm(Model& m) {
-    std::vector<BufferRef> bufs;
+    std::vector<BufferRef> bufs, expert_bufs;
     bufs.reserve(m.params.size());
     for (const ParamRef& p : m.params)
-        if (p.grad) bufs.push_back(BufferRef{ConstTensorRef(p.grad), p.numel()});
-    return std::sqrt(m.backend->sum_squares(bufs) + deferred_expert_grad_sq_norm(m));
+        if (p.grad) (m.ep.on() && p.info->tier == Tier::EXPERTS ? expert_bufs : bufs).push_back(BufferRef{ConstTensorRef(p.grad), p.numel()});
+    double sq = m.backend->sum_squares(bufs) + deferred_expert_grad_sq_norm(m);
+    if (m.ep.on()) {  // each rank of the group holds other experts: their squares sum over the group
+        double e2 = m.backend->sum_squares(expert_bufs);
+        if (!m.ep.comm) fail("model: parallel.expert is {} but no expert-parallel group was attached", m.ep.M);
+        auto* slot = reinterpret_cast<double*>(m.act.scalar(ACT_SCALAR_EP_SQ_NORM));
+        to_backend(*m.backend, slot, &e2, sizeof(double));
+        m.ep.comm->allreduce_sum(slot, 1, CommDType::F64);
+        from_backend(*m.backend, &e2, slot, sizeof(double));
+        sq += e2;
+    }
+    return std::sqrt(sq);
 }
 
 double model_clip_gradients(Model& m, double max_norm) {

@@ -10,6 +10,7 @@
 
 #include "engine/arena.h"
 #include "engine/config.h"
+#include "dist/communicator.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "model/activations.h"
@@ -46,7 +47,9 @@ struct BlockParams {
 /// Arena and Backend must outlive it.
 /// The operands one MoE block keeps for one microbatch in deferred mode (model/activations.h,
 /// deferred_expert_buffers): X and dY of each expert bank's weight-gradient product, rows in expert
-/// order, and each expert's row range [offsets[e], offsets[e+1]) (host copy).
+/// order, and each expert's row range [offsets[e], offsets[e+1]) (host copy). They are the block's
+/// working slots for that microbatch too: d_moe_h1 and d_moe_h2 hold the pre-activations h1, h2
+/// from the forward until the SwiGLU backward overwrites them in place with their gradients.
 struct KeptExpertOperands {
     bf16* moe_in = nullptr;     // (NK, d): X of w1, w2
     bf16* moe_act = nullptr;    // (NK, de): X of w3
@@ -63,7 +66,24 @@ struct DeferredExperts {
     bool on = false;
     std::vector<std::vector<KeptExpertOperands>> kept;  // [block][microbatch]; empty for dense blocks
     TensorRef scratch;        // ws.expert_grad: one expert matrix (d_expert x d_model), grad dtype
+    float* gram = nullptr;    // ws.expert_gram (fp32): partials (3 E) then two gram_rows^2 Gram blocks
+    int64_t gram_rows = 0;    // rows of one Gram block (deferred_gram_chunk_rows)
+    int64_t gram_partials = 0;  // fp32 words of partials before the blocks (deferred_gram_partials_words)
     float clip_coef = 1.0f;   // set by model_clip_gradients: the caller rescales the scratch by it
+};
+
+/// Expert parallelism (docs/distributed.md, "Expert parallel"): the MoE blocks' experts are split
+/// across the M ranks of `comm` (the table's banks hold E/M experts, ParamInfo::expert_offset);
+/// routing runs on the rank's own tokens over all E experts, token rows go to the owners of their
+/// experts and come back by Communicator::alltoallv. Host copies of the last exchange's row counts
+/// serve the backward of the same block (the recompute plans it again, identically).
+struct ExpertParallelState {
+    Communicator* comm = nullptr;  // the expert-parallel group: world_size() == M, rank() owns experts [rank*El, (rank+1)*El)
+    int64_t M = 1, El = 0;
+    std::vector<int64_t> send_rows, send_row_displs;  // (M) rows this rank sends to each owner, from moe_in's row
+    std::vector<int64_t> recv_rows, recv_row_displs;  // (M) rows received from each rank, into ep_recv's row
+    int64_t recv_total = 0;                           // R: rows this rank's experts run
+    bool on() const { return M > 1; }
 };
 
 struct Model {
@@ -82,6 +102,7 @@ struct Model {
     int64_t n_moe_blocks = 0;
     std::vector<int64_t> probe_rows;  // token rows (b*T + t) whose logits a forward copies out (tests)
     DeferredExperts deferred;  // train.expert_grads: deferred (empty kept when stored)
+    ExpertParallelState ep;    // M = 1: every expert on this rank, no exchange (set comm with model_set_expert_comm)
 };
 
 /// The routing statistics of one MoE block for one forward pass.
@@ -108,6 +129,14 @@ struct LossParts {
 /// when a buffer is missing, a slot is too small (e.g. the backend's LM-head workspace) or
 /// d_model is not n_heads * head_dim.
 Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backend& backend);
+
+/// Attach the expert-parallel group to a model bound over an expert-parallel rank's table
+/// (build_param_table with ExpertShard{M, comm.rank()}). Throws skew::Error when the table's M
+/// (n_experts over the banks' experts) differs from comm.world_size(), or when the table's
+/// expert_offset is not comm.rank() * E/M, or when the group moves another kind of memory than the
+/// backend's (MPI host memory with the CUDA backend: use the NCCL group). M = 1 needs no call
+/// (nullptr: today's path).
+void model_set_expert_comm(Model& m, Communicator* comm);
 
 /// Initialize every weight (docs/design.md, "The paper's model"): linear and embedding weights
 /// N(0, init_std); attn.wo, ffn.w3 and experts.w3 N(0, init_std / sqrt(2 n_blocks)); the router
@@ -142,7 +171,9 @@ LossParts model_forward_backward(Model& m, const int32_t* tokens, const int32_t*
 LossParts model_eval(Model& m, const int32_t* tokens, const int32_t* targets);
 
 /// Global gradient norm sqrt(Σ over every grad.* buffer of Σ g²), accumulated in double.
-/// Non-finite gradients give a non-finite result.
+/// Non-finite gradients give a non-finite result. Under expert parallelism the expert banks' part
+/// is summed over the expert-parallel group (an allreduce: every rank of the group must call it),
+/// so the norm is the whole model's once the gradients are reduced.
 double model_grad_norm(Model& m);
 
 /// Clip gradients to global norm max_norm (PyTorch clip_grad_norm_: scale by
@@ -157,9 +188,13 @@ double model_clip_gradients(Model& m, double max_norm);
 /// it (docs/design.md "Deferred expert gradients"). rows x rows dot products: O(rows^2 (in+out)).
 double gram_grad_sq_norm(const float* X, const float* dY, int64_t rows, int64_t in_features, int64_t out_features);
 
-/// The squared norm of every expert bank's gradient in deferred mode, from the kept operands of
-/// the step's microbatches by gram_grad_sq_norm per expert (rows of all microbatches stacked);
-/// 0 when m.deferred.on is false. model_grad_norm includes it.
+/// The squared norm of every expert bank's gradient in deferred mode by the Gram identity, on the
+/// backend with its matrix products: per expert, its rows over the step's microbatches in blocks
+/// of at most gram_rows (a block lies in one microbatch); per pair of blocks (i <= j) the fp32 Gram
+/// blocks G_X = X_i X_j^T and G_Y = dY_i dY_j^T and their dot product (a 1 x 1 product with k =
+/// rows_i rows_j, weight 2 when i < j) accumulated into the expert's and bank's fp32 partial
+/// (ws.expert_gram); the 3 E partials are read once and summed in double. w1 and w2 share G_X.
+/// 0 when m.deferred.on is false. model_grad_norm includes it. One host synchronization per call.
 double deferred_expert_grad_sq_norm(Model& m);
 
 }  // namespace skew

@@ -67,7 +67,7 @@ inline WriteBack make_write_back(const OptimizerConfig& opt, const ParamSlot& s,
     wb.seed = step.seed;
     wb.step = uint32_t(step.t);
     wb.tensor = s.info->index;
-    wb.element_base = s.view_begin + s.element_base;
+    wb.element_base = s.view_begin + s.element_base + s.info->element_offset();  // global index (expert shards)
     return wb;
 }
 

@@ -43,7 +43,7 @@ cuda::OptimWrite device_write(const optim_detail::WriteBack& wb) {
     w.seed = wb.seed;
     w.step = wb.step;
     w.tensor = wb.tensor;
-    w.element_base = wb.element_base;
+    w.element_base = uint64_t(wb.element_base);  // a one-matrix slot of a bank (deferred expert gradients)
     return w;
 }
 

@@ -2,6 +2,8 @@
 // the backend into one MemoryPlan (plan/plan.h); one source per size, nothing re-derived here.
 #include "plan/plan.h"
 
+#include <algorithm>
+
 #include "engine/error.h"
 #include "model/activations.h"
 #include "optim/zero_partition.h"
@@ -23,13 +25,25 @@ MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const O
         fail("plan: microbatch {} does not divide the rank's {} sequences (train.batch_size {} over {} ranks)", microbatch,
              rank_batch, cfg.train.batch_size, layout.world_size);
     }
-    // what this rank holds (weights, gradients) and owns (optimizer state and its update)
-    const ParamTable held = held_param_table(table, layout);
+    // what this rank holds (weights, gradients) and owns (optimizer state and its update): the
+    // whole model's table is cut to the rank's banks here; a rank's table (build_param_table with
+    // an ExpertShard, its banks already n_experts / M) is taken as it is, never cut twice
+    const int64_t table_m = table_expert_parallel(table, cfg.model);
+    if (table_m > 1 && layout.expert_parallel != 1 && layout.expert_parallel != table_m)
+        fail("plan: the parameter table holds 1/{} of each expert bank, the layout has expert parallel {}", table_m,
+             layout.expert_parallel);
+    if (table_m > 1 && layout.zero())
+        fail("plan: ZeRO-1 partitions the whole model's table (build_param_table(cfg.model)), not a rank's ({})",
+             layout.describe());
+    const ParamTable held = table_m > 1 ? table : held_param_table(table, layout);
     const ParamTable owned = layout.zero() ? owned_param_table(table, zero_partition(table, opt, layout), layout.rank)
                                            : held;
     const DType grad_dtype = cfg.runtime.grad_dtype == "fp32" ? DType::F32 : DType::BF16;
     const BackendWorkspace backend = backend_workspace(cfg, table, microbatch);
-    const ActDims dims = act_dims(cfg.model, microbatch, cfg.train.seq_len, backend.lm_head_bytes);
+    // expert parallel: the exchange slots of M ranks, from the rank's table (its banks hold E/M
+    // experts) or the config when given the whole model's table
+    const int64_t expert_parallel = std::max<int64_t>(table_expert_parallel(table, cfg.model), cfg.parallel.expert);
+    const ActDims dims = act_dims(cfg.model, microbatch, cfg.train.seq_len, backend.lm_head_bytes, expert_parallel);
 
     std::vector<BufferSpec> buffers = parameter_buffers(held, grad_dtype);
     auto append = [&](std::vector<BufferSpec> more) {

@@ -83,7 +83,13 @@ void run_plan(const PlanArgs& a) {
     OptimizerConfig opt = pick_optimizer(cfg, a.optimizer);
     std::optional<ParsedSize> budget;
     if (a.budget_given) budget = parse_size(a.budget, "--budget");  // '' is refused there, not read as "no budget"
-    int64_t largest = budget ? largest_fitting_microbatch(cfg, table, opt, budget->bytes, layout) : -1;
+    // A budget is the device's memory: on CUDA the context and libraries take their share first
+    // (cuda_runtime_overhead_bytes), the arena gets the rest.
+    const bool cuda = plan_backend(cfg) == "cuda";
+    const int cuda_major = cuda_plan_major_version();
+    const int64_t overhead = cuda ? cuda_runtime_overhead_bytes(cuda_major) : 0;
+    const int64_t arena_budget = budget ? budget->bytes - overhead : 0;
+    int64_t largest = budget ? largest_fitting_microbatch(cfg, table, opt, arena_budget, layout) : -1;
     // train.microbatch 0 means "the largest that fits": the budget's, else the rank's whole share.
     const int64_t rank_batch = cfg.train.batch_size / layout.world_size;
     int64_t mb = a.microbatch > 0 ? a.microbatch
@@ -132,7 +138,7 @@ void run_plan(const PlanArgs& a) {
         Config mc = cfg;
         mc.train.expert_grads = mode;
         ModeRow r{mode, build_largest_rank_plan(mc, table, opt, mb, layout)};
-        if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, budget->bytes, layout);
+        if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, arena_budget, layout);
         modes.push_back(std::move(r));
     }
     // every rank's optimizer state (the other parts are the same on every rank)
@@ -155,7 +161,7 @@ void run_plan(const PlanArgs& a) {
         Config mc = cfg;
         mc.train.recompute = mode;
         ModeRow r{mode, build_largest_rank_plan(mc, table, opt, mb, layout)};
-        if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, budget->bytes, layout);
+        if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, arena_budget, layout);
         recompute_modes.push_back(std::move(r));
     }
 
@@ -192,8 +198,8 @@ void run_plan(const PlanArgs& a) {
         j["peak"] = entry(plan.peak_bytes);
         if (budget) {
             j["budget"] = {{"bytes", budget->bytes}, {"gib", gib(budget->bytes)}, {"unit", budget->unit},
-                           {"fits", plan.peak_bytes <= budget->bytes},
-                           {"headroom_gib", gib(budget->bytes - plan.peak_bytes)}};
+                           {"arena_bytes", arena_budget}, {"fits", plan.peak_bytes <= arena_budget},
+                           {"headroom_gib", gib(arena_budget - plan.peak_bytes)}};
             j["largest_microbatch"] = largest;
         } else {
             j["budget"] = nullptr;
@@ -205,16 +211,15 @@ void run_plan(const PlanArgs& a) {
                               {"state_gib", gib(plans[i].state_bytes)}, {"paper_state_gib", gib(plans[i].paper_state_bytes)},
                               {"peak_gib", gib(plans[i].peak_bytes)}});
         j["optimizers"] = others;
-        if (plan_backend(cfg) == "cuda") {
-            const int major = cuda_plan_major_version();
-            const int64_t overhead = cuda_runtime_overhead_bytes(major);
-            j["cuda_runtime_overhead"] = {{"bytes", overhead}, {"gib", gib(overhead)}, {"cuda_major", major}};
+        if (cuda) {
+            j["cuda_runtime_overhead"] = {{"bytes", overhead}, {"gib", gib(overhead)}, {"cuda_major", cuda_major}};
             j["device_total"] = entry(plan.peak_bytes + overhead);
         }
         nlohmann::json mj = nlohmann::json::array();
         for (const ModeRow& r : modes)
             mj.push_back({{"expert_grads", r.mode}, {"gradients", entry(r.plan.grads_bytes)},
                           {"activations", entry(r.plan.activation_bytes)}, {"peak", entry(r.plan.peak_bytes)},
+                          {"device_total", entry(r.plan.peak_bytes + overhead)},
                           {"largest_microbatch", budget ? nlohmann::json(r.largest) : nlohmann::json(nullptr)}});
         j["expert_grads"] = cfg.train.expert_grads;
         j["expert_grad_modes"] = mj;
@@ -262,19 +267,18 @@ void run_plan(const PlanArgs& a) {
                gib(plan.activation_bytes));
     fmt::print("| workspace | {:.2f} GiB |\n", gib(plan.workspace_bytes));
     fmt::print("| **predicted peak** | **{:.2f} GiB** |\n\n", gib(plan.peak_bytes));
-    if (plan_backend(cfg) == "cuda") {
-        const int major = cuda_plan_major_version();
-        const int64_t overhead = cuda_runtime_overhead_bytes(major);
+    if (cuda)
         fmt::print("Outside the arena: CUDA context and libraries {:.2f} GiB (the CUDA {} constant, measured on an H200); "
                    "expected device total {:.2f} GiB.\n\n",
-                   gib(overhead), major, gib(plan.peak_bytes + overhead));
-    }
+                   gib(overhead), cuda_major, gib(plan.peak_bytes + overhead));
     if (budget) {
-        fmt::print("Budget {} read as {}: {:.2f} GiB.\n", a.budget, budget->unit, gib(budget->bytes));
-        if (plan.peak_bytes <= budget->bytes)
-            fmt::print("Fits: {:.2f} GiB of headroom at microbatch {}.\n", gib(budget->bytes - plan.peak_bytes), mb);
+        fmt::print("Budget {} read as {}: {:.2f} GiB{}.\n", a.budget, budget->unit, gib(budget->bytes),
+                   cuda ? fmt::format(", {:.2f} GiB for the arena after the CUDA context and libraries", gib(arena_budget))
+                        : "");
+        if (plan.peak_bytes <= arena_budget)
+            fmt::print("Fits: {:.2f} GiB of headroom at microbatch {}.\n", gib(arena_budget - plan.peak_bytes), mb);
         else
-            fmt::print("Does NOT fit: {:.2f} GiB over the budget at microbatch {}.\n", gib(plan.peak_bytes - budget->bytes), mb);
+            fmt::print("Does NOT fit: {:.2f} GiB over the budget at microbatch {}.\n", gib(plan.peak_bytes - arena_budget), mb);
         if (largest > 0)
             fmt::print("Largest microbatch that fits: {} (a divisor of batch_size {}).\n\n", largest, cfg.train.batch_size);
         else
@@ -282,12 +286,13 @@ void run_plan(const PlanArgs& a) {
                        gib(build_largest_rank_plan(cfg, table, opt, 1, layout).peak_bytes));
     }
     fmt::print("Expert weight gradients (train.expert_grads; this config: {}), {} at microbatch {}\n"
-               "| mode | gradients or kept operands | activations | peak |{}\n| --- | ---: | ---: | ---: |{}\n",
-               cfg.train.expert_grads, opt.name, mb, budget ? " largest microbatch that fits |" : "",
-               budget ? " ---: |" : "");
+               "| mode | gradients or kept operands | activations | peak |{}{}\n| --- | ---: | ---: | ---: |{}{}\n",
+               cfg.train.expert_grads, opt.name, mb, cuda ? " device total |" : "",
+               budget ? " largest microbatch that fits |" : "", cuda ? " ---: |" : "", budget ? " ---: |" : "");
     for (const ModeRow& r : modes)
-        fmt::print("| {} | {:.2f} GiB | {:.2f} GiB | {:.2f} GiB |{}\n", r.mode, gib(r.plan.grads_bytes),
+        fmt::print("| {} | {:.2f} GiB | {:.2f} GiB | {:.2f} GiB |{}{}\n", r.mode, gib(r.plan.grads_bytes),
                    gib(r.plan.activation_bytes), gib(r.plan.peak_bytes),
+                   cuda ? fmt::format(" {:.2f} GiB |", gib(r.plan.peak_bytes + overhead)) : "",
                    budget ? fmt::format(" {} |", r.largest > 0 ? std::to_string(r.largest) : std::string("none")) : "");
     fmt::print("\n");
     if (!ranks.empty()) {
@@ -312,7 +317,7 @@ void run_plan(const PlanArgs& a) {
             state = fmt::format("{:.2f} GiB + {:.2f} internal Adam", gib(plans[i].paper_state_bytes),
                                 gib(plans[i].state_bytes - plans[i].paper_state_bytes));
         fmt::print("| {} | {} | {} | {:.2f} GiB |{}\n", all[i].name, all[i].type, state, gib(plans[i].peak_bytes),
-                   budget ? (plans[i].peak_bytes <= budget->bytes ? " yes |" : " no |") : "");
+                   budget ? (plans[i].peak_bytes <= arena_budget ? " yes |" : " no |") : "");
     }
 }
 

@@ -35,8 +35,10 @@ void dp_plan_buckets(DataParallel& dp, const Model& m, double bucket_mib) {
         if (!p.grad) continue;  // deferred expert banks have no gradient buffer
         const CommDType t = p.grad.type == ScalarType::BF16 ? CommDType::BF16 : CommDType::F32;
         const int64_t bytes = p.numel() * comm_dtype_bytes(t);
-        if (dp.buckets.empty() || dp.buckets.back().dtype != t || dp.buckets.back().bytes + bytes > limit)
-            dp.buckets.push_back(GradBucket{{}, t, 0});
+        const bool experts = dp.expert_comm && p.info->tier == Tier::EXPERTS;
+        if (dp.buckets.empty() || dp.buckets.back().dtype != t || dp.buckets.back().experts != experts ||
+            dp.buckets.back().bytes + bytes > limit)
+            dp.buckets.push_back(GradBucket{{}, t, 0, experts});
         dp.buckets.back().params.push_back(k);
         dp.buckets.back().bytes += bytes;
     }
@@ -50,8 +52,10 @@ int64_t dp_global_microbatch(const DataParallel& dp, int64_t m) { return int64_t
 void dp_reduce_gradients(DataParallel& dp, Model& m, Backend& backend) {
     // world size 1 under mpirun on CUDA still runs NCCL's all-reduce (the path the GPU test checks)
     if (dp.world_size == 1 && !dp.device_comm) return;
-    Communicator& c = dp.device_comm ? *dp.device_comm : *dp.comm;
+    Communicator& world = dp.device_comm ? *dp.device_comm : *dp.comm;
     for (const GradBucket& b : dp.buckets) {
+        Communicator& c = b.experts ? *dp.expert_comm : world;
+        if (b.experts && c.world_size() == 1) continue;  // expert parallel over every rank: no other holder
         const int64_t es = comm_dtype_bytes(b.dtype);
         // In place when the communicator reads the backend's memory (NCCL on the device, MPI on
         // the CPU backend's host arena) and the bucket is one tensor.
@@ -108,26 +112,46 @@ bool dp_any(DataParallel& dp, bool flag) {
     return v > 0;
 }
 
-void dp_check_weights_agree(DataParallel& dp, Model& m, Backend& backend, const char* when) {
-    if (dp.world_size == 1 || backend.device_memory()) return;
+namespace {
+
+// FNV-1a over the weights of `m` that are (experts) or are not (!experts) expert banks, compared
+// over `c`: throws naming the ranks of `c` whose checksum differs from its rank 0's.
+void check_agree(Communicator& c, Model& m, Backend& backend, bool experts, const char* group, const char* when) {
     uint64_t h = 1469598103934665603ull;
     std::vector<unsigned char> host;
     for (const ParamRef& p : m.params) {
+        if ((p.info->tier == Tier::EXPERTS) != experts) continue;
         const int64_t bytes = p.numel() * (p.info->dtype == DType::BF16 ? 2 : 4);
         host.resize(size_t(bytes));
         backend.copy_to_host(host.data(), p.weight, bytes);
         for (unsigned char b : host) h = (h ^ b) * 1099511628211ull;
     }
-    std::vector<int64_t> all(size_t(dp.world_size));
+    std::vector<int64_t> all(size_t(c.world_size()));
     const int64_t mine = int64_t(h);
-    dp.comm->allgather(&mine, all.data(), 1, CommDType::I64);
+    c.allgather(&mine, all.data(), 1, CommDType::I64);
     std::vector<int> differ;
-    for (int r = 1; r < dp.world_size; ++r)
+    for (int r = 1; r < c.world_size(); ++r)
         if (all[size_t(r)] != all[0]) differ.push_back(r);
     if (!differ.empty())
-        fail("data parallel: {}: the weights of rank(s) {} differ from rank 0's (checksums {:016x} vs {:016x}); the "
-             "ranks no longer train one model", when, fmt::join(differ, ", "), uint64_t(all[size_t(differ[0])]),
-             uint64_t(all[0]));
+        fail("data parallel: {}: the {} of rank(s) {} of {} differ from its rank 0's (checksums {:016x} vs {:016x}); "
+             "the ranks no longer train one model", when, experts ? "expert weights" : "weights", fmt::join(differ, ", "),
+             group, uint64_t(all[size_t(differ[0])]), uint64_t(all[0]));
+}
+
+}  // namespace
+
+void dp_check_weights_agree(DataParallel& dp, Model& m, Backend& backend, const char* when) {
+    if (dp.world_size == 1 || backend.device_memory()) return;
+    if (!dp.expert_comm) {
+        check_agree(*dp.comm, m, backend, false, "the run", when);
+        check_agree(*dp.comm, m, backend, true, "the run", when);
+        return;
+    }
+    // expert parallel: every rank holds the same non-expert weights; the expert banks agree
+    // between the ranks that hold the same experts
+    check_agree(*dp.comm, m, backend, false, "the run", when);
+    if (dp.expert_comm->world_size() > 1)
+        check_agree(*dp.expert_comm, m, backend, true, "the ranks holding the same experts", when);
 }
 
 }  // namespace skew

@@ -23,6 +23,7 @@ struct GradBucket {
     std::vector<size_t> params;  // indices into Model::params
     CommDType dtype = CommDType::F32;
     int64_t bytes = 0;
+    bool experts = false;  // expert banks: summed over DataParallel::expert_comm (expert parallel)
 };
 
 /// The data-parallel group of one run and its per-step scratch. World size 1 (no launcher, or
@@ -30,6 +31,12 @@ struct GradBucket {
 struct DataParallel {
     Communicator* comm = nullptr;  // the data-parallel ranks over host memory (every rank while parallel.expert is 1)
     Communicator* device_comm = nullptr;  // the same ranks over device memory (NCCL, CUDA backend); null: comm
+    /// Expert parallel (docs/distributed.md, "Expert parallel"): the ranks that hold the same
+    /// experts (world_rank % M equal, world_size / M of them), over device memory on CUDA. An
+    /// expert bank's gradient is already the sum over its expert-parallel group's tokens (formed on
+    /// the owner), so it is summed over this group only; nullptr: expert banks are summed like every
+    /// other gradient.
+    Communicator* expert_comm = nullptr;
     int rank = 0;
     int world_size = 1;
     int64_t accum_steps = 1;        // microbatches per rank per step: batch_size / (world_size * microbatch)
@@ -74,7 +81,8 @@ void dp_sum_expert_tokens(DataParallel& dp, ExpertTokenCounts& c);
 /// Whether `flag` holds on any rank (a stop request, a signal seen by one rank only).
 bool dp_any(DataParallel& dp, bool flag);
 
-/// FNV-1a checksum of every weight of `m` (host copies), compared over the ranks: throws
+/// FNV-1a checksum of every weight of `m` (host copies), compared over the ranks (expert parallel:
+/// the expert banks over the ranks holding the same experts, expert_comm): throws
 /// skew::Error naming the ranks whose weights differ from rank 0's (a rank that diverged; should
 /// never happen, every rank applies the same update to the same bits). `when` names the moment in
 /// the message. Skipped on device-memory backends (a whole-model copy to the host).

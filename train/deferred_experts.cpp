@@ -49,13 +49,11 @@ void step_deferred_experts(Model& m, const OptimizerConfig& opt, OptimizerRunner
                     if (k.offsets.empty()) continue;  // not run this step
                     const int64_t r0 = k.offsets[size_t(e)], rows = k.offsets[size_t(e + 1)] - r0;
                     if (rows == 0) continue;
-                    const int64_t range[2] = {0, rows};
-                    be.moe_matmul_backward(TensorRef(), m.deferred.scratch,
-                                           ConstTensorRef((k.*bank.dy) + r0 * bank.out, ScalarType::BF16),
-                                           ConstTensorRef((k.*bank.x) + r0 * bank.in, ScalarType::BF16),
-                                           ConstTensorRef(static_cast<const char*>(bank.param->weight) + e * per * wbytes,
-                                                          ScalarType::BF16),
-                                           range, 1, bank.in, bank.out);
+                    // dW += dY_e^T X_e: the product (and accumulation order) of the stored mode's
+                    // moe_matmul_backward for this expert (the CPU loop, the CUDA per-expert loop)
+                    be.matmul(m.deferred.scratch, ConstTensorRef((k.*bank.dy) + r0 * bank.out),
+                              ConstTensorRef((k.*bank.x) + r0 * bank.in),
+                              MatmulShape{bank.out, bank.in, rows, true, false, 1.0f, 1.0f});
                 }
                 if (m.deferred.clip_coef != 1.0f) be.scale(m.deferred.scratch, m.deferred.clip_coef, per);
                 ParamSlot s = whole;

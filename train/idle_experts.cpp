@@ -68,6 +68,15 @@ IdleExpertSnapshot save_idle_experts(Backend& backend, const OptimizerConfig& op
     return snap;
 }
 
+std::vector<IdleExpert> held_idle_experts(const std::vector<IdleExpert>& idle, const Model& m) {
+    if (!m.ep.on()) return idle;
+    const int64_t first = m.ep.comm ? m.ep.comm->rank() * m.ep.El : 0;
+    std::vector<IdleExpert> out;
+    for (const IdleExpert& ie : idle)
+        if (ie.expert >= first && ie.expert < first + m.ep.El) out.push_back(IdleExpert{ie.block, ie.expert - first});
+    return out;
+}
+
 void restore_idle_experts(Backend& backend, const IdleExpertSnapshot& snap) {
     for (const auto& piece : snap.pieces)
         backend.copy_to_device(piece.device, piece.bytes.data(), int64_t(piece.bytes.size()));

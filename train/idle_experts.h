@@ -26,6 +26,13 @@ struct ExpertTokenCounts {
 /// Add one microbatch's routing statistics (LossParts::moe) to `c`.
 void add_expert_tokens(ExpertTokenCounts& c, const std::vector<MoeStats>& moe);
 
+struct IdleExpert;
+
+/// The experts of `idle` (global indices) that `m` holds, as indices into its banks: all of them
+/// in one process; under expert parallelism those in [rank E/M, (rank + 1) E/M) of the model's
+/// expert-parallel group, shifted by rank E/M (docs/distributed.md "Expert parallel").
+std::vector<IdleExpert> held_idle_experts(const std::vector<IdleExpert>& idle, const Model& m);
+
 /// One expert matrix of one MoE block.
 struct IdleExpert {
     int block = -1;

@@ -119,6 +119,7 @@ RunMetrics make_run_metrics(const Config& cfg, const OptimizerConfig& opt, const
     m.state_bytes = plan.state_bytes;
     m.paper_state_bytes = plan.paper_state_bytes;
     m.plan_peak_bytes = plan.peak_bytes;
+    m.plan_bytes = plan.peak_bytes;
     return m;
 }
 
@@ -193,6 +194,10 @@ nlohmann::json metrics_to_json(const RunMetrics& m) {
         {"paper_state_bytes", m.paper_state_bytes},
         {"paper_state_gib", double(m.paper_state_bytes) / GIB},
         {"plan_peak_bytes", m.plan_peak_bytes},
+        {"plan_bytes", m.plan_bytes},
+        {"device_overhead_bytes", m.device_overhead_bytes >= 0 ? nlohmann::json(m.device_overhead_bytes) : nlohmann::json()},
+        {"device_overhead_constant_bytes",
+         m.device_overhead_constant_bytes >= 0 ? nlohmann::json(m.device_overhead_constant_bytes) : nlohmann::json()},
         {"unigram_val_ppl", number_or_null(m.unigram_val_ppl)},
         {"peak_memory_bytes", m.peak_memory_bytes},
         {"peak_memory_gib", double(m.peak_memory_bytes) / GIB},
@@ -227,6 +232,12 @@ RunMetrics metrics_from_json(const nlohmann::json& j, const std::string& source)
     m.state_bytes = f.integer("state_bytes");
     m.paper_state_bytes = f.integer("paper_state_bytes");
     m.plan_peak_bytes = f.integer("plan_peak_bytes");
+    // written since the start-up measurement (older files lack them)
+    m.plan_bytes = j.contains("plan_bytes") ? f.integer("plan_bytes") : m.plan_peak_bytes;
+    if (j.contains("device_overhead_bytes") && !j["device_overhead_bytes"].is_null())
+        m.device_overhead_bytes = f.integer("device_overhead_bytes");
+    if (j.contains("device_overhead_constant_bytes") && !j["device_overhead_constant_bytes"].is_null())
+        m.device_overhead_constant_bytes = f.integer("device_overhead_constant_bytes");
     if (j.contains("unigram_val_ppl") && !j["unigram_val_ppl"].is_null()) m.unigram_val_ppl = f.number("unigram_val_ppl");
     m.peak_memory_bytes = f.integer("peak_memory_bytes");
     const auto& hist = f.need("history");

@@ -73,6 +73,15 @@ struct RunMetrics {
     int64_t state_bytes = 0;       // the plan's analytic optimizer state (all buffers)
     int64_t paper_state_bytes = 0; // the paper's accounting of it (Table 1; differs for Muon)
     int64_t plan_peak_bytes = 0;   // the plan's predicted peak (arena size)
+    /// Device backends: what the process holds outside the arena (CUDA context, library handles and
+    /// workspaces), measured once at start-up as device memory in use less the arena (cudaMemGetInfo,
+    /// whole device); -1 (JSON null) on host backends.
+    int64_t device_overhead_bytes = -1;
+    /// The constant skew plan adds for it (cuda_runtime_overhead_bytes); -1 on host backends.
+    int64_t device_overhead_constant_bytes = -1;
+    /// What skew plan predicts the run takes: plan_peak_bytes plus the constant on device backends
+    /// (its "expected device total"), plan_peak_bytes on host backends. Compare with peak_memory_bytes.
+    int64_t plan_bytes = 0;
     double unigram_val_ppl = NO_VALUE;  // baseline: validation perplexity of the training split's
                                         // token frequencies (add-one smoothing); null if not computed
     int64_t peak_memory_bytes = 0; // the largest measured peak of any evaluation

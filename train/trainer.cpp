@@ -255,6 +255,16 @@ EvalResult evaluate(Model& model, DataParallel& dp, const BatchStream& val, int6
     return r;
 }
 
+/// Device backends: the start-up measurement of what the process holds outside the arena into the
+/// run's metrics (device_overhead_bytes), with skew plan's constant and its expected device total.
+template <class Run>
+void synchronize_and_measure_overhead(Run& r) {
+    r.backend.synchronize();
+    r.metrics.device_overhead_bytes = std::max<int64_t>(0, r.backend.device_memory_used_bytes() - r.arena.bytes);
+    r.metrics.device_overhead_constant_bytes = cuda_runtime_overhead_bytes(cuda_plan_major_version());
+    r.metrics.plan_bytes = r.plan.peak_bytes + r.metrics.device_overhead_constant_bytes;
+}
+
 /// The checks of one optimizer's run that need no allocation, made for every optimizer before the
 /// run folder is created: an optimizer the backend cannot run, the microbatch
 /// (train.microbatch, or the largest that fits when 0) and, on a host backend, the plan against
@@ -263,9 +273,6 @@ EvalResult evaluate(Model& model, DataParallel& dp, const BatchStream& val, int6
 int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
                             const Backend& backend, const ParallelLayout& layout) {
     require_optimizer_backend(opt, backend);
-    if (cfg.train.expert_grads == "deferred" && backend.device_memory())
-        fail("train.expert_grads: deferred runs on the CPU backend only (the device step has no per-expert "
-             "weight-gradient product yet); set runtime.backend: cpu or train.expert_grads: stored");
     const int64_t mb =
         cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, backend, layout);
     if (!backend.device_memory()) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb, layout), opt);
@@ -318,7 +325,8 @@ struct OptimizerRun {
     Backend& backend;
     RunWrites& writes;
     int64_t mb = 0, accum = 0;  // sequences per microbatch; microbatches per global batch (all ranks)
-    const ParamTable& table;
+    const ParamTable& table;  // this rank's (expert parallel: its n_experts / M experts of each bank)
+    ParamTable global;        // the whole model's (build_param_table(cfg.model)): ZeRO-1 and the checkpoints
     ParallelLayout layout;  // this rank's place: world size, ZeRO stage (docs/distributed.md)
     MemoryPlan plan;
     Arena arena;
@@ -350,12 +358,17 @@ struct OptimizerRun {
     OptimizerRun(const Config& c, const OptimizerConfig& o, const TrainOptions& to, Backend& be, RunWrites& w,
                  const ParamTable& table, int64_t microbatch)
         : cfg(c), opt(o), opts(to), backend(be), writes(w), mb(microbatch), accum(c.train.batch_size / microbatch),
-          table(table), layout(parallel_layout(c, to.comm->world_size(), to.comm->rank())),
+          table(table), global(build_param_table(c.model)),
+          layout(parallel_layout(c, to.comm->world_size(), to.comm->rank())),
           plan(build_memory_plan(c, table, o, microbatch, layout)), arena(allocate_arena(plan, be)),
           model(model_bind(c, table, arena, be)), dp(dp_make(*to.comm, c.train, microbatch)), writer(dp.rank == 0) {
-        partition = zero_partition(table, o, layout);
-        if (layout.zero()) zero = make_zero_optimizer(o, table, table, layout, arena, *to.comm);
+        // ZeRO-1 and the sharded checkpoints partition the whole model's table under the layout
+        // (held_param_table gives this rank's banks); the model and its slots use the rank's table
+        partition = zero_partition(global, o, layout);
+        if (layout.zero()) zero = make_zero_optimizer(o, global, table, layout, arena, *to.comm);
         else slots = arena_param_slots(o, table, arena);
+        if (to.expert_comm) model_set_expert_comm(model, to.expert_comm);
+        dp.expert_comm = to.expert_holders;
         dp.device_comm = to.device_comm;
         dp_plan_buckets(dp, model, c.parallel.bucket_mib);
         optimizer = make_optimizer_runner(opt, backend, arena);
@@ -382,7 +395,7 @@ struct OptimizerRun {
         state.extra["optimizer_t"] = optimizer_t;
         dp_check_weights_agree(dp, model, backend, "at a checkpoint");
         if (writer) sync_step_log(log);
-        if (layout.world_size > 1) save_sharded_checkpoint(dir, arena, state, &backend, layout, partition, table, *opts.comm);
+        if (layout.world_size > 1) save_sharded_checkpoint(dir, arena, state, &backend, layout, partition, global, *opts.comm);
         else save_checkpoint(dir, arena, state, &backend);
         writes.committed = true;
     }
@@ -430,7 +443,7 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     r.metrics.unigram_val_ppl = data.unigram_val_ppl;
     if (opts.resume && checkpoint_exists(r.last_dir)) {
         r.state = r.layout.world_size > 1 ? load_sharded_checkpoint(r.last_dir, r.arena, &backend, r.layout, r.partition,
-                                                                    table, *opts.comm)
+                                                                    r.global, *opts.comm)
                                           : load_checkpoint(r.last_dir, r.arena, &backend);
         if (r.state.config_hash != hash)
             fail("{}: the checkpoint was written under another config than {} (config hash {} vs {}): was config.yaml "
@@ -466,6 +479,18 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
             }
         }
         model_init(r.model, uint64_t(tc.seed));
+    }
+    if (backend.device_memory()) {
+        // What the process holds outside the arena, measured once the arena, the backend's handles
+        // and the optimizer's exist (before the first step loads kernel modules): the device in use
+        // less the arena, against the constant `skew plan` adds (docs/design.md "Deferred expert
+        // gradients" and "One memory plan").
+        synchronize_and_measure_overhead(r);
+        spdlog::info("{}: CUDA context and libraries {:.3f} GiB measured at start-up (device memory in use less the "
+                     "{:.3f} GiB arena); skew plan's CUDA {} constant is {:.3f} GiB, its expected device total {:.3f} GiB",
+                     opt.name, double(r.metrics.device_overhead_bytes) / GIB, double(r.arena.bytes) / GIB,
+                     cuda_plan_major_version(), double(r.metrics.device_overhead_constant_bytes) / GIB,
+                     double(r.metrics.plan_bytes) / GIB);
     }
     dp_check_weights_agree(r.dp, r.model, backend, "after initialization or resume");
     reset_peak_rss();
@@ -580,8 +605,10 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
             r.metrics.summary.stopped_at_step = step;
             const std::string why = fault_message(*fault), prefix = fmt::format("step {}: ", step);
             r.metrics.summary.stop_reason = why.rfind(prefix, 0) == 0 ? why.substr(prefix.size()) : why;
-            write_metrics(r.opts.run_dir, r.metrics);
-            sync_step_log(r.log);
+            if (r.writer) {
+                write_metrics(r.opts.run_dir, r.metrics);
+                sync_step_log(r.log);
+            }
             fail("{}: {}; stopped with the checkpoint of step {} in {}", opt.name, fault_message(*fault), r.state.step,
                  r.last_dir);
         }
@@ -604,7 +631,8 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
             }
             // experts that got no token keep weights and state (train.idle_experts: skip)
             const IdleExpertSnapshot idle = tc.idle_experts == "skip"
-                                                ? save_idle_experts(r.backend, opt, r.slots, idle_experts(expert_tokens))
+                                                ? save_idle_experts(r.backend, opt, r.slots,
+                                                                    held_idle_experts(idle_experts(expert_tokens), r.model))
                                                 : IdleExpertSnapshot{};
             r.optimizer->step(r.slots, os);
             step_deferred_experts(r.model, opt, *r.optimizer, r.slots, os);  // train.expert_grads: deferred
@@ -720,8 +748,10 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
     }
     if (r.writer) status_finish(r.status);
     if (backend.device_memory())
-        spdlog::info("{}: measured peak device memory {:.3f} GiB (whole device), plan {:.3f} GiB", opt.name,
-                     double(r.device_peak) / GIB, double(r.plan.peak_bytes) / GIB);
+        spdlog::info("{}: measured peak device memory {:.3f} GiB (whole device), plan {:.3f} GiB (arena; with the "
+                     "CUDA context and libraries {:.3f} GiB: {:.3f} measured at start-up)", opt.name,
+                     double(r.device_peak) / GIB, double(r.plan.peak_bytes) / GIB, double(r.metrics.plan_bytes) / GIB,
+                     double(r.plan.peak_bytes + r.metrics.device_overhead_bytes) / GIB);
     r.metrics.summary = summarize(r.metrics.history, r.totals());
     if (r.writer) {
         write_metrics(opts.run_dir, r.metrics);
@@ -761,7 +791,22 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
     const int world = comm.world_size();
     const bool writer = comm.rank() == 0;  // rank 0 alone writes the run folder
     if (cfg.runtime.threads > 0) omp_set_num_threads(int(cfg.runtime.threads));
-    ParamTable table = build_param_table(cfg.model);
+    // expert parallel: rank r holds experts [(r % M) E/M, (r % M + 1) E/M) of every bank; its group
+    // is the M consecutive ranks r - r % M ..., the holders of the same experts every M-th rank
+    const int64_t M = cfg.parallel.expert;
+    if (world % M != 0)
+        fail("parallel.expert {} needs a multiple of {} ranks (mpirun -np); this run has {}", M, M, world);
+    if (M > 1 && opts.resume)  // until the checkpoints record every rank's experts (docs/distributed.md)
+        fail("--resume {}: a run with parallel.expert {} cannot resume yet: its checkpoints hold rank 0's experts only",
+             opts.run_dir, M);
+    std::unique_ptr<Communicator> expert_group, expert_holders;
+    if (M > 1) {
+        expert_group = comm.split(int(comm.rank() / M), comm.rank());
+        expert_holders = comm.split(int(comm.rank() % M), comm.rank());
+        opts.expert_comm = expert_group.get();
+        opts.expert_holders = expert_holders.get();
+    }
+    ParamTable table = build_param_table(cfg.model, ExpertShard{M, comm.rank() % M});
     const fs::path config_path = fs::path(opts.run_dir) / "config.yaml";
     DirLock run_lock;
     Batches data;
@@ -811,9 +856,9 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         // planned for this rank's layout (its ZeRO-1 share of the optimizer state)
         if (cfg.train.microbatch > 0) dp_make(comm, cfg.train, cfg.train.microbatch);  // its message names all three
         const ParallelLayout layout = parallel_layout(run_cfg, world, comm.rank());
-        if (layout.expert_parallel > 1)
-            fail("parallel.expert {}: expert parallelism is not in this trainer yet; set parallel.expert: 1",
-                 layout.expert_parallel);
+        if (layout.expert_parallel > 1 && layout.zero())
+            fail("{}: parallel.expert {} needs parallel.zero_stage: 0 (ZeRO-1 does not partition an expert-parallel "
+                 "run's optimizer state yet)", cfg.source, layout.expert_parallel);
         for (const OptimizerConfig& opt : cfg.optimizers) {
             microbatch.push_back(check_optimizer_run(run_cfg, table, opt, *backend, layout));
             dp_make(comm, cfg.train, microbatch.back());  // batch_size a multiple of world x microbatch
@@ -842,6 +887,12 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         device_comm = make_device_communicator(*backend, comm, opts.device);
         opts.device_comm = device_comm.get();
         spdlog::info("data parallel: {} ranks, gradients summed over NCCL ({})", world, device_comm->describe());
+        if (M > 1) {  // the expert exchange and the expert gradients move device memory too
+            expert_group = device_comm->split(int(comm.rank() / M), comm.rank());
+            expert_holders = device_comm->split(int(comm.rank() % M), comm.rank());
+            opts.expert_comm = expert_group.get();
+            opts.expert_holders = expert_holders.get();
+        }
     }
 
     RunWrites writes;

@@ -23,6 +23,11 @@ struct TrainOptions {
     Communicator* comm = nullptr;  // the run's ranks over host memory (dist/launch.h launch_world); null: one process
     int device = 0;                // the CUDA device of this rank (its local rank under mpirun)
     bool nccl = false;             // launched by MPI: the CUDA backend sums over NCCL (dist/nccl_communicator.h)
+    /// parallel.expert M > 1 (set by train_all, docs/distributed.md "Expert parallel"): this rank's
+    /// expert-parallel group (world ranks [g M, (g + 1) M)) and the ranks holding the same experts
+    /// (world_rank % M equal).
+    Communicator* expert_comm = nullptr;
+    Communicator* expert_holders = nullptr;
     Communicator* device_comm = nullptr;  // set by train_all: NCCL over the ranks when nccl and the backend is CUDA
 };
 

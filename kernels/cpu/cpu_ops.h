@@ -95,6 +95,19 @@ void check_nonneg(const char* what, int64_t v);
 
 // ---- matmul (matmul.cpp)
 
+/// While alive, OpenBLAS runs every call on the calling thread (its own thread pool stays idle),
+/// so OpenMP threads can each run a product on their own slice without OpenBLAS's threads spinning
+/// beside them; the previous OpenBLAS thread count is restored at the end. Held by the host thread
+/// outside OpenMP parallel regions (one at a time: the backend is driven by one host thread);
+/// inside a parallel region it changes nothing.
+struct BlasSerialScope {
+    BlasSerialScope();
+    ~BlasSerialScope();
+    BlasSerialScope(const BlasSerialScope&) = delete;
+    BlasSerialScope& operator=(const BlasSerialScope&) = delete;
+    int saved_threads;
+};
+
 void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s);
 
 // ---- embedding (embedding.cpp)
@@ -171,7 +184,10 @@ void zero(TensorRef x, int64_t n);
 void convert(TensorRef dst, ConstTensorRef src, int64_t n);
 double sum_squares(std::span<const BufferRef> buffers);
 
-// ---- cross-entropy (cross_entropy.cpp)
+// ---- cross-entropy (cross_entropy.cpp) and the fused LM head (lm_head.cpp)
+
+/// Throw skew::Error naming `op` when n < 0, V <= 0, Vp < V or a target is outside [0, V).
+void cross_entropy_check_args(const char* op, const int32_t* targets, int64_t n, int64_t V, int64_t Vp);
 
 void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n_tokens,
                            int64_t vocab_size, int64_t padded_vocab_size);

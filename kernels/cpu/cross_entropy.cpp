@@ -1,27 +1,27 @@
-// CPU cross-entropy over the padded vocabulary with the tied LM head (docs/design.md: GPT-2 vocabulary
-// padded to 50,304, tied embedding and LM head). Padding columns are masked to probability 0; the
-// log-sum-exp subtracts the row max, so logits in the hundreds stay finite.
+// CPU cross-entropy over the padded vocabulary from materialized logits (docs/design.md: GPT-2
+// vocabulary padded to 50,304, tied embedding and LM head); the fused head is lm_head.cpp. Padding
+// columns are masked to probability 0; the log-sum-exp subtracts the row max, so logits in the
+// hundreds stay finite.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "engine/error.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace skew::cpu {
 
-namespace {
-
-void check_args(const char* op, const int32_t* targets, int64_t n, int64_t V, int64_t Vp) {
+void cross_entropy_check_args(const char* op, const int32_t* targets, int64_t n, int64_t V, int64_t Vp) {
     check_nonneg(op, n);
     if (V <= 0 || Vp < V) fail("{}: vocab_size {} must be positive and at most padded_vocab_size {}", op, V, Vp);
     for (int64_t i = 0; i < n; ++i)
         if (targets[i] < 0 || targets[i] >= V)
             fail("{}: target {} at position {} is outside the vocabulary [0, {})", op, targets[i], i, V);
 }
+
+namespace {
 
 // One token's cross-entropy over the real vocabulary x[0, V), stable (row max subtracted), in one
 // exp pass. Returns the loss lse - x[target]. When d is non-null also writes the gradient
@@ -79,7 +79,7 @@ double xent_row(float* d, const float* x, int32_t target, int64_t V, int64_t Vp,
 
 void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n_tokens,
                            int64_t vocab_size, int64_t padded_vocab_size) {
-    check_args("cross_entropy_forward", targets, n_tokens, vocab_size, padded_vocab_size);
+    cross_entropy_check_args("cross_entropy_forward", targets, n_tokens, vocab_size, padded_vocab_size);
 #pragma omp parallel for schedule(static) if (n_tokens * padded_vocab_size > kParallelMinWork)
     for (int64_t i = 0; i < n_tokens; ++i)
         losses[i] =
@@ -88,81 +88,11 @@ void cross_entropy_forward(float* losses, const float* logits, const int32_t* ta
 
 void cross_entropy_backward_scaled(float* dlogits, const float* logits, const int32_t* targets, float grad_scale,
                                    int64_t n_tokens, int64_t vocab_size, int64_t padded_vocab_size) {
-    check_args("cross_entropy_backward", targets, n_tokens, vocab_size, padded_vocab_size);
+    cross_entropy_check_args("cross_entropy_backward", targets, n_tokens, vocab_size, padded_vocab_size);
 #pragma omp parallel for schedule(static) if (n_tokens * padded_vocab_size > kParallelMinWork)
     for (int64_t i = 0; i < n_tokens; ++i)
         xent_row(dlogits + i * padded_vocab_size, logits + i * padded_vocab_size, targets[i], vocab_size,
                  padded_vocab_size, grad_scale);
-}
-
-/// Forward and backward of one chunk in one pass: losses (m), logits overwritten by their gradient.
-static void cross_entropy_fused(float* losses, float* logits, const int32_t* targets, float grad_scale, int64_t m,
-                                int64_t V, int64_t Vp) {
-#pragma omp parallel for schedule(static) if (m * Vp > kParallelMinWork)
-    for (int64_t i = 0; i < m; ++i)
-        losses[i] = float(xent_row(logits + i * Vp, logits + i * Vp, targets[i], V, Vp, grad_scale));
-}
-
-int64_t lm_head_chunk_tokens(const ClassifierShape& s) {
-    const int64_t budget = int64_t(1) << 24;  // fp32 logits held at once (64 MiB)
-    const int64_t chunk = std::max<int64_t>(1, budget / std::max<int64_t>(1, s.padded_vocab_size));
-    return std::min(chunk, std::max<int64_t>(1, s.n_tokens));
-}
-
-int64_t lm_head_workspace_bytes(const ClassifierShape& s) {
-    // chunk logits + the embedding widened to fp32 once + an fp32 accumulator for its gradient
-    return (lm_head_chunk_tokens(s) * s.padded_vocab_size + 2 * s.padded_vocab_size * s.d_model) *
-           int64_t(sizeof(float));
-}
-
-void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
-                           ConstTensorRef wte, const int32_t* targets, float dloss, const ClassifierShape& s,
-                           void* workspace) {
-    const int64_t n = s.n_tokens, C = s.d_model, V = s.vocab_size, Vp = s.padded_vocab_size;
-    check_args("lm_head_cross_entropy", targets, n, V, Vp);
-    check_nonneg("lm_head_cross_entropy d_model", C);
-    if (!workspace && n > 0) fail("lm_head_cross_entropy: null workspace (size from lm_head_workspace_bytes)");
-    if (n == 0) {
-        if (mean_loss) *mean_loss = 0.0f;
-        return;
-    }
-    const int64_t chunk = lm_head_chunk_tokens(s);
-    float* logits = static_cast<float*>(workspace);  // (chunk, Vp)
-    float* wte32 = logits + chunk * Vp;              // (Vp, C), used when wte is bf16
-    float* dwte32 = wte32 + Vp * C;                  // (Vp, C), used when dwte is bf16
-    // Widen the embedding once for all chunks; accumulate its gradient in fp32 and round once.
-    ConstTensorRef w = wte;
-    if (wte.type == ScalarType::BF16) {
-        convert(wte32, wte, Vp * C);
-        w = ConstTensorRef(wte32);
-    }
-    TensorRef dw = dwte;
-    if (dwte && dwte.type == ScalarType::BF16) {
-        zero(dwte32, Vp * C);
-        dw = TensorRef(dwte32);
-    }
-    std::vector<float> local_losses;
-    if (!losses) {
-        local_losses.resize(static_cast<size_t>(n));
-        losses = local_losses.data();
-    }
-    const bool backward = dx || dwte;
-    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
-        const int64_t m = std::min(chunk, n - i0);
-        const ConstTensorRef xc = offset(x, i0 * C);
-        matmul(logits, xc, w, MatmulShape{m, Vp, C, false, true});
-        if (!backward) {
-            cross_entropy_forward(losses + i0, logits, targets + i0, m, V, Vp);
-            continue;
-        }
-        cross_entropy_fused(losses + i0, logits, targets + i0, dloss / float(n), m, V, Vp);
-        if (dx) matmul(offset(dx, i0 * C), logits, w, MatmulShape{m, C, Vp});
-        if (dw) matmul(dw, logits, xc, MatmulShape{Vp, C, m, true, false, 1.0f, 1.0f});
-    }
-    if (dwte && dwte.type == ScalarType::BF16) accumulate(dwte, dwte32, Vp * C);
-    double total = 0.0;
-    for (int64_t i = 0; i < n; ++i) total += losses[i];
-    if (mean_loss) *mean_loss = float(total / double(n));
 }
 
 }  // namespace skew::cpu

@@ -4,6 +4,10 @@
 #include <cblas.h>
 #include <omp.h>
 
+// OpenBLAS's thread-count controls (declared here: the cblas.h in use may be another BLAS's).
+extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" int openblas_get_num_threads(void);
+
 #include <algorithm>
 #include <climits>
 #include <vector>
@@ -16,6 +20,14 @@ namespace skew::cpu {
 
 void check_nonneg(const char* what, int64_t v) {
     if (v < 0) fail("{}: negative size {}", what, v);
+}
+
+BlasSerialScope::BlasSerialScope() : saved_threads(omp_in_parallel() ? 1 : openblas_get_num_threads()) {
+    if (saved_threads != 1) openblas_set_num_threads(1);
+}
+
+BlasSerialScope::~BlasSerialScope() {
+    if (saved_threads != 1) openblas_set_num_threads(saved_threads);
 }
 
 namespace {
@@ -33,6 +45,39 @@ void widen_block(float* dst, ConstTensorRef src, int64_t ld, int64_t r0, int64_t
             const float* s = static_cast<const float*>(src.data) + r * ld + c0;
             std::copy(s, s + w, d);
         }
+    }
+}
+
+// C (m x n, ldc) = alpha op(A) op(B) + beta C on OpenMP threads: C split into one slab of rows (or
+// of columns, when n > m) per thread, each a single-threaded cblas_sgemm (BlasSerialScope), so
+// OpenBLAS's own threads do not spin beside OpenMP's. Every element is one sgemm's dot product over
+// the whole k, as in one call.
+void sgemm_omp(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    const BlasSerialScope serial_blas;
+    const int threads = m * n * k >= (int64_t(1) << 20) ? omp_get_max_threads() : 1;
+    const bool split_n = n > m;
+    const int64_t extent = split_n ? n : m;
+    const int64_t slab = std::max<int64_t>(16, (extent / threads + 15) / 16 * 16);
+    const int64_t parts = (extent + slab - 1) / slab;
+#pragma omp parallel for schedule(static) num_threads(threads) if (parts > 1)
+    for (int64_t p = 0; p < parts; ++p) {
+        const int64_t i0 = p * slab, w = std::min(slab, extent - i0);
+        const float* ap = a;
+        const float* bp = b;
+        float* cp = c;
+        int64_t mm = m, nn = n;
+        if (split_n) {
+            bp = tb ? b + i0 * ldb : b + i0;
+            cp = c + i0;
+            nn = w;
+        } else {
+            ap = ta ? a + i0 : a + i0 * lda;
+            cp = c + i0 * ldc;
+            mm = w;
+        }
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(mm), int(nn),
+                    int(k), alpha, ap, int(lda), bp, int(ldb), beta, cp, int(ldc));
     }
 }
 
@@ -56,7 +101,7 @@ void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& 
     if (c.type == ScalarType::F32) {
         cf = static_cast<float*>(c.data);
     } else {
-        c_tmp.assign(size_t(m * n), 0.0f);
+        c_tmp.resize(size_t(m * n));  // k > 0 with beta 0 overwrites it
         cf = c_tmp.data();
         if (s.beta != 0.0f) widen_block(cf, c, n, 0, m, 0, n);
     }
@@ -109,8 +154,7 @@ void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& 
             ldb = n;
         }
         const float beta = k0 == 0 ? s.beta : 1.0f;
-        cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans, int(m),
-                    int(n), int(kw), s.alpha, ap, int(lda), bp, int(ldb), beta, cf, int(n));
+        sgemm_omp(s.trans_a, s.trans_b, m, n, kw, s.alpha, ap, lda, bp, ldb, beta, cf, n);
     }
 
     if (c.type == ScalarType::BF16) {

@@ -35,6 +35,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
              "(nvidia-smi), or use the CPU backend");
     if (device < 0 || device >= n) fail("CUDA backend: device {} does not exist ({} visible)", device, n);
     cuda_check(cudaSetDevice(device));
+    cuda_check(cudaFree(nullptr));  // the context exists from here: what it takes is in use now
+    const int64_t used_context = device_memory_used_bytes();
     cuda_check(cudaStreamCreate(&stream_));
     error_word_ = static_cast<int*>(device_alloc(sizeof(int), "CUDA backend: error word"));
     cuda_check(cudaMemsetAsync(error_word_, 0, sizeof(int), stream_));
@@ -50,6 +52,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
         spdlog::info("CUDA backend: grouped expert GEMM {}", grouped_gemm_algo_name(algo));
     }
     grouped_ = std::make_unique<GroupedMatmul>(*mm_, algo);
+    // The start-up measurement of what the process holds outside the arena (the trainer logs the
+    // total against skew plan's constant, cuda_runtime_overhead_bytes): the context, then the handles.
+    const int64_t used_handles = device_memory_used_bytes();
+    spdlog::info("CUDA backend: device memory in use at start-up {:.3f} GiB with the context, {:.3f} GiB with the "
+                 "library handles and their workspace (whole device, by cudaMemGetInfo)",
+                 double(used_context) / double(1 << 30), double(used_handles) / double(1 << 30));
 }
 
 CudaBackend::~CudaBackend() {

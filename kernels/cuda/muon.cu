@@ -170,12 +170,13 @@ __global__ void __launch_bounds__(THREADS)
         for (int64_t q = thread_index(); q < groups; q += grid_stride()) {
             const int64_t e = q / per, k = (q - e * per) * 8;
             const int64_t el = (e0 + e) * n + k;  // tensor element, a multiple of 8
+            const uint64_t noise_el = wb.element_base + uint64_t(el);  // a multiple of 4 (the host checks)
             const Bf16x8 xo = load8(X + e * stride + k);
             Bf16x8 w = load8(weight + el);
             Philox4 r0{{0, 0, 0, 0}}, r1{{0, 0, 0, 0}};
             if (draw) {
-                r0 = philox_block(key, wb.step, wb.tensor, uint64_t(wb.element_base + el) >> 2);
-                r1 = philox_block(key, wb.step, wb.tensor, (uint64_t(wb.element_base + el) >> 2) + 1);
+                r0 = philox_block(key, wb.step, wb.tensor, noise_el >> 2);
+                r1 = philox_block(key, wb.step, wb.tensor, (noise_el >> 2) + 1);
             }
             const uint32_t rw[8] = {r0.v[0], r0.v[1], r0.v[2], r0.v[3], r1.v[0], r1.v[1], r1.v[2], r1.v[3]};
 #pragma unroll
@@ -191,10 +192,8 @@ __global__ void __launch_bounds__(THREADS)
             const int64_t e = q / n, k = q - e * n, el = (e0 + e) * n + k;
             const float u = rn_mul(bf16_to_f32(X[e * stride + k]), scale);
             const float x = update_target(bf16_to_f32(weight[el]), u, wb);
-            const uint32_t r =
-                draw ? pick_word(philox_block(key, wb.step, wb.tensor, uint64_t(wb.element_base + el) >> 2),
-                                 uint64_t(wb.element_base + el))
-                     : 0u;
+            const uint64_t noise_el = wb.element_base + uint64_t(el);
+            const uint32_t r = draw ? pick_word(philox_block(key, wb.step, wb.tensor, noise_el >> 2), noise_el) : 0u;
             weight[el] = round_with(x, r, wb.rounding);
         }
     }
@@ -401,7 +400,7 @@ void muon_step(const OptimTensor& t, float* B, const MuonArgs& args, const Optim
             if (t.weight_f32) {
                 muon_write_f32_kernel<<<grid_for(c * n, THREADS), THREADS, 0, stream>>>(
                     static_cast<float*>(t.weight), X, e0, c, n, sx, args.shape_scale, w);
-            } else if (n % 8 == 0 && aligned16(static_cast<const bf16*>(t.weight))) {
+            } else if (n % 8 == 0 && aligned16(static_cast<const bf16*>(t.weight)) && w.element_base % 4 == 0) {
                 muon_write_kernel<true><<<grid_for(c * n / 8, THREADS), THREADS, 0, stream>>>(
                     static_cast<bf16*>(t.weight), X, e0, c, n, sx, args.shape_scale, w);
             } else {

@@ -81,11 +81,12 @@ __device__ __forceinline__ void write1(float* w, int64_t i, float u, const Optim
 }
 __device__ __forceinline__ void write1(bf16* w, int64_t i, float u, const OptimWrite& wb) {
     const float x = bf16_target(bf16_to_f32(w[i]), u, wb);
-    const uint32_t r = wb.rounding == ROUNDING_NEAREST ? 0u : rounding_bits(wb.seed, wb.step, wb.tensor, uint64_t(wb.element_base + i));
+    const uint32_t r = wb.rounding == ROUNDING_NEAREST ? 0u : rounding_bits(wb.seed, wb.step, wb.tensor, wb.element_base + uint64_t(i));
     w[i] = round_bf16(x, r, wb);
 }
 
-/// Eight elements at i0 (a multiple of 4, 16-byte aligned): two Philox blocks serve the eight words.
+/// Eight elements at i0 (a multiple of 4, 16-byte aligned; wb.element_base a multiple of 4 too):
+/// two Philox blocks serve the eight words.
 __device__ __forceinline__ void write8(float* w, int64_t i0, const float (&u)[8], const OptimWrite& wb) {
     float x[8];
     ld8(w + i0, x);
@@ -99,8 +100,9 @@ __device__ __forceinline__ void write8(bf16* w, int64_t i0, const float (&u)[8],
     Philox4 b0{{0, 0, 0, 0}}, b1{{0, 0, 0, 0}};
     if (wb.rounding != ROUNDING_NEAREST) {
         const PhiloxKey key{wb.seed, PHILOX_STREAM_ROUNDING};
-        b0 = philox_block(key, wb.step, wb.tensor, uint64_t(wb.element_base + i0) >> 2);
-        b1 = philox_block(key, wb.step, wb.tensor, (uint64_t(wb.element_base + i0) >> 2) + 1);
+        const uint64_t el = wb.element_base + uint64_t(i0);
+        b0 = philox_block(key, wb.step, wb.tensor, el >> 2);
+        b1 = philox_block(key, wb.step, wb.tensor, (el >> 2) + 1);
     }
     bf16 h[8];
 #pragma unroll
@@ -480,7 +482,8 @@ void optim_skewadam_adafactor_step(const OptimTensor& t, const OptimUpdate& u, c
     UpdateArgs a{u.b1, u.omb1, u.b2, u.omb2, u.coef, u.eps};
     dispatch(t, [&](auto* weight, const auto* grad) {
         // 16-byte accesses: every pointer aligned and every item's first element a multiple of 8.
-        const bool vec = aligned16(weight, grad, u.M, u.V) && (cols % VEC == 0 || (E == 1 && rows == 1));
+        const bool vec = aligned16(weight, grad, u.M, u.V) && (cols % VEC == 0 || (E == 1 && rows == 1)) &&
+                         w.element_base % 4 == 0;
         if (factored) {
             if (row_tiles * col_segs > 2147483647) throw_op_error("optim_skewadam_adafactor_step", "matrix too large");
             const float add = adafactor ? u.eps : 0.0f;
@@ -502,7 +505,7 @@ void optim_skewadam_adafactor_step(const OptimTensor& t, const OptimUpdate& u, c
 void optim_adamw_step(const OptimTensor& t, float* m, float* v, double b1, double b2, float inv_bc1, float inv_sqrt_bc2,
                       float eps, const OptimWrite& w, cudaStream_t stream) {
     dispatch(t, [&](auto* weight, const auto* grad) {
-        const bool vec = aligned16(weight, grad, m, v);
+        const bool vec = aligned16(weight, grad, m, v) && w.element_base % 4 == 0;
         adamw_kernel<<<grid_for((t.numel() + VEC - 1) / VEC, THREADS), THREADS, 0, stream>>>(
             weight, grad, t.grad_scale, m, v, t.numel(), vec, float(b1), float(1.0 - b1), float(b2), float(1.0 - b2), inv_bc1,
             inv_sqrt_bc2, eps, w);
@@ -512,7 +515,7 @@ void optim_adamw_step(const OptimTensor& t, float* m, float* v, double b1, doubl
 
 void optim_lion_step(const OptimTensor& t, float* m, double b1, double b2, const OptimWrite& w, cudaStream_t stream) {
     dispatch(t, [&](auto* weight, const auto* grad) {
-        const bool vec = aligned16(weight, grad, m);
+        const bool vec = aligned16(weight, grad, m) && w.element_base % 4 == 0;
         lion_kernel<<<grid_for((t.numel() + VEC - 1) / VEC, THREADS), THREADS, 0, stream>>>(
             weight, grad, t.grad_scale, m, t.numel(), vec, float(b1), float(1.0 - b1), float(b2), float(1.0 - b2), w);
         cuda_check_kernel("lion_kernel");

@@ -15,7 +15,9 @@ namespace skew::cuda {
 /// How a tensor is written back (the CPU's optim_detail::WriteBack): W <- round(W*keep - lr*U) for
 /// bf16 weights with `rounding` (RoundingMode: 0 stochastic, 1 dithered, 2 nearest), exact for fp32;
 /// premultiply rounds W*keep to nearest first (the paper's trainer). Noise: Philox(seed, ROUNDING,
-/// step, tensor, element).
+/// step, tensor, element_base + element): a step over one matrix of a bank (deferred expert
+/// gradients) sets element_base to the matrix's first element in the bank, so its noise equals the
+/// whole-bank step's (the kernels take 16-byte accesses only when element_base % 4 == 0).
 struct OptimWrite {
     uint8_t rounding = 0;
     bool premultiply = false;
@@ -24,9 +26,7 @@ struct OptimWrite {
     uint64_t seed = 0;
     uint32_t step = 0;
     uint32_t tensor = 0;
-    /// Added to every element index that keys the noise: a tensor that is part of a larger one
-    /// (some experts of a bank: ZeRO-1) keys by its elements' indices in the whole (a multiple of 4).
-    int64_t element_base = 0;
+    uint64_t element_base = 0;
 };
 
 /// A parameter tensor on the device: weight (bf16 or fp32) and gradient (bf16 or fp32), numel

@@ -16,8 +16,10 @@ __global__ void swiglu_forward_kernel(bf16* __restrict__ h, const bf16* __restri
     for (int64_t i = thread_index(); i < n; i += grid_stride()) st(h + i, silu_f32(ld(a[i])) * ld(b[i]));
 }
 
-__global__ void swiglu_backward_kernel(bf16* __restrict__ da, bf16* __restrict__ db, const bf16* __restrict__ dh,
-                                       const bf16* __restrict__ a, const bf16* __restrict__ b, int64_t n) {
+// da may be a and db may be b (in place: deferred expert gradients), so those four carry no
+// __restrict__; each element's three inputs are loaded before its outputs are stored.
+__global__ void swiglu_backward_kernel(bf16* da, bf16* db, const bf16* __restrict__ dh, const bf16* a, const bf16* b,
+                                       int64_t n) {
     for (int64_t i = thread_index(); i < n; i += grid_stride()) {
         const float av = ld(a[i]), bv = ld(b[i]), g = ld(dh[i]);
         st(db + i, g * silu_f32(av));
@@ -37,8 +39,8 @@ __global__ void swiglu_forward_vec_kernel(bf16* __restrict__ h, const bf16* __re
     }
 }
 
-__global__ void swiglu_backward_vec_kernel(bf16* __restrict__ da, bf16* __restrict__ db, const bf16* __restrict__ dh,
-                                           const bf16* __restrict__ a, const bf16* __restrict__ b, int64_t n8) {
+__global__ void swiglu_backward_vec_kernel(bf16* da, bf16* db, const bf16* __restrict__ dh, const bf16* a,
+                                           const bf16* b, int64_t n8) {
     for (int64_t i = thread_index(); i < n8; i += grid_stride()) {
         const Bf16x8 av = load8(a + 8 * i), bv = load8(b + 8 * i), gv = load8(dh + 8 * i);
         Bf16x8 dav, dbv;

@@ -66,6 +66,13 @@ with tempfile.TemporaryDirectory() as tmp:
         check("full: memory target", s["targets"]["peak_within_1_gib_of_plan"]["pass"], True)
         check("full: recompute (plan.json without the key: a run before train.recompute)", s["recompute"], "block")
         check("full: plan activations GiB", s["plan_activations_gib"], 2698643968 / 2**30)
+        # plan == measured: the plan's device total (arena + the 0.77 GiB constant) and the start-up measurement
+        const = int(0.77 * 2**30) / 2**30
+        check("full: plan device total GiB", s["memory"]["plan_device_total_gib"], PLAN_GIB + const)
+        check("full: overhead measured at start-up GiB", s["memory"]["device_overhead_gib"], int(0.70 * 2**30) / 2**30)
+        check("full: overhead constant GiB", s["memory"]["device_overhead_constant_gib"], const)
+        check("full: peak - plan device total GiB", s["memory"]["diff_device_total_gib"], 0.75 - const)
+        check("full: device total target", s["targets"]["peak_within_0_25_gib_of_plan_device_total"]["pass"], True)
 
     # 1b. a run with train.recompute none: the mode from plan.json
     d = copy_fixture(tmp, "recompute_none")

@@ -30,7 +30,7 @@ struct CleanLaunchEnv {
 
 }  // namespace
 
-TEST_CASE("launched_by_mpi: mpirun, PMIx, PMI and multi-task srun count; a plain run and a batch script do not") {
+TEST_CASE("launched_by_mpi: mpirun, PMIx, PMI and multi-task srun count, a plain run and a batch script do not") {
     CleanLaunchEnv env;
     CHECK_FALSE(skew::launched_by_mpi());
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
@@ -51,7 +51,7 @@ TEST_CASE("launched_by_mpi: mpirun, PMIx, PMI and multi-task srun count; a plain
     CHECK(skew::launched_by_mpi());
 }
 
-TEST_CASE("without a launcher: rank 0 of 1, no MPI, the one-process world; threads split over local ranks") {
+TEST_CASE("without a launcher: rank 0 of 1, no MPI, the one-process world, and threads split over local ranks") {
     CleanLaunchEnv env;
     int argc = 1;
     char name[] = "test";

@@ -46,3 +46,33 @@ TEST_CASE("names, dtypes and tiers follow the design") {
     CHECK(t.find("blocks.0.moe.router.weight") == nullptr);
     for (size_t i = 0; i < t.params.size(); ++i) CHECK(t.params[i].index == i);
 }
+
+TEST_CASE("an expert-parallel rank's table holds n_experts / M experts of each bank, the rest unchanged") {
+    Config c = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/paper-6.78b.yaml");
+    const ParamTable whole = build_param_table(c.model);
+    for (int64_t r : {0, 3, 7}) {
+        const ParamTable t = build_param_table(c.model, ExpertShard{8, r});
+        REQUIRE(t.params.size() == whole.params.size());
+        for (size_t i = 0; i < t.params.size(); ++i) {
+            const ParamInfo &a = t.params[i], &b = whole.params[i];
+            CHECK(a.name == b.name);
+            CHECK(a.index == b.index);
+            if (a.tier == Tier::EXPERTS) {
+                CHECK(a.shape == std::vector<int64_t>{16, b.shape[1], b.shape[2]});
+                CHECK(a.expert_offset == 16 * r);
+                CHECK(a.element_offset() == 16 * r * b.shape[1] * b.shape[2]);
+            } else {
+                CHECK(a.shape == b.shape);
+                CHECK(a.expert_offset == 0);
+                CHECK(a.element_offset() == 0);
+            }
+        }
+        CHECK(t.tier_numel(Tier::EXPERTS) == 16LL * 3 * 4096 * 4096);  // one MoE block, 16 of its 128 experts
+        CHECK(t.tier_numel(Tier::BACKBONE) == whole.tier_numel(Tier::BACKBONE));
+        CHECK(t.active_numel(c.model.top_k, c.model.n_experts) == whole.active_numel(c.model.top_k, c.model.n_experts));
+    }
+    CHECK(build_param_table(c.model, ExpertShard{1, 0}).total_numel() == whole.total_numel());
+    CHECK_THROWS_WITH(build_param_table(c.model, ExpertShard{3, 0}), Catch::Contains("does not divide model.n_experts 128"));
+    CHECK_THROWS_WITH(build_param_table(c.model, ExpertShard{8, 8}), Catch::Contains("outside the expert-parallel group"));
+    CHECK_THROWS_WITH(build_param_table(c.model, ExpertShard{0, 0}), Catch::Contains("parallel.expert"));
+}

@@ -1,7 +1,12 @@
 // Tests of cross-entropy over the padded vocabulary with the tied LM head
-// (kernels/cpu/cross_entropy.cpp): padding columns masked, finite and exact for logits in the
-// hundreds, the gradient to the logits and the fused chunked LM head against finite differences and
-// against the unfused matmul + cross-entropy.
+// (kernels/cpu/cross_entropy.cpp, kernels/cpu/lm_head.cpp): padding columns masked, finite and exact
+// for logits in the hundreds, the gradient to the logits and the fused chunked LM head against
+// finite differences and against the unfused matmul + cross-entropy, and the fused head's result
+// independent of the thread count.
+#include <omp.h>
+
+#include <cstring>
+
 #include "kernels/cpu/cpu_ops.h"
 #include "tests/kernels/harness.h"
 
@@ -97,7 +102,7 @@ TEST_CASE("fused LM head cross-entropy matches finite differences for the input 
 
 TEST_CASE("fused LM head in chunks matches the unfused matmul and cross-entropy on the GPT-2 padded vocabulary") {
     auto be = make_cpu_backend();
-    const ClassifierShape s{350, 4, 50257, 50304};
+    const ClassifierShape s{700, 4, 50257, 50304};
     REQUIRE(cpu::lm_head_chunk_tokens(s) < s.n_tokens);  // several chunks
     const auto x = to_bf16(random_vector(s.n_tokens * s.d_model, 5, -4.0f, 4.0f));
     const auto wte = to_bf16(random_vector(s.padded_vocab_size * s.d_model, 6, -4.0f, 4.0f));  // logits up to ~100
@@ -150,4 +155,44 @@ TEST_CASE("the vectorizable exp used by the softmax is within 2 ulp of expf for 
     REQUIRE(cpu::exp_nonpos_f32(0.0f) == 1.0f);
     REQUIRE(cpu::exp_nonpos_f32(-100.0f) == 0.0f);
     REQUIRE(cpu::exp_nonpos_f32(-INFINITY) == 0.0f);
+}
+
+TEST_CASE("the fused LM head gives the same bits on one thread and on several") {
+    // Its sums run in an order fixed by the shapes (vocabulary groups merged in order), so the
+    // thread count must not change a bit of the loss or of either gradient.
+    auto be = make_cpu_backend();
+    const ClassifierShape s{600, 8, 9000, 9024};  // two chunks, 36 tiles over 16 groups, padding
+    const auto x = to_bf16(random_vector(s.n_tokens * s.d_model, 11, -3.0f, 3.0f));
+    const auto wte = to_bf16(random_vector(s.padded_vocab_size * s.d_model, 12, -2.0f, 2.0f));
+    std::vector<int32_t> tgt(static_cast<size_t>(s.n_tokens));
+    for (int64_t i = 0; i < s.n_tokens; ++i) tgt[size_t(i)] = int32_t((i * 7919) % s.vocab_size);
+    std::vector<char> ws(size_t(be->lm_head_workspace_bytes(s)));
+    struct Out {
+        float mean = 0.0f;
+        std::vector<float> losses, dx;
+        std::vector<bf16> dwte;
+    };
+    auto run = [&](int threads) {
+        Out o;
+        o.losses.resize(size_t(s.n_tokens));
+        o.dx.resize(size_t(s.n_tokens * s.d_model));
+        o.dwte.assign(size_t(s.padded_vocab_size * s.d_model), f32_to_bf16(0.25f));
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        be->lm_head_cross_entropy(&o.mean, o.losses.data(), o.dx.data(), o.dwte.data(), x.data(), wte.data(),
+                                  tgt.data(), 0.5f, s, ws.data());
+        omp_set_num_threads(saved);
+        return o;
+    };
+    const Out one = run(1), three = run(3);
+    REQUIRE(std::isfinite(one.mean));
+    REQUIRE(std::memcmp(&one.mean, &three.mean, sizeof(float)) == 0);
+    REQUIRE(std::memcmp(one.losses.data(), three.losses.data(), one.losses.size() * sizeof(float)) == 0);
+    REQUIRE(std::memcmp(one.dx.data(), three.dx.data(), one.dx.size() * sizeof(float)) == 0);
+    REQUIRE(std::memcmp(one.dwte.data(), three.dwte.data(), one.dwte.size() * sizeof(bf16)) == 0);
+    // and the gradients are not trivially equal: dx is nonzero, padding rows keep their 0.25
+    double dx_sq = 0.0;
+    for (float v : one.dx) dx_sq += double(v) * v;
+    REQUIRE(dx_sq > 0.0);
+    REQUIRE(bf16_to_f32(one.dwte[size_t(s.vocab_size * s.d_model)]) == 0.25f);
 }

@@ -38,9 +38,9 @@ TEST_CASE("skew plan --json reports SkewAdam's 1.29 GiB and the paper's paramete
     CHECK(std::round(j["weights"]["gib"].get<double>() * 100) / 100 == Approx(12.64));
     CHECK(j["state_components"].size() == 5);
     // runtime.backend auto plans for the GPU: the CUDA backend's memory is in the arena, and the
-    // peak at microbatch 8 is 27.33 GiB; the CPU backend's plan differs only in its head workspace.
+    // peak at microbatch 8 is 27.18 GiB (the LM head's logits share bytes with the blocks' working slots); the CPU backend's plan differs only in its head workspace.
     CHECK(j["backend"] == "cuda");
-    CHECK(std::round(j["peak"]["gib"].get<double>() * 100) / 100 == Approx(27.33));
+    CHECK(std::round(j["peak"]["gib"].get<double>() * 100) / 100 == Approx(27.18));
     Run cpu = run("plan " + paper() + " --optimizer skewadam --json --set runtime.backend=cpu");
     REQUIRE(cpu.status == 0);
     CHECK(nlohmann::json::parse(cpu.output)["backend"] == "cpu");
@@ -178,8 +178,9 @@ TEST_CASE("skew prepare warns once about documents that are not UTF-8 naming the
 }
 
 TEST_CASE("skew plan shows every train.recompute mode with its activations, peak and largest microbatch") {
-    // 30,310 MiB (29.6 GiB): block's 29.50 GiB fits at microbatch 64, attention's and none's do not
-    Run r = run("plan " + paper() + " --optimizer skewadam --microbatch 64 --budget 30310MiB --json");
+    // 31,100 MiB (30.37 GiB, 29.60 GiB for the arena after the 0.77 GiB CUDA constant): block's
+    // 29.46 GiB fits at microbatch 64, attention's and none's do not
+    Run r = run("plan " + paper() + " --optimizer skewadam --microbatch 64 --budget 31100MiB --json");
     REQUIRE(r.status == 0);
     auto j = nlohmann::json::parse(r.output);
     CHECK(j["recompute"] == "block");
@@ -199,16 +200,27 @@ TEST_CASE("skew plan shows every train.recompute mode with its activations, peak
     const int64_t N = 8192, d = 4096;
     const int64_t attention_extra = 4 * N * d * 2 + 2 * N * 1024 * 2 + 4 * N * 4;
     const int64_t core = N * d * 2 + 64 * 32 * 128 * 4;
-    CHECK(attention["activations"]["bytes"].get<int64_t>() - block["activations"]["bytes"].get<int64_t>() == attention_extra);
-    CHECK(none["activations"]["bytes"].get<int64_t>() - attention["activations"]["bytes"].get<int64_t>() == core);
-    CHECK(none["peak"]["bytes"].get<int64_t>() - block["peak"]["bytes"].get<int64_t>() == attention_extra + core);
+    // Laid out, a slot the backward recomputes shares the LM head's bytes (dead during the head): block
+    // mode's working slots and attention mode's core, at most the head's logits chunk and its
+    // companions (under 200 MiB here); none shares nothing, so it differs from block by at least the
+    // declared extra copies less that.
+    const int64_t head_share_max = int64_t(200) << 20;
+    const int64_t act_block = block["activations"]["bytes"].get<int64_t>();
+    const int64_t act_attention = attention["activations"]["bytes"].get<int64_t>();
+    const int64_t act_none = none["activations"]["bytes"].get<int64_t>();
+    CHECK(act_attention - act_block >= attention_extra - head_share_max);
+    CHECK(act_attention - act_block <= attention_extra + head_share_max);
+    CHECK(act_none - act_attention >= core - head_share_max);
+    CHECK(act_none - act_block >= attention_extra + core - head_share_max);
+    CHECK(act_none - act_block <= attention_extra + core + head_share_max);
+    CHECK(none["peak"]["bytes"].get<int64_t>() - block["peak"]["bytes"].get<int64_t>() == act_none - act_block);
     CHECK(block["largest_microbatch"] == 64);
     CHECK(attention["largest_microbatch"] == 32);
     CHECK(none["largest_microbatch"] == 32);
     Run text = run("plan " + paper() + " --optimizer skewadam --microbatch 64 --set train.recompute=none");
     REQUIRE(text.status == 0);
     CHECK(text.output.find("| activations (microbatch 64, train.recompute: none) | 2.90 GiB |") != std::string::npos);
-    CHECK(text.output.find("| attention | 2,902.6 MiB | 29.78 GiB |") != std::string::npos);
+    CHECK(text.output.find("| attention | 2,869.5 MiB | 29.74 GiB |") != std::string::npos);
     CHECK(text.output.find("| none | 2,967.6 MiB | 29.84 GiB |") != std::string::npos);
 }
 
@@ -226,13 +238,21 @@ TEST_CASE("skew plan shows both train.expert_grads modes side by side with the l
     // the batch's 8,192 tokens x top-2 (2 NK (2 d + 3 d_expert) bf16 bytes, one MoE block)
     const int64_t banks = 3LL * 128 * 4096 * 4096 * 2, kept = 2LL * 16384 * (2 * 4096 + 3 * 4096);
     CHECK(deferred["gradients"]["bytes"].get<int64_t>() == stored["gradients"]["bytes"].get<int64_t>() - banks + kept);
-    CHECK(std::round(stored["peak"]["gib"].get<double>() * 100) / 100 == Approx(29.50));
-    CHECK(std::round(deferred["peak"]["gib"].get<double>() * 100) / 100 == Approx(18.12));
+    CHECK(std::round(stored["peak"]["gib"].get<double>() * 100) / 100 == Approx(29.46));
+    // the paper model in 18 GiB at microbatch 64, the CUDA context and libraries included
+    CHECK(std::round(deferred["peak"]["gib"].get<double>() * 100) / 100 == Approx(17.21));
+    CHECK(deferred["device_total"]["bytes"].get<int64_t>() ==
+          deferred["peak"]["bytes"].get<int64_t>() + j["cuda_runtime_overhead"]["bytes"].get<int64_t>());
+    CHECK(deferred["device_total"]["gib"].get<double>() <= 18.0);
     CHECK(stored["largest_microbatch"] == 0);  // nothing fits 24 GiB with stored gradients
     CHECK(deferred["largest_microbatch"] == 64);
+    // the budget is the device's: 17.98 GiB of device total does not fit 17.9 GiB (17.21 of arena would)
+    Run tight = run("plan " + paper() + " --optimizer skewadam --microbatch 64 --budget 17.9GiB --json");
+    REQUIRE(tight.status == 0);
+    CHECK(nlohmann::json::parse(tight.output)["expert_grad_modes"][1]["largest_microbatch"] == 32);
     Run text = run("plan " + paper() + " --optimizer skewadam --microbatch 16 --budget 24GiB");
     REQUIRE(text.status == 0);
-    CHECK(text.output.find("| deferred | 1.26 GiB | 0.99 GiB | 16.46 GiB | 64 |") != std::string::npos);
+    CHECK(text.output.find("| deferred | 1.26 GiB | 0.70 GiB | 16.17 GiB | 16.94 GiB | 64 |") != std::string::npos);
 }
 
 TEST_CASE("skew plan adds the documented CUDA context and library constant to the arena for the device total") {
@@ -266,18 +286,19 @@ TEST_CASE("skew plan --world-size: per-rank state under ZeRO-1 sums to the one-p
         CHECK(sum == 8 * j["params"]["total"].get<int64_t>());
         CHECK(j["state"]["bytes"].get<int64_t>() == largest);  // the plan shown is the largest rank's
     }
-    Run s = run("plan " + paper() + " --optimizer skewadam --world-size 8 --expert-parallel 8 --budget 24GiB --json");
+    Run s = run("plan " + paper() + " --optimizer skewadam --world-size 8 --expert-parallel 8 --budget 24GiB --json "
+                "--set parallel.zero_stage=0");
     REQUIRE(s.status == 0);
     auto js = nlohmann::json::parse(s.output);
     CHECK(js["budget"]["fits"] == true);
     CHECK(std::round(js["weights"]["gib"].get<double>() * 100) / 100 == Approx(2.14));  // 1/8 of the experts
-    CHECK(std::round(js["peak"]["gib"].get<double>() * 100) / 100 == Approx(5.81));
+    CHECK(std::round(js["peak"]["gib"].get<double>() * 100) / 100 == Approx(7.17));  // docs/distributed.md
     Run a = run("plan " + paper() + " --optimizer adamw --world-size 8 --budget 40GB --json");
     REQUIRE(a.status == 0);
     auto ja = nlohmann::json::parse(a.output);
     CHECK(ja["budget"]["fits"] == true);
     CHECK(std::round(ja["state"]["gib"].get<double>() * 100) / 100 == Approx(7.54));
-    CHECK(std::round(ja["peak"]["gib"].get<double>() * 100) / 100 == Approx(33.58));
+    CHECK(std::round(ja["peak"]["gib"].get<double>() * 100) / 100 == Approx(33.43));
     Run a0 = run("plan " + paper() + " --optimizer adamw --world-size 8 --budget 40GB --json --set parallel.zero_stage=0");
     REQUIRE(a0.status == 0);
     CHECK(nlohmann::json::parse(a0.output)["budget"]["fits"] == false);  // replicated state does not fit

@@ -119,9 +119,44 @@ double max_rel_diff(const Trial& a, const Trial& b, const std::string& name, dou
     return worst;
 }
 
+/// Fraction of the elements of buffer `name` whose values in a and b differ by more than `rel`
+/// relative (values below `floor` in magnitude compared absolutely against rel * floor).
+double frac_differing(const Trial& a, const Trial& b, const std::string& name, double rel, double floor) {
+    const int ia = a.plan.find(name), ib = b.plan.find(name);
+    REQUIRE(ia >= 0);
+    REQUIRE(ib >= 0);
+    const int64_t n = a.plan.buffers[size_t(ia)].numel();
+    auto at = [&](const Trial& t, int idx, int64_t i) -> double {
+        const void* p = t.arena.ptr(idx);
+        if (t.plan.buffers[size_t(idx)].dtype == DType::BF16) return bf16_to_f32(static_cast<const bf16*>(p)[i]);
+        return static_cast<const float*>(p)[i];
+    };
+    int64_t differing = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const double va = at(a, ia, i), vb = at(b, ib, i);
+        differing += std::fabs(va - vb) > rel * std::max(std::fabs(vb), floor) ? 1 : 0;
+    }
+    return n > 0 ? double(differing) / double(n) : 0.0;
+}
+
+/// How close deferred must stay to stored. fp32 gradient storage: both modes step on the same
+/// gradients up to fp32 rounding (strict). bf16 storage: the stored mode sums the microbatches'
+/// expert gradients in bf16 (one rounding per microbatch) while the deferred mode forms dW over all
+/// of them in fp32 and rounds once, so the two norms, hence the clip coefficients, differ at the
+/// level of bf16 accumulation; a bf16 weight whose update lands near a rounding boundary then
+/// rounds the other way and the runs drift apart slowly (measured with Muon: 6e-6 relative in the
+/// norm at step 8, 1.6e-5 in the loss by step 15).
+/// Muon's orthogonalized update turns that drift into different updates of many elements (by step 20
+/// a tenth of its attention weights differ by more than 1/32 relative), so with bf16 storage its
+/// weights are not compared element by element; its losses and norms are.
+struct ModeTolerance {
+    bool strict = true;
+    bool weights = true;  // compare weights and state (bf16 storage: the fraction that moved)
+};
+
 /// Runs `steps` steps of stored and deferred from the same start and batches; checks losses, grad
 /// norms, every weight and every state tensor. Returns the idle experts seen over the run.
-size_t compare_modes(const Config& base, const std::string& optimizer, int steps) {
+size_t compare_modes(const Config& base, const std::string& optimizer, int steps, ModeTolerance tol = {}) {
     Config cs = base, cd = base;
     cs.train.expert_grads = "stored";
     cd.train.expert_grads = "deferred";
@@ -139,22 +174,31 @@ size_t compare_modes(const Config& base, const std::string& optimizer, int steps
         const auto os = s.step(t, x, y);
         const auto od = d.step(t, x, y);
         INFO(optimizer << " step " << t);
-        // the loss of step t is the forward of the weights after step t-1 (measured: equal)
-        CHECK(od.loss == Approx(os.loss).epsilon(1e-6));
+        // the loss of step t is the forward of the weights after step t-1 (measured: equal with fp32
+        // gradients; with bf16 ones within 1.6e-5 relative after the drift above)
+        CHECK(od.loss == Approx(os.loss).epsilon(tol.strict ? 1e-6 : 1e-4));
         // the deferred norm is the exact norm of dW (Gram identity, double); the stored one reads the
-        // gradient rounded to runtime.grad_dtype (measured: <= 1.4e-7 relative, bf16 or fp32)
-        CHECK(od.grad_norm == Approx(os.grad_norm).epsilon(1e-6));
+        // gradient rounded to runtime.grad_dtype (measured with fp32 storage: <= 1.4e-7 relative; with
+        // bf16 storage 6e-6 at step 8, 5e-4 after the drift by step 15: 2e-3 is 2^-9, one bf16 rounding)
+        CHECK(od.grad_norm == Approx(os.grad_norm).epsilon(tol.strict ? 1e-6 : 2e-3));
         CHECK(od.idle == os.idle);
         idle += os.idle;
     }
     // every weight and state tensor after `steps` steps
     for (const BufferSpec& b : s.plan.buffers) {
         if (b.kind != BufferKind::WEIGHT && b.kind != BufferKind::STATE) continue;
+        if (!tol.weights) continue;
         INFO(optimizer << ": " << b.name);
         // measured: the expert banks' weights and state bit-identical, other fp32 tensors within
         // 3e-7 relative (the clip coefficient from the exact norm); 1e-5 is far below one bf16 ulp
         // (2^-8), so one flipped rounding decision fails
-        CHECK(max_rel_diff(d, s, b.name, 1e-2) < 1e-5);
+        if (tol.strict) {
+            CHECK(max_rel_diff(d, s, b.name, 1e-2) < 1e-5);
+        } else {
+            // bf16 storage: the drift moves a few weights by an ulp or two (2^-8 relative each);
+            // a wrong expert gradient would move most of a bank
+            CHECK(frac_differing(d, s, b.name, 1.0 / 32, 1e-2) < 0.01);
+        }
     }
     return idle;
 }
@@ -170,9 +214,9 @@ TEST_CASE("deferred expert gradients equal the stored mode over 20 steps of tiny
 }
 
 TEST_CASE("deferred expert gradients with bf16 gradient storage track the stored mode") {
-    const std::string optimizer = GENERATE("skewadam", "muon");
+    const std::string optimizer = GENERATE("skewadam", "adamw", "muon");
     const Config c = tiny({"train.microbatch=2", "train.grad_clip=0.05"});
-    compare_modes(c, optimizer, 20);
+    compare_modes(c, optimizer, 20, ModeTolerance{false, optimizer != "muon"});
 }
 
 TEST_CASE("deferred expert gradients: experts that receive no token behave as in the stored mode") {
@@ -233,15 +277,34 @@ TEST_CASE("the deferred plan drops the expert gradient buffers for the kept oper
         CHECK(pd.find("kept.1." + std::to_string(accum - 1) + ".d_moe_out") >= 0);
         CHECK(pd.find("kept.1." + std::to_string(accum) + ".d_moe_out") < 0);
         CHECK(ps.find("ws.expert_grad") < 0);
+        // the kept operands are the expert slots of their block and microbatch: the table's
+        // stored-mode slots are gone, the rest of the block's MoE slots stay
+        for (const char* slot : {"act.moe_in", "act.moe_h1", "act.moe_h2", "act.moe_act", "act.d_moe_out",
+                                 "act.d_moe_h1", "act.d_moe_h2"}) {
+            CHECK(ps.find(slot) >= 0);
+            CHECK(pd.find(slot) < 0);
+        }
+        for (const char* slot : {"act.moe_out", "act.d_moe_act", "act.d_moe_in", "act.expert_offsets"}) CHECK(pd.find(slot) >= 0);
+        // the Gram blocks of the expert gradient norm: OPTIMIZER phase, partials + two blocks
+        const int gi = pd.find("ws.expert_gram");
+        REQUIRE(gi >= 0);
+        const ActDims D = act_dims(m, cs.train.microbatch, cs.train.seq_len, 0);
+        const int64_t c = std::min<int64_t>(1024, cs.train.microbatch * cs.train.seq_len);
+        CHECK(deferred_gram_chunk_rows(D) == c);
+        CHECK(pd.buffers[size_t(gi)].numel() == (3 * E + 63) / 64 * 64 + 2 * c * c);
+        CHECK(pd.buffers[size_t(gi)].first == Phase::OPTIMIZER);
     }
 }
 
 TEST_CASE("deferred expert gradients are refused where they cannot run, with the reason") {
     using train_test::error_of;
-    CHECK(error_of([] { tiny({"train.expert_grads=deferred", "runtime.backend=cuda"}); })
-              .find("train.expert_grads: deferred expert gradients run on the CPU backend only") != std::string::npos);
-    CHECK(error_of([] { tiny({"train.expert_grads=deferred", "train.optimizers=[galore]"}); })
-              .find("not supported by optimizer 'galore'") != std::string::npos);
+    // both backends run it (the CUDA step: tests/gpu/test_deferred_experts.cpp)
+    CHECK(error_of([] { tiny({"train.expert_grads=deferred", "runtime.backend=cuda"}); }) == "(no error)");
+    // GaLore cannot: the message names the key, the optimizer and the reason
+    const std::string galore = error_of([] { tiny({"train.expert_grads=deferred", "train.optimizers=[galore]"}); });
+    CHECK(galore.find("train.expert_grads") != std::string::npos);
+    CHECK(galore.find("not supported by optimizer 'galore'") != std::string::npos);
+    CHECK(galore.find("projected step") != std::string::npos);
     CHECK(error_of([] { tiny({"train.expert_grads=deferred"}); }) == "(no error)");
     CHECK(error_of([] { tiny({"train.expert_grads=later"}); }).find("train.expert_grads") != std::string::npos);
 }

@@ -87,6 +87,37 @@ TEST_CASE("metrics JSON carries the plan's analytic state, the history and the s
         CHECK(j["history"][0].contains(key));
     CHECK(j["state_gib"].get<double>() == double(r->plan.state_bytes) / GIB);
     CHECK(j["history"].size() == 3);
+    // the CPU backend: the plan is the arena; no CUDA context to measure (null, not 0)
+    CHECK(j["plan_bytes"] == r->plan.peak_bytes);
+    CHECK(j["device_overhead_bytes"].is_null());
+    CHECK(j["device_overhead_constant_bytes"].is_null());
+}
+
+TEST_CASE("metrics files carry the start-up measurement of the device overhead next to the plan's constant") {
+    const std::string dir = scratch("metrics-overhead");
+    RunMetrics m;
+    m.optimizer = "skewadam";
+    m.type = "skewadam";
+    m.plan_peak_bytes = int64_t(17) << 30;
+    m.device_overhead_bytes = int64_t(700) << 20;
+    m.device_overhead_constant_bytes = int64_t(788) << 20;
+    m.plan_bytes = m.plan_peak_bytes + m.device_overhead_constant_bytes;
+    m.summary = summarize(m.history, RunTotals{});
+    write_metrics(dir, m);
+    auto raw = nlohmann::json::parse(read_file(metrics_path(dir, "skewadam")));
+    CHECK(raw["device_overhead_bytes"] == int64_t(700) << 20);
+    CHECK(raw["device_overhead_constant_bytes"] == int64_t(788) << 20);
+    CHECK(raw["plan_bytes"] == (int64_t(17) << 30) + (int64_t(788) << 20));
+    RunMetrics back = read_metrics(metrics_path(dir, "skewadam"));
+    CHECK(back.device_overhead_bytes == m.device_overhead_bytes);
+    CHECK(back.plan_bytes == m.plan_bytes);
+    // a file written before these fields: plan_bytes is the arena, the overhead unmeasured
+    raw.erase("plan_bytes");
+    raw.erase("device_overhead_bytes");
+    raw.erase("device_overhead_constant_bytes");
+    RunMetrics old = metrics_from_json(raw, "old.json");
+    CHECK(old.plan_bytes == old.plan_peak_bytes);
+    CHECK(old.device_overhead_bytes == -1);
 }
 
 TEST_CASE("metrics files round-trip every number exactly, unmeasured values as null and overflowed as inf") {

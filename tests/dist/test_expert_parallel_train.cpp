@@ -1,0 +1,215 @@
+// `mpirun -np N skew train` with parallel.expert M (docs/distributed.md, "Expert parallel") against
+// data parallel on the same N ranks and global batches: 20 steps of SkewAdam and AdamW on
+// configs/tiny.yaml (8 experts, top-2), N = 2 with M = 2, N = 4 with M = 4 and M = 2 (two
+// expert-parallel groups whose expert gradients are also summed over the ranks holding the same
+// experts). Losses and the final weights (rank 0's checkpoint: every non-expert tensor and rank
+// 0's experts of each bank) within the tolerance of a changed summation order.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/cli_util.h"
+#include "tests/temp_dir.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using skew::test::Run;
+
+namespace {
+
+Run mpirun(const std::string& spec, int timeout_s = 500) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);  // containers without CMA
+    const std::string cmd = "timeout " + std::to_string(timeout_s) + " mpirun --oversubscribe " + spec + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    const int st = pclose(p);
+    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+const std::string& work_dir() {
+    static const std::string dir = [] {
+        std::string d = (skew::test::test_temp_root() / ("skew-ep-test-" + std::to_string(getpid()))).string();
+        fs::create_directories(d);
+        return d;
+    }();
+    return dir;
+}
+
+const std::string& prepared() {
+    static const std::string dir = [] {
+        const std::string out = work_dir() + "/prep", src = SKEW_SOURCE_DIR;
+        Run r = skew::test::run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " + out +
+                                     " --tokenizer " + src + "/tests/fixtures/data/gpt2 --no-progress");
+        INFO(r.output);
+        REQUIRE(r.status == 0);
+        return out;
+    }();
+    return dir;
+}
+
+const char* const OPTIMIZERS[] = {"skewadam", "adamw"};
+
+// N ranks, expert parallelism M (1: data parallel), 20 steps of every optimizer above; made once.
+std::string run(int np, int M) {
+    const std::string out = work_dir() + "/np" + std::to_string(np) + "-ep" + std::to_string(M);
+    if (fs::exists(out + "/metrics_adamw.json")) return out;
+    const std::string args =
+        "train " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --plain --set data.dir=" + prepared() +
+        " --set train.batch_size=4 --set train.microbatch=1 --set train.seq_len=16 --set train.eval_batches=1"
+        " --set train.steps=20 --set train.eval_every=10 --set train.checkpoint_every=20 --set runtime.threads=1"
+        " --set runtime.grad_dtype=fp32 --set parallel.zero_stage=0 --set parallel.expert=" + std::to_string(M) +
+        " --optimizers skewadam,adamw --out " + out;
+    Run r = mpirun("-np " + std::to_string(np) + " " + std::string(SKEW_BINARY) + " " + args);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    return out;
+}
+
+std::string read_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::vector<double> losses(const std::string& dir, const std::string& opt) {
+    std::ifstream in(dir + "/steps_" + opt + ".jsonl");
+    REQUIRE(in.good());
+    std::vector<double> out;
+    for (std::string line; std::getline(in, line);)
+        if (!line.empty()) out.push_back(json::parse(line)["lm_loss"].get<double>());
+    return out;
+}
+
+// Every bf16 and fp32 tensor of a safetensors file, widened to float.
+std::map<std::string, std::vector<float>> read_safetensors(const std::string& path) {
+    const std::string b = read_bytes(path);
+    REQUIRE(b.size() > 8);
+    uint64_t n = 0;
+    std::memcpy(&n, b.data(), 8);
+    const json h = json::parse(b.substr(8, n));
+    const size_t base = 8 + n;
+    std::map<std::string, std::vector<float>> out;
+    for (auto it = h.begin(); it != h.end(); ++it) {
+        if (it.key() == "__metadata__") continue;
+        const std::string dt = it.value()["dtype"];
+        const size_t s = it.value()["data_offsets"][0], e = it.value()["data_offsets"][1];
+        std::vector<float>& v = out[it.key()];
+        if (dt == "BF16") {
+            for (size_t i = s; i < e; i += 2) {
+                uint16_t h16 = 0;
+                std::memcpy(&h16, b.data() + base + i, 2);
+                const uint32_t bits = uint32_t(h16) << 16;
+                float f = 0;
+                std::memcpy(&f, &bits, 4);
+                v.push_back(f);
+            }
+        } else if (dt == "F32") {
+            v.resize((e - s) / 4);
+            std::memcpy(v.data(), b.data() + base + s, e - s);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+// Tolerances (as data parallel against one process, tests/dist/test_data_parallel.cpp): an expert's
+// gradient is one sum over every token routed to it on its owner, then summed over the holders of
+// the same experts, where data parallel sums each rank's partial gradient over all ranks; the fp32
+// sums differ in the last bits (~1e-7 relative) and 20 optimizer steps carry that (sign-based Lion
+// and normalized SkewAdam updates can turn a near-zero difference into one lr-sized step). Losses
+// within 1e-4 relative, weights within 5e-3.
+TEST_CASE("expert parallel equals data parallel on the same ranks: 20 steps of SkewAdam and AdamW", "[dist]") {
+    struct Layout {
+        int np, M;
+    };
+    for (Layout l : {Layout{2, 2}, Layout{4, 4}, Layout{4, 2}}) {
+        const std::string dp = run(l.np, 1), ep = run(l.np, l.M);
+        for (const char* opt : OPTIMIZERS) {
+            INFO(l.np << " ranks, expert parallel " << l.M << ", " << opt);
+            const std::vector<double> la = losses(dp, opt), lb = losses(ep, opt);
+            REQUIRE(la.size() == 20);
+            REQUIRE(lb.size() == 20);
+            double loss_rel = 0;
+            for (size_t i = 0; i < la.size(); ++i) loss_rel = std::max(loss_rel, std::abs(la[i] - lb[i]) / la[i]);
+            CHECK(loss_rel < 1e-4);
+            CHECK(std::abs(la[0] - lb[0]) < 1e-12);  // step 1: the same forward pass on the same weights
+            const auto wa = read_safetensors(dp + "/checkpoints/" + std::string(opt) + "/last/model.safetensors");
+            // a sharded checkpoint: the expert banks of expert rank 0 are in their own shard file
+            auto wb = read_safetensors(ep + "/checkpoints/" + std::string(opt) + "/last/model.safetensors");
+            for (auto& [name, v] : read_safetensors(ep + "/checkpoints/" + std::string(opt) + "/last/model.experts-0-of-" +
+                                                    std::to_string(l.M) + ".safetensors"))
+                wb[name] = std::move(v);
+            REQUIRE(wa.size() == wb.size());
+            double max_abs = 0;
+            std::string where;
+            int banks = 0;
+            for (const auto& [name, va] : wa) {
+                const std::vector<float>& vb = wb.at(name);
+                // rank 0's expert banks hold its 8 / M experts: the first 1/M of the whole bank
+                const bool bank = name.find("moe.experts.") != std::string::npos;
+                if (bank) {
+                    ++banks;
+                    REQUIRE(vb.size() * size_t(l.M) == va.size());
+                } else {
+                    REQUIRE(vb.size() == va.size());
+                }
+                for (size_t i = 0; i < vb.size(); ++i) {
+                    const double e = std::abs(double(va[i]) - double(vb[i]));
+                    if (e > max_abs || std::isnan(e)) max_abs = std::isnan(e) ? 1e30 : e, where = name;
+                }
+            }
+            INFO("max |dw| " << max_abs << " (" << where << "), max loss rel " << loss_rel);
+            CHECK(banks == 3);
+            CHECK(max_abs < 5e-3);
+        }
+    }
+}
+
+TEST_CASE("parallel.expert that does not divide the number of ranks is refused with a message", "[dist]") {
+    const std::string out = work_dir() + "/ep-indivisible";
+    Run r = mpirun("-np 2 " + std::string(SKEW_BINARY) + " train " + std::string(SKEW_SOURCE_DIR) +
+                       "/configs/tiny.yaml --plain --set data.dir=" + prepared() +
+                       " --set train.batch_size=4 --set train.microbatch=1 --set parallel.expert=4 --optimizers adamw"
+                       " --out " + out,
+                   120);
+    INFO(r.output);
+    CHECK(r.status != 0);
+    CHECK(r.status != 124);
+    CHECK(r.output.find("parallel.expert 4 needs a multiple of 4 ranks (mpirun -np); this run has 2") != std::string::npos);
+    CHECK_FALSE(fs::exists(out + "/config.yaml"));
+}
+
+TEST_CASE("parallel.expert 2 with ZeRO-1 (parallel.zero_stage: 1) is refused with a message", "[dist]") {
+    const std::string out = work_dir() + "/ep-zero1";
+    Run r = mpirun("-np 2 " + std::string(SKEW_BINARY) + " train " + std::string(SKEW_SOURCE_DIR) +
+                       "/configs/tiny.yaml --plain --set data.dir=" + prepared() +
+                       " --set train.batch_size=4 --set train.microbatch=1 --set parallel.expert=2"
+                       " --set parallel.zero_stage=1 --optimizers adamw --out " + out,
+                   120);
+    INFO(r.output);
+    CHECK(r.status != 0);
+    CHECK(r.status != 124);
+    CHECK(r.output.find("parallel.expert 2 needs parallel.zero_stage: 0") != std::string::npos);
+    CHECK_FALSE(fs::exists(out + "/checkpoints"));
+}
