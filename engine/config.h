@@ -124,8 +124,8 @@ struct RuntimeConfig {
 /// the launcher (mpirun, srun), not from the config: the same file runs on 1 or N ranks.
 struct ParallelConfig {
     int64_t expert = 1;        // expert_parallel M: ranks that split each expert bank (divides n_experts and world_size)
-    int64_t zero_stage = 0;    // 0: optimizer state replicated on every rank; 1 (ZeRO-1, partitioned): not in this version
-    double bucket_mib = 25.0;  // gradient reduction bucket size (MiB), overlapped with the backward on GPUs
+    int64_t zero_stage = 1;    // 1: optimizer state and update partitioned across ranks (ZeRO-1); 0: replicated
+    double bucket_mib = 25.0;  // gradient reduction bucket size (MiB); the sums run after the backward
 };
 
 struct Config {

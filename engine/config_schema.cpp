@@ -179,11 +179,11 @@ const std::vector<KeySpec>& section_key_specs() {
             SKEW_STRING("runtime.out_dir", runtime.out_dir, {}, "Run folder for metrics and checkpoints"),
 
             SKEW_INT("parallel.expert", parallel.expert, 1, 1 << 20,
-                     "Expert parallelism M: the experts of every MoE block split across M ranks (divides model.n_experts and the world size)"),
-            SKEW_INT("parallel.zero_stage", parallel.zero_stage, 0, 0,
-                     "0: every rank holds the whole optimizer state and steps every tensor (ZeRO-1, stage 1, is not in this version)"),
+                     "Expert parallelism M: the experts of every MoE block split across M ranks (divides model.n_experts and the world size; M > 1 needs parallel.zero_stage: 0)"),
+            SKEW_INT("parallel.zero_stage", parallel.zero_stage, 0, 1,
+                     "1: optimizer state and its update partitioned across the data-parallel ranks (ZeRO-1); 0: every rank holds all of it (parallel.expert > 1 needs 0)"),
             SKEW_FLOAT("parallel.bucket_mib", parallel.bucket_mib, 0, 1 << 20, true,
-                       "Gradient all-reduce bucket size, MiB (overlapped with the backward pass on GPUs)"),
+                       "Gradient all-reduce bucket size, MiB (the sums run after the backward pass; not yet overlapped with it)"),
         };
         return s;
     }();

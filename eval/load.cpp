@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "train/checkpoint.h"
+#include "train/sharded_checkpoint.h"
 #include "plan/plan.h"
 #include "engine/error.h"
 #if defined(SKEW_HAVE_CUDA)
@@ -130,7 +131,14 @@ std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::str
             cb.set_matmul_workspace(lm->arena.ptr(i), p.buffers[size_t(i)].bytes());
     }
 #endif
-    read_safetensors_into((fs::path(ref.dir) / "model.safetensors").string(), weight_tensors(lm->arena));
+    if (checkpoint_is_sharded(ref.dir)) {  // a run over several ranks: its shards merged (docs/distributed.md)
+        const std::vector<HostTensor> w = read_checkpoint_weights(ref.dir, lm->table);
+        const std::vector<NamedTensor> dst = weight_tensors(lm->arena, lm->backend.get());
+        for (size_t i = 0; i < dst.size(); ++i)
+            copy_tensor_from_host(dst[i], 0, w[i].data.data(), int64_t(w[i].data.size()));
+    } else {
+        read_safetensors_into((fs::path(ref.dir) / "model.safetensors").string(), weight_tensors(lm->arena));
+    }
     lm->model = model_bind(lm->cfg, lm->table, lm->arena, *lm->backend);
     return lm;
 }

@@ -202,7 +202,8 @@ bool galore_refresh_due(const OptimizerConfig& opt, const ParamPolicy& pol, int6
 /// The projector of matrix e of GaLore parameter p from its fp32 gradient G (rows x cols,
 /// row-major), sign-canonical (docs/optimizers.md "GaLore"): the reference form writes Pe
 /// (r x cols when rows >= cols, else rows x r) from an exact SVD (LAPACK); the paper form writes
-/// Pe = U (rows x r) and Qe = V^T (r x cols) from the randomized SVD keyed by (seed, t, p.index, e).
+/// Pe = U (rows x r) and Qe = V^T (r x cols) from the randomized SVD keyed by (seed, t, p.index, e),
+/// e the matrix's index in the whole bank (a slot over some experts adds its first matrix).
 /// Host code; also used by the CUDA step (on a host copy of G). Throws skew::Error when LAPACK fails.
 void galore_projector(const OptimizerConfig& opt, const ParamPolicy& pol, const ParamInfo& p, const OptimStep& step,
                       int64_t e, const float* G, float* Pe, float* Qe);

@@ -129,6 +129,10 @@ void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const
 /// banks' slots have grad nullptr: the caller steps them one expert at a time.
 std::vector<ParamSlot> arena_param_slots(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena);
 
+/// arena_param_slots without the state: weight and gradient of every parameter of `table` (the
+/// ZeRO-1 step binds the state of its owned ranges only, optim/zero_partition.h).
+std::vector<ParamSlot> arena_weight_grad_slots(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena);
+
 /// Bytes the CPU step reads and writes per parameter element (weights, grads, state; the
 /// reductions' second read of grad and state included), for the benchmark.
 double optimizer_bytes_per_param(const OptimizerConfig& opt, const ParamInfo& p, DType grad_dtype);

@@ -37,7 +37,7 @@ void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const
              "optimizer '{}')", opt.name, planned, bound, arena.plan->optimizer);
 }
 
-std::vector<ParamSlot> arena_param_slots(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena) {
+std::vector<ParamSlot> arena_weight_grad_slots(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena) {
     if (!arena.plan) fail("optimizer '{}': the arena has no memory plan", opt.name);
     std::vector<ParamSlot> slots(table.params.size());
     for (size_t i = 0; i < slots.size(); ++i) {
@@ -57,6 +57,11 @@ std::vector<ParamSlot> arena_param_slots(const OptimizerConfig& opt, const Param
         slots[i].grad = arena.ptr(g);
         slots[i].grad_dtype = arena.plan->buffers[size_t(g)].dtype;
     }
+    return slots;
+}
+
+std::vector<ParamSlot> arena_param_slots(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena) {
+    std::vector<ParamSlot> slots = arena_weight_grad_slots(opt, table, arena);
     bind_arena_state(opt, table, arena, slots);
     return slots;
 }

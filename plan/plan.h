@@ -8,22 +8,33 @@
 
 #include "engine/config.h"
 #include "engine/memory_plan.h"
+#include "engine/parallel_layout.h"
 #include "engine/param_table.h"
 #include "optim/state_plan.h"
 
 namespace skew {
 
-/// The full plan for one optimizer and microbatch (sequences; must divide train.batch_size),
-/// sized for plan_backend(cfg). Buffers in plan order: weights, gradients, optimizer state,
-/// activations (ws.scalars last), the backend's whole-step workspace, ws.optimizer, the backend's
-/// op scratch. Throws skew::Error for a bad microbatch, an unknown optimizer type or a plan
-/// beyond 4 EiB.
+/// The full plan of rank layout.rank for one optimizer and microbatch (sequences per rank; must
+/// divide the rank's share train.batch_size / world_size), sized for plan_backend(cfg). `table` is
+/// the model's table (build_param_table). Buffers in plan order: weights, gradients, optimizer
+/// state, activations (ws.scalars last), the backend's whole-step workspace, ws.optimizer, the
+/// backend's op scratch. Weights and gradients are those the rank holds (held_param_table: with
+/// expert parallelism M each bank's n_experts / M experts); with ZeRO-1 (layout.zero()) the state
+/// and the optimizer scratch are those of its owned ranges only (zero_partition,
+/// docs/distributed.md), else of everything it holds. The default layout is one process. Throws
+/// skew::Error for a bad microbatch or layout, an unknown optimizer type or a plan beyond 4 EiB.
 MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
-                             int64_t microbatch);
+                             int64_t microbatch, const ParallelLayout& layout = {});
 
-/// The largest microbatch (a divisor of train.batch_size) whose plan peak fits `budget_bytes`;
-/// 0 when none does.
+/// The plan `skew plan --world-size N` reports: build_memory_plan for the rank of `layout` with
+/// the most optimizer state (ZeroPartition::largest_rank; layout.rank is ignored), whose peak is
+/// the largest of the run's ranks (every other part is the same on every rank).
+MemoryPlan build_largest_rank_plan(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
+                                   int64_t microbatch, const ParallelLayout& layout);
+
+/// The largest microbatch (a divisor of the rank's share of train.batch_size) whose plan peak
+/// (of the largest rank) fits `budget_bytes`; 0 when none does.
 int64_t largest_fitting_microbatch(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
-                                   int64_t budget_bytes);
+                                   int64_t budget_bytes, const ParallelLayout& layout = {});
 
 }  // namespace skew

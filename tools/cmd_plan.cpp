@@ -1,7 +1,9 @@
 // skew plan: the memory-budget dry run (no GPU needed). Prints the paper's Appendix B table for
 // one optimizer, the memory at peak, whether it fits a budget and the largest microbatch that
 // does, both train.expert_grads modes and every train.recompute mode, and every optimizer's state
-// side by side; --json gives the same numbers for scripts.
+// side by side; --json gives the same numbers for scripts. --world-size N [--expert-parallel M]
+// plans one rank of a distributed run (docs/distributed.md): the rank with the most optimizer state
+// under ZeRO-1, and every rank's state.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -15,6 +17,7 @@
 #include "plan/plan.h"
 #include "engine/param_table.h"
 #include "engine/sizes.h"
+#include "optim/zero_partition.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
 
@@ -28,6 +31,8 @@ struct PlanArgs {
     std::string budget;
     bool budget_given = false;  // --budget was on the command line (even as '')
     bool json = false;
+    int64_t world_size = 1;
+    int64_t expert_parallel = 0;  // 0: parallel.expert of the config
     std::vector<std::string> overrides;
 };
 
@@ -66,6 +71,14 @@ OptimizerConfig pick_optimizer(const Config& cfg, const std::string& name) {
 
 void run_plan(const PlanArgs& a) {
     Config cfg = load_config(a.config, a.overrides);
+    if (a.expert_parallel > 0) {
+        if (cfg.model.n_experts % a.expert_parallel != 0)
+            fail("--expert-parallel {} must divide model.n_experts ({})", a.expert_parallel, cfg.model.n_experts);
+        cfg.parallel.expert = a.expert_parallel;
+    }
+    const bool distributed = a.world_size > 1 || cfg.parallel.expert > 1;
+    if (distributed && cfg.train.expert_grads == "deferred") cfg.train.expert_grads = "stored";  // one process only
+    const ParallelLayout layout = parallel_layout(cfg, a.world_size, 0);
     ParamTable table = build_param_table(cfg.model);
     OptimizerConfig opt = pick_optimizer(cfg, a.optimizer);
     std::optional<ParsedSize> budget;
@@ -76,14 +89,20 @@ void run_plan(const PlanArgs& a) {
     const int cuda_major = cuda_plan_major_version();
     const int64_t overhead = cuda ? cuda_runtime_overhead_bytes(cuda_major) : 0;
     const int64_t arena_budget = budget ? budget->bytes - overhead : 0;
-    int64_t largest = budget ? largest_fitting_microbatch(cfg, table, opt, arena_budget) : -1;
-    // train.microbatch 0 means "the largest that fits": the budget's, else the whole batch.
+    int64_t largest = budget ? largest_fitting_microbatch(cfg, table, opt, arena_budget, layout) : -1;
+    // train.microbatch 0 means "the largest that fits": the budget's, else the rank's whole share.
+    const int64_t rank_batch = cfg.train.batch_size / layout.world_size;
     int64_t mb = a.microbatch > 0 ? a.microbatch
                  : cfg.train.microbatch > 0 ? cfg.train.microbatch
-                 : largest > 0 ? largest : cfg.train.batch_size;
-    if (cfg.train.batch_size % mb != 0)
-        fail("--microbatch {} must divide train.batch_size ({})", mb, cfg.train.batch_size);
-    MemoryPlan plan = build_memory_plan(cfg, table, opt, mb);
+                 : largest > 0 ? largest : rank_batch;
+    if (rank_batch % mb != 0) {
+        if (layout.world_size == 1) fail("--microbatch {} must divide train.batch_size ({})", mb, cfg.train.batch_size);
+        fail("--microbatch {} must divide each rank's {} sequences (train.batch_size {} over {} ranks)", mb, rank_batch,
+             cfg.train.batch_size, layout.world_size);
+    }
+    const ZeroPartition part = zero_partition(table, opt, layout);
+    const int64_t plan_rank = layout.zero() ? part.largest_rank() : 0;
+    MemoryPlan plan = build_largest_rank_plan(cfg, table, opt, mb, layout);
     std::string mb_note;  // how train.microbatch 0 was resolved, when it was
     if (a.microbatch == 0 && cfg.train.microbatch == 0)
         mb_note = largest > 0 ? fmt::format("train.microbatch 0: planned at {}, the largest that fits --budget; `skew train` "
@@ -106,7 +125,7 @@ void run_plan(const PlanArgs& a) {
         if (std::find(builtin_optimizer_names().begin(), builtin_optimizer_names().end(), o.name) == builtin_optimizer_names().end())
             all.push_back(o);
     std::vector<MemoryPlan> plans;
-    for (const auto& o : all) plans.push_back(build_memory_plan(cfg, table, o, mb));
+    for (const auto& o : all) plans.push_back(build_largest_rank_plan(cfg, table, o, mb, layout));
     // both modes of train.expert_grads side by side (docs/design.md "Deferred expert gradients")
     struct ModeRow {
         std::string mode;
@@ -115,11 +134,25 @@ void run_plan(const PlanArgs& a) {
     };
     std::vector<ModeRow> modes;
     for (const char* mode : {"stored", "deferred"}) {
+        if (distributed && std::string(mode) == "deferred") continue;  // one process only
         Config mc = cfg;
         mc.train.expert_grads = mode;
-        ModeRow r{mode, build_memory_plan(mc, table, opt, mb)};
-        if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, arena_budget);
+        ModeRow r{mode, build_largest_rank_plan(mc, table, opt, mb, layout)};
+        if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, arena_budget, layout);
         modes.push_back(std::move(r));
+    }
+    // every rank's optimizer state (the other parts are the same on every rank)
+    struct RankRow {
+        int64_t rank, state_bytes, ranges;
+    };
+    std::vector<RankRow> ranks;
+    if (distributed) {
+        for (int64_t r = 0; r < layout.world_size; ++r) {
+            ParallelLayout lr = layout;
+            lr.rank = r;
+            const MemoryPlan pr = build_memory_plan(cfg, table, opt, mb, lr);
+            ranks.push_back({r, pr.state_bytes, int64_t(part.owned[size_t(r)].size())});
+        }
     }
 
     // every mode of train.recompute side by side (docs/design.md "Activation recompute")
@@ -127,8 +160,8 @@ void run_plan(const PlanArgs& a) {
     for (const char* mode : {"block", "attention", "none"}) {
         Config mc = cfg;
         mc.train.recompute = mode;
-        ModeRow r{mode, build_memory_plan(mc, table, opt, mb)};
-        if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, arena_budget);
+        ModeRow r{mode, build_largest_rank_plan(mc, table, opt, mb, layout)};
+        if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, arena_budget, layout);
         recompute_modes.push_back(std::move(r));
     }
 
@@ -141,7 +174,14 @@ void run_plan(const PlanArgs& a) {
         if (!mb_note.empty()) j["microbatch_note"] = mb_note;
         j["backend"] = plan_backend(cfg);
         j["seq_len"] = cfg.train.seq_len;
-        j["grad_accum_steps"] = cfg.train.batch_size / mb;
+        j["grad_accum_steps"] = rank_batch / mb;
+        j["layout"] = {{"world_size", layout.world_size}, {"expert_parallel", layout.expert_parallel},
+                       {"zero_stage", layout.zero_stage}, {"zero", layout.zero()}, {"planned_rank", plan_rank}};
+        nlohmann::json ranks_json = nlohmann::json::array();
+        for (const RankRow& r : ranks)
+            ranks_json.push_back({{"rank", r.rank}, {"state_bytes", r.state_bytes}, {"state_gib", gib(r.state_bytes)},
+                          {"owned_ranges", r.ranges}});
+        j["ranks"] = ranks_json;
         j["params"] = {{"backbone", bb}, {"experts", ex}, {"router", rt}, {"total", total}, {"active_per_token", active}};
         nlohmann::json comps = nlohmann::json::array();
         for (const auto& c : plan.state_components)
@@ -195,7 +235,15 @@ void run_plan(const PlanArgs& a) {
     }
 
     fmt::print("skew plan: {} | optimizer {} ({}) | microbatch {} x {} tokens, {} accumulation steps\n", a.config, opt.name,
-               opt.type, mb, cfg.train.seq_len, cfg.train.batch_size / mb);
+               opt.type, mb, cfg.train.seq_len, rank_batch / mb);
+    if (distributed)
+        fmt::print("Per rank of {} ranks (expert parallel {}, ZeRO stage {}{}): rank {}, the one with the most optimizer "
+                   "state; weights and gradients are the rank's{}.\n",
+                   layout.world_size, layout.expert_parallel, layout.zero_stage,
+                   layout.zero() ? ": optimizer state and update partitioned" : ": optimizer state replicated", plan_rank,
+                   layout.expert_parallel > 1 ? fmt::format(" ({} of {} experts per bank)",
+                                                            cfg.model.n_experts / layout.expert_parallel, cfg.model.n_experts)
+                                              : std::string(""));
     fmt::print("Sizes in GiB (2^30 bytes) and MiB (2^20 bytes), the paper's GB and MB; sized for the {} backend "
                "(runtime.backend: {}).\n", plan_backend(cfg), cfg.runtime.backend);
     if (!mb_note.empty()) fmt::print("{}.\n", mb_note);
@@ -235,7 +283,7 @@ void run_plan(const PlanArgs& a) {
             fmt::print("Largest microbatch that fits: {} (a divisor of batch_size {}).\n\n", largest, cfg.train.batch_size);
         else
             fmt::print("No microbatch fits: even microbatch 1 needs {:.2f} GiB.\n\n",
-                       gib(build_memory_plan(cfg, table, opt, 1).peak_bytes));
+                       gib(build_largest_rank_plan(cfg, table, opt, 1, layout).peak_bytes));
     }
     fmt::print("Expert weight gradients (train.expert_grads; this config: {}), {} at microbatch {}\n"
                "| mode | gradients or kept operands | activations | peak |{}{}\n| --- | ---: | ---: | ---: |{}{}\n",
@@ -247,6 +295,12 @@ void run_plan(const PlanArgs& a) {
                    cuda ? fmt::format(" {:.2f} GiB |", gib(r.plan.peak_bytes + overhead)) : "",
                    budget ? fmt::format(" {} |", r.largest > 0 ? std::to_string(r.largest) : std::string("none")) : "");
     fmt::print("\n");
+    if (!ranks.empty()) {
+        fmt::print("Optimizer state per rank ({})\n| rank | owned ranges | state |\n| ---: | ---: | ---: |\n", opt.name);
+        for (const RankRow& r : ranks)
+            fmt::print("| {} | {} | {} MiB |\n", r.rank, r.ranges, mib_text(r.state_bytes));
+        fmt::print("\n");
+    }
     fmt::print("Activation recompute (train.recompute; this config: {}), {} at microbatch {}: block keeps each block's "
                "input and recomputes the block, attention keeps all but the attention output and logsumexp, none keeps "
                "everything\n| mode | activations | peak |{}\n| --- | ---: | ---: |{}\n",
@@ -281,6 +335,12 @@ void register_plan_command(CLI::App& app) {
         ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
     cmd->add_option("--budget", args->budget, "Device memory budget with a unit: 40GiB, 40GB (10^9 bytes), 40960MiB");
     cmd->add_flag("--json", args->json, "Print the same numbers as JSON");
+    cmd->add_option("--world-size", args->world_size,
+                    "Plan one rank of N (mpirun -np N): the rank with the most state under parallel.zero_stage")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    cmd->add_option("--expert-parallel", args->expert_parallel,
+                    "Expert parallelism M (overrides parallel.expert): each rank holds n_experts / M experts per bank")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
     cmd->add_option("--set", args->overrides, "Override a config key, e.g. --set train.microbatch=4 (repeatable)")
         ->take_all();
     cmd->callback([args, cmd] {

@@ -14,5 +14,6 @@ void register_train_command(CLI::App& app);     // cmd_train.cpp: config-driven 
 void register_report_command(CLI::App& app);    // cmd_report.cpp: Table 1 and per-eval perplexity of a run
 void register_eval_command(CLI::App& app);      // cmd_eval.cpp: perplexity and zero-shot multiple choice of a checkpoint
 void register_sample_command(CLI::App& app);    // cmd_sample.cpp: text generation with a KV cache
+void register_export_command(CLI::App& app);    // cmd_export.cpp: a checkpoint's weights as one file (shards merged)
 
 }  // namespace skew::tools

@@ -74,6 +74,7 @@ int run(int argc, char** argv) {
     skew::tools::register_report_command(app);
     skew::tools::register_eval_command(app);
     skew::tools::register_sample_command(app);
+    skew::tools::register_export_command(app);
 
     // A first word that is no subcommand: CLI11 would only say that a subcommand is required.
     if (argc > 1 && argv[1][0] != '-') {

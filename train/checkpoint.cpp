@@ -499,8 +499,7 @@ std::string checkpoint_dir(const std::string& run_dir, const std::string& optimi
 
 bool checkpoint_exists(const std::string& dir) { return fs::exists(fs::path(dir) / STATE_FILE); }
 
-void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerState& state, Backend* backend) {
-    if (!arena.plan) fail("{}: the arena has no memory plan", dir);
+std::string begin_checkpoint_folder(const std::string& dir, const std::string& tag) {
     fs::path target = fs::path(dir).lexically_normal();
     if (target.filename().empty()) target = target.parent_path();
     const std::string parent = parent_of(target.string());
@@ -519,14 +518,19 @@ void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerSt
         std::string n = entry.path().filename().string();
         if (n.starts_with(fmt::format(".{}.tmp-", base)) || n == base + ".old") fs::remove_all(entry.path(), ec);
     }
-    const fs::path temp = fs::path(parent) / fmt::format(".{}.tmp-{}", base, ::getpid());
+    const fs::path temp = fs::path(parent) / fmt::format(".{}.tmp-{}", base, tag);
     make_dirs(temp.string(), target.string());
+    return temp.string();
+}
+
+void commit_checkpoint_folder(const std::string& temp_dir, const std::string& dir) {
+    fs::path target = fs::path(dir).lexically_normal();
+    if (target.filename().empty()) target = target.parent_path();
+    const std::string parent = parent_of(target.string());
+    const std::string old_dir = target.string() + ".old";
+    const fs::path temp(temp_dir);
+    std::error_code ec;
     try {
-        const std::map<std::string, std::string> meta = {
-            {"format", "pt"}, {"step", std::to_string(state.step)}, {"optimizer", state.optimizer}};
-        write_safetensors((temp / MODEL_FILE).string(), weight_tensors(arena, backend), meta);
-        write_safetensors((temp / OPTIMIZER_FILE).string(), buffer_tensors(arena, BufferKind::STATE, backend), meta);
-        write_file_atomic((temp / STATE_FILE).string(), trainer_state_to_json(state).dump(2) + "\n");
         fsync_directory(temp.string());
         if (fs::exists(target)) {
             // Swap the complete new folder in with one atomic exchange, then drop the old one.
@@ -553,6 +557,23 @@ void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerSt
     }
 }
 
+void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerState& state, Backend* backend) {
+    if (!arena.plan) fail("{}: the arena has no memory plan", dir);
+    const fs::path temp = begin_checkpoint_folder(dir, std::to_string(::getpid()));
+    try {
+        const std::map<std::string, std::string> meta = {
+            {"format", "pt"}, {"step", std::to_string(state.step)}, {"optimizer", state.optimizer}};
+        write_safetensors((temp / MODEL_FILE).string(), weight_tensors(arena, backend), meta);
+        write_safetensors((temp / OPTIMIZER_FILE).string(), buffer_tensors(arena, BufferKind::STATE, backend), meta);
+        write_file_atomic((temp / STATE_FILE).string(), trainer_state_to_json(state).dump(2) + "\n");
+    } catch (...) {
+        std::error_code ec;
+        fs::remove_all(temp, ec);
+        throw;
+    }
+    commit_checkpoint_folder(temp.string(), dir);
+}
+
 TrainerState load_checkpoint(const std::string& dir, const Arena& arena, Backend* backend) {
     if (!arena.plan) fail("{}: the arena has no memory plan", dir);
     fs::path d(dir);
@@ -571,6 +592,9 @@ TrainerState load_checkpoint(const std::string& dir, const Arena& arena, Backend
     std::string json_error;
     if (!json_try_parse_strict(ss.str(), j, json_error)) fail("{}: not valid JSON: {}", state_path, json_error);
     TrainerState s = trainer_state_from_json(j, state_path);
+    if (fs::exists(d / "layout.json"))
+        fail("{}: a sharded checkpoint (written by several ranks, see its layout.json); this run is one process: resume "
+             "it with mpirun and the same layout, or `skew export` its weights", d.string());
     if (s.optimizer != arena.plan->optimizer)
         fail("{}: checkpoint of optimizer '{}' cannot be loaded into a run of optimizer '{}'", state_path, s.optimizer, arena.plan->optimizer);
     for (const char* file : {MODEL_FILE, OPTIMIZER_FILE}) {

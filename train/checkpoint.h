@@ -151,6 +151,17 @@ std::string checkpoint_dir(const std::string& run_dir, const std::string& optimi
 /// left as it was. `backend` copies a device arena's tensors (nullptr for a host arena).
 void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerState& state, Backend* backend = nullptr);
 
+/// The first half of a durable checkpoint save: put back a <dir>.old left by an interrupted save,
+/// remove hidden temporaries of earlier saves (".<name>.tmp-*", a superseded .old) and create the
+/// empty hidden sibling folder ".<name>.tmp-<tag>", whose path is returned; the caller writes the
+/// checkpoint's files into it. Creates missing parent folders. Throws skew::Error naming the path.
+std::string begin_checkpoint_folder(const std::string& dir, const std::string& tag);
+
+/// The second half: fsync `temp_dir` and swap it in as `dir` with one rename (RENAME_EXCHANGE
+/// when `dir` exists), so `dir` holds one complete checkpoint, old or new. On failure the
+/// temporary is removed and skew::Error names the path; `dir` is left as it was.
+void commit_checkpoint_folder(const std::string& temp_dir, const std::string& dir);
+
 /// Whether `dir` holds a checkpoint (its trainer_state.json exists).
 bool checkpoint_exists(const std::string& dir);
 

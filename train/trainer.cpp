@@ -42,6 +42,8 @@
 #include "train/deferred_experts.h"
 #include "train/idle_experts.h"
 #include "train/data_parallel.h"
+#include "train/sharded_checkpoint.h"
+#include "train/zero_step.h"
 
 
 namespace skew {
@@ -159,7 +161,8 @@ constexpr int64_t DEVICE_AUTO_RESERVE_BYTES = int64_t(512) << 20;
 /// device's free memory less DEVICE_AUTO_RESERVE_BYTES, or the host's available memory for a host
 /// backend (the whole batch when that is unknown). Throws skew::Error naming the memory at
 /// microbatch 1 when nothing fits.
-int64_t auto_microbatch(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, const Backend& backend) {
+int64_t auto_microbatch(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, const Backend& backend,
+                        const ParallelLayout& layout) {
     int64_t budget = -1;
     const char* where = "the host's available memory";
     if (backend.device_memory()) {
@@ -169,12 +172,12 @@ int64_t auto_microbatch(const Config& cfg, const ParamTable& table, const Optimi
     } else {
         budget = host_available_bytes();
     }
-    if (budget < 0) return cfg.train.batch_size;
-    const int64_t mb = largest_fitting_microbatch(cfg, table, opt, budget);
+    if (budget < 0) return cfg.train.batch_size / layout.world_size;
+    const int64_t mb = largest_fitting_microbatch(cfg, table, opt, budget, layout);
     if (mb == 0)
         fail("{}: train.microbatch 0 (the largest that fits): even microbatch 1 needs {:.2f} GiB but {} is {:.2f} GiB; "
-             "see `skew plan --budget`", opt.name, double(build_memory_plan(cfg, table, opt, 1).peak_bytes) / GIB, where,
-             double(budget) / GIB);
+             "see `skew plan --budget`", opt.name, double(build_memory_plan(cfg, table, opt, 1, layout).peak_bytes) / GIB,
+             where, double(budget) / GIB);
     spdlog::info("{}: train.microbatch 0: {} sequences, the largest divisor of batch_size {} whose plan fits {} "
                  "({:.2f} GiB)", opt.name, mb, cfg.train.batch_size, where, double(budget) / GIB);
     return mb;
@@ -268,10 +271,11 @@ void synchronize_and_measure_overhead(Run& r) {
 /// the host's available memory. Returns
 /// the microbatch; throws skew::Error naming the optimizer.
 int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
-                            const Backend& backend) {
+                            const Backend& backend, const ParallelLayout& layout) {
     require_optimizer_backend(opt, backend);
-    const int64_t mb = cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, backend);
-    if (!backend.device_memory()) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb), opt);
+    const int64_t mb =
+        cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, backend, layout);
+    if (!backend.device_memory()) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb, layout), opt);
     return mb;
 }
 
@@ -321,10 +325,15 @@ struct OptimizerRun {
     Backend& backend;
     RunWrites& writes;
     int64_t mb = 0, accum = 0;  // sequences per microbatch; microbatches per global batch (all ranks)
+    const ParamTable& table;  // this rank's (expert parallel: its n_experts / M experts of each bank)
+    ParamTable global;        // the whole model's (build_param_table(cfg.model)): ZeRO-1 and the checkpoints
+    ParallelLayout layout;  // this rank's place: world size, ZeRO stage (docs/distributed.md)
     MemoryPlan plan;
     Arena arena;
     Model model;
-    std::vector<ParamSlot> slots;
+    std::vector<ParamSlot> slots;  // every parameter with its state; empty under ZeRO-1 (see zero)
+    std::unique_ptr<ZeroOptimizer> zero;  // ZeRO-1 (layout.zero()): this rank's owned ranges and the gather
+    ZeroPartition partition;              // who owns what (the sharded checkpoints' manifest)
     DataParallel dp;     // this rank's share of each step and the collectives
     bool writer = true;  // rank 0: writes the run folder, logs, draws the status line
     std::unique_ptr<OptimizerRunner> optimizer;
@@ -349,9 +358,15 @@ struct OptimizerRun {
     OptimizerRun(const Config& c, const OptimizerConfig& o, const TrainOptions& to, Backend& be, RunWrites& w,
                  const ParamTable& table, int64_t microbatch)
         : cfg(c), opt(o), opts(to), backend(be), writes(w), mb(microbatch), accum(c.train.batch_size / microbatch),
-          plan(build_memory_plan(c, table, o, microbatch)), arena(allocate_arena(plan, be)),
-          model(model_bind(c, table, arena, be)), slots(arena_param_slots(o, table, arena)),
-          dp(dp_make(*to.comm, c.train, microbatch)), writer(dp.rank == 0) {
+          table(table), global(build_param_table(c.model)),
+          layout(parallel_layout(c, to.comm->world_size(), to.comm->rank())),
+          plan(build_memory_plan(c, table, o, microbatch, layout)), arena(allocate_arena(plan, be)),
+          model(model_bind(c, table, arena, be)), dp(dp_make(*to.comm, c.train, microbatch)), writer(dp.rank == 0) {
+        // ZeRO-1 and the sharded checkpoints partition the whole model's table under the layout
+        // (held_param_table gives this rank's banks); the model and its slots use the rank's table
+        partition = zero_partition(global, o, layout);
+        if (layout.zero()) zero = make_zero_optimizer(o, global, table, layout, arena, *to.comm);
+        else slots = arena_param_slots(o, table, arena);
         if (to.expert_comm) model_set_expert_comm(model, to.expert_comm);
         dp.expert_comm = to.expert_holders;
         dp.device_comm = to.device_comm;
@@ -374,14 +389,14 @@ struct OptimizerRun {
     /// process's peak resident set (host backends).
     int64_t measured_peak() const { return backend.device_memory() ? device_peak : process_peak_rss_bytes(); }
 
-    /// Replicated data (every tensor is whole on every rank): rank 0 writes it.
+    /// One process: checkpoint.h's folder. Several ranks: a sharded checkpoint (each rank its
+    /// optimizer state, rank 0 the weights and layout.json; train/sharded_checkpoint.h).
     void checkpoint(const std::string& dir) {
         state.extra["optimizer_t"] = optimizer_t;
         dp_check_weights_agree(dp, model, backend, "at a checkpoint");
-        if (writer) {
-            sync_step_log(log);
-            save_checkpoint(dir, arena, state, &backend);
-        }
+        if (writer) sync_step_log(log);
+        if (layout.world_size > 1) save_sharded_checkpoint(dir, arena, state, &backend, layout, partition, global, *opts.comm);
+        else save_checkpoint(dir, arena, state, &backend);
         writes.committed = true;
     }
 
@@ -427,7 +442,9 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     r.metrics = make_run_metrics(cfg, opt, r.plan);
     r.metrics.unigram_val_ppl = data.unigram_val_ppl;
     if (opts.resume && checkpoint_exists(r.last_dir)) {
-        r.state = load_checkpoint(r.last_dir, r.arena, &backend);
+        r.state = r.layout.world_size > 1 ? load_sharded_checkpoint(r.last_dir, r.arena, &backend, r.layout, r.partition,
+                                                                    r.global, *opts.comm)
+                                          : load_checkpoint(r.last_dir, r.arena, &backend);
         if (r.state.config_hash != hash)
             fail("{}: the checkpoint was written under another config than {} (config hash {} vs {}): was config.yaml "
                  "edited after the run started, or the checkpoint copied from another run? Put config.yaml back as the "
@@ -606,6 +623,12 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
         os.grad_scale = grad_scale;
         SKEW_NVTX_RANGE("optimizer");
         at_step(opt, step, "optimizer", [&] {
+            if (r.zero) {  // ZeRO-1: this rank's ranges, then the all-gather of the updated weights
+                zero_optimizer_step(*r.zero, *r.optimizer, os, r.backend, opt,
+                                    tc.idle_experts == "skip" ? idle_experts(expert_tokens) : std::vector<IdleExpert>{},
+                                    r.opts.device_comm ? *r.opts.device_comm : *r.opts.comm);
+                return;
+            }
             // experts that got no token keep weights and state (train.idle_experts: skip)
             const IdleExpertSnapshot idle = tc.idle_experts == "skip"
                                                 ? save_idle_experts(r.backend, opt, r.slots,
@@ -829,12 +852,15 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         // Plan for the backend actually used (auto resolved); the run's identity (config.yaml, the
         // checkpoints' config hash) stays the config as written.
         run_cfg.runtime.backend = backend->name();
-        // train.microbatch 0 on N ranks: the largest that fits among the divisors of batch_size / N
-        Config mb_cfg = run_cfg;
-        if (world > 1 && cfg.train.microbatch == 0 && cfg.train.batch_size % world == 0)
-            mb_cfg.train.batch_size = cfg.train.batch_size / world;
+        // train.microbatch 0 on N ranks: the largest that fits among the divisors of batch_size / N,
+        // planned for this rank's layout (its ZeRO-1 share of the optimizer state)
+        if (cfg.train.microbatch > 0) dp_make(comm, cfg.train, cfg.train.microbatch);  // its message names all three
+        const ParallelLayout layout = parallel_layout(run_cfg, world, comm.rank());
+        if (layout.expert_parallel > 1 && layout.zero())
+            fail("{}: parallel.expert {} needs parallel.zero_stage: 0 (ZeRO-1 does not partition an expert-parallel "
+                 "run's optimizer state yet)", cfg.source, layout.expert_parallel);
         for (const OptimizerConfig& opt : cfg.optimizers) {
-            microbatch.push_back(check_optimizer_run(mb_cfg, table, opt, *backend));
+            microbatch.push_back(check_optimizer_run(run_cfg, table, opt, *backend, layout));
             dp_make(comm, cfg.train, microbatch.back());  // batch_size a multiple of world x microbatch
         }
     } catch (const Error& e) {

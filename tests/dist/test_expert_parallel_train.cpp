@@ -2,8 +2,8 @@
 // data parallel on the same N ranks and global batches: 20 steps of SkewAdam and AdamW on
 // configs/tiny.yaml (8 experts, top-2), N = 2 with M = 2, N = 4 with M = 4 and M = 2 (two
 // expert-parallel groups whose expert gradients are also summed over the ranks holding the same
-// experts). Losses and the final weights (rank 0's checkpoint: every non-expert tensor and rank
-// 0's experts of each bank) within the tolerance of a changed summation order.
+// experts). Losses and the final weights (the sharded checkpoint: every non-expert tensor and every
+// expert shard, merged) within the tolerance of a changed summation order.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -155,21 +155,23 @@ TEST_CASE("expert parallel equals data parallel on the same ranks: 20 steps of S
             CHECK(loss_rel < 1e-4);
             CHECK(std::abs(la[0] - lb[0]) < 1e-12);  // step 1: the same forward pass on the same weights
             const auto wa = read_safetensors(dp + "/checkpoints/" + std::string(opt) + "/last/model.safetensors");
-            const auto wb = read_safetensors(ep + "/checkpoints/" + std::string(opt) + "/last/model.safetensors");
+            // a sharded checkpoint: the non-expert weights in model.safetensors, expert rank er's
+            // experts [er E/M, (er + 1) E/M) in model.experts-er-of-M; concatenated in expert order
+            // (a bank is stored expert-major) they are the whole bank
+            auto wb = read_safetensors(ep + "/checkpoints/" + std::string(opt) + "/last/model.safetensors");
+            for (int er = 0; er < l.M; ++er)
+                for (auto& [name, v] : read_safetensors(ep + "/checkpoints/" + std::string(opt) + "/last/model.experts-" +
+                                                        std::to_string(er) + "-of-" + std::to_string(l.M) + ".safetensors"))
+                    wb[name].insert(wb[name].end(), v.begin(), v.end());
             REQUIRE(wa.size() == wb.size());
             double max_abs = 0;
             std::string where;
             int banks = 0;
             for (const auto& [name, va] : wa) {
                 const std::vector<float>& vb = wb.at(name);
-                // rank 0's expert banks hold its 8 / M experts: the first 1/M of the whole bank
-                const bool bank = name.find("moe.experts.") != std::string::npos;
-                if (bank) {
-                    ++banks;
-                    REQUIRE(vb.size() * size_t(l.M) == va.size());
-                } else {
-                    REQUIRE(vb.size() == va.size());
-                }
+                // every rank's experts, merged from the M expert shards: the whole bank
+                if (name.find("moe.experts.") != std::string::npos) ++banks;
+                REQUIRE(vb.size() == va.size());
                 for (size_t i = 0; i < vb.size(); ++i) {
                     const double e = std::abs(double(va[i]) - double(vb[i]));
                     if (e > max_abs || std::isnan(e)) max_abs = std::isnan(e) ? 1e30 : e, where = name;
@@ -194,4 +196,18 @@ TEST_CASE("parallel.expert that does not divide the number of ranks is refused w
     CHECK(r.status != 124);
     CHECK(r.output.find("parallel.expert 4 needs a multiple of 4 ranks (mpirun -np); this run has 2") != std::string::npos);
     CHECK_FALSE(fs::exists(out + "/config.yaml"));
+}
+
+TEST_CASE("parallel.expert 2 with ZeRO-1 (parallel.zero_stage: 1) is refused with a message", "[dist]") {
+    const std::string out = work_dir() + "/ep-zero1";
+    Run r = mpirun("-np 2 " + std::string(SKEW_BINARY) + " train " + std::string(SKEW_SOURCE_DIR) +
+                       "/configs/tiny.yaml --plain --set data.dir=" + prepared() +
+                       " --set train.batch_size=4 --set train.microbatch=1 --set parallel.expert=2"
+                       " --set parallel.zero_stage=1 --optimizers adamw --out " + out,
+                   120);
+    INFO(r.output);
+    CHECK(r.status != 0);
+    CHECK(r.status != 124);
+    CHECK(r.output.find("parallel.expert 2 needs parallel.zero_stage: 0") != std::string::npos);
+    CHECK_FALSE(fs::exists(out + "/checkpoints"));
 }

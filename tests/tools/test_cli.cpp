@@ -2,6 +2,8 @@
 // (config errors, bad flags) exiting non-zero with one clear message.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -264,4 +266,40 @@ TEST_CASE("skew plan adds the documented CUDA context and library constant to th
     Run cpu = run("plan " + paper() + " --optimizer skewadam --json --set runtime.backend=cpu");
     REQUIRE(cpu.status == 0);
     CHECK_FALSE(nlohmann::json::parse(cpu.output).contains("cuda_runtime_overhead"));  // no CUDA context on the CPU
+}
+
+TEST_CASE("skew plan --world-size: per-rank state under ZeRO-1 sums to the one-process state; the paper model fits "
+          "24 GB per GPU with SkewAdam on 8 GPUs x expert parallel 8 and 40 GB with AdamW + ZeRO-1 on 8") {
+    // tiny config, AdamW keeps 8 bytes per parameter: the ranks' shares add up to 8 x the parameter count
+    for (int n : {2, 4}) {
+        Run r = run("plan " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --optimizer adamw --json --world-size " +
+                    std::to_string(n) + " --set train.batch_size=8 --set train.microbatch=1");
+        INFO(r.output);
+        REQUIRE(r.status == 0);
+        auto j = nlohmann::json::parse(r.output);
+        REQUIRE(j["ranks"].size() == size_t(n));
+        int64_t sum = 0, largest = 0;
+        for (auto& rk : j["ranks"]) {
+            sum += rk["state_bytes"].get<int64_t>();
+            largest = std::max(largest, rk["state_bytes"].get<int64_t>());
+        }
+        CHECK(sum == 8 * j["params"]["total"].get<int64_t>());
+        CHECK(j["state"]["bytes"].get<int64_t>() == largest);  // the plan shown is the largest rank's
+    }
+    Run s = run("plan " + paper() + " --optimizer skewadam --world-size 8 --expert-parallel 8 --budget 24GiB --json "
+                "--set parallel.zero_stage=0");
+    REQUIRE(s.status == 0);
+    auto js = nlohmann::json::parse(s.output);
+    CHECK(js["budget"]["fits"] == true);
+    CHECK(std::round(js["weights"]["gib"].get<double>() * 100) / 100 == Approx(2.14));  // 1/8 of the experts
+    CHECK(std::round(js["peak"]["gib"].get<double>() * 100) / 100 == Approx(7.17));  // docs/distributed.md
+    Run a = run("plan " + paper() + " --optimizer adamw --world-size 8 --budget 40GB --json");
+    REQUIRE(a.status == 0);
+    auto ja = nlohmann::json::parse(a.output);
+    CHECK(ja["budget"]["fits"] == true);
+    CHECK(std::round(ja["state"]["gib"].get<double>() * 100) / 100 == Approx(7.54));
+    CHECK(std::round(ja["peak"]["gib"].get<double>() * 100) / 100 == Approx(33.43));
+    Run a0 = run("plan " + paper() + " --optimizer adamw --world-size 8 --budget 40GB --json --set parallel.zero_stage=0");
+    REQUIRE(a0.status == 0);
+    CHECK(nlohmann::json::parse(a0.output)["budget"]["fits"] == false);  // replicated state does not fit
 }

@@ -1,0 +1,346 @@
+// Sharded checkpoints, their layout manifest and the merged export (train/sharded_checkpoint.h).
+#include "train/sharded_checkpoint.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/error.h"
+#include "engine/json_strict.h"
+#include "train/faults.h"
+
+namespace fs = std::filesystem;
+
+namespace skew {
+namespace {
+
+const char* const MODEL_FILE = "model.safetensors";
+const char* const STATE_FILE = "trainer_state.json";
+
+nlohmann::json read_json(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) fail("{}: cannot open", path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    nlohmann::json j;
+    std::string err;
+    if (!json_try_parse_strict(ss.str(), j, err)) fail("{}: not valid JSON: {}", path, err);
+    return j;
+}
+
+/// Every rank reports whether its part succeeded; a rank that failed rethrows its own error, the
+/// others fail naming the rank(s) that did (no rank waits for one that gave up).
+void agree(Communicator& comm, const std::string& what, std::exception_ptr err) {
+    std::vector<int64_t> failed(size_t(comm.world_size()), 0);
+    failed[size_t(comm.rank())] = err ? 1 : 0;
+    comm.allreduce_sum(failed.data(), int64_t(failed.size()), CommDType::I64);
+    if (err) std::rethrow_exception(err);
+    std::string ranks;
+    for (size_t r = 0; r < failed.size(); ++r)
+        if (failed[r]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    if (!ranks.empty()) fail("{}: rank {} failed (its error is above); this rank stops too", what, ranks);
+}
+
+template <class F>
+std::exception_ptr attempt(F&& f) {
+    try {
+        f();
+    } catch (...) {
+        return std::current_exception();
+    }
+    return nullptr;
+}
+
+bool is_bank_name(const ParamTable& table, const std::string& name) {
+    const ParamInfo* p = table.find(name);
+    return p && is_expert_bank(*p);
+}
+
+/// The weights of the arena split into the non-expert ones and the expert banks.
+void split_weights(const std::vector<NamedTensor>& all, const ParamTable& table, std::vector<NamedTensor>& dense,
+                   std::vector<NamedTensor>& banks) {
+    for (const NamedTensor& t : all) (is_bank_name(table, t.name) ? banks : dense).push_back(t);
+}
+
+nlohmann::json layout_json(const ParallelLayout& l) {
+    return {{"world_size", l.world_size}, {"expert_parallel", l.expert_parallel}, {"zero_stage", l.zero_stage}};
+}
+
+/// The ranks whose state shard is written: every rank under ZeRO-1, else the first replica.
+bool writes_state(const ParallelLayout& l) { return l.zero() || l.rank < l.expert_parallel; }
+
+/// The shard this rank's state is read from.
+int64_t state_shard_of(const ParallelLayout& l) { return l.zero() ? l.rank : l.rank % l.expert_parallel; }
+
+/// The file of shard `r`'s state: optimizer.rank-R-of-N.safetensors, except that a replicated state
+/// without expert parallelism (ZeRO stage 0, M = 1) is one whole file under the one-process name.
+std::string state_file(const ParallelLayout& l, int64_t r) {
+    if (!l.zero() && l.expert_parallel == 1) return "optimizer.safetensors";
+    return optimizer_shard_file(r, l.world_size);
+}
+
+nlohmann::json owned_json(const ZeroPartition& part, const ParamTable& global, int64_t rank) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const OwnedRange& o : part.owned[size_t(rank)]) {
+        const ParamInfo& p = global.params[o.param];
+        if (is_expert_bank(p)) a.push_back({{"param", p.name}, {"experts", {o.matrix_begin, o.matrix_end}}});
+        else a.push_back({{"param", p.name}});
+    }
+    return a;
+}
+
+std::vector<std::byte> read_bytes_at(const std::string& path, int64_t offset, int64_t bytes) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("{}: cannot open", path);
+    std::vector<std::byte> out(static_cast<size_t>(bytes));
+    in.seekg(offset);
+    in.read(reinterpret_cast<char*>(out.data()), bytes);
+    if (!in) fail("{}: cannot read {} bytes at offset {}", path, bytes, offset);
+    return out;
+}
+
+/// Every tensor of a safetensors file into host memory, by name.
+std::map<std::string, HostTensor> read_all(const std::string& path) {
+    const SafetensorsHeader h = read_safetensors_header(path);
+    std::map<std::string, HostTensor> out;
+    for (const SafetensorsEntry& e : h.tensors) {
+        HostTensor t;
+        t.name = e.name;
+        t.dtype = e.dtype;
+        t.shape = e.shape;
+        t.data = read_bytes_at(path, h.data_start + e.begin, e.end - e.begin);
+        out.emplace(e.name, std::move(t));
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string optimizer_shard_file(int64_t rank, int64_t world_size) {
+    return fmt::format("optimizer.rank-{}-of-{}.safetensors", rank, world_size);
+}
+
+std::string expert_shard_file(int64_t expert_rank, int64_t expert_parallel) {
+    return fmt::format("model.experts-{}-of-{}.safetensors", expert_rank, expert_parallel);
+}
+
+bool checkpoint_is_sharded(const std::string& dir) {
+    std::error_code ec;
+    return fs::exists(fs::path(dir) / LAYOUT_FILE, ec);
+}
+
+void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const TrainerState& state, Backend* backend,
+                             const ParallelLayout& layout, const ZeroPartition& part, const ParamTable& global,
+                             Communicator& comm) {
+    if (!arena.plan) fail("{}: the arena has no memory plan", dir);
+    if (comm.device_memory()) fail("{}: sharded checkpoints coordinate over a host communicator", dir);
+    const std::string tag = fmt::format("sharded-{}", state.step);
+    std::string temp;
+    // 1. rank 0 prepares the temporary folder (every rank writes into the same one: shared storage)
+    agree(comm, fmt::format("{}: preparing the checkpoint", dir), attempt([&] {
+              if (layout.rank == 0) begin_checkpoint_folder(dir, tag);
+          }));
+    {
+        fs::path target = fs::path(dir).lexically_normal();
+        if (target.filename().empty()) target = target.parent_path();
+        temp = (target.parent_path() / fmt::format(".{}.tmp-{}", target.filename().string(), tag)).string();
+    }
+    const std::map<std::string, std::string> meta = {{"format", "pt"},
+                                                     {"step", std::to_string(state.step)},
+                                                     {"optimizer", state.optimizer},
+                                                     {"world_size", std::to_string(layout.world_size)},
+                                                     {"rank", std::to_string(layout.rank)}};
+    // 2. every rank its files
+    agree(comm, fmt::format("{}: writing the shards", dir), attempt([&] {
+              if (writes_state(layout))
+                  write_safetensors((fs::path(temp) / state_file(layout, layout.rank)).string(),
+                                    buffer_tensors(arena, BufferKind::STATE, backend), meta);
+              const std::vector<NamedTensor> weights = weight_tensors(arena, backend);
+              if (layout.expert_parallel == 1) {
+                  if (layout.rank == 0) write_safetensors((fs::path(temp) / MODEL_FILE).string(), weights, meta);
+                  return;
+              }
+              std::vector<NamedTensor> dense, banks;
+              split_weights(weights, global, dense, banks);
+              if (layout.rank == 0) write_safetensors((fs::path(temp) / MODEL_FILE).string(), dense, meta);
+              if (layout.expert_replica() == 0)
+                  write_safetensors(
+                      (fs::path(temp) / expert_shard_file(layout.expert_rank(), layout.expert_parallel)).string(), banks,
+                      meta);
+          }));
+    // 3. rank 0: the trainer state and the manifest last, then the swap
+    agree(comm, fmt::format("{}: completing the checkpoint", dir), attempt([&] {
+              if (layout.rank != 0) return;
+              nlohmann::json m;
+              m["format"] = "skew-sharded-checkpoint-1";
+              m["step"] = state.step;
+              m["optimizer"] = state.optimizer;
+              m["layout"] = layout_json(layout);
+              m["model"] = MODEL_FILE;
+              nlohmann::json experts = nlohmann::json::array();
+              if (layout.expert_parallel > 1)
+                  for (int64_t er = 0; er < layout.expert_parallel; ++er)
+                      experts.push_back(expert_shard_file(er, layout.expert_parallel));
+              m["expert_shards"] = experts;
+              nlohmann::json shards = nlohmann::json::array();
+              for (int64_t r = 0; r < layout.world_size; ++r) {
+                  ParallelLayout lr = layout;
+                  lr.rank = r;
+                  if (!writes_state(lr)) continue;
+                  shards.push_back({{"rank", r}, {"file", state_file(layout, r)},
+                                    {"owned", owned_json(part, global, r)}});
+              }
+              m["optimizer_shards"] = shards;
+              write_file_atomic((fs::path(temp) / STATE_FILE).string(), trainer_state_to_json(state).dump(2) + "\n");
+              write_file_atomic((fs::path(temp) / LAYOUT_FILE).string(), m.dump(2) + "\n");
+              commit_checkpoint_folder(temp, dir);
+          }));
+}
+
+TrainerState load_sharded_checkpoint(const std::string& dir, const Arena& arena, Backend* backend,
+                                     const ParallelLayout& layout, const ZeroPartition& part, const ParamTable& global,
+                                     Communicator& comm) {
+    if (!arena.plan) fail("{}: the arena has no memory plan", dir);
+    TrainerState s;
+    agree(comm, fmt::format("{}: loading the checkpoint", dir), attempt([&] {
+              const fs::path d(dir);
+              const std::string layout_path = (d / LAYOUT_FILE).string();
+              std::error_code ec;
+              if (!fs::exists(layout_path, ec)) {
+                  if (checkpoint_exists(dir))
+                      fail("{}: the checkpoint was written by one process (world size 1, no {}); this run is {}: resume "
+                           "it with one process, or start a new run", dir, LAYOUT_FILE, layout.describe());
+                  fail("{}: no checkpoint here ({} is missing)", dir, layout_path);
+              }
+              const nlohmann::json m = read_json(layout_path);
+              ParallelLayout was;
+              try {
+                  was.world_size = m.at("layout").at("world_size").get<int64_t>();
+                  was.expert_parallel = m.at("layout").at("expert_parallel").get<int64_t>();
+                  was.zero_stage = m.at("layout").at("zero_stage").get<int64_t>();
+              } catch (const nlohmann::json::exception& e) {
+                  fail("{}: no valid layout ({})", layout_path, e.what());
+              }
+              if (was.world_size != layout.world_size || was.expert_parallel != layout.expert_parallel ||
+                  was.zero_stage != layout.zero_stage)
+                  fail("{}: the checkpoint was written with {}; this run is {}: resume with the same layout (mpirun -np "
+                       "{}, parallel.expert {}, parallel.zero_stage {}), or `skew export` its weights",
+                       dir, was.describe(), layout.describe(), was.world_size, was.expert_parallel, was.zero_stage);
+              // the owned ranges must be the ones this build computes (the partition is part of the format)
+              const int64_t shard = state_shard_of(layout);
+              const std::string shard_file = state_file(layout, shard);
+              bool found = false;
+              for (const auto& e : m.value("optimizer_shards", nlohmann::json::array()))
+                  if (e.value("rank", int64_t(-1)) == shard) {
+                      found = true;
+                      if (e.value("owned", nlohmann::json()) != owned_json(part, global, shard))
+                          fail("{}: rank {}'s shard owns other parameter ranges than this run's partition of the "
+                               "optimizer state (another parameter table or optimizer)", layout_path, shard);
+                  }
+              if (!found) fail("{}: lists no optimizer shard of rank {}", layout_path, shard);
+
+              const std::string state_path = (d / STATE_FILE).string();
+              s = trainer_state_from_json(read_json(state_path), state_path);
+              if (s.optimizer != arena.plan->optimizer)
+                  fail("{}: checkpoint of optimizer '{}' cannot be loaded into a run of optimizer '{}'", state_path,
+                       s.optimizer, arena.plan->optimizer);
+              auto load = [&](const std::string& file, const std::vector<NamedTensor>& tensors) {
+                  const std::string path = (d / file).string();
+                  auto meta = read_safetensors_into(path, tensors);
+                  auto it = meta.find("step");
+                  if (it == meta.end()) fail("{}: metadata has no 'step'", path);
+                  if (it->second != std::to_string(s.step))
+                      fail("{}: written at step {} but {} says step {}: the folder mixes two saves", path, it->second,
+                           state_path, s.step);
+                  if (const auto bad = first_non_finite(tensors))
+                      fail("{}: tensor '{}' holds a non-finite value at element {}: the checkpoint is corrupt", path,
+                           bad->tensor, bad->index);
+              };
+              const std::vector<NamedTensor> weights = weight_tensors(arena, backend);
+              if (layout.expert_parallel == 1) {
+                  load(MODEL_FILE, weights);
+              } else {
+                  std::vector<NamedTensor> dense, banks;
+                  split_weights(weights, global, dense, banks);
+                  load(MODEL_FILE, dense);
+                  load(expert_shard_file(layout.expert_rank(), layout.expert_parallel), banks);
+              }
+              load(shard_file, buffer_tensors(arena, BufferKind::STATE, backend));
+          }));
+    return s;
+}
+
+std::vector<HostTensor> read_checkpoint_weights(const std::string& dir, const ParamTable& table) {
+    const fs::path d(dir);
+    std::map<std::string, HostTensor> all = read_all((d / MODEL_FILE).string());
+    if (checkpoint_is_sharded(dir)) {
+        const std::string layout_path = (d / LAYOUT_FILE).string();
+        const nlohmann::json m = read_json(layout_path);
+        const auto shards = m.value("expert_shards", nlohmann::json::array());
+        if (!shards.empty()) {
+            // concatenate each bank's shards in expert order (a bank is stored expert-major)
+            std::vector<std::map<std::string, HostTensor>> parts;
+            for (const auto& f : shards) {
+                if (!f.is_string()) fail("{}: expert_shards holds a non-string entry", layout_path);
+                parts.push_back(read_all((d / f.get<std::string>()).string()));
+            }
+            for (const ParamInfo& p : table.params) {
+                if (!is_expert_bank(p)) continue;
+                HostTensor whole;
+                whole.name = p.name;
+                whole.dtype = p.dtype;
+                whole.shape = p.shape;
+                int64_t experts = 0;
+                for (size_t i = 0; i < parts.size(); ++i) {
+                    auto it = parts[i].find(p.name);
+                    if (it == parts[i].end())
+                        fail("{}: tensor '{}' is missing", (d / shards[i].get<std::string>()).string(), p.name);
+                    experts += it->second.shape.empty() ? 0 : it->second.shape[0];
+                    whole.data.insert(whole.data.end(), it->second.data.begin(), it->second.data.end());
+                }
+                if (experts != p.n_matrices())
+                    fail("{}: the expert shards of '{}' hold {} experts, the model has {}", dir, p.name, experts,
+                         p.n_matrices());
+                all[p.name] = std::move(whole);
+            }
+        }
+    }
+    std::vector<HostTensor> out;
+    for (const ParamInfo& p : table.params) {
+        auto it = all.find(p.name);
+        if (it == all.end()) fail("{}: the checkpoint has no weight '{}'", dir, p.name);
+        HostTensor& t = it->second;
+        if (t.dtype != p.dtype || t.shape != p.shape ||
+            int64_t(t.data.size()) != p.numel() * dtype_bytes(p.dtype))
+            fail("{}: weight '{}' is {} {}, the model's is {} {}", dir, p.name, dtype_name(t.dtype),
+                 fmt::format("{}", fmt::join(t.shape, "x")), dtype_name(p.dtype), fmt::format("{}", fmt::join(p.shape, "x")));
+        out.push_back(std::move(t));
+        all.erase(it);
+    }
+    if (!all.empty()) fail("{}: the checkpoint holds a weight '{}' the model does not have", dir, all.begin()->first);
+    return out;
+}
+
+void export_checkpoint_weights(const std::string& dir, const ParamTable& table, const std::string& out_path) {
+    std::vector<HostTensor> w = read_checkpoint_weights(dir, table);
+    const std::string state_path = (fs::path(dir) / STATE_FILE).string();
+    const TrainerState s = trainer_state_from_json(read_json(state_path), state_path);
+    std::vector<NamedTensor> named;
+    for (HostTensor& t : w) {
+        NamedTensor n;
+        n.name = t.name;
+        n.dtype = t.dtype;
+        n.shape = t.shape;
+        n.data = t.data.data();
+        named.push_back(n);
+    }
+    write_safetensors(out_path, named, {{"format", "pt"}, {"step", std::to_string(s.step)}, {"optimizer", s.optimizer}});
+}
+
+}  // namespace skew
