@@ -24,11 +24,15 @@
 #include <vector>
 
 #include "tests/cli_util.h"
+#include "tests/dist/run_files.h"
 #include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using skew::test::Run;
+
+using skew::test::read_bytes;
+using skew::test::read_safetensors;
 
 namespace {
 
@@ -87,53 +91,6 @@ std::string train_args(const std::string& extra) {
            " --set parallel.zero_stage=0 " + extra;
 }
 
-std::string read_bytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-std::vector<double> losses(const std::string& run, const std::string& opt) {
-    std::ifstream in(run + "/steps_" + opt + ".jsonl");
-    REQUIRE(in.good());
-    std::vector<double> out;
-    for (std::string line; std::getline(in, line);)
-        if (!line.empty()) out.push_back(json::parse(line)["lm_loss"].get<double>());
-    return out;
-}
-
-// Every bf16 and fp32 tensor of a safetensors file, widened to float.
-std::map<std::string, std::vector<float>> read_safetensors(const std::string& path) {
-    const std::string b = read_bytes(path);
-    REQUIRE(b.size() > 8);
-    uint64_t n = 0;
-    std::memcpy(&n, b.data(), 8);
-    const json h = json::parse(b.substr(8, n));
-    const size_t base = 8 + n;
-    std::map<std::string, std::vector<float>> out;
-    for (auto it = h.begin(); it != h.end(); ++it) {
-        if (it.key() == "__metadata__") continue;
-        const std::string dt = it.value()["dtype"];
-        const size_t s = it.value()["data_offsets"][0], e = it.value()["data_offsets"][1];
-        std::vector<float>& v = out[it.key()];
-        if (dt == "BF16") {
-            for (size_t i = s; i < e; i += 2) {
-                uint16_t h16 = 0;
-                std::memcpy(&h16, b.data() + base + i, 2);
-                const uint32_t bits = uint32_t(h16) << 16;
-                float f = 0;
-                std::memcpy(&f, &bits, 4);
-                v.push_back(f);
-            }
-        } else if (dt == "F32") {
-            v.resize((e - s) / 4);
-            std::memcpy(v.data(), b.data() + base + s, e - s);
-        }
-    }
-    return out;
-}
-
 struct Diff {
     double max_abs = 0;       // largest |a - b| over every weight
     double max_loss_rel = 0;  // largest relative difference of a step's LM loss
@@ -154,7 +111,7 @@ double largest_lr(const std::string& run, const std::string& opt) {
 
 Diff compare_runs(const std::string& a, const std::string& b, const std::string& opt) {
     Diff d;
-    const std::vector<double> la = losses(a, opt), lb = losses(b, opt);
+    const std::vector<double> la = skew::test::step_losses(a, opt), lb = skew::test::step_losses(b, opt);
     REQUIRE(la.size() == 20);
     REQUIRE(lb.size() == la.size());
     for (size_t i = 0; i < la.size(); ++i) d.max_loss_rel = std::max(d.max_loss_rel, std::abs(la[i] - lb[i]) / la[i]);
@@ -214,7 +171,7 @@ TEST_CASE("data parallel on 2 and 4 ranks equals one process: 20 steps of every 
         }
         // the first step runs the same forward pass on identical weights: its loss is the same
         // sum of the same microbatch losses, up to the order of a few double additions
-        CHECK(std::abs(losses(one, "adamw")[0] - losses(many, "adamw")[0]) < 1e-12);
+        CHECK(std::abs(skew::test::step_losses(one, "adamw")[0] - skew::test::step_losses(many, "adamw")[0]) < 1e-12);
     }
 }
 
@@ -244,7 +201,7 @@ TEST_CASE("mpirun -np 1 is bit-identical to one process (the MPI path changes no
           read_bytes(b + "/checkpoints/adamw/last/model.safetensors"));
     CHECK(read_bytes(a + "/checkpoints/adamw/last/optimizer.safetensors") ==
           read_bytes(b + "/checkpoints/adamw/last/optimizer.safetensors"));
-    CHECK(losses(a, "adamw") == losses(b, "adamw"));
+    CHECK(skew::test::step_losses(a, "adamw") == skew::test::step_losses(b, "adamw"));
 }
 
 TEST_CASE("a batch size that N x microbatch does not divide is refused before anything is written", "[dist]") {
@@ -361,5 +318,5 @@ TEST_CASE("a data-parallel run stopped and resumed on 2 ranks equals the uninter
           read_bytes(parts + "/checkpoints/adamw/last/model.safetensors"));
     CHECK(read_bytes(whole + "/checkpoints/adamw/last/optimizer.safetensors") ==
           read_bytes(parts + "/checkpoints/adamw/last/optimizer.safetensors"));
-    CHECK(losses(whole, "adamw") == losses(parts, "adamw"));
+    CHECK(skew::test::step_losses(whole, "adamw") == skew::test::step_losses(parts, "adamw"));
 }

@@ -22,11 +22,15 @@
 #include <vector>
 
 #include "tests/cli_util.h"
+#include "tests/dist/run_files.h"
 #include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using skew::test::Run;
+
+using skew::test::read_bytes;
+using skew::test::read_safetensors;
 
 namespace {
 
@@ -84,53 +88,6 @@ std::string run(int np, int M) {
     return out;
 }
 
-std::string read_bytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-std::vector<double> losses(const std::string& dir, const std::string& opt) {
-    std::ifstream in(dir + "/steps_" + opt + ".jsonl");
-    REQUIRE(in.good());
-    std::vector<double> out;
-    for (std::string line; std::getline(in, line);)
-        if (!line.empty()) out.push_back(json::parse(line)["lm_loss"].get<double>());
-    return out;
-}
-
-// Every bf16 and fp32 tensor of a safetensors file, widened to float.
-std::map<std::string, std::vector<float>> read_safetensors(const std::string& path) {
-    const std::string b = read_bytes(path);
-    REQUIRE(b.size() > 8);
-    uint64_t n = 0;
-    std::memcpy(&n, b.data(), 8);
-    const json h = json::parse(b.substr(8, n));
-    const size_t base = 8 + n;
-    std::map<std::string, std::vector<float>> out;
-    for (auto it = h.begin(); it != h.end(); ++it) {
-        if (it.key() == "__metadata__") continue;
-        const std::string dt = it.value()["dtype"];
-        const size_t s = it.value()["data_offsets"][0], e = it.value()["data_offsets"][1];
-        std::vector<float>& v = out[it.key()];
-        if (dt == "BF16") {
-            for (size_t i = s; i < e; i += 2) {
-                uint16_t h16 = 0;
-                std::memcpy(&h16, b.data() + base + i, 2);
-                const uint32_t bits = uint32_t(h16) << 16;
-                float f = 0;
-                std::memcpy(&f, &bits, 4);
-                v.push_back(f);
-            }
-        } else if (dt == "F32") {
-            v.resize((e - s) / 4);
-            std::memcpy(v.data(), b.data() + base + s, e - s);
-        }
-    }
-    return out;
-}
-
 }  // namespace
 
 // Tolerances (as data parallel against one process, tests/dist/test_data_parallel.cpp): an expert's
@@ -147,7 +104,7 @@ TEST_CASE("expert parallel equals data parallel on the same ranks: 20 steps of S
         const std::string dp = run(l.np, 1), ep = run(l.np, l.M);
         for (const char* opt : OPTIMIZERS) {
             INFO(l.np << " ranks, expert parallel " << l.M << ", " << opt);
-            const std::vector<double> la = losses(dp, opt), lb = losses(ep, opt);
+            const std::vector<double> la = skew::test::step_losses(dp, opt), lb = skew::test::step_losses(ep, opt);
             REQUIRE(la.size() == 20);
             REQUIRE(lb.size() == 20);
             double loss_rel = 0;

@@ -20,6 +20,7 @@
 #include "engine/config.h"
 #include "engine/param_table.h"
 #include "tests/cli_util.h"
+#include "tests/dist/run_files.h"
 #include "tests/temp_dir.h"
 #include "train/sharded_checkpoint.h"
 
@@ -88,16 +89,6 @@ std::string read_file(const std::string& path) {
     return ss.str();
 }
 
-/// The losses of every logged step of a run's optimizer, in order.
-std::vector<double> losses(const std::string& run, const std::string& opt) {
-    std::ifstream in(run + "/steps_" + opt + ".jsonl");
-    REQUIRE(in.good());
-    std::vector<double> out;
-    for (std::string line; std::getline(in, line);)
-        if (!line.empty()) out.push_back(json::parse(line).at("lm_loss").get<double>());
-    return out;
-}
-
 std::vector<std::string> optimizer_names() {
     std::string s = OPTIMIZERS;
     std::vector<std::string> out;
@@ -128,8 +119,8 @@ TEST_CASE("mpirun -np 2: ZeRO-1 equals data parallel (zero_stage 0) bit for bit 
         const std::string tail = "/checkpoints/" + opt + "/last/";
         // rank 0 writes the whole weights in both layouts (same metadata): the files are equal
         CHECK(read_file(dp + tail + "model.safetensors") == read_file(zero + tail + "model.safetensors"));
-        CHECK(losses(dp, opt) == losses(zero, opt));
-        CHECK(losses(zero, opt).size() == 20);
+        CHECK(skew::test::step_losses(dp, opt) == skew::test::step_losses(zero, opt));
+        CHECK(skew::test::step_losses(zero, opt).size() == 20);
         // ZeRO-1 shards the state: two shards; stage 0 writes one (rank 0's whole state)
         CHECK(fs::exists(zero + tail + "optimizer.rank-0-of-2.safetensors"));
         CHECK(fs::exists(zero + tail + "optimizer.rank-1-of-2.safetensors"));
