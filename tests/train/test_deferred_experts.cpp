@@ -149,10 +149,56 @@ double frac_differing(const Trial& a, const Trial& b, const std::string& name, d
 /// Muon's orthogonalized update turns that drift into different updates of many elements (by step 20
 /// a tenth of its attention weights differ by more than 1/32 relative), so with bf16 storage its
 /// weights are not compared element by element; its losses and norms are.
+/// Muon with fp32 storage: its bf16 Newton-Schulz turns the clip coefficients' ~1e-7 difference
+/// (exact norm against the norm of the fp32-rounded gradient) into a flipped bf16 rounding now and
+/// then, and over steps into a chaotic drift whose size depends on the compiler's summation order
+/// (measured with the -O2 sanitized build: the norms 1.9e-5 apart by step 18; nothing with -O3).
+/// So each of its steps starts from the stored run's weights and state (resync) and every step's
+/// weights and state are compared: nothing compounds.
 struct ModeTolerance {
     bool strict = true;
     bool weights = true;  // compare weights and state (bf16 storage: the fraction that moved)
+    bool resync = false;  // compare after every step, then copy the stored run's weights and state
 };
+
+/// Copy every weight and state tensor of `from` into `to` (same names and sizes; host arenas).
+void copy_weights_and_state(Trial& to, const Trial& from) {
+    REQUIRE(to.opt.name == from.opt.name);
+    for (const BufferSpec& b : from.plan.buffers) {
+        if (b.kind != BufferKind::WEIGHT && b.kind != BufferKind::STATE) continue;
+        const int i = to.plan.find(b.name), j = from.plan.find(b.name);
+        REQUIRE(i >= 0);
+        REQUIRE(to.plan.buffers[size_t(i)].bytes() == b.bytes());
+        std::memcpy(to.arena.ptr(i), from.arena.ptr(j), size_t(b.bytes()));
+    }
+}
+
+/// Every weight and state tensor of deferred `d` against stored `s` (see compare_modes).
+void compare_weights_and_state(const Trial& d, const Trial& s, const std::string& optimizer, ModeTolerance tol) {
+    for (const BufferSpec& b : s.plan.buffers) {
+        if (b.kind != BufferKind::WEIGHT && b.kind != BufferKind::STATE) continue;
+        if (!tol.weights) continue;
+        INFO(optimizer << ": " << b.name);
+        // measured: the expert banks' weights and state bit-identical, other fp32 tensors within
+        // 3e-7 relative (the clip coefficient from the exact norm); 1e-5 is far below one bf16 ulp
+        // (2^-8), so one flipped rounding decision fails
+        if (tol.resync) {
+            // Muon, one step from equal weights and state: its Newton-Schulz runs in bf16, so the
+            // ~1e-7 apart inputs can round a bf16 weight the other way (measured, -O2 sanitized
+            // build: 1 to 3 of 32,768 elements of one expert bank by one ulp at step 17, nothing
+            // else in 20 steps). At most one bf16 ulp (2^-7 relative at worst) on at most 0.1% of
+            // a tensor; a wrong gradient moves most of a bank.
+            CHECK(max_rel_diff(d, s, b.name, 1e-2) <= 1.0 / 128);
+            CHECK(frac_differing(d, s, b.name, 1e-5, 1e-2) < 1e-3);
+        } else if (tol.strict) {
+            CHECK(max_rel_diff(d, s, b.name, 1e-2) < 1e-5);
+        } else {
+            // bf16 storage: the drift moves a few weights by an ulp or two (2^-8 relative each);
+            // a wrong expert gradient would move most of a bank
+            CHECK(frac_differing(d, s, b.name, 1.0 / 32, 1e-2) < 0.01);
+        }
+    }
+}
 
 /// Runs `steps` steps of stored and deferred from the same start and batches; checks losses, grad
 /// norms, every weight and every state tensor. Returns the idle experts seen over the run.
@@ -183,23 +229,12 @@ size_t compare_modes(const Config& base, const std::string& optimizer, int steps
         CHECK(od.grad_norm == Approx(os.grad_norm).epsilon(tol.strict ? 1e-6 : 2e-3));
         CHECK(od.idle == os.idle);
         idle += os.idle;
-    }
-    // every weight and state tensor after `steps` steps
-    for (const BufferSpec& b : s.plan.buffers) {
-        if (b.kind != BufferKind::WEIGHT && b.kind != BufferKind::STATE) continue;
-        if (!tol.weights) continue;
-        INFO(optimizer << ": " << b.name);
-        // measured: the expert banks' weights and state bit-identical, other fp32 tensors within
-        // 3e-7 relative (the clip coefficient from the exact norm); 1e-5 is far below one bf16 ulp
-        // (2^-8), so one flipped rounding decision fails
-        if (tol.strict) {
-            CHECK(max_rel_diff(d, s, b.name, 1e-2) < 1e-5);
-        } else {
-            // bf16 storage: the drift moves a few weights by an ulp or two (2^-8 relative each);
-            // a wrong expert gradient would move most of a bank
-            CHECK(frac_differing(d, s, b.name, 1.0 / 32, 1e-2) < 0.01);
+        if (tol.resync) {
+            compare_weights_and_state(d, s, optimizer + " step " + std::to_string(t), tol);
+            copy_weights_and_state(d, s);
         }
     }
+    if (!tol.resync) compare_weights_and_state(d, s, optimizer, tol);
     return idle;
 }
 
@@ -210,7 +245,7 @@ TEST_CASE("deferred expert gradients equal the stored mode over 20 steps of tiny
     const std::string mb = GENERATE("8", "2");  // batch 8: accumulation 1 and 4
     // grad_clip 0.05: clipping is active on every step (tiny's norms are ~1)
     const Config c = tiny({"train.microbatch=" + mb, "train.grad_clip=0.05", "runtime.grad_dtype=fp32"});
-    compare_modes(c, optimizer, 20);
+    compare_modes(c, optimizer, 20, ModeTolerance{true, true, optimizer == "muon"});
 }
 
 TEST_CASE("deferred expert gradients with bf16 gradient storage track the stored mode") {
