@@ -86,7 +86,7 @@ BackendWorkspace cuda_backend_workspace(const Config& cfg, const ParamTable& tab
     BackendWorkspace ws;
     ws.whole_step = library_workspace(cfg);
     ws.ops = std::move(out);
-    ws.lm_head_bytes = cuda_ws::lm_head_workspace_bytes(N, d, m.padded_vocab_size);
+    ws.lm_head_bytes = cuda_ws::lm_head_workspace_bytes(N, d, m.padded_vocab_size, true);  // bf16 x and wte
     return ws;
 }
 

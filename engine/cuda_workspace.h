@@ -72,50 +72,54 @@ inline int64_t sum_squares_scratch_bytes(int64_t n_buffers, int64_t total_blocks
     return align16(n_buffers * SUM_SQUARES_DESC_BYTES) + (total_blocks + 2) * 8;
 }
 
-/// Tokens per chunk of the fused LM head: ~LM_HEAD_CHUNK_LOGITS fp32 logits (a multiple of 64 when
-/// that is at least 64), at most n_tokens. Several chunks need an fp32 dwte accumulator (Vp,
-/// d_model) so that a bf16 gradient is rounded once; one chunk over all tokens needs none, so it is
-/// taken whenever its logits (6 B per logit: fp32 + bf16 dlogits) cost no more than the chunks'
-/// logits plus that accumulator.
-inline int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t d_model, int64_t padded_vocab_size) {
+/// Layout of the fused LM head's workspace for n_tokens tokens (engine/cuda_workspace.h is its one
+/// source; kernels/cuda/cross_entropy.cu lays the workspace out by it). Three layouts:
+/// - one chunk (n_tokens <= LM_HEAD_CHUNK_LOGITS / Vp tokens): fp32 logits (n, Vp) and, with bf16
+///   operands, bf16 dlogits (n, Vp); dx and dwte are one product each, so no accumulator;
+/// - whole dlogits (bf16 operands, n_tokens <= chunk + 2·d_model): fp32 logits of one chunk and the
+///   bf16 dlogits of every token (n, Vp); dx and dwte are one product each over all tokens (k =
+///   n_tokens for dwte, rounded once), 4·chunk·Vp + 2·n·Vp bytes;
+/// - accumulator: fp32 logits and (bf16 operands) bf16 dlogits of one chunk, and an fp32 dwte
+///   accumulator (Vp, d_model) so that a bf16 dwte is rounded once.
+/// With fp32 operands the dlogits are written in place over the logits. Whole dlogits is taken
+/// whenever it costs no more than the accumulator; beyond one chunk both cost less than one chunk
+/// over all tokens (paper model, microbatch 16: 2,048 tokens take 335 MB instead of 618 MB).
+struct LmHeadLayout {
+    int64_t chunk_tokens = 1;          // tokens per chunk of fp32 logits
+    bool whole_dlogits = false;        // bf16 dlogits of every token kept for one dx and one dwte product
+    int64_t dlogits_region_bytes = 0;  // bytes after the logits: dlogits and/or the fp32 accumulator
+};
+
+/// The layout for n_tokens tokens, d_model columns and padded_vocab_size rows of the tied table;
+/// bf16_operands: x and wte are bf16 (the model's head), else fp32.
+inline LmHeadLayout lm_head_layout(int64_t n_tokens, int64_t d_model, int64_t padded_vocab_size, bool bf16_operands) {
     const int64_t n = std::max<int64_t>(1, n_tokens), Vp = std::max<int64_t>(1, padded_vocab_size);
-    int64_t chunk = LM_HEAD_CHUNK_LOGITS / Vp;
-    if (chunk >= 64) chunk = chunk / 64 * 64;
-    chunk = std::max<int64_t>(1, chunk);
-    if (n <= chunk || 6 * n * Vp <= 6 * chunk * Vp + 4 * Vp * d_model) return n;
-    return chunk;
+    int64_t cap = LM_HEAD_CHUNK_LOGITS / Vp;
+    if (cap >= 64) cap = cap / 64 * 64;
+    cap = std::max<int64_t>(1, cap);
+    LmHeadLayout l;
+    if (n <= cap) {
+        l.chunk_tokens = n;
+        l.dlogits_region_bytes = bf16_operands ? align256(n * Vp * 2) : 0;
+        return l;
+    }
+    l.chunk_tokens = cap;
+    if (bf16_operands && n <= cap + 2 * d_model) {
+        l.whole_dlogits = true;
+        l.dlogits_region_bytes = align256(n * Vp * 2);
+        return l;
+    }
+    l.dlogits_region_bytes = (bf16_operands ? align256(cap * Vp * 2) : 0) + align256(Vp * d_model * 4);
+    return l;
 }
 
-/// With several chunks, whether the fused head keeps the bf16 dlogits of every token (n_tokens, Vp)
-/// instead of a chunk's dlogits and an fp32 dwte accumulator: then dx and dwte are one product
-/// each over all tokens (k = n_tokens for dwte, rounded once) rather than one per chunk, which
-/// re-reads and re-writes dwte per chunk. Taken when it costs no more memory than the chunked
-/// layout (n_tokens <= chunk + 2·d_model; the paper's 8,192 tokens at d_model 4096 qualify).
-inline bool lm_head_whole_dlogits(int64_t n_tokens, int64_t d_model, int64_t padded_vocab_size) {
-    const int64_t n = std::max<int64_t>(1, n_tokens);
-    const int64_t chunk = lm_head_chunk_tokens(n_tokens, d_model, padded_vocab_size);
-    return chunk < n && n <= chunk + 2 * d_model;
-}
-
-/// Bytes of the fused head's second region: one chunk: bf16 dlogits (n, Vp); several chunks with
-/// whole dlogits: bf16 dlogits (n, Vp), at least Vp·d_model fp32 (the accumulator of the fp32-operand
-/// path); otherwise bf16 dlogits (chunk, Vp) | fp32 dwte accumulator (Vp, d_model).
-inline int64_t lm_head_dlogits_region_bytes(int64_t n_tokens, int64_t d_model, int64_t padded_vocab_size) {
-    const int64_t chunk = lm_head_chunk_tokens(n_tokens, d_model, padded_vocab_size), Vp = padded_vocab_size;
-    const int64_t n = std::max<int64_t>(1, n_tokens);
-    if (chunk >= n) return align256(n * Vp * 2);
-    if (lm_head_whole_dlogits(n_tokens, d_model, padded_vocab_size))
-        return align256(std::max(n * Vp * 2, Vp * d_model * 4));
-    return align256(chunk * Vp * 2) + align256(Vp * d_model * 4);
-}
-
-/// Workspace of lm_head_cross_entropy: fp32 logits (chunk, Vp) | the dlogits region
-/// (lm_head_dlogits_region_bytes) | per-token losses (n_tokens fp32).
-inline int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t d_model, int64_t padded_vocab_size) {
-    const int64_t chunk = lm_head_chunk_tokens(n_tokens, d_model, padded_vocab_size), Vp = padded_vocab_size;
-    const int64_t n = std::max<int64_t>(1, n_tokens);
-    return align256(chunk * Vp * 4) + lm_head_dlogits_region_bytes(n_tokens, d_model, padded_vocab_size) +
-           align256(n * 4);
+/// Workspace of lm_head_cross_entropy: fp32 logits (chunk, Vp) | the dlogits region | per-token
+/// losses (n_tokens fp32).
+inline int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t d_model, int64_t padded_vocab_size,
+                                       bool bf16_operands) {
+    const LmHeadLayout l = lm_head_layout(n_tokens, d_model, padded_vocab_size, bf16_operands);
+    return align256(l.chunk_tokens * padded_vocab_size * 4) + l.dlogits_region_bytes +
+           align256(std::max<int64_t>(1, n_tokens) * 4);
 }
 
 /// Rows of one row tile of the factored statistics (OPTIM_ROW_TILES tiles per matrix at most).

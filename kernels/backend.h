@@ -112,6 +112,7 @@ struct ClassifierShape {
     int64_t d_model = 0;            // C
     int64_t vocab_size = 0;         // V: real tokens; columns V..Vp-1 are padding, probability 0
     int64_t padded_vocab_size = 0;  // Vp: rows of the embedding table
+    bool bf16_operands = true;      // x and wte bf16 (the model's head); false: fp32 (sizes the workspace)
 };
 
 /// Memory of the run's arena that a backend uses for its own work (the memory plan's ws.* buffers,
@@ -354,7 +355,8 @@ struct Backend {
     /// are never held at once: logits = x · wte^T (n, Vp); mean_loss (1) fp32 = mean over tokens of
     /// the per-token loss (also written to losses (n) unless null). When dx / dwte are non-null the
     /// backward runs in the same pass with weight dloss on the mean loss: dx (n, C) overwritten,
-    /// dwte (Vp, C) accumulated (its padding rows receive 0). x (n, C), wte (Vp, C) bf16 or fp32;
+    /// dwte (Vp, C) accumulated (its padding rows receive 0). x (n, C), wte (Vp, C) bf16 or fp32 (the CUDA
+    /// backend: both bf16 or both fp32 as s.bf16_operands says, which sizes its workspace; else an error);
     /// targets (n) int32 in [0, V). workspace: lm_head_workspace_bytes bytes of backend memory,
     /// 16-byte aligned. A bf16 dwte is accumulated in fp32 over the chunks and rounded once.
     virtual void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,

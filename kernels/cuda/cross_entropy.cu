@@ -122,11 +122,11 @@ void cross_entropy_backward_scaled(float* dlogits, const float* logits, const in
 }
 
 int64_t lm_head_chunk_tokens(const ClassifierShape& s) {
-    return cuda_ws::lm_head_chunk_tokens(s.n_tokens, s.d_model, s.padded_vocab_size);
+    return cuda_ws::lm_head_layout(s.n_tokens, s.d_model, s.padded_vocab_size, s.bf16_operands).chunk_tokens;
 }
 
 int64_t lm_head_workspace_bytes(const ClassifierShape& s) {
-    return cuda_ws::lm_head_workspace_bytes(s.n_tokens, s.d_model, s.padded_vocab_size);
+    return cuda_ws::lm_head_workspace_bytes(s.n_tokens, s.d_model, s.padded_vocab_size, s.bf16_operands);
 }
 
 void lm_head_cross_entropy(Matmul& mm, float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
@@ -135,29 +135,32 @@ void lm_head_cross_entropy(Matmul& mm, float* mean_loss, float* losses, TensorRe
     const int64_t n = s.n_tokens, C = s.d_model, V = s.vocab_size, Vp = s.padded_vocab_size;
     check_vocab("lm_head_cross_entropy", n, V, Vp);
     check_nonneg("lm_head_cross_entropy d_model", C);
+    const bool use_bf16 = bf16_path(x, wte);
+    if (use_bf16 != s.bf16_operands || (!use_bf16 && (x.type != ScalarType::F32 || wte.type != ScalarType::F32)))
+        throw_op_error("lm_head_cross_entropy",
+                       "x and wte must both be bf16 or both fp32, as ClassifierShape::bf16_operands says (it sizes the workspace)");
     if (n == 0) {
         if (mean_loss) cuda_check(cudaMemsetAsync(mean_loss, 0, sizeof(float), stream));
         return;
     }
     if (!workspace) throw_op_error("lm_head_cross_entropy", "null workspace (size from lm_head_workspace_bytes)");
-    const int64_t chunk = lm_head_chunk_tokens(s);
+    const cuda_ws::LmHeadLayout layout = cuda_ws::lm_head_layout(n, C, Vp, use_bf16);
+    const int64_t chunk = layout.chunk_tokens;
     const bool backward = dx || dwte;
-    const bool use_bf16 = bf16_path(x, wte);
-    // bf16 path with several chunks and room for every token's dlogits: the chunks write their
-    // rows of one (n, Vp) bf16 dlogits, then dx and dwte are one product each (k = n for dwte).
-    const bool whole = backward && use_bf16 && cuda_ws::lm_head_whole_dlogits(n, C, Vp);
+    // whole dlogits: the chunks write their rows of one (n, Vp) bf16 dlogits, then dx and dwte are
+    // one product each (k = n for dwte)
+    const bool whole = backward && layout.whole_dlogits;
     char* base = static_cast<char*>(workspace);
     float* logits = reinterpret_cast<float*>(base);  // (chunk, Vp)
     base += align256(chunk * Vp * 4);
     char* region = base;  // the dlogits region (engine/cuda_workspace.h)
-    base += cuda_ws::lm_head_dlogits_region_bytes(n, C, Vp);
+    base += layout.dlogits_region_bytes;
     float* local_losses = reinterpret_cast<float*>(base);  // (n)
     if (!losses) losses = local_losses;
     bf16* dlogits16 = reinterpret_cast<bf16*>(region);  // (chunk or n, Vp), bf16 path
-    // the fp32 dwte accumulator: after the chunk's dlogits, or (whole-dlogits layout, fp32
-    // operands) at the start of the region, which the fp32 path's in-place dlogits leave free
-    float* dwte32 = reinterpret_cast<float*>(
-        chunk < n && !cuda_ws::lm_head_whole_dlogits(n, C, Vp) ? region + align256(chunk * Vp * 2) : region);
+    // the fp32 dwte accumulator (accumulator layout): after the chunk's bf16 dlogits, or at the start
+    // of the region with fp32 operands (their dlogits are written in place over the logits)
+    float* dwte32 = reinterpret_cast<float*>(use_bf16 ? region + align256(chunk * Vp * 2) : region);
 
     TensorRef dw = dwte;
     // A bf16 dwte is rounded once: over several chunks through the fp32 accumulator; with one

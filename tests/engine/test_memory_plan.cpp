@@ -220,32 +220,45 @@ TEST_CASE("a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head,
         // The router's bf16 (N, d_model) operand widened to fp32.
         CHECK(pc.buffers[size_t(w)].numel() >= N * m.d_model);
         // The fused head's workspace fits act.logits, so the model takes the fused path on the GPU:
-        // at 1,024 tokens one chunk of fp32 logits and bf16 dlogits (6 B x 1,024 x 50,304) and no
-        // fp32 dwte accumulator.
-        CHECK(cuda_ws::lm_head_chunk_tokens(N, m.d_model, m.padded_vocab_size) == N);
-        CHECK(cuda_ws::lm_head_workspace_bytes(N, m.d_model, m.padded_vocab_size) ==
-              N * m.padded_vocab_size * 6 + N * 4);
-        CHECK(pc.buffers[size_t(l)].bytes() >= cuda_ws::lm_head_workspace_bytes(N, m.d_model, m.padded_vocab_size));
+        // at 1,024 tokens 640-token chunks of fp32 logits and the bf16 dlogits of all 1,024 tokens
+        // (232 MB; one chunk would take 6 B x 1,024 x 50,304 = 309 MB), no fp32 dwte accumulator.
+        CHECK(cuda_ws::lm_head_layout(N, m.d_model, m.padded_vocab_size, true).chunk_tokens == 640);
+        CHECK(cuda_ws::lm_head_layout(N, m.d_model, m.padded_vocab_size, true).whole_dlogits);
+        CHECK(cuda_ws::lm_head_workspace_bytes(N, m.d_model, m.padded_vocab_size, true) ==
+              cuda_ws::align256(640 * m.padded_vocab_size * 4) + cuda_ws::align256(N * m.padded_vocab_size * 2) +
+                  N * 4);
+        CHECK(pc.buffers[size_t(l)].bytes() >=
+              cuda_ws::lm_head_workspace_bytes(N, m.d_model, m.padded_vocab_size, true));
         CHECK(pc.buffers[size_t(o)].bytes() >= cuda_optimizer_scratch_bytes(opt, t));
         // The workspace total counts the library workspace and the CUDA scratch.
         CHECK(pc.workspace_bytes == pp.workspace_bytes + scratch + pc.buffers[size_t(w)].bytes());
     }
-    // At microbatch 64 (8,192 tokens) one chunk would be 2.5 GB: 640-token chunks of fp32 logits
-    // (2^25 rounded down to 64 tokens), and the bf16 dlogits of all 8,192 tokens (786 MiB, as much
-    // as the 50,304 x 4,096 fp32 accumulator that per-chunk dwte products would need), so dx and
-    // dwte are one product each.
-    const int64_t N64 = 64 * T, Vp = m.padded_vocab_size;
-    CHECK(cuda_ws::lm_head_chunk_tokens(N64, m.d_model, Vp) == 640);
-    CHECK(cuda_ws::lm_head_whole_dlogits(N64, m.d_model, Vp));
-    CHECK(cuda_ws::lm_head_workspace_bytes(N64, m.d_model, Vp) ==
-          cuda_ws::align256(640 * Vp * 4) + cuda_ws::align256(N64 * Vp * 2) + N64 * 4);
-    CHECK(cuda_ws::lm_head_workspace_bytes(N64, m.d_model, Vp) <=
-          cuda_ws::align256(640 * Vp * 4) + cuda_ws::align256(640 * Vp * 2) + N64 * 4 + Vp * m.d_model * 4);
-    // Three times the tokens: chunked dlogits and the fp32 accumulator again (less memory).
-    CHECK(!cuda_ws::lm_head_whole_dlogits(3 * N64, m.d_model, Vp));
-    CHECK(cuda_ws::lm_head_workspace_bytes(3 * N64, m.d_model, Vp) ==
-          cuda_ws::align256(640 * Vp * 4) + cuda_ws::align256(640 * Vp * 2) + cuda_ws::align256(Vp * m.d_model * 4) +
-              3 * N64 * 4);
+    // The fused head's layouts (engine/cuda_workspace.h lm_head_layout), paper vocabulary (50,304
+    // rows, so 2^25 fp32 logits are 667 tokens, 640 as a multiple of 64) and d_model 4096:
+    const int64_t Vp = m.padded_vocab_size;
+    auto ws_bytes = [&](int64_t n, int64_t d, bool bf16) { return cuda_ws::lm_head_workspace_bytes(n, d, Vp, bf16); };
+    // - up to 640 tokens one chunk: fp32 logits and bf16 dlogits, 6 B per logit
+    CHECK(cuda_ws::lm_head_layout(640, m.d_model, Vp, true).chunk_tokens == 640);
+    CHECK(ws_bytes(640, m.d_model, true) == 640 * Vp * 6 + 640 * 4);
+    CHECK(ws_bytes(640, m.d_model, false) == 640 * Vp * 4 + 640 * 4);  // fp32: dlogits in place
+    // - microbatch 16 (2,048 tokens) and 64 (8,192): 640-token chunks of fp32 logits and the bf16
+    //   dlogits of every token: 335 MB at 2,048 tokens where one chunk would be 618 MB
+    for (const int64_t n : {16 * T, 64 * T}) {
+        const cuda_ws::LmHeadLayout lay = cuda_ws::lm_head_layout(n, m.d_model, Vp, true);
+        CHECK(lay.chunk_tokens == 640);
+        CHECK(lay.whole_dlogits);
+        CHECK(ws_bytes(n, m.d_model, true) == cuda_ws::align256(640 * Vp * 4) + cuda_ws::align256(n * Vp * 2) + n * 4);
+        CHECK(ws_bytes(n, m.d_model, true) < n * Vp * 6);
+    }
+    CHECK(ws_bytes(16 * T, m.d_model, true) < 336'000'000);
+    // - beyond 640 + 2 x 4,096 tokens: one chunk's dlogits and the fp32 dwte accumulator, less memory
+    CHECK(!cuda_ws::lm_head_layout(3 * 64 * T, m.d_model, Vp, true).whole_dlogits);
+    CHECK(ws_bytes(3 * 64 * T, m.d_model, true) == cuda_ws::align256(640 * Vp * 4) + cuda_ws::align256(640 * Vp * 2) +
+                                                     cuda_ws::align256(Vp * m.d_model * 4) + 3 * 64 * T * 4);
+    // - fp32 operands: never whole dlogits; the accumulator beyond one chunk
+    CHECK(!cuda_ws::lm_head_layout(16 * T, m.d_model, Vp, false).whole_dlogits);
+    CHECK(ws_bytes(16 * T, m.d_model, false) ==
+          cuda_ws::align256(640 * Vp * 4) + cuda_ws::align256(Vp * m.d_model * 4) + 16 * T * 4);
     // SkewAdam's largest fused update: one expert tensor of 128 matrices 4096 x 4096 (row and
     // column means fp32) and the router's 1 x numel second moment are both covered.
     OptimizerConfig skew = builtin_optimizer("skewadam");

@@ -110,7 +110,7 @@ TEST_CASE("gpu fused LM head + cross-entropy matches the CPU over several chunks
     SKEW_REQUIRE_GPU();
     const ClassifierShape s{3000, 64, 50257, 50304};  // 3000 tokens: several chunks of the GPU head
     REQUIRE(cuda::lm_head_chunk_tokens(s) < s.n_tokens);  // the fp32 dwte accumulator path
-    REQUIRE(!cuda_ws::lm_head_whole_dlogits(s.n_tokens, s.d_model, s.padded_vocab_size));
+    REQUIRE(!cuda_ws::lm_head_layout(s.n_tokens, s.d_model, s.padded_vocab_size, true).whole_dlogits);
     check_fused_head(s);
 }
 
@@ -121,21 +121,20 @@ TEST_CASE("gpu fused LM head keeping every token's bf16 dlogits (one dx and one 
     // tokens at d_model 4096 take this path; dwte bf16 is then rounded once without an accumulator)
     const ClassifierShape s{700, 64, 50257, 50304};
     REQUIRE(cuda::lm_head_chunk_tokens(s) < s.n_tokens);
-    REQUIRE(cuda_ws::lm_head_whole_dlogits(s.n_tokens, s.d_model, s.padded_vocab_size));
+    REQUIRE(cuda_ws::lm_head_layout(s.n_tokens, s.d_model, s.padded_vocab_size, true).whole_dlogits);
     check_fused_head(s);
     // the paper's shape takes it too, in no more memory than the chunked layout with its accumulator
-    REQUIRE(cuda_ws::lm_head_whole_dlogits(8192, 4096, 50304));
-    const int64_t chunk = cuda_ws::lm_head_chunk_tokens(8192, 4096, 50304);
-    CHECK(cuda_ws::lm_head_workspace_bytes(8192, 4096, 50304) <=
+    REQUIRE(cuda_ws::lm_head_layout(8192, 4096, 50304, true).whole_dlogits);
+    const int64_t chunk = cuda_ws::lm_head_layout(8192, 4096, 50304, true).chunk_tokens;
+    CHECK(cuda_ws::lm_head_workspace_bytes(8192, 4096, 50304, true) <=
           cuda_ws::align256(chunk * 50304 * 4) + cuda_ws::align256(chunk * 50304 * 2) + cuda_ws::align256(8192 * 4) +
               cuda_ws::align256(int64_t(50304) * 4096 * 4));
 }
 
 TEST_CASE("gpu fused LM head in one chunk (bf16 dwte added into directly, no accumulator) matches the CPU") {
     SKEW_REQUIRE_GPU();
-    // 1000 tokens > the 640-token default chunk, but one chunk of logits (6 B each) costs less
-    // than 640-token chunks plus the 50,304 x 576 fp32 accumulator.
-    const ClassifierShape s{1000, 576, 50257, 50304};
+    // 600 tokens: within the 640-token chunk, so one chunk of fp32 logits and bf16 dlogits
+    const ClassifierShape s{600, 576, 50257, 50304};
     REQUIRE(cuda::lm_head_chunk_tokens(s) == s.n_tokens);
     check_fused_head(s);
 }
@@ -143,7 +142,8 @@ TEST_CASE("gpu fused LM head in one chunk (bf16 dwte added into directly, no acc
 TEST_CASE("gpu fused LM head with fp32 x and wte (fp32 dlogits in place) matches the CPU over several chunks") {
     SKEW_REQUIRE_GPU();
     auto cpu = cpu_backend();
-    const ClassifierShape s{1300, 32, 50257, 50304};  // GPU chunks of 640 tokens: 640, 640, 20
+    ClassifierShape s{1300, 32, 50257, 50304};  // GPU chunks of 640 tokens: 640, 640, 20
+    s.bf16_operands = false;
     const int64_t n = s.n_tokens, C = s.d_model, Vp = s.padded_vocab_size;
     const auto x = random_vector(n * C, 3), wte = random_normal(Vp * C, 4, 0.5f);
     std::vector<int32_t> tg(static_cast<size_t>(n));
@@ -169,17 +169,23 @@ TEST_CASE("gpu fused LM head with fp32 x and wte (fp32 dlogits in place) matches
     Dev<float> gdx2(random_vector(n * C, 7));
     gpu().lm_head_cross_entropy(gmean.p, nullptr, gdx2.p, nullptr, gx.p, gwte.p, gtg.p, 0.5f, s, gws.p);
     require_close("lm head fp32 dx (no dwte)", gdx2.get(), dx, 1e-8);
+    // fp32 operands with a shape that says bf16 (whose workspace layout differs): an error, not a
+    // write past the workspace
+    ClassifierShape wrong = s;
+    wrong.bf16_operands = true;
+    CHECK_THROWS_AS(gpu().lm_head_cross_entropy(gmean.p, nullptr, gdx2.p, nullptr, gx.p, gwte.p, gtg.p, 0.5f, wrong, gws.p),
+                    skew::Error);
 }
 
-TEST_CASE("gpu fused LM head with fp32 x and wte and a bf16 dwte in the whole-dlogits layout matches the CPU") {
+TEST_CASE("gpu fused LM head with fp32 x and wte and a bf16 dwte over several chunks matches the CPU") {
     SKEW_REQUIRE_GPU();
     auto cpu = cpu_backend();
-    // 660 tokens: two chunks (640 + 20) and 660 <= 640 + 2 x 32, so the workspace has the
-    // whole-dlogits layout; fp32 operands keep their dlogits in place and put the fp32 dwte
-    // accumulator (a bf16 dwte is rounded once) at the start of the dlogits region.
-    const ClassifierShape s{660, 32, 50257, 50304};
+    // 660 tokens: two chunks (640 + 20); fp32 operands keep their dlogits in place and put the fp32
+    // dwte accumulator (a bf16 dwte is rounded once) at the start of the dlogits region.
+    ClassifierShape s{660, 32, 50257, 50304};
+    s.bf16_operands = false;
     REQUIRE(cuda::lm_head_chunk_tokens(s) < s.n_tokens);
-    REQUIRE(cuda_ws::lm_head_whole_dlogits(s.n_tokens, s.d_model, s.padded_vocab_size));
+    REQUIRE(!cuda_ws::lm_head_layout(s.n_tokens, s.d_model, s.padded_vocab_size, false).whole_dlogits);
     const int64_t n = s.n_tokens, C = s.d_model, Vp = s.padded_vocab_size;
     const auto x = random_vector(n * C, 13), wte = random_normal(Vp * C, 14, 0.5f);
     std::vector<int32_t> tg(static_cast<size_t>(n));

@@ -38,9 +38,9 @@ TEST_CASE("skew plan --json reports SkewAdam's 1.29 GiB and the paper's paramete
     CHECK(std::round(j["weights"]["gib"].get<double>() * 100) / 100 == Approx(12.64));
     CHECK(j["state_components"].size() == 5);
     // runtime.backend auto plans for the GPU: the CUDA backend's memory is in the arena, and the
-    // peak at microbatch 8 is 27.18 GiB (the LM head's logits share bytes with the blocks' working slots); the CPU backend's plan differs only in its head workspace.
+    // peak at microbatch 8 is 27.14 GiB (the LM head's logits share bytes with the blocks' working slots); the CPU backend's plan differs only in its head workspace.
     CHECK(j["backend"] == "cuda");
-    CHECK(std::round(j["peak"]["gib"].get<double>() * 100) / 100 == Approx(27.18));
+    CHECK(std::round(j["peak"]["gib"].get<double>() * 100) / 100 == Approx(27.14));
     Run cpu = run("plan " + paper() + " --optimizer skewadam --json --set runtime.backend=cpu");
     REQUIRE(cpu.status == 0);
     CHECK(nlohmann::json::parse(cpu.output)["backend"] == "cpu");
@@ -252,7 +252,12 @@ TEST_CASE("skew plan shows both train.expert_grads modes side by side with the l
     CHECK(nlohmann::json::parse(tight.output)["expert_grad_modes"][1]["largest_microbatch"] == 32);
     Run text = run("plan " + paper() + " --optimizer skewadam --microbatch 16 --budget 24GiB");
     REQUIRE(text.status == 0);
-    CHECK(text.output.find("| deferred | 1.26 GiB | 0.70 GiB | 16.17 GiB | 16.94 GiB | 64 |") != std::string::npos);
+    // the paper model in 16 GiB of arena at microbatch 16 (the fused head in 640-token chunks of
+    // logits with every token's bf16 dlogits: 335 MB where one chunk would be 618 MB)
+    CHECK(text.output.find("| deferred | 1.26 GiB | 0.44 GiB | 15.91 GiB | 16.68 GiB | 64 |") != std::string::npos);
+    Run mb16 = run("plan " + paper() + " --optimizer skewadam --microbatch 16 --json --set train.expert_grads=deferred");
+    REQUIRE(mb16.status == 0);
+    CHECK(nlohmann::json::parse(mb16.output)["peak"]["gib"].get<double>() <= 16.0);
 }
 
 TEST_CASE("skew plan adds the documented CUDA context and library constant to the arena for the device total") {
@@ -298,7 +303,7 @@ TEST_CASE("skew plan --world-size: per-rank state under ZeRO-1 sums to the one-p
     auto ja = nlohmann::json::parse(a.output);
     CHECK(ja["budget"]["fits"] == true);
     CHECK(std::round(ja["state"]["gib"].get<double>() * 100) / 100 == Approx(7.54));
-    CHECK(std::round(ja["peak"]["gib"].get<double>() * 100) / 100 == Approx(33.43));
+    CHECK(std::round(ja["peak"]["gib"].get<double>() * 100) / 100 == Approx(33.39));
     Run a0 = run("plan " + paper() + " --optimizer adamw --world-size 8 --budget 40GB --json --set parallel.zero_stage=0");
     REQUIRE(a0.status == 0);
     CHECK(nlohmann::json::parse(a0.output)["budget"]["fits"] == false);  // replicated state does not fit
