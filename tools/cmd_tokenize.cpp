@@ -1,8 +1,6 @@
 // skew tokenize: GPT-2 BPE on standard input, for users and scripts. Encodes stdin bytes to one
 // line of space-separated token ids, or with --decode turns whitespace-separated ids back into bytes.
 #include <cstdio>
-#include <iostream>
-#include <iterator>
 #include <string>
 
 #include "data/tokenizer.h"
@@ -10,6 +8,31 @@
 #include "tools/commands.h"
 
 namespace skew::tools {
+
+namespace {
+
+/// Standard input `skew tokenize` reads at most (one line of ids out; corpora go through
+/// `skew prepare`, which streams).
+constexpr size_t TOKENIZE_MAX_INPUT_BYTES = size_t(64) << 20;
+
+/// All of standard input, or skew::Error once it passes TOKENIZE_MAX_INPUT_BYTES (an endless
+/// stream such as /dev/zero ends with that error instead of exhausting memory).
+std::string read_stdin_bounded() {
+    std::string input;
+    char buf[1 << 16];
+    while (true) {
+        const size_t got = std::fread(buf, 1, sizeof buf, stdin);
+        if (got == 0) break;
+        if (input.size() + got > TOKENIZE_MAX_INPUT_BYTES)
+            skew::fail("tokenize: standard input is larger than {} MiB; tokenize corpora with `skew prepare`",
+                       TOKENIZE_MAX_INPUT_BYTES >> 20);
+        input.append(buf, got);
+    }
+    if (std::ferror(stdin)) skew::fail("tokenize: reading standard input failed");
+    return input;
+}
+
+}  // namespace
 
 void register_tokenize_command(CLI::App& app) {
     auto dir = std::make_shared<std::string>("data/tokenizer");
@@ -21,7 +44,7 @@ void register_tokenize_command(CLI::App& app) {
     cmd->add_flag("--allow-special", *special, "Encode the literal <|endoftext|> as token 50256");
     cmd->callback([dir, decode, special] {
         data::Tokenizer tok = data::tokenizer_load(*dir);
-        std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+        const std::string input = read_stdin_bounded();
         if (*decode) {
             std::vector<int32_t> ids;
             size_t pos = 0;

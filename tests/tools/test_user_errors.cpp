@@ -210,3 +210,17 @@ TEST_CASE("a list key given a bare comma list with --set says how to write the l
                              "got a scalar; write a list in brackets: [skewadam,adamw]"));
     CHECK(run("config " + tiny() + " --set train.optimizers=[skewadam,adamw]").status == 0);
 }
+
+TEST_CASE("skew tokenize on an endless standard input stops with one line instead of exhausting memory") {
+    const std::string tok = " --tokenizer " + src() + "/tests/fixtures/data/gpt2";
+    Run r = run("tokenize" + tok + " < /dev/zero");
+    CHECK(r.status != 0);
+    CHECK(r.output.find("tokenize: standard input is larger than 64 MiB; tokenize corpora with `skew prepare`") !=
+          std::string::npos);
+    // a small input still encodes: "Hello world" is GPT-2 ids 15496 995
+    const std::string hello = (skew::test::test_temp_root() / "skew-test-hello.txt").string();
+    std::ofstream(hello) << "Hello world";
+    Run ok = run("tokenize" + tok + " < " + hello);
+    CHECK(ok.status == 0);
+    CHECK(ok.output.rfind("15496 995", 0) == 0);
+}
