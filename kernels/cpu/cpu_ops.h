@@ -67,24 +67,35 @@ inline float exp_nonpos_f32(float x) {
 typedef float f32x4 __attribute__((vector_size(16)));
 typedef int32_t i32x4 __attribute__((vector_size(16)));
 
-/// exp_nonpos_f32 on four lanes at once (same operations, same results lane by lane).
-inline f32x4 exp_nonpos_f32x4(f32x4 x) {
-    const f32x4 lo = f32x4{} - 87.0f;
-    const f32x4 xc = x < lo ? lo : x;
+/// exp_nonpos_f32 on every lane of V (a GCC/Clang vector of fp32, I its int32 twin of the same
+/// lane count): the same operations, the same results lane by lane. out and x by reference, so a
+/// vector wider than the baseline ABI's registers (8 lanes without AVX) never crosses a call
+/// boundary by value (clang refuses that outside an AVX function).
+template <class V, class I>
+inline __attribute__((always_inline)) void exp_nonpos_lanes(V& out, const V& x) {
+    const V lo = V{} - 87.0f;
+    const V xc = x < lo ? lo : x;
     const float magic = 12582912.0f;
-    const f32x4 k = (xc * 1.44269504088896341f + magic) - magic;
-    f32x4 r = xc - k * 0.693359375f;
+    const V k = (xc * 1.44269504088896341f + magic) - magic;
+    V r = xc - k * 0.693359375f;
     r = r - k * -2.12194440e-4f;
-    f32x4 p = f32x4{} + 1.9875691500e-4f;
+    V p = V{} + 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    const f32x4 y = p * r * r + r + 1.0f;
-    const f32x4 scale = (f32x4)((__builtin_convertvector(k, i32x4) + 127) << 23);
-    const f32x4 zero = f32x4{};
-    return x < lo ? zero : y * scale;
+    const V y = p * r * r + r + 1.0f;
+    const V scale = (V)((__builtin_convertvector(k, I) + 127) << 23);
+    const V zero = V{};
+    out = x < lo ? zero : y * scale;
+}
+
+/// exp_nonpos_f32 on four lanes at once.
+inline f32x4 exp_nonpos_f32x4(f32x4 x) {
+    f32x4 out;
+    exp_nonpos_lanes<f32x4, i32x4>(out, x);
+    return out;
 }
 
 /// Work (elements touched) below which a loop runs on one thread: an OpenMP fork costs more.

@@ -35,39 +35,10 @@ namespace {
 #define SKEW_TILE_CLONES
 #endif
 
-// The eight-lane helpers below are always inlined into their callers, so passing vectors wider
-// than the baseline ABI's registers by value never crosses a call.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-/// Eight fp32 lanes: one AVX2 register, two SSE2 registers on baseline x86-64 (same bits).
+/// Eight fp32 lanes: one AVX2 register, two SSE2 registers on baseline x86-64 (same bits). Never
+/// passed by value (exp_nonpos_lanes takes references), so no call changes the baseline ABI.
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef int32_t i32x8 __attribute__((vector_size(32)));
-
-/// exp_nonpos_f32 on eight lanes (the same operations, the same results lane by lane).
-inline __attribute__((always_inline)) f32x8 exp_nonpos_f32x8(f32x8 x) {
-    const f32x8 lo = f32x8{} - 87.0f;
-    const f32x8 xc = x < lo ? lo : x;
-    const float magic = 12582912.0f;
-    const f32x8 k = (xc * 1.44269504088896341f + magic) - magic;
-    f32x8 r = xc - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
-    f32x8 p = f32x8{} + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const f32x8 y = p * r * r + r + 1.0f;
-    const f32x8 scale = (f32x8)((__builtin_convertvector(k, i32x8) + 127) << 23);
-    const f32x8 zero = f32x8{};
-    return x < lo ? zero : y * scale;
-}
-
-inline __attribute__((always_inline)) f32x8 load8(const float* p) {
-    f32x8 v;
-    std::memcpy(&v, p, sizeof(v));
-    return v;
-}
 
 /// Per row r of a tile t (rows x cols, row stride ld; cols the columns of the real vocabulary):
 /// the running max gmax[r] and sum of exp(t - gmax) gsum[r] take in the tile. The sum rescales
@@ -80,7 +51,8 @@ SKEW_TILE_CLONES void tile_softmax_stats(const float* t, int64_t ld, int64_t row
         const float* x = t + r * ld;
         f32x8 mv = f32x8{} - INFINITY;
         for (int64_t c = 0; c < c8; c += 8) {
-            const f32x8 v = load8(x + c);
+            f32x8 v;
+            std::memcpy(&v, x + c, sizeof(v));
             mv = v > mv ? v : mv;
         }
         float bm = -INFINITY;
@@ -91,7 +63,13 @@ SKEW_TILE_CLONES void tile_softmax_stats(const float* t, int64_t ld, int64_t row
         double sum = gsum[r];
         if (mx > old) sum = old == -INFINITY ? 0.0 : sum * double(exp_nonpos_f32(old - mx));
         f32x8 acc = f32x8{};
-        for (int64_t c = 0; c < c8; c += 8) acc += exp_nonpos_f32x8(load8(x + c) - mx);
+        for (int64_t c = 0; c < c8; c += 8) {
+            f32x8 v, e;
+            std::memcpy(&v, x + c, sizeof(v));
+            v -= mx;
+            exp_nonpos_lanes<f32x8, i32x8>(e, v);
+            acc += e;
+        }
         for (int l = 0; l < 8; ++l) sum += double(acc[l]);
         for (int64_t c = c8; c < cols; ++c) sum += double(exp_nonpos_f32(x[c] - mx));
         gmax[r] = mx;
@@ -110,7 +88,11 @@ SKEW_TILE_CLONES void tile_dlogits(float* t, int64_t ld, int64_t rows, int64_t c
         float* x = t + r * ld;
         const float mx = row_max[r], inv = row_inv[r];
         for (int64_t c = 0; c < r8; c += 8) {
-            const f32x8 e = exp_nonpos_f32x8(load8(x + c) - mx) * inv;
+            f32x8 v, e;
+            std::memcpy(&v, x + c, sizeof(v));
+            v -= mx;
+            exp_nonpos_lanes<f32x8, i32x8>(e, v);
+            e *= inv;
             std::memcpy(x + c, &e, sizeof(e));
         }
         for (int64_t c = r8; c < real; ++c) x[c] = exp_nonpos_f32(x[c] - mx) * inv;
