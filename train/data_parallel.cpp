@@ -2,6 +2,7 @@
 #include "train/data_parallel.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
@@ -45,6 +46,7 @@ bool packs(const DataParallel& dp, const Backend& backend, const GradBucket& b) 
 
 void dp_plan_buckets(DataParallel& dp, const Model& m, double bucket_mib) {
     dp.buckets.clear();
+    dp.bucket_mib = bucket_mib;
     dp.bucket_of.assign(m.params.size(), -1);
     const int64_t limit = std::max<int64_t>(1, int64_t(bucket_mib * 1024.0 * 1024.0));
     int64_t largest = 0;
@@ -177,6 +179,17 @@ void dp_arm_overlap(DataParallel& dp, Model& m, Backend& backend) {
 void dp_reduce_gradients(DataParallel& dp, Model& m, Backend& backend) {
     m.grads_done = nullptr;
     if (!dp_reduces(dp)) return;
+    dp.started_in_backward = dp.next_bucket;
+    if (!dp.reported) {
+        dp.reported = true;
+        int64_t bytes = 0;
+        for (const GradBucket& b : dp.buckets) bytes += b.bytes;
+        spdlog::info("data parallel: gradients summed in {} buckets ({:.1f} MiB, parallel.bucket_mib {}); {} of them "
+                     "started during the backward{}", dp.buckets.size(), double(bytes) / 1048576.0,
+                     dp.bucket_mib, dp.started_in_backward,
+                     dp.overlap && !dp_overlap_applies(dp, m) ? " (not overlapped: expert parallel on a device communicator)"
+                     : !dp.overlap ? " (parallel.overlap_grad_reduce: false)" : "");
+    }
     // whatever the backward did not start (every bucket when the overlap is off), in bucket order
     std::fill(dp.waiting.begin(), dp.waiting.end(), 0);
     start_ready_buckets(dp, m, backend);

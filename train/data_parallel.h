@@ -42,6 +42,7 @@ struct DataParallel {
     int world_size = 1;
     int64_t accum_steps = 1;        // microbatches per rank per step: batch_size / (world_size * microbatch)
     std::vector<GradBucket> buckets;
+    double bucket_mib = 0;  // parallel.bucket_mib the buckets were planned with
     /// parallel.overlap_grad_reduce: start each bucket's sum during the last microbatch's backward
     /// (dp_arm_overlap). Off: every sum starts after the backward. The sums are the same either way.
     bool overlap = true;
@@ -65,6 +66,8 @@ struct DataParallel {
     int64_t slot_bytes = 0;
     int staging_slots = 0;
     std::vector<int> slot_user;  // (staging_slots) index into in_flight using the slot, -1 free
+    size_t started_in_backward = 0;  // buckets the last dp_reduce_gradients found started by the hook
+    bool reported = false;           // the first reduction's summary was logged
 };
 
 /// Host staging slots of the packed buckets in flight at once (more wait for the oldest).
