@@ -28,6 +28,11 @@ struct SelfCommunicator final : Communicator {
     int world_size() const override { return 1; }
     bool device_memory() const override { return false; }
     void allreduce_sum(void*, int64_t, CommDType) override {}
+    int64_t start_allreduce_sum(void*, int64_t, CommDType) override { return started++; }
+    void wait(int64_t ticket) override {
+        if (ticket < 0 || ticket >= started) fail("wait: ticket {} was not started (one process, {} started)", ticket, started);
+    }
+    void wait_all() override { started = 0; }
     void reduce_scatter_sum(const void* send, void* recv, int64_t recv_count, CommDType t) override {
         copy(send, recv, recv_count, t);
     }
@@ -53,6 +58,8 @@ struct SelfCommunicator final : Communicator {
     void barrier() override {}
     std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SelfCommunicator>(); }
     std::string describe() const override { return "one process"; }
+
+    int64_t started = 0;  // tickets handed out since the last wait_all
 
     static void copy(const void* send, void* recv, int64_t count, CommDType t) {
         if (send != recv && count > 0) std::memmove(recv, send, size_t(count * comm_dtype_bytes(t)));

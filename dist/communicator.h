@@ -32,6 +32,23 @@ struct Communicator {
     virtual bool device_memory() const = 0;
     /// Sum `count` elements of `data` over the group, in place; every rank gets the sum.
     virtual void allreduce_sum(void* data, int64_t count, CommDType t) = 0;
+    /// Start the in-place sum of allreduce_sum without waiting for it (docs/distributed.md,
+    /// "Overlap with the backward pass"); `data` must stay untouched until a wait completes it.
+    /// MPI: MPI_Iallreduce (counts above the chunk limit as several), progressed by every later
+    /// start and by the wait. NCCL: ncclAllReduce on a second, communication stream that first
+    /// waits for an event recorded on the backend's stream now (so the sum reads what the kernels
+    /// enqueued so far wrote); communicators split from one another share that stream, so their
+    /// sums run in the order they were started. One process: nothing to do. Every rank starts the
+    /// same sums in the same order. No other collective of this communicator may run before the
+    /// sums started on it are waited for. Returns the ticket wait() takes (tickets count from 0
+    /// again after wait_all()).
+    virtual int64_t start_allreduce_sum(void* data, int64_t count, CommDType t) = 0;
+    /// Complete the sum of `ticket` (and, on NCCL, every sum started before it): on MPI it has
+    /// arrived in `data` on return; on NCCL the backend's stream waits for it (an event recorded
+    /// on the communication stream), so kernels enqueued after the call read the sum.
+    virtual void wait(int64_t ticket) = 0;
+    /// Complete every sum started and not yet waited for, as wait() does; tickets start over.
+    virtual void wait_all() = 0;
     /// Sum over the group of `send` (world_size() * recv_count elements); rank r gets elements
     /// [r * recv_count, (r + 1) * recv_count) of the sum in `recv`.
     virtual void reduce_scatter_sum(const void* send, void* recv, int64_t recv_count, CommDType t) = 0;

@@ -81,6 +81,40 @@ struct MpiCommunicator final : Communicator {
         }
     }
 
+    // Non-blocking sums: the requests of each ticket (one per chunk), until a wait completes them.
+    std::vector<std::vector<MPI_Request>> pending_;
+
+    int64_t start_allreduce_sum(void* data, int64_t count, CommDType t) override {
+        char* p = static_cast<char*>(data);
+        const int64_t es = comm_dtype_bytes(t);
+        std::vector<MPI_Request> reqs;
+        for (int64_t off = 0; off < count; off += max_chunk_) {
+            const int n = int(std::min(max_chunk_, count - off));
+            reqs.push_back(MPI_REQUEST_NULL);
+            check(MPI_Iallreduce(MPI_IN_PLACE, p + off * es, n, mpi_type(t), sum_op(t), comm, &reqs.back()),
+                  "MPI_Iallreduce");
+        }
+        pending_.push_back(std::move(reqs));
+        // Open MPI progresses a non-blocking collective only inside MPI calls: test every sum in
+        // flight, so the earlier buckets move while the caller computes the next ones.
+        for (std::vector<MPI_Request>& r : pending_) {
+            int done = 0;
+            if (!r.empty()) check(MPI_Testall(int(r.size()), r.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+        }
+        return int64_t(pending_.size()) - 1;
+    }
+    void wait(int64_t ticket) override {
+        if (ticket < 0 || ticket >= int64_t(pending_.size()))
+            fail("rank {}: wait: ticket {} was not started ({} in flight)", rank_, ticket, pending_.size());
+        std::vector<MPI_Request>& r = pending_[size_t(ticket)];
+        if (!r.empty()) check(MPI_Waitall(int(r.size()), r.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (allreduce)");
+        r.clear();
+    }
+    void wait_all() override {
+        for (int64_t k = 0; k < int64_t(pending_.size()); ++k) wait(k);
+        pending_.clear();
+    }
+
     void reduce_scatter_sum(const void* send, void* recv, int64_t recv_count, CommDType t) override {
         const int64_t es = comm_dtype_bytes(t);
         if (recv_count <= max_chunk_) {

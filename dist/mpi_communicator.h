@@ -1,5 +1,6 @@
 // The MPI implementation of Communicator over host memory (docs/distributed.md): MPI_Allreduce,
-// MPI_Reduce_scatter_block, MPI_Allgather(v), MPI_Alltoallv, MPI_Bcast, MPI_Comm_split of Open MPI.
+// MPI_Iallreduce (start_allreduce_sum) with MPI_Testall / MPI_Waitall, MPI_Reduce_scatter_block,
+// MPI_Allgather(v), MPI_Alltoallv, MPI_Bcast, MPI_Comm_split of Open MPI.
 #pragma once
 #include <memory>
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "engine/error.h"
@@ -27,20 +28,64 @@ ncclDataType_t nccl_type(CommDType t) {
     return ncclUint8;
 }
 
+void check_cuda(cudaError_t rc, int rank, const char* call) {
+    if (rc != cudaSuccess) fail("nccl rank {}: {} failed: {}", rank, call, cudaGetErrorString(rc));
+}
+
+/// The communication stream of the non-blocking sums and its two events, shared by a communicator
+/// and every communicator split from it (one order of their sums on every rank). Made on the first
+/// start_allreduce_sum: a non-blocking stream (no implicit synchronization with the legacy default
+/// stream) of the device's highest priority, so NCCL's kernels are scheduled ahead of the
+/// backward's when both are ready.
+struct CommStream {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t ready = nullptr;  // recorded on the backend's stream: the bucket's gradients are written
+    cudaEvent_t done = nullptr;   // recorded on the communication stream after each sum
+    bool in_flight = false;       // a sum was started and not yet waited for
+
+    CommStream(int device, int rank) {
+        check_cuda(cudaSetDevice(device), rank, "cudaSetDevice (communication stream)");
+        int least = 0, greatest = 0;
+        check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), rank, "cudaDeviceGetStreamPriorityRange");
+        check_cuda(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest), rank,
+                   "cudaStreamCreateWithPriority (communication stream)");
+        check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), rank, "cudaEventCreateWithFlags");
+        check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), rank, "cudaEventCreateWithFlags");
+    }
+    ~CommStream() {
+        if (stream) cudaStreamSynchronize(stream);
+        if (ready) cudaEventDestroy(ready);
+        if (done) cudaEventDestroy(done);
+        if (stream) cudaStreamDestroy(stream);
+    }
+    CommStream(const CommStream&) = delete;
+    CommStream& operator=(const CommStream&) = delete;
+};
+
+/// Where a communicator's communication stream lives: made on first use, shared with splits.
+struct CommStreamSlot {
+    std::unique_ptr<CommStream> cs;
+};
+
 struct NcclCommunicator final : Communicator {
     ncclComm_t comm = nullptr;
     cudaStream_t stream = nullptr;
     int device = 0;
     int rank_ = 0, size_ = 1;
     int32_t* barrier_word = nullptr;  // one device int for barrier()
+    std::shared_ptr<CommStreamSlot> comm_stream;  // the non-blocking sums' stream (shared with splits)
+    int64_t started = 0;  // tickets handed out since the last wait_all
 
-    NcclCommunicator(ncclComm_t c, cudaStream_t s, int dev) : comm(c), stream(s), device(dev) {
+    NcclCommunicator(ncclComm_t c, cudaStream_t s, int dev, std::shared_ptr<CommStreamSlot> slot)
+        : comm(c), stream(s), device(dev), comm_stream(std::move(slot)) {
         check(ncclCommUserRank(comm, &rank_), "ncclCommUserRank");
         check(ncclCommCount(comm, &size_), "ncclCommCount");
         if (cudaMalloc(&barrier_word, sizeof(int32_t)) != cudaSuccess)
             fail("rank {}: cudaMalloc of the NCCL barrier word failed", rank_);
     }
     ~NcclCommunicator() override {
+        // a sum still in flight on the communication stream reads this communicator
+        if (comm_stream && comm_stream->cs) cudaStreamSynchronize(comm_stream->cs->stream);
         if (barrier_word) cudaFree(barrier_word);
         if (comm) ncclCommDestroy(comm);
     }
@@ -65,6 +110,36 @@ struct NcclCommunicator final : Communicator {
     void allreduce_sum(void* data, int64_t count, CommDType t) override {
         sum_allowed(t);
         check(ncclAllReduce(data, data, size_t(count), nccl_type(t), ncclSum, comm, stream), "ncclAllReduce");
+    }
+    int64_t start_allreduce_sum(void* data, int64_t count, CommDType t) override {
+        sum_allowed(t);
+        if (!comm_stream->cs) comm_stream->cs = std::make_unique<CommStream>(device, rank_);
+        CommStream& cs = *comm_stream->cs;
+        // the communication stream waits for what the backend's stream has enqueued so far (the
+        // bucket's gradients), then sums; `done` marks the last sum started
+        check_cuda(cudaEventRecord(cs.ready, stream), rank_, "cudaEventRecord (gradients ready)");
+        check_cuda(cudaStreamWaitEvent(cs.stream, cs.ready, 0), rank_, "cudaStreamWaitEvent (communication stream)");
+        check(ncclAllReduce(data, data, size_t(count), nccl_type(t), ncclSum, comm, cs.stream), "ncclAllReduce (started)");
+        check_cuda(cudaEventRecord(cs.done, cs.stream), rank_, "cudaEventRecord (sum done)");
+        cs.in_flight = true;
+        return started++;
+    }
+    void wait(int64_t ticket) override {
+        if (ticket < 0 || ticket >= started)
+            fail("nccl rank {}: wait: ticket {} was not started ({} started)", rank_, ticket, started);
+        // the sums run in order on one stream: waiting for the last one covers this one
+        wait_stream();
+    }
+    void wait_all() override {
+        wait_stream();
+        started = 0;
+    }
+    // The backend's stream waits for every sum started so far on the communication stream.
+    void wait_stream() {
+        if (!comm_stream->cs || !comm_stream->cs->in_flight) return;
+        CommStream& cs = *comm_stream->cs;
+        check_cuda(cudaStreamWaitEvent(stream, cs.done, 0), rank_, "cudaStreamWaitEvent (backend stream)");
+        cs.in_flight = false;
     }
     void reduce_scatter_sum(const void* send, void* recv, int64_t recv_count, CommDType t) override {
         sum_allowed(t);
@@ -122,7 +197,7 @@ struct NcclCommunicator final : Communicator {
         ncclComm_t sub = nullptr;
         check(ncclCommSplit(comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr), "ncclCommSplit");
         if (!sub) fail("nccl rank {}: ncclCommSplit with color {} gave no communicator", rank_, color);
-        return std::make_unique<NcclCommunicator>(sub, stream, device);
+        return std::make_unique<NcclCommunicator>(sub, stream, device, comm_stream);
     }
     std::string describe() const override { return fmt::format("nccl rank {} of {} (device {})", rank_, size_, device); }
 };
@@ -144,7 +219,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int dev
     if (rc != ncclSuccess)
         fail("rank {}: ncclCommInitRank ({} ranks, device {}) failed: {}", host.rank(), host.world_size(), device,
              ncclGetErrorString(rc));
-    return std::make_unique<NcclCommunicator>(comm, static_cast<cudaStream_t>(stream), device);
+    return std::make_unique<NcclCommunicator>(comm, static_cast<cudaStream_t>(stream), device,
+                                              std::make_shared<CommStreamSlot>());
 }
 
 }  // namespace skew

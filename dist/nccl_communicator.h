@@ -15,6 +15,10 @@ namespace skew {
 /// reduce-scatter, all-gather and broadcast are NCCL's; allgatherv is a group of broadcasts;
 /// alltoallv is a group of ncclSend/ncclRecv pairs. BF16 sums are ncclBfloat16 ncclSum (NCCL
 /// adds in fp32 and rounds to bf16 per reduction step). Counts are size_t (no chunking).
+/// start_allreduce_sum enqueues ncclAllReduce on a communication stream of its own (made on first
+/// use, shared with the communicators split from this one) after a cudaStreamWaitEvent on an event
+/// recorded on `stream`; wait()/wait_all() make `stream` wait on an event recorded after the last
+/// such sum (docs/distributed.md, "Overlap with the backward pass").
 /// Throws skew::Error naming the call, the NCCL error string and the rank on any failure.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int device, void* stream);
 

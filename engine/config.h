@@ -125,7 +125,8 @@ struct RuntimeConfig {
 struct ParallelConfig {
     int64_t expert = 1;        // expert_parallel M: ranks that split each expert bank (divides n_experts and world_size)
     int64_t zero_stage = 1;    // 1: optimizer state and update partitioned across ranks (ZeRO-1); 0: replicated
-    double bucket_mib = 25.0;  // gradient reduction bucket size (MiB); the sums run after the backward
+    double bucket_mib = 25.0;  // gradient reduction bucket size (MiB)
+    bool overlap_grad_reduce = true;  // start each bucket's sum during the last microbatch's backward
 };
 
 struct Config {

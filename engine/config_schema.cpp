@@ -27,6 +27,10 @@ constexpr double INF = std::numeric_limits<double>::infinity();
     KeySpec{PATH, KeyType::STRING, -INF, INF, false, CHOICES, DOC,                                 \
             [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<std::string>(v); },          \
             [](const Config& c) { return ConfigValue(c.MEMBER); }, nullptr, nullptr}
+#define SKEW_BOOL(PATH, MEMBER, DOC)                                                                 \
+    KeySpec{PATH, KeyType::BOOL, -INF, INF, false, {}, DOC,                                        \
+            [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<bool>(v); },                 \
+            [](const Config& c) { return ConfigValue(bool(c.MEMBER)); }, nullptr, nullptr}
 
 #define SKEW_OPT_FLOAT(PATH, MEMBER, MIN, MAX, MINEX, DOC)                                           \
     KeySpec{PATH, KeyType::FLOAT, MIN, MAX, MINEX, {}, DOC, nullptr, nullptr,                      \
@@ -183,7 +187,9 @@ const std::vector<KeySpec>& section_key_specs() {
             SKEW_INT("parallel.zero_stage", parallel.zero_stage, 0, 1,
                      "1: optimizer state and its update partitioned across the data-parallel ranks (ZeRO-1); 0: every rank holds all of it (parallel.expert > 1 needs 0)"),
             SKEW_FLOAT("parallel.bucket_mib", parallel.bucket_mib, 0, 1 << 20, true,
-                       "Gradient all-reduce bucket size, MiB (the sums run after the backward pass; not yet overlapped with it)"),
+                       "Gradient all-reduce bucket size, MiB: consecutive parameters in reverse table order summed by one collective per tensor (GPU) or of a packed copy (CPU)"),
+            SKEW_BOOL("parallel.overlap_grad_reduce", parallel.overlap_grad_reduce,
+                      "Start each gradient bucket's sum as soon as the last microbatch's backward has completed it (GPU: on a second stream), instead of after the backward; the same sums either way (not with parallel.expert > 1 on GPUs)"),
         };
         return s;
     }();

@@ -509,6 +509,27 @@ LossParts forward_and_head(Model& m, const int32_t* tokens, const int32_t* targe
     return lp;
 }
 
+// The parameters (indices into m.params) whose gradients one stage of the backward completes: the
+// head (the final LayerNorm), each block, the embeddings (token and position). Every parameter is in
+// exactly one group.
+struct GradGroups {
+    std::vector<size_t> head, embedding;
+    std::vector<std::vector<size_t>> blocks;
+};
+
+GradGroups grad_groups(const Model& m) {
+    GradGroups g;
+    g.blocks.resize(m.blocks.size());
+    for (size_t k = 0; k < m.params.size(); ++k) {
+        const ParamInfo& p = *m.params[k].info;
+        if (p.block >= 0 && size_t(p.block) < m.blocks.size()) g.blocks[size_t(p.block)].push_back(k);
+        else if (p.role == Role::TOKEN_EMBEDDING || p.role == Role::POSITION_EMBEDDING) g.embedding.push_back(k);
+        else if (p.block < 0) g.head.push_back(k);
+        else fail("model: parameter {} names block {} of a model with {} blocks", p.name, p.block, m.blocks.size());
+    }
+    return g;
+}
+
 }  // namespace
 
 Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backend& backend) {
@@ -682,16 +703,20 @@ LossParts model_forward_backward(Model& m, const int32_t* tokens, const int32_t*
         lp = forward_and_head(m, tokens, targets, microbatch_index, step, training, true, w);
     }
     SKEW_NVTX_RANGE("backward");
+    const GradGroups groups = m.grads_done ? grad_groups(m) : GradGroups{};
+    if (m.grads_done) m.grads_done(groups.head);  // the final LayerNorm: its backward ran with the head
     // backward in reverse, each block after recomputing what train.recompute did not keep
     for (int64_t bi = int64_t(m.blocks.size()) - 1; bi >= 0; --bi) {
         recompute_for_backward(m, bi, microbatch_index, step, training);
         SKEW_NVTX_RANGE(fmt::format("block {} backward", bi).c_str());
         block_backward(m, bi, microbatch_index, step, training, w);
+        if (m.grads_done) m.grads_done(groups.blocks[size_t(bi)]);
     }
     SKEW_NVTX_RANGE("embedding backward");
     const Dims x = dims_of(m);
     m.backend->convert(m.act.d_resid, m.act.d_stream, x.N * x.d);
     m.backend->embedding_backward(m.wte.grad, m.wpe.grad, m.act.d_resid, m.act.tokens, x.B, x.T, x.d, x.Vp);
+    if (m.grads_done) m.grads_done(groups.embedding);
     return lp;
 }
 

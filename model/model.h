@@ -5,6 +5,8 @@
 // backward recomputes the block; `attention` recomputes only the attention core, `none` nothing.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -103,6 +105,14 @@ struct Model {
     std::vector<int64_t> probe_rows;  // token rows (b*T + t) whose logits a forward copies out (tests)
     DeferredExperts deferred;  // train.expert_grads: deferred (empty kept when stored)
     ExpertParallelState ep;    // M = 1: every expert on this rank, no exchange (set comm with model_set_expert_comm)
+    /// When set, model_forward_backward calls it during the backward each time a group of
+    /// parameters has received its last gradient contribution of the microbatch (indices into
+    /// `params`, ascending): the final LayerNorm after the head, each block's parameters after its
+    /// backward (last block first), the two embeddings (the tied token embedding's second
+    /// contribution) at the very end. On a device backend the gradients are enqueued, not yet
+    /// computed, when it is called. The trainer sets it for the last microbatch of a step to start
+    /// the gradient sums early (train/data_parallel.h, dp_arm_overlap); the model knows no more.
+    std::function<void(std::span<const size_t> params)> grads_done;
 };
 
 /// The routing statistics of one MoE block for one forward pass.

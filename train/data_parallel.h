@@ -1,9 +1,10 @@
 // Data parallelism of `skew train` (docs/distributed.md): how one global batch splits over the
 // ranks, and the collectives of a step: the gradient sum in buckets, the global loss parts and
-// expert token counts, the stop decision and the weights' agreement. The trainer calls exactly two
-// functions around the optimizer update, dp_reduce_gradients before it and
-// dp_after_optimizer_step after it; ZeRO-1 (parallel.zero_stage 1) replaces their bodies
-// (reduce-scatter, then the all-gather of the updated weights) without touching the trainer.
+// expert token counts, the stop decision and the weights' agreement. The trainer calls
+// dp_arm_overlap before the step's last microbatch (the bucket sums then start during its
+// backward), dp_reduce_gradients before the optimizer update (it starts what is left and waits)
+// and dp_after_optimizer_step after it; ZeRO-1 (parallel.zero_stage 1) keeps the same gradient
+// sums and replaces the update by its own step and all-gather (train/zero_step.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -41,8 +42,36 @@ struct DataParallel {
     int world_size = 1;
     int64_t accum_steps = 1;        // microbatches per rank per step: batch_size / (world_size * microbatch)
     std::vector<GradBucket> buckets;
-    std::vector<std::byte> staging;  // host copy of a multi-parameter bucket
+    double bucket_mib = 0;  // parallel.bucket_mib the buckets were planned with
+    /// parallel.overlap_grad_reduce: start each bucket's sum during the last microbatch's backward
+    /// (dp_arm_overlap). Off: every sum starts after the backward. The sums are the same either way.
+    bool overlap = true;
+    std::vector<int64_t> bucket_of;  // (Model::params) the bucket of each parameter, -1 for none
+
+    // The reduction of one step (dp_arm_overlap, dp_reduce_gradients).
+    /// A bucket's sum in flight: its communicator's ticket and, for a packed bucket, its staging slot.
+    struct InFlight {
+        size_t bucket = 0;
+        Communicator* comm = nullptr;
+        int64_t ticket = -1;
+        int slot = -1;       // staging slot of a packed bucket, -1: summed in place
+        bool done = false;   // waited for and unpacked
+    };
+    std::vector<InFlight> in_flight;
+    std::vector<int64_t> waiting;  // (buckets) parameters of each bucket whose gradient is not complete
+    size_t next_bucket = 0;        // the first bucket not started: sums start in bucket order on every rank
+    /// Host copies of packed buckets (several small tensors, or a device arena under a host
+    /// communicator): staging_slots slots of slot_bytes each, so that several can be in flight.
+    std::vector<std::byte> staging;
+    int64_t slot_bytes = 0;
+    int staging_slots = 0;
+    std::vector<int> slot_user;  // (staging_slots) index into in_flight using the slot, -1 free
+    size_t started_in_backward = 0;  // buckets the last dp_reduce_gradients found started by the hook
+    bool reported = false;           // the first reduction's summary was logged
 };
+
+/// Host staging slots of the packed buckets in flight at once (more wait for the oldest).
+constexpr int DP_MAX_STAGING_SLOTS = 4;
 
 /// The data-parallel group over `comm` for a run with `microbatch` sequences per forward pass.
 /// Throws skew::Error naming train.batch_size, train.microbatch and the world size when
@@ -58,11 +87,27 @@ void dp_plan_buckets(DataParallel& dp, const Model& m, double bucket_mib);
 /// index (model_forward_backward), so every rank count draws the single-process noise.
 int64_t dp_global_microbatch(const DataParallel& dp, int64_t m);
 
+/// Whether the bucket sums of this run can start during the backward (docs/distributed.md,
+/// "Overlap with the backward pass"): parallel.overlap_grad_reduce, more than one rank (or a device
+/// communicator), and not expert parallel over a device communicator (its all-to-all in the
+/// backward would run NCCL on two communicators and two streams at once, which NCCL does not
+/// promise to progress).
+bool dp_overlap_applies(const DataParallel& dp, const Model& m);
+
+/// Before the step's last microbatch: when dp_overlap_applies, set m.grads_done so that each
+/// bucket's sum starts (Communicator::start_allreduce_sum, in bucket order) as soon as the backward
+/// has completed every gradient of it. Earlier microbatches must run without it (their gradients
+/// are not final). dp_reduce_gradients clears the hook.
+void dp_arm_overlap(DataParallel& dp, Model& m, Backend& backend);
+
 /// Sum every gradient buffer of `m` over the ranks, in place, bucket by bucket: fp32 gradients in
 /// fp32 (MPI_SUM / ncclSum), bf16 gradients as bf16 with each pairwise sum formed in fp32 and
-/// rounded to nearest even (dist/communicator.h). The summation order over ranks is the
-/// collective library's (Open MPI's, NCCL's ring or tree), not the single process's microbatch
-/// order; every rank receives the same bits. The hook ZeRO-1 replaces by a reduce-scatter.
+/// rounded to nearest even (dist/communicator.h). Starts the buckets dp_arm_overlap's hook has not
+/// started and waits for all: on return (host arena) the sums are in place, or (device) the
+/// backend's stream waits for them. Every bucket is one non-blocking sum per tensor (in place) or
+/// of its packed host copy, whether or not the overlap ran, so the result is the same bits either
+/// way. The summation order over ranks is the collective library's (Open MPI's, NCCL's ring or
+/// tree), not the single process's microbatch order; every rank receives the same bits.
 void dp_reduce_gradients(DataParallel& dp, Model& m, Backend& backend);
 
 /// Make the ranks' weights consistent after the optimizer update. parallel.zero_stage 0: every

@@ -371,6 +371,7 @@ struct OptimizerRun {
         dp.expert_comm = to.expert_holders;
         dp.device_comm = to.device_comm;
         dp_plan_buckets(dp, model, c.parallel.bucket_mib);
+        dp.overlap = c.parallel.overlap_grad_reduce;
         optimizer = make_optimizer_runner(opt, backend, arena);
         backend.bind_workspace(backend_workspace_memory(arena));  // last: nothing below throws
     }
@@ -553,6 +554,8 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
         // microbatch count, so that their sums over the ranks are the global means
         for (int64_t m = 0; m < r.dp.accum_steps; ++m) {
             const int64_t g = dp_global_microbatch(r.dp, m);
+            // the last microbatch completes the gradients: its backward starts the bucket sums
+            if (m + 1 == r.dp.accum_steps) dp_arm_overlap(r.dp, r.model, r.backend);
             LossParts p = model_forward_backward(r.model, r.x.data() + g * r.mb * T, r.y.data() + g * r.mb * T, g,
                                                  uint32_t(step), r.accum, true);
             lm += p.lm_loss / double(r.accum);
