@@ -796,9 +796,6 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
     const int64_t M = cfg.parallel.expert;
     if (world % M != 0)
         fail("parallel.expert {} needs a multiple of {} ranks (mpirun -np); this run has {}", M, M, world);
-    if (M > 1 && opts.resume)  // until the checkpoints record every rank's experts (docs/distributed.md)
-        fail("--resume {}: a run with parallel.expert {} cannot resume yet: its checkpoints hold rank 0's experts only",
-             opts.run_dir, M);
     std::unique_ptr<Communicator> expert_group, expert_holders;
     if (M > 1) {
         expert_group = comm.split(int(comm.rank() / M), comm.rank());
