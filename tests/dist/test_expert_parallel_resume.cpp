@@ -1,12 +1,14 @@
 // Resume of an expert-parallel run (docs/distributed.md, "Checkpoints and export"): `mpirun -np N
-// skew train` with parallel.expert M (ZeRO stage 0) for 8 steps straight, against the same run
-// stopped after step 4 (--stop-after) and continued with `skew train --resume`: the step losses and
-// every file of the last and best checkpoints (the non-expert weights and optimizer state, every
-// expert shard's bank weights and optimizer state, layout.json) are bit-identical, for SkewAdam
-// (factored row/column statistics per expert) and AdamW (m and v per element), at N = 2 with M = 2
-// and N = 4 with M = 4 and M = 2 (two replicas of each expert shard; only the first writes it, the
-// second reads it back). A resume on another world size or expert parallelism is refused naming
-// both layouts, and `skew export` merges the resumed run's expert shards into the whole banks.
+// skew train` with parallel.expert M for 8 steps straight, against the same run stopped after step 4
+// (--stop-after) and continued with `skew train --resume`: the step losses and every file of the
+// last and best checkpoints (the non-expert weights and optimizer state, every expert shard's bank
+// weights and optimizer state, layout.json) are bit-identical, for SkewAdam (factored row/column
+// statistics per expert) and AdamW (m and v per element). ZeRO stage 0 at N = 2 with M = 2 and
+// N = 4 with M = 4 and M = 2 (two replicas of each expert shard; only the first writes it, the
+// second reads it back); ZeRO-1 at N = 2 and 4 with M = 2 (the non-expert state cut over all
+// ranks, each expert shard's over its holders), which also equals stage 0 bit for bit. A resume on
+// another world size, expert parallelism or ZeRO stage is refused naming both layouts, and `skew
+// export` merges the resumed run's expert shards into the whole banks.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -59,12 +61,13 @@ const std::string& prepared() {
     return dir;
 }
 
-std::string train_args(int M, const std::string& out, const std::string& optimizers) {
+std::string train_args(int M, const std::string& out, const std::string& optimizers, int zero_stage = 0) {
     return "train " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --plain --set data.dir=" + prepared() +
            " --set train.batch_size=4 --set train.microbatch=1 --set train.seq_len=16 --set train.eval_batches=1"
            " --set train.steps=" + std::to_string(STEPS) + " --set train.eval_every=" + std::to_string(STOP) +
            " --set train.checkpoint_every=" + std::to_string(STOP) +
-           " --set runtime.threads=1 --set parallel.zero_stage=0 --set parallel.expert=" + std::to_string(M) +
+           " --set runtime.threads=1 --set parallel.zero_stage=" + std::to_string(zero_stage) +
+           " --set parallel.expert=" + std::to_string(M) +
            " --optimizers " + optimizers + " --out " + out;
 }
 
@@ -98,23 +101,98 @@ std::string shard(const char* kind, int er, int M) {
     return std::string(kind) + ".experts-" + std::to_string(er) + "-of-" + std::to_string(M) + ".safetensors";
 }
 
-/// The straight and the stopped-and-resumed run of N ranks with expert parallelism M: every
-/// checkpoint file equal, and the files each expert shard's state must be in.
-void check_resume(int np, int M) {
+/// The bank state of a stage-0 checkpoint `b` of expert parallelism M: optimizer.safetensors holds
+/// no bank; each expert shard's file holds its E/M experts of every bank, listed in layout.json,
+/// and the shards' values differ (each shard's own statistics).
+void check_stage0_state(const std::string& b, int M) {
+    for (const auto& [name, v] : read_safetensors(b + "/optimizer.safetensors"))
+        CHECK(name.find("moe.experts.") == std::string::npos);
+    std::vector<std::map<std::string, std::vector<float>>> states;
+    for (int er = 0; er < M; ++er) {
+        const std::string path = b + "/" + shard("optimizer", er, M);
+        const skew::SafetensorsHeader h = skew::read_safetensors_header(path);
+        CHECK(h.tensors.size() >= 3);  // w1, w2, w3 of the MoE block: at least one state each
+        for (const skew::SafetensorsEntry& e : h.tensors) {
+            INFO(e.name);
+            CHECK(e.name.find("moe.experts.") != std::string::npos);
+            REQUIRE(!e.shape.empty());
+            CHECK(e.shape[0] == EXPERTS / M);
+        }
+        states.push_back(read_safetensors(path));
+    }
+    for (int er = 1; er < M; ++er) {
+        bool differs = false;
+        for (const auto& [name, v] : states[0]) differs = differs || states[size_t(er)].at(name) != v;
+        CHECK(differs);
+    }
+    const json layout = json::parse(read_bytes(b + "/layout.json"));
+    std::set<std::string> listed;
+    for (const json& e : layout.at("optimizer_shards")) listed.insert(e.at("file").get<std::string>());
+    std::set<std::string> state_files = {"optimizer.safetensors"};
+    for (int er = 0; er < M; ++er) state_files.insert(shard("optimizer", er, M));
+    CHECK(listed == state_files);
+}
+
+/// The bank state of a ZeRO-1 checkpoint `b` of N ranks and expert parallelism M (docs/distributed.md,
+/// "ZeRO-1"): every expert of every bank is owned by exactly one rank, a rank holding its shard
+/// (rank % M == expert / (E/M)), and the rank's file holds the state of exactly its owned experts.
+void check_zero_state(const std::string& b, int np, int M) {
+    const json layout = json::parse(read_bytes(b + "/layout.json"));
+    std::map<std::string, std::vector<int>> owner;  // bank -> owning rank per expert
+    REQUIRE(layout.at("optimizer_shards").size() == size_t(np));
+    for (const json& e : layout.at("optimizer_shards")) {
+        const int r = e.at("rank").get<int>();
+        CHECK(e.at("file").get<std::string>() == "optimizer.rank-" + std::to_string(r) + "-of-" + std::to_string(np) +
+                                                     ".safetensors");
+        const skew::SafetensorsHeader h = skew::read_safetensors_header(b + "/" + e.at("file").get<std::string>());
+        for (const json& o : e.at("owned")) {
+            if (!o.contains("experts")) continue;
+            const std::string bank = o.at("param");
+            const int begin = o.at("experts")[0], end = o.at("experts")[1];
+            INFO("rank " << r << " owns experts [" << begin << ", " << end << ") of " << bank);
+            std::vector<int>& v = owner.try_emplace(bank, std::vector<int>(EXPERTS, -1)).first->second;
+            for (int x = begin; x < end; ++x) {
+                CHECK(v[size_t(x)] == -1);
+                v[size_t(x)] = r;
+                CHECK(r % M == x / (EXPERTS / M));  // a holder of that expert's shard
+            }
+            int states = 0;
+            for (const skew::SafetensorsEntry& t : h.tensors)
+                if (t.name.rfind("state." + bank + ".", 0) == 0) {
+                    ++states;
+                    CHECK(t.shape.at(0) == end - begin);
+                }
+            CHECK(states >= 1);
+        }
+    }
+    CHECK(owner.size() == 3);
+    std::set<int> owning;  // ranks owning some expert: every rank (each shard's experts cut over its holders)
+    for (const auto& [bank, v] : owner)
+        for (int x = 0; x < EXPERTS; ++x) {
+            CHECK(v[size_t(x)] >= 0);
+            owning.insert(v[size_t(x)]);
+        }
+    CHECK(owning.size() == size_t(np));
+}
+
+/// The straight and the stopped-and-resumed run of N ranks with expert parallelism M and ZeRO stage
+/// zero_stage: every checkpoint file equal, and the files each expert shard's state must be in.
+/// Under ZeRO-1 the straight run also equals the stage-0 run bit for bit (losses and weights).
+void check_resume(int np, int M, int zero_stage = 0) {
     if (!skew::test::have_mpirun()) SKEW_SKIP_TEST("mpirun not found");
-    const std::string tag = "np" + std::to_string(np) + "-ep" + std::to_string(M);
+    const std::string tag = "np" + std::to_string(np) + "-ep" + std::to_string(M) + "-zero" + std::to_string(zero_stage);
     for (const char* opt : OPTIMIZERS) {
         // one optimizer per run: --stop-after stops the whole run at the first optimizer's step
         const std::string straight = work_dir() + "/straight-" + tag + "-" + opt,
                           resumed = work_dir() + "/resumed-" + tag + "-" + opt;
         INFO(np << " ranks, expert parallel " << M << ", " << opt);
         {
-            Run r = mpirun_skew(np, train_args(M, straight, opt));
+            Run r = mpirun_skew(np, train_args(M, straight, opt, zero_stage));
             INFO(r.output);
             REQUIRE(r.status == 0);
         }
         {
-            Run r = mpirun_skew(np, train_args(M, resumed, opt) + " --stop-after " + std::to_string(STOP));
+            Run r = mpirun_skew(np, train_args(M, resumed, opt, zero_stage) + " --stop-after " + std::to_string(STOP));
             INFO(r.output);
             REQUIRE(r.status == 0);
             REQUIRE(trainer_state(resumed + "/checkpoints/" + opt + "/last").at("step") == STOP);
@@ -132,11 +210,18 @@ void check_resume(int np, int M) {
             const std::string a = straight + "/checkpoints/" + opt + "/" + which,
                               b = resumed + "/checkpoints/" + opt + "/" + which;
             INFO(which);
-            // what an expert-parallel stage-0 checkpoint holds: the non-expert weights and state
-            // once, each expert shard's bank weights and state once, no per-rank state file
-            std::set<std::string> expected = {"layout.json", "trainer_state.json", "model.safetensors",
-                                              "optimizer.safetensors"};
-            for (int er = 0; er < M; ++er) expected.insert(shard("model", er, M)), expected.insert(shard("optimizer", er, M));
+            // what an expert-parallel checkpoint holds: the non-expert weights once, each expert
+            // shard's bank weights once; the state of stage 0 as the weights (non-expert once, each
+            // expert shard's once), of ZeRO-1 one file per rank
+            std::set<std::string> expected = {"layout.json", "trainer_state.json", "model.safetensors"};
+            for (int er = 0; er < M; ++er) expected.insert(shard("model", er, M));
+            if (zero_stage == 0) {
+                expected.insert("optimizer.safetensors");
+                for (int er = 0; er < M; ++er) expected.insert(shard("optimizer", er, M));
+            } else {
+                for (int r = 0; r < np; ++r)
+                    expected.insert("optimizer.rank-" + std::to_string(r) + "-of-" + std::to_string(np) + ".safetensors");
+            }
             CHECK(files_in(a) == expected);
             REQUIRE(files_in(b) == expected);
             for (const std::string& f : expected) {
@@ -145,34 +230,19 @@ void check_resume(int np, int M) {
                 else CHECK(difference(a + "/" + f, b + "/" + f) == "");  // every tensor, bit for bit
             }
             if (std::string(which) == "last") CHECK(trainer_state(b).at("step") == STEPS);
-            // the non-expert state holds no bank; each expert shard's state holds its E/M experts
-            // of every bank, and the shards' values differ (each shard's own statistics)
-            for (const auto& [name, v] : read_safetensors(b + "/optimizer.safetensors"))
-                CHECK(name.find("moe.experts.") == std::string::npos);
-            std::vector<std::map<std::string, std::vector<float>>> states;
-            for (int er = 0; er < M; ++er) {
-                const std::string path = b + "/" + shard("optimizer", er, M);
-                const skew::SafetensorsHeader h = skew::read_safetensors_header(path);
-                CHECK(h.tensors.size() >= 3);  // w1, w2, w3 of the MoE block: at least one state each
-                for (const skew::SafetensorsEntry& e : h.tensors) {
-                    INFO(e.name);
-                    CHECK(e.name.find("moe.experts.") != std::string::npos);
-                    REQUIRE(!e.shape.empty());
-                    CHECK(e.shape[0] == EXPERTS / M);
-                }
-                states.push_back(read_safetensors(path));
-            }
-            for (int er = 1; er < M; ++er) {
-                bool differs = false;
-                for (const auto& [name, v] : states[0]) differs = differs || states[size_t(er)].at(name) != v;
-                CHECK(differs);
-            }
-            const json layout = json::parse(read_bytes(b + "/layout.json"));
-            std::set<std::string> listed;
-            for (const json& e : layout.at("optimizer_shards")) listed.insert(e.at("file").get<std::string>());
-            std::set<std::string> state_files = {"optimizer.safetensors"};
-            for (int er = 0; er < M; ++er) state_files.insert(shard("optimizer", er, M));
-            CHECK(listed == state_files);
+            if (zero_stage == 0) check_stage0_state(b, M);
+            else check_zero_state(b, np, M);
+        }
+        if (zero_stage == 1) {
+            // ZeRO-1 only moves who computes each update: the stage-0 run's losses and weights, bit for bit
+            const std::string stage0 = work_dir() + "/stage0-" + tag + "-" + opt;
+            Run r = mpirun_skew(np, train_args(M, stage0, opt, 0));
+            INFO(r.output);
+            REQUIRE(r.status == 0);
+            CHECK(skew::test::step_losses(stage0, opt) == la);
+            const std::string a = stage0 + "/checkpoints/" + opt + "/last/", b = straight + "/checkpoints/" + opt + "/last/";
+            CHECK(difference(a + "model.safetensors", b + "model.safetensors") == "");
+            for (int er = 0; er < M; ++er) CHECK(difference(a + shard("model", er, M), b + shard("model", er, M)) == "");
         }
     }
     // export merges the resumed run's expert shards: model.safetensors plus each bank's shards
@@ -214,7 +284,19 @@ TEST_CASE("expert-parallel resume equals the straight run bit for bit: mpirun -n
     check_resume(4, 2);
 }
 
-TEST_CASE("expert-parallel resume on another world size or expert parallelism is refused naming both layouts", "[dist]") {
+TEST_CASE("ZeRO-1 with expert parallel equals stage 0 bit for bit and resumes bit for bit: mpirun -np 2, parallel.expert 2",
+          "[dist]") {
+    check_resume(2, 2, 1);
+}
+
+TEST_CASE("ZeRO-1 with expert parallel equals stage 0 bit for bit and resumes bit for bit: mpirun -np 4, parallel.expert 2 "
+          "(each expert shard's state cut over its 2 holders)",
+          "[dist]") {
+    check_resume(4, 2, 1);
+}
+
+TEST_CASE("expert-parallel resume on another world size, expert parallelism or ZeRO stage is refused naming both layouts",
+          "[dist]") {
     if (!skew::test::have_mpirun()) SKEW_SKIP_TEST("mpirun not found");
     const std::string run = work_dir() + "/stopped";
     {
@@ -247,6 +329,22 @@ TEST_CASE("expert-parallel resume on another world size or expert parallelism is
         CHECK(r.status != 124);
         CHECK(r.output.find("the checkpoint was written with world size 2, expert parallel 2, ZeRO stage 0; this run is "
                             "world size 2, expert parallel 1, ZeRO stage 0") != std::string::npos);
+    }
+    {
+        // parallel.zero_stage edited: ZeRO-1 would read per-rank state files the run never wrote
+        const std::string edited = work_dir() + "/stopped-zero1";
+        fs::copy(run, edited, fs::copy_options::recursive);
+        std::string yaml = read_bytes(edited + "/config.yaml");
+        const size_t at = yaml.find("\n  zero_stage: 0\n");
+        REQUIRE(at != std::string::npos);
+        yaml.replace(at, 16, "\n  zero_stage: 1\n");
+        std::ofstream(edited + "/config.yaml", std::ios::binary | std::ios::trunc) << yaml;
+        Run r = mpirun_skew(2, "train --resume " + edited + " --plain", 120);
+        INFO(r.output);
+        CHECK(r.status != 0);
+        CHECK(r.status != 124);
+        CHECK(r.output.find("the checkpoint was written with world size 2, expert parallel 2, ZeRO stage 0; this run is "
+                            "world size 2, expert parallel 2, ZeRO stage 1") != std::string::npos);
     }
     // the refused resumes changed nothing: the run still resumes with its own layout
     CHECK(read_bytes(run + "/checkpoints/skewadam/last/optimizer.experts-1-of-2.safetensors") == before);
