@@ -183,9 +183,9 @@ const std::vector<KeySpec>& section_key_specs() {
             SKEW_STRING("runtime.out_dir", runtime.out_dir, {}, "Run folder for metrics and checkpoints"),
 
             SKEW_INT("parallel.expert", parallel.expert, 1, 1 << 20,
-                     "Expert parallelism M: the experts of every MoE block split across M ranks (divides model.n_experts and the world size; M > 1 needs parallel.zero_stage: 0)"),
+                     "Expert parallelism M: the experts of every MoE block split across M ranks (divides model.n_experts and the world size)"),
             SKEW_INT("parallel.zero_stage", parallel.zero_stage, 0, 1,
-                     "1: optimizer state and its update partitioned across the data-parallel ranks (ZeRO-1); 0: every rank holds all of it (parallel.expert > 1 needs 0)"),
+                     "1: optimizer state and its update partitioned across the data-parallel ranks (ZeRO-1; with parallel.expert > 1 each expert shard's state over the ranks holding it); 0: every rank holds all of it"),
             SKEW_FLOAT("parallel.bucket_mib", parallel.bucket_mib, 0, 1 << 20, true,
                        "Gradient all-reduce bucket size, MiB: consecutive parameters in reverse table order summed by one collective per tensor (GPU) or of a packed copy (CPU)"),
             SKEW_BOOL("parallel.overlap_grad_reduce", parallel.overlap_grad_reduce,

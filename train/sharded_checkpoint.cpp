@@ -72,27 +72,88 @@ nlohmann::json layout_json(const ParallelLayout& l) {
     return {{"world_size", l.world_size}, {"expert_parallel", l.expert_parallel}, {"zero_stage", l.zero_stage}};
 }
 
-/// The ranks whose state shard is written: every rank under ZeRO-1, else the first replica.
-bool writes_state(const ParallelLayout& l) { return l.zero() || l.rank < l.expert_parallel; }
+/// Which part of a rank's optimizer state a state file holds.
+enum class StatePart { ALL, NON_EXPERT, EXPERTS };
 
-/// The shard this rank's state is read from.
-int64_t state_shard_of(const ParallelLayout& l) { return l.zero() ? l.rank : l.rank % l.expert_parallel; }
-
-/// The file of shard `r`'s state: optimizer.rank-R-of-N.safetensors, except that a replicated state
-/// without expert parallelism (ZeRO stage 0, M = 1) is one whole file under the one-process name.
-std::string state_file(const ParallelLayout& l, int64_t r) {
-    if (!l.zero() && l.expert_parallel == 1) return "optimizer.safetensors";
-    return optimizer_shard_file(r, l.world_size);
+const char* state_part_name(StatePart p) {
+    switch (p) {
+        case StatePart::ALL: return "all";
+        case StatePart::NON_EXPERT: return "non-expert";
+        case StatePart::EXPERTS: return "experts";
+    }
+    return "?";
 }
 
-nlohmann::json owned_json(const ZeroPartition& part, const ParamTable& global, int64_t rank) {
+/// One optimizer-state file of a checkpoint: written by `rank`, holding `part` of its state.
+struct StateShard {
+    int64_t rank = 0;
+    std::string file;
+    StatePart part = StatePart::ALL;
+};
+
+/// The state files of a checkpoint of layout `l`, each written once:
+///  - ZeRO-1: every rank its owned state, optimizer.rank-R-of-N;
+///  - stage 0 without expert parallelism: rank 0's whole (replicated) state, optimizer.safetensors;
+///  - stage 0 with expert parallelism M: the replicated non-expert state once (rank 0,
+///    optimizer.safetensors) and each expert shard's bank state once (its first replica, rank E:
+///    optimizer.experts-E-of-M.safetensors).
+std::vector<StateShard> state_shards(const ParallelLayout& l) {
+    std::vector<StateShard> out;
+    if (l.zero()) {
+        for (int64_t r = 0; r < l.world_size; ++r) out.push_back({r, optimizer_shard_file(r, l.world_size), StatePart::ALL});
+    } else if (l.expert_parallel == 1) {
+        out.push_back({0, "optimizer.safetensors", StatePart::ALL});
+    } else {
+        out.push_back({0, "optimizer.safetensors", StatePart::NON_EXPERT});
+        for (int64_t er = 0; er < l.expert_parallel; ++er)
+            out.push_back({er, expert_state_shard_file(er, l.expert_parallel), StatePart::EXPERTS});
+    }
+    return out;
+}
+
+/// Whether rank l.rank's state (that part of it) is the one in shard `s`: its own file under
+/// ZeRO-1; the replicated state of stage 0; the bank state of its expert shard.
+bool reads_shard(const ParallelLayout& l, const StateShard& s) {
+    if (l.zero()) return s.rank == l.rank;
+    if (s.part == StatePart::EXPERTS) return s.rank == l.expert_rank();
+    return true;
+}
+
+bool part_holds(StatePart part, bool bank) {
+    return part == StatePart::ALL || (part == StatePart::EXPERTS) == bank;
+}
+
+nlohmann::json owned_json(const ZeroPartition& part, const ParamTable& global, int64_t rank,
+                          StatePart which = StatePart::ALL) {
     nlohmann::json a = nlohmann::json::array();
     for (const OwnedRange& o : part.owned[size_t(rank)]) {
         const ParamInfo& p = global.params[o.param];
+        if (!part_holds(which, is_expert_bank(p))) continue;
         if (is_expert_bank(p)) a.push_back({{"param", p.name}, {"experts", {o.matrix_begin, o.matrix_end}}});
         else a.push_back({{"param", p.name}});
     }
     return a;
+}
+
+/// The arena's optimizer-state tensors (plan names) that `part` holds: a state buffer belongs to
+/// the parameter of global index BufferSpec::param. Throws skew::Error on a state buffer whose
+/// parameter is not in `global`.
+std::vector<NamedTensor> state_tensors(const Arena& arena, Backend* backend, const ParamTable& global, StatePart part) {
+    std::vector<NamedTensor> all = buffer_tensors(arena, BufferKind::STATE, backend);
+    if (part == StatePart::ALL) return all;
+    std::map<std::string, bool> bank_of;  // state buffer name -> belongs to an expert bank
+    for (const BufferSpec& b : arena.plan->buffers) {
+        if (b.kind != BufferKind::STATE) continue;
+        const ParamInfo* p = nullptr;
+        for (const ParamInfo& q : global.params)
+            if (int64_t(q.index) == int64_t(b.param)) p = &q;
+        if (!p) fail("optimizer state '{}': belongs to no parameter of the model's table (index {})", b.name, b.param);
+        bank_of[b.name] = is_expert_bank(*p);
+    }
+    std::vector<NamedTensor> out;
+    for (NamedTensor& t : all)
+        if (part_holds(part, bank_of.at(t.name))) out.push_back(std::move(t));
+    return out;
 }
 
 std::vector<std::byte> read_bytes_at(const std::string& path, int64_t offset, int64_t bytes) {
@@ -124,6 +185,10 @@ std::map<std::string, HostTensor> read_all(const std::string& path) {
 
 std::string optimizer_shard_file(int64_t rank, int64_t world_size) {
     return fmt::format("optimizer.rank-{}-of-{}.safetensors", rank, world_size);
+}
+
+std::string expert_state_shard_file(int64_t expert_rank, int64_t expert_parallel) {
+    return fmt::format("optimizer.experts-{}-of-{}.safetensors", expert_rank, expert_parallel);
 }
 
 std::string expert_shard_file(int64_t expert_rank, int64_t expert_parallel) {
@@ -158,9 +223,10 @@ void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const T
                                                      {"rank", std::to_string(layout.rank)}};
     // 2. every rank its files
     agree(comm, fmt::format("{}: writing the shards", dir), attempt([&] {
-              if (writes_state(layout))
-                  write_safetensors((fs::path(temp) / state_file(layout, layout.rank)).string(),
-                                    buffer_tensors(arena, BufferKind::STATE, backend), meta);
+              for (const StateShard& sh : state_shards(layout))
+                  if (sh.rank == layout.rank)
+                      write_safetensors((fs::path(temp) / sh.file).string(),
+                                        state_tensors(arena, backend, global, sh.part), meta);
               const std::vector<NamedTensor> weights = weight_tensors(arena, backend);
               if (layout.expert_parallel == 1) {
                   if (layout.rank == 0) write_safetensors((fs::path(temp) / MODEL_FILE).string(), weights, meta);
@@ -189,13 +255,9 @@ void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const T
                       experts.push_back(expert_shard_file(er, layout.expert_parallel));
               m["expert_shards"] = experts;
               nlohmann::json shards = nlohmann::json::array();
-              for (int64_t r = 0; r < layout.world_size; ++r) {
-                  ParallelLayout lr = layout;
-                  lr.rank = r;
-                  if (!writes_state(lr)) continue;
-                  shards.push_back({{"rank", r}, {"file", state_file(layout, r)},
-                                    {"owned", owned_json(part, global, r)}});
-              }
+              for (const StateShard& sh : state_shards(layout))
+                  shards.push_back({{"rank", sh.rank}, {"file", sh.file}, {"holds", state_part_name(sh.part)},
+                                    {"owned", owned_json(part, global, sh.rank, sh.part)}});
               m["optimizer_shards"] = shards;
               write_file_atomic((fs::path(temp) / STATE_FILE).string(), trainer_state_to_json(state).dump(2) + "\n");
               write_file_atomic((fs::path(temp) / LAYOUT_FILE).string(), m.dump(2) + "\n");
@@ -233,17 +295,26 @@ TrainerState load_sharded_checkpoint(const std::string& dir, const Arena& arena,
                        "{}, parallel.expert {}, parallel.zero_stage {}), or `skew export` its weights",
                        dir, was.describe(), layout.describe(), was.world_size, was.expert_parallel, was.zero_stage);
               // the owned ranges must be the ones this build computes (the partition is part of the format)
-              const int64_t shard = state_shard_of(layout);
-              const std::string shard_file = state_file(layout, shard);
-              bool found = false;
-              for (const auto& e : m.value("optimizer_shards", nlohmann::json::array()))
-                  if (e.value("rank", int64_t(-1)) == shard) {
-                      found = true;
-                      if (e.value("owned", nlohmann::json()) != owned_json(part, global, shard))
-                          fail("{}: rank {}'s shard owns other parameter ranges than this run's partition of the "
-                               "optimizer state (another parameter table or optimizer)", layout_path, shard);
-                  }
-              if (!found) fail("{}: lists no optimizer shard of rank {}", layout_path, shard);
+              const std::vector<StateShard> mine = [&] {
+                  std::vector<StateShard> v;
+                  for (const StateShard& sh : state_shards(layout))
+                      if (reads_shard(layout, sh)) v.push_back(sh);
+                  return v;
+              }();
+              const nlohmann::json listed = m.value("optimizer_shards", nlohmann::json::array());
+              for (const StateShard& sh : mine) {
+                  bool found = false;
+                  for (const auto& e : listed)
+                      if (e.is_object() && e.value("file", std::string()) == sh.file) {
+                          found = true;
+                          if (e.value("rank", int64_t(-1)) != sh.rank ||
+                              e.value("owned", nlohmann::json()) != owned_json(part, global, sh.rank, sh.part))
+                              fail("{}: {} holds other parameter ranges than this run's partition of the optimizer "
+                                   "state for rank {} (another parameter table or optimizer)", layout_path, sh.file,
+                                   sh.rank);
+                      }
+                  if (!found) fail("{}: lists no optimizer state file {} (rank {}'s state)", layout_path, sh.file, sh.rank);
+              }
 
               const std::string state_path = (d / STATE_FILE).string();
               s = trainer_state_from_json(read_json(state_path), state_path);
@@ -271,7 +342,7 @@ TrainerState load_sharded_checkpoint(const std::string& dir, const Arena& arena,
                   load(MODEL_FILE, dense);
                   load(expert_shard_file(layout.expert_rank(), layout.expert_parallel), banks);
               }
-              load(shard_file, buffer_tensors(arena, BufferKind::STATE, backend));
+              for (const StateShard& sh : mine) load(sh.file, state_tensors(arena, backend, global, sh.part));
           }));
     return s;
 }

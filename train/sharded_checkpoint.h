@@ -19,9 +19,15 @@ namespace skew {
 /// The manifest of a sharded checkpoint; its presence marks the checkpoint as sharded and complete.
 constexpr const char* LAYOUT_FILE = "layout.json";
 
-/// "optimizer.rank-<rank>-of-<world_size>.safetensors": one rank's optimizer state (a replicated
-/// state without expert parallelism, ZeRO stage 0, is rank 0's whole "optimizer.safetensors").
+/// "optimizer.rank-<rank>-of-<world_size>.safetensors": one rank's owned optimizer state under
+/// ZeRO-1. Under ZeRO stage 0 the replicated state is rank 0's "optimizer.safetensors" (with expert
+/// parallelism: its non-expert state only; each expert shard's bank state is in
+/// expert_state_shard_file).
 std::string optimizer_shard_file(int64_t rank, int64_t world_size);
+
+/// "optimizer.experts-<expert_rank>-of-<expert_parallel>.safetensors": the optimizer state of one
+/// expert shard's banks (ZeRO stage 0 with expert parallelism), written by its first replica.
+std::string expert_state_shard_file(int64_t expert_rank, int64_t expert_parallel);
 
 /// "model.experts-<expert_rank>-of-<expert_parallel>.safetensors": one expert shard's bank weights.
 std::string expert_shard_file(int64_t expert_rank, int64_t expert_parallel);
@@ -31,7 +37,8 @@ bool checkpoint_is_sharded(const std::string& dir);
 
 /// Save the checkpoint of a run laid out by `layout` (this rank's) into `dir`, collectively: rank 0
 /// prepares the hidden temporary folder; every rank writing state writes its shard (under ZeRO-1
-/// every rank its owned state; without, the ranks of the first replica their held state); rank 0
+/// every rank its owned state; under stage 0 rank 0 the replicated state, with expert parallelism
+/// its non-expert part, and the first replica of each expert shard that shard's bank state); rank 0
 /// writes model.safetensors (every weight; with expert parallelism the non-expert weights) and the
 /// first replica of each expert shard its bank weights; after every rank reported success rank 0
 /// writes trainer_state.json and layout.json and swaps the folder in. `part` is the partition the
@@ -41,7 +48,9 @@ void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const T
                              const ParallelLayout& layout, const ZeroPartition& part, const ParamTable& global,
                              Communicator& comm);
 
-/// Load a sharded checkpoint into this rank's arena (weights it holds, state of its shard) and
+/// Load a sharded checkpoint into this rank's arena (the non-expert weights, its expert shard's
+/// bank weights, the state of its shard: its own under ZeRO-1, else the replicated non-expert state
+/// and its expert shard's bank state) and
 /// return the trainer state. Refuses, naming both layouts, a checkpoint written with another world
 /// size, expert parallelism or ZeRO stage (or other owned ranges), and like load_checkpoint a
 /// missing or corrupt file, a file of another step or optimizer, a non-finite value. Collective:

@@ -360,12 +360,12 @@ struct OptimizerRun {
         : cfg(c), opt(o), opts(to), backend(be), writes(w), mb(microbatch), accum(c.train.batch_size / microbatch),
           table(table), global(build_param_table(c.model)),
           layout(parallel_layout(c, to.comm->world_size(), to.comm->rank())),
-          plan(build_memory_plan(c, table, o, microbatch, layout)), arena(allocate_arena(plan, be)),
+          plan(build_memory_plan(c, layout.zero() ? global : table, o, microbatch, layout)), arena(allocate_arena(plan, be)),
           model(model_bind(c, table, arena, be)), dp(dp_make(*to.comm, c.train, microbatch)), writer(dp.rank == 0) {
         // ZeRO-1 and the sharded checkpoints partition the whole model's table under the layout
         // (held_param_table gives this rank's banks); the model and its slots use the rank's table
         partition = zero_partition(global, o, layout);
-        if (layout.zero()) zero = make_zero_optimizer(o, global, table, layout, arena, *to.comm);
+        if (layout.zero()) zero = make_zero_optimizer(o, global, table, layout, arena, *to.comm, to.expert_holders);
         else slots = arena_param_slots(o, table, arena);
         if (to.expert_comm) model_set_expert_comm(model, to.expert_comm);
         dp.expert_comm = to.expert_holders;
@@ -799,9 +799,6 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
     const int64_t M = cfg.parallel.expert;
     if (world % M != 0)
         fail("parallel.expert {} needs a multiple of {} ranks (mpirun -np); this run has {}", M, M, world);
-    if (M > 1 && opts.resume)  // until the checkpoints record every rank's experts (docs/distributed.md)
-        fail("--resume {}: a run with parallel.expert {} cannot resume yet: its checkpoints hold rank 0's experts only",
-             opts.run_dir, M);
     std::unique_ptr<Communicator> expert_group, expert_holders;
     if (M > 1) {
         expert_group = comm.split(int(comm.rank() / M), comm.rank());
@@ -859,11 +856,11 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         // planned for this rank's layout (its ZeRO-1 share of the optimizer state)
         if (cfg.train.microbatch > 0) dp_make(comm, cfg.train, cfg.train.microbatch);  // its message names all three
         const ParallelLayout layout = parallel_layout(run_cfg, world, comm.rank());
-        if (layout.expert_parallel > 1 && layout.zero())
-            fail("{}: parallel.expert {} needs parallel.zero_stage: 0 (ZeRO-1 does not partition an expert-parallel "
-                 "run's optimizer state yet)", cfg.source, layout.expert_parallel);
+        // ZeRO-1 plans from the whole model's table (its partition cuts the non-expert state over all
+        // ranks, each expert shard's over its holders); stage 0 from the rank's own
+        const ParamTable global = build_param_table(cfg.model);
         for (const OptimizerConfig& opt : cfg.optimizers) {
-            microbatch.push_back(check_optimizer_run(run_cfg, table, opt, *backend, layout));
+            microbatch.push_back(check_optimizer_run(run_cfg, layout.zero() ? global : table, opt, *backend, layout));
             dp_make(comm, cfg.train, microbatch.back());  // batch_size a multiple of world x microbatch
         }
     } catch (const Error& e) {

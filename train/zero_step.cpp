@@ -20,7 +20,8 @@ CommDType weight_comm_dtype(DType t) {
 
 std::unique_ptr<ZeroOptimizer> make_zero_optimizer(const OptimizerConfig& opt, const ParamTable& global,
                                                    const ParamTable& held, const ParallelLayout& layout,
-                                                   const Arena& arena, Communicator& world) {
+                                                   const Arena& arena, Communicator& world,
+                                                   Communicator* expert_holders) {
     if (world.world_size() != layout.world_size || world.rank() != layout.rank)
         fail("ZeRO-1: the communicator is {} but the layout is rank {} of {}", world.describe(), layout.rank,
              layout.world_size);
@@ -29,8 +30,14 @@ std::unique_ptr<ZeroOptimizer> make_zero_optimizer(const OptimizerConfig& opt, c
     z->partition = zero_partition(global, opt, layout);
     z->owned_table = owned_param_table(global, z->partition, layout.rank);
     z->slots = zero_arena_slots(opt, held, z->owned_table, layout, global, z->partition, arena);
-    if (layout.expert_parallel > 1)
+    if (layout.expert_parallel > 1 && expert_holders) {
+        if (expert_holders->world_size() != layout.expert_replicas() || expert_holders->rank() != layout.expert_replica())
+            fail("ZeRO-1: the expert holders' communicator is {}, the layout wants replica {} of {}",
+                 expert_holders->describe(), layout.expert_replica(), layout.expert_replicas());
+        z->expert_holders = expert_holders;
+    } else if (layout.expert_parallel > 1) {
         z->expert_group = world.split(int(layout.expert_rank()), int(layout.expert_replica()));
+    }
     return z;
 }
 
@@ -87,7 +94,10 @@ void zero_allgather_weights(ZeroOptimizer& z, Communicator& world, Backend& back
             continue;
         }
         // a bank: the ranks holding this rank's expert shard gather their ranges of it
-        Communicator& group = M > 1 ? *z.expert_group : world;
+        Communicator& group = M > 1 ? *z.bank_group() : world;
+        if (group.device_memory() != world.device_memory())
+            fail("ZeRO-1: '{}': the expert holders' communicator ({}) and the world's ({}) are not in the same memory",
+                 p.name, group.describe(), world.describe());
         const int64_t G = group.world_size();
         const int64_t per = p.rows() * p.cols();
         const int64_t first_held = z.layout.expert_rank() * p.n_matrices();  // p is the held bank

@@ -26,8 +26,14 @@ struct ZeroOptimizer {
     ParamTable owned_table;  // this rank's owned parts (owned_param_info): the owned slots' infos
     ZeroSlots slots;         // whole: every held parameter (weight, gradient); owned: the ranges, state bound
     /// The ranks that hold the same expert shard (world.split by expert rank) when expert_parallel
-    /// > 1, else nullptr (the world gathers the banks).
+    /// > 1 and no communicator of them was given, else nullptr (the world gathers the banks).
     std::unique_ptr<Communicator> expert_group;
+    /// The given communicator of those ranks (the trainer's expert holders, NCCL when the world
+    /// step runs over NCCL), not owned; used instead of expert_group when set.
+    Communicator* expert_holders = nullptr;
+
+    /// The communicator that gathers the expert banks: expert_holders, expert_group, or nullptr.
+    Communicator* bank_group() const { return expert_holders ? expert_holders : expert_group.get(); }
 
     ZeroOptimizer() = default;
     ZeroOptimizer(const ZeroOptimizer&) = delete;
@@ -36,12 +42,17 @@ struct ZeroOptimizer {
 
 /// Set up the ZeRO-1 step of rank layout.rank over its arena (allocated from build_memory_plan with
 /// `layout`): the partition of `global` (the model's table) under `opt`, the owned slots with their
-/// state, and with expert parallelism the expert group (a collective: every rank calls it).
-/// `held` is the rank's table (held_param_table) and must outlive the result. Throws skew::Error
-/// when the arena's plan is not this rank's (named state missing or of another size).
+/// state, and with expert parallelism the expert group: `expert_holders` when given (the ranks with
+/// the same expert rank, ordered by replica: split(color = rank % M, key = rank), in the same
+/// memory, host or device, as the communicator the step is given), else split from `world` (a
+/// collective: every rank calls it). `held` is the rank's table (held_param_table, or
+/// build_param_table with its ExpertShard) and must outlive the result. Throws skew::Error when
+/// the arena's plan is not this rank's (named state missing or of another size) or expert_holders
+/// is not of world_size / M ranks at the rank's replica.
 std::unique_ptr<ZeroOptimizer> make_zero_optimizer(const OptimizerConfig& opt, const ParamTable& global,
                                                    const ParamTable& held, const ParallelLayout& layout,
-                                                   const Arena& arena, Communicator& world);
+                                                   const Arena& arena, Communicator& world,
+                                                   Communicator* expert_holders = nullptr);
 
 /// One ZeRO-1 step: `runner` steps z.slots.owned (the optimizer's arithmetic on this rank's ranges
 /// only); with `idle` non-empty (train.idle_experts: skip, the idle list of the step's summed

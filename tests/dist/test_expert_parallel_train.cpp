@@ -154,17 +154,3 @@ TEST_CASE("parallel.expert that does not divide the number of ranks is refused w
     CHECK(r.output.find("parallel.expert 4 needs a multiple of 4 ranks (mpirun -np); this run has 2") != std::string::npos);
     CHECK_FALSE(fs::exists(out + "/config.yaml"));
 }
-
-TEST_CASE("parallel.expert 2 with ZeRO-1 (parallel.zero_stage: 1) is refused with a message", "[dist]") {
-    const std::string out = work_dir() + "/ep-zero1";
-    Run r = mpirun("-np 2 " + std::string(SKEW_BINARY) + " train " + std::string(SKEW_SOURCE_DIR) +
-                       "/configs/tiny.yaml --plain --set data.dir=" + prepared() +
-                       " --set train.batch_size=4 --set train.microbatch=1 --set parallel.expert=2"
-                       " --set parallel.zero_stage=1 --optimizers adamw --out " + out,
-                   120);
-    INFO(r.output);
-    CHECK(r.status != 0);
-    CHECK(r.status != 124);
-    CHECK(r.output.find("parallel.expert 2 needs parallel.zero_stage: 0") != std::string::npos);
-    CHECK_FALSE(fs::exists(out + "/checkpoints"));
-}
