@@ -108,6 +108,7 @@ log() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt"; }
     nvidia-smi 2>&1 || true
     nvcc --version 2>&1 | tail -2 || true
     cmake --version 2>&1 | head -1 || true
+    echo "mpirun: $(command -v mpirun || echo 'not found: the NCCL training tests under mpirun -np 1 are skipped')"
     nproc
 } > "$OUT/env.txt"
 log "gpu_check: results in $OUT"

@@ -3,6 +3,7 @@
 // backend and on the CUDA backend with the same inputs and compares by normalized MSE
 // (tests/kernels/harness.h) against a stated per-op limit.
 #pragma once
+#include <cstdlib>
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -22,6 +23,16 @@ namespace skew::test {
     do {                                                                                 \
         if (skew::cuda::device_count() == 0) {                                           \
             WARN("no CUDA device visible: GPU test skipped (runs on a GPU machine: bench/gpu_check.sh)"); \
+            return;                                                                      \
+        }                                                                                \
+    } while (0)
+
+/// Return from a GPU test that launches `mpirun` when the machine has no Open MPI launcher (a GPU
+/// machine with carried binaries may lack it): a warning names what was not run.
+#define SKEW_REQUIRE_MPIRUN()                                                            \
+    do {                                                                                 \
+        if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {                     \
+            WARN("mpirun not found: this NCCL training test needs Open MPI's launcher; skipped"); \
             return;                                                                      \
         }                                                                                \
     } while (0)

@@ -99,6 +99,7 @@ TEST_CASE("NCCL at world size 1: non-blocking sums follow the backend's kernels 
 TEST_CASE("NCCL with one rank: gradient sums overlapped with the backward (second stream) equal the after-backward "
           "sums on configs/tiny.yaml",
           "[gpu][dist]") {
+    SKEW_REQUIRE_MPIRUN();
     const std::string dir = (test::test_temp_root() / "nccl-overlap").string(), src = SKEW_SOURCE_DIR;
     fs::create_directories(dir);
     test::Run prep = test::run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " + dir +

@@ -17,6 +17,7 @@
 
 #include "tests/cli_util.h"
 #include "tests/temp_dir.h"
+#include "tests/gpu/gpu_harness.h"
 
 namespace fs = std::filesystem;
 
@@ -32,6 +33,7 @@ std::string slurp(const std::string& path) {
 }  // namespace
 
 TEST_CASE("NCCL with one rank (mpirun -np 1) equals the single-process CUDA run on configs/tiny.yaml", "[gpu][dist]") {
+    SKEW_REQUIRE_MPIRUN();
     const std::string dir = (skew::test::test_temp_root() / "nccl-world1").string(), src = SKEW_SOURCE_DIR;
     fs::create_directories(dir);
     skew::test::Run prep = skew::test::run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " +
