@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tests/cli_util.h"
+#include "tests/dist/mpirun.h"
 #include "tests/dist/run_files.h"
 #include "tests/temp_dir.h"
 
@@ -37,47 +38,19 @@ using skew::test::read_safetensors;
 namespace {
 
 // Every rank of these tests is a process on this machine; mpirun refuses root unless told.
-void mpi_env() {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);  // containers without CMA
-}
 
 // `timeout SECONDS mpirun -np N --oversubscribe skew ARGS` (or an MPMD line: `spec` after mpirun),
 // stdout and stderr together. A hang ends as status 124.
-Run mpirun(const std::string& spec, int timeout_s = 500) {
-    mpi_env();
-    const std::string cmd = "timeout " + std::to_string(timeout_s) + " mpirun --oversubscribe " + spec + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int st = pclose(p);
-    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 std::string skew_bin() { return std::string(SKEW_BINARY); }
 
 const std::string& work_dir() {
-    static const std::string dir = [] {
-        std::string d = (skew::test::test_temp_root() / ("skew-dist-test-" + std::to_string(getpid()))).string();
-        fs::create_directories(d);
-        return d;
-    }();
+    static const std::string dir = skew::test::dist_work_dir("skew-dist-test");
     return dir;
 }
 
 const std::string& prepared() {
-    static const std::string dir = [] {
-        const std::string out = work_dir() + "/prep", src = SKEW_SOURCE_DIR;
-        Run r = skew::test::run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " + out +
-                                     " --tokenizer " + src + "/tests/fixtures/data/gpt2 --no-progress");
-        INFO(r.output);
-        REQUIRE(r.status == 0);
-        return out;
-    }();
+    static const std::string dir = skew::test::prepared_sample(work_dir());
     return dir;
 }
 
@@ -140,7 +113,7 @@ std::string run_ranks(int np, const std::string& grad_dtype, const std::string& 
     const std::string out = work_dir() + "/np" + std::to_string(np) + "-" + grad_dtype;
     const std::string args = train_args("--set runtime.grad_dtype=" + grad_dtype + " --optimizers " + optimizers +
                                         " --out " + out);
-    Run r = np == 1 ? skew::test::run_skew(args) : mpirun("-np " + std::to_string(np) + " " + skew_bin() + " " + args);
+    Run r = np == 1 ? skew::test::run_skew(args) : skew::test::mpirun_spec("-np " + std::to_string(np) + " " + skew_bin() + " " + args);
     INFO(r.output);
     REQUIRE(r.status == 0);
     return out;
@@ -194,7 +167,7 @@ TEST_CASE("mpirun -np 1 is bit-identical to one process (the MPI path changes no
     Run r1 = skew::test::run_skew(args + a);
     INFO(r1.output);
     REQUIRE(r1.status == 0);
-    Run r2 = mpirun("-np 1 " + skew_bin() + " " + args + b);
+    Run r2 = skew::test::mpirun_spec("-np 1 " + skew_bin() + " " + args + b);
     INFO(r2.output);
     REQUIRE(r2.status == 0);
     CHECK(read_bytes(a + "/checkpoints/adamw/last/model.safetensors") ==
@@ -206,7 +179,7 @@ TEST_CASE("mpirun -np 1 is bit-identical to one process (the MPI path changes no
 
 TEST_CASE("a batch size that N x microbatch does not divide is refused before anything is written", "[dist]") {
     const std::string out = work_dir() + "/indivisible";
-    Run r = mpirun("-np 4 " + skew_bin() + " " +
+    Run r = skew::test::mpirun_spec("-np 4 " + skew_bin() + " " +
                    train_args("--set train.batch_size=6 --set train.microbatch=1 --optimizers adamw --out " + out), 120);
     INFO(r.output);
     CHECK(r.status != 0);
@@ -220,7 +193,7 @@ TEST_CASE("a bad data path on one rank ends every rank with an error naming the 
     const std::string out = work_dir() + "/bad-path";
     const std::string args = train_args("--optimizers adamw --out " + out);
     const auto t0 = std::chrono::steady_clock::now();
-    Run r = mpirun("-np 1 " + skew_bin() + " " + args + " : -np 1 " + skew_bin() + " " + args +
+    Run r = skew::test::mpirun_spec("-np 1 " + skew_bin() + " " + args + " : -np 1 " + skew_bin() + " " + args +
                    " --set data.dir=" + work_dir() + "/no-such-data", 120);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     INFO(r.output);
@@ -247,7 +220,7 @@ TEST_CASE("a rank that fails mid-run (a bad token only its data holds) ends ever
     }
     const std::string out = work_dir() + "/bad-token-run";
     const std::string args = train_args("--optimizers adamw --out " + out);
-    Run r = mpirun("-np 1 " + skew_bin() + " " + args + " : -np 1 " + skew_bin() + " " + args + " --set data.dir=" + bad,
+    Run r = skew::test::mpirun_spec("-np 1 " + skew_bin() + " " + args + " : -np 1 " + skew_bin() + " " + args + " --set data.dir=" + bad,
                    180);
     INFO(r.output);
     CHECK(r.status != 0);
@@ -257,7 +230,7 @@ TEST_CASE("a rank that fails mid-run (a bad token only its data holds) ends ever
 }
 
 TEST_CASE("a rank killed with SIGKILL mid-run ends every rank non-zero, the rank named, within a timeout", "[dist]") {
-    mpi_env();
+    skew::test::set_mpi_test_env();
     const std::string out = work_dir() + "/killed", log = work_dir() + "/killed.log";
     const std::string cmd = "timeout 120 mpirun --oversubscribe -np 2 " + skew_bin() + " " +
                             train_args("--set train.steps=100000 --optimizers adamw --out " + out) + " > " + log +
@@ -305,13 +278,13 @@ TEST_CASE("a data-parallel run stopped and resumed on 2 ranks equals the uninter
     const std::string args = train_args("--set train.steps=6 --set train.eval_every=3 --set train.checkpoint_every=3 "
                                         "--optimizers adamw --out ");
     const std::string np2 = "-np 2 " + skew_bin() + " ";
-    Run a = mpirun(np2 + args + whole, 300);
+    Run a = skew::test::mpirun_spec(np2 + args + whole, 300);
     INFO(a.output);
     REQUIRE(a.status == 0);
-    Run b = mpirun(np2 + args + parts + " --stop-after 4", 300);
+    Run b = skew::test::mpirun_spec(np2 + args + parts + " --stop-after 4", 300);
     INFO(b.output);
     REQUIRE(b.status == 0);
-    Run c = mpirun(np2 + "train --plain --resume " + parts, 300);
+    Run c = skew::test::mpirun_spec(np2 + "train --plain --resume " + parts, 300);
     INFO(c.output);
     REQUIRE(c.status == 0);
     CHECK(read_bytes(whole + "/checkpoints/adamw/last/model.safetensors") ==

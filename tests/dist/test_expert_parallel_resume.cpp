@@ -41,23 +41,12 @@ const char* const OPTIMIZERS[] = {"skewadam", "adamw"};
 constexpr int STEPS = 8, STOP = 4, EXPERTS = 8;  // configs/tiny.yaml: 8 experts, one MoE block
 
 const std::string& work_dir() {
-    static const std::string dir = [] {
-        std::string d = (skew::test::test_temp_root() / ("skew-ep-resume-" + std::to_string(getpid()))).string();
-        fs::create_directories(d);
-        return d;
-    }();
+    static const std::string dir = skew::test::dist_work_dir("skew-ep-resume");
     return dir;
 }
 
 const std::string& prepared() {
-    static const std::string dir = [] {
-        const std::string out = work_dir() + "/prep", src = SKEW_SOURCE_DIR;
-        Run r = skew::test::run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " + out +
-                                     " --tokenizer " + src + "/tests/fixtures/data/gpt2 --no-progress");
-        INFO(r.output);
-        REQUIRE(r.status == 0);
-        return out;
-    }();
+    static const std::string dir = skew::test::prepared_sample(work_dir());
     return dir;
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tests/cli_util.h"
+#include "tests/dist/mpirun.h"
 #include "tests/dist/run_files.h"
 #include "tests/temp_dir.h"
 
@@ -34,39 +35,14 @@ using skew::test::read_safetensors;
 
 namespace {
 
-Run mpirun(const std::string& spec, int timeout_s = 500) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);  // containers without CMA
-    const std::string cmd = "timeout " + std::to_string(timeout_s) + " mpirun --oversubscribe " + spec + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int st = pclose(p);
-    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 const std::string& work_dir() {
-    static const std::string dir = [] {
-        std::string d = (skew::test::test_temp_root() / ("skew-ep-test-" + std::to_string(getpid()))).string();
-        fs::create_directories(d);
-        return d;
-    }();
+    static const std::string dir = skew::test::dist_work_dir("skew-ep-test");
     return dir;
 }
 
 const std::string& prepared() {
-    static const std::string dir = [] {
-        const std::string out = work_dir() + "/prep", src = SKEW_SOURCE_DIR;
-        Run r = skew::test::run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " + out +
-                                     " --tokenizer " + src + "/tests/fixtures/data/gpt2 --no-progress");
-        INFO(r.output);
-        REQUIRE(r.status == 0);
-        return out;
-    }();
+    static const std::string dir = skew::test::prepared_sample(work_dir());
     return dir;
 }
 
@@ -82,7 +58,7 @@ std::string run(int np, int M) {
         " --set train.steps=20 --set train.eval_every=10 --set train.checkpoint_every=20 --set runtime.threads=1"
         " --set runtime.grad_dtype=fp32 --set parallel.zero_stage=0 --set parallel.expert=" + std::to_string(M) +
         " --optimizers skewadam,adamw --out " + out;
-    Run r = mpirun("-np " + std::to_string(np) + " " + std::string(SKEW_BINARY) + " " + args);
+    Run r = skew::test::mpirun_spec("-np " + std::to_string(np) + " " + std::string(SKEW_BINARY) + " " + args);
     INFO(r.output);
     REQUIRE(r.status == 0);
     return out;
@@ -143,7 +119,7 @@ TEST_CASE("expert parallel equals data parallel on the same ranks: 20 steps of S
 
 TEST_CASE("parallel.expert that does not divide the number of ranks is refused with a message", "[dist]") {
     const std::string out = work_dir() + "/ep-indivisible";
-    Run r = mpirun("-np 2 " + std::string(SKEW_BINARY) + " train " + std::string(SKEW_SOURCE_DIR) +
+    Run r = skew::test::mpirun_spec("-np 2 " + std::string(SKEW_BINARY) + " train " + std::string(SKEW_SOURCE_DIR) +
                        "/configs/tiny.yaml --plain --set data.dir=" + prepared() +
                        " --set train.batch_size=4 --set train.microbatch=1 --set parallel.expert=4 --optimizers adamw"
                        " --out " + out,

@@ -20,50 +20,25 @@
 #include <vector>
 
 #include "tests/cli_util.h"
+#include "tests/dist/mpirun.h"
 #include "tests/dist/run_files.h"
 #include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using skew::test::Run;
+using skew::test::mpirun_skew;
 
 namespace {
 
 // `timeout 500 mpirun -np N --oversubscribe skew ARGS`, stdout and stderr together.
-Run mpirun_skew(int np, const std::string& args) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);  // containers without CMA
-    const std::string cmd = "timeout 500 mpirun --oversubscribe -np " + std::to_string(np) + " " +
-                            std::string(SKEW_BINARY) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int st = pclose(p);
-    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 const std::string& work_dir() {
-    static const std::string dir = [] {
-        const std::string d =
-            (skew::test::test_temp_root() / ("skew-overlap-test-" + std::to_string(getpid()))).string();
-        fs::create_directories(d);
-        return d;
-    }();
+    static const std::string dir = skew::test::dist_work_dir("skew-overlap-test");
     return dir;
 }
 
 const std::string& prepared() {
-    static const std::string dir = [] {
-        const std::string out = work_dir() + "/prep", src = SKEW_SOURCE_DIR;
-        Run r = skew::test::run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " + out +
-                                     " --tokenizer " + src + "/tests/fixtures/data/gpt2 --no-progress");
-        INFO(r.output);
-        REQUIRE(r.status == 0);
-        return out;
-    }();
+    static const std::string dir = skew::test::prepared_sample(work_dir());
     return dir;
 }
 

@@ -20,6 +20,7 @@
 #include "engine/config.h"
 #include "engine/param_table.h"
 #include "tests/cli_util.h"
+#include "tests/dist/mpirun.h"
 #include "tests/dist/run_files.h"
 #include "tests/temp_dir.h"
 #include "train/sharded_checkpoint.h"
@@ -35,44 +36,17 @@ namespace {
 const char* OPTIMIZERS = "[skewadam,adamw,muon,galore-paper]";
 
 const std::string& work_dir() {
-    static const std::string dir = [] {
-        std::string d = (skew::test::test_temp_root() / ("skew-zero-train-" + std::to_string(getpid()))).string();
-        fs::remove_all(d);
-        fs::create_directories(d);
-        return d;
-    }();
+    static const std::string dir = skew::test::dist_work_dir("skew-zero-train");
     return dir;
 }
 
 const std::string& prepared() {
-    static const std::string dir = [] {
-        std::string out = work_dir() + "/prep";
-        std::string src = std::string(SKEW_SOURCE_DIR);
-        Run r = skew::test::run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " + out +
-                                     " --tokenizer " + src + "/tests/fixtures/data/gpt2 --no-progress");
-        INFO(r.output);
-        REQUIRE(r.status == 0);
-        return out;
-    }();
+    static const std::string dir = skew::test::prepared_sample(work_dir());
     return dir;
 }
 
 /// `mpirun -np N skew <args>`: exit status and output.
-Run mpirun(int np, const std::string& args) {
-    const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                            "OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 timeout 600 mpirun -np " +
-                            std::to_string(np) + " --oversubscribe " + std::string(SKEW_BINARY) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int st = pclose(p);
-    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
-bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
 
 std::string train_args(const std::string& out, const std::string& extra, const std::string& optimizers = OPTIMIZERS) {
     return "train " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --plain --out " + out + " --set data.dir=" +
@@ -105,14 +79,14 @@ std::vector<std::string> optimizer_names() {
 
 TEST_CASE("mpirun -np 2: ZeRO-1 equals data parallel (zero_stage 0) bit for bit over 20 steps, "
           "a stopped and resumed ZeRO-1 run equals an uninterrupted one, other layouts are refused, export") {
-    if (!have_mpirun()) {
+    if (!skew::test::have_mpirun()) {
         WARN("mpirun not found: skipped");
         std::exit(77);
     }
     const std::string dp = work_dir() + "/dp", zero = work_dir() + "/zero", resumed = work_dir() + "/resumed";
-    Run a = mpirun(2, train_args(dp, "--set parallel.zero_stage=0"));
+    Run a = skew::test::mpirun_skew(2, train_args(dp, "--set parallel.zero_stage=0"));
     if (a.status != 0) FAIL(a.output);
-    Run b = mpirun(2, train_args(zero, "--set parallel.zero_stage=1"));
+    Run b = skew::test::mpirun_skew(2, train_args(zero, "--set parallel.zero_stage=1"));
     if (b.status != 0) FAIL(b.output);
     for (const std::string& opt : optimizer_names()) {
         INFO(opt);
@@ -134,11 +108,11 @@ TEST_CASE("mpirun -np 2: ZeRO-1 equals data parallel (zero_stage 0) bit for bit 
     for (const std::string& opt : optimizer_names()) {
         INFO(opt << " resumed");
         const std::string dir = resumed + "-" + opt;
-        Run s = mpirun(2, train_args(dir, "--stop-after 10", "[" + opt + "]"));
+        Run s = skew::test::mpirun_skew(2, train_args(dir, "--stop-after 10", "[" + opt + "]"));
         if (s.status != 0) FAIL(s.output);
         CHECK(skew::test::step_losses(dir, opt).size() == 10);
         if (opt == optimizer_names().front()) {
-            Run wrong = mpirun(4, "train --resume " + dir + " --plain");
+            Run wrong = skew::test::mpirun_skew(4, "train --resume " + dir + " --plain");
             INFO(wrong.output);
             CHECK(wrong.status != 0);
             CHECK(wrong.output.find("world size 2") != std::string::npos);
@@ -148,7 +122,7 @@ TEST_CASE("mpirun -np 2: ZeRO-1 equals data parallel (zero_stage 0) bit for bit 
             CHECK(one.status != 0);
             CHECK(one.output.find("sharded checkpoint") != std::string::npos);
         }
-        Run r = mpirun(2, "train --resume " + dir + " --plain");
+        Run r = skew::test::mpirun_skew(2, "train --resume " + dir + " --plain");
         if (r.status != 0) FAIL(r.output);
         CHECK(skew::test::step_losses(dir, opt) == skew::test::step_losses(zero, opt));
         const std::string tail = "/checkpoints/" + opt + "/last/";
