@@ -15,17 +15,21 @@ struct Run {
     std::string output;  // stdout and stderr together
 };
 
-/// Run `skew <args>` through the shell and wait for it; with `dir`, in that working directory.
-inline Run run_skew(const std::string& args, const std::string& dir = "") {
-    std::string cmd = (dir.empty() ? "" : "cd '" + dir + "' && ") + std::string(SKEW_BINARY) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
+/// Run a shell command line and wait for it: exit status and its stdout and stderr together.
+inline Run run_shell(const std::string& cmd) {
+    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
     REQUIRE(p);
     std::string out;
     char buf[4096];
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    int st = pclose(p);
+    const int st = pclose(p);
     return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+/// Run `skew <args>` through the shell and wait for it; with `dir`, in that working directory.
+inline Run run_skew(const std::string& args, const std::string& dir = "") {
+    return run_shell((dir.empty() ? "" : "cd '" + dir + "' && ") + std::string(SKEW_BINARY) + " " + args);
 }
 
 }  // namespace skew::test

@@ -4,10 +4,8 @@
 #pragma once
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -30,16 +28,8 @@ inline void set_mpi_test_env() {
 /// ranks' stdout and stderr together. one_omp_thread: OMP_NUM_THREADS=1 for every rank.
 inline Run mpirun_spec(const std::string& spec, int timeout_s = 500, bool one_omp_thread = false) {
     set_mpi_test_env();
-    const std::string cmd = std::string(one_omp_thread ? "OMP_NUM_THREADS=1 " : "") + "timeout " +
-                            std::to_string(timeout_s) + " mpirun --oversubscribe " + spec + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int st = pclose(p);
-    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+    return run_shell(std::string(one_omp_thread ? "OMP_NUM_THREADS=1 " : "") + "timeout " + std::to_string(timeout_s) +
+                     " mpirun --oversubscribe " + spec);
 }
 
 /// `mpirun -np <np> --oversubscribe skew <args>`, one OpenMP thread per rank (mpirun_spec).

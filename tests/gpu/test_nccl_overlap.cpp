@@ -26,6 +26,8 @@
 #include "dist/communicator.h"
 #include "dist/nccl_communicator.h"
 #include "tests/cli_util.h"
+#include "tests/dist/mpirun.h"
+#include "tests/dist/run_files.h"
 #include "tests/gpu/gpu_harness.h"
 #include "tests/temp_dir.h"
 
@@ -36,26 +38,9 @@ using skew::test::gpu;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 // `timeout 300 mpirun --oversubscribe -np 1 skew ARGS`: exit status and output.
 test::Run mpirun1(const std::string& args) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    const std::string cmd = "timeout 300 mpirun --oversubscribe -np 1 " + std::string(SKEW_BINARY) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return {-1, "popen failed"};
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int st = pclose(p);
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+    return test::mpirun_spec("-np 1 " + std::string(SKEW_BINARY) + " " + args, 300);
 }
 
 }  // namespace
@@ -125,10 +110,10 @@ TEST_CASE("NCCL with one rank: gradient sums overlapped with the backward (secon
     CHECK(std::stol(m[1]) > 1);
     CHECK(m[1] == m[2]);  // every bucket started inside the backward
     const std::string model = "/checkpoints/adamw/last/model.safetensors";
-    const std::string w = slurp(dir + "/off" + model);
+    const std::string w = test::read_bytes(dir + "/off" + model);
     REQUIRE(w.size() > 1000);
-    if (w == slurp(dir + "/again" + model)) {
-        CHECK(slurp(dir + "/on" + model) == w);  // the CUDA run repeats itself: the overlapped one must too
+    if (w == test::read_bytes(dir + "/again" + model)) {
+        CHECK(test::read_bytes(dir + "/on" + model) == w);  // the CUDA run repeats itself: the overlapped one must too
     } else {
         WARN("two CUDA runs without the overlap differ (atomics); comparing validation perplexity instead");
         auto ppl = [&](const std::string& run) {

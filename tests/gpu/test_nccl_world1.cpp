@@ -16,21 +16,12 @@
 #include <string>
 
 #include "tests/cli_util.h"
-#include "tests/temp_dir.h"
+#include "tests/dist/mpirun.h"
+#include "tests/dist/run_files.h"
 #include "tests/gpu/gpu_harness.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-}  // namespace
 
 TEST_CASE("NCCL with one rank (mpirun -np 1) equals the single-process CUDA run on configs/tiny.yaml", "[gpu][dist]") {
     SKEW_REQUIRE_MPIRUN();
@@ -49,28 +40,19 @@ TEST_CASE("NCCL with one rank (mpirun -np 1) equals the single-process CUDA run 
     REQUIRE(one.status == 0);
     skew::test::Run again = skew::test::run_skew(args + dir + "/again");  // is one process deterministic?
     REQUIRE(again.status == 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    const std::string cmd = "timeout 300 mpirun --oversubscribe -np 1 " + std::string(SKEW_BINARY) + " " + args + dir +
-                            "/nccl 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int st = pclose(p);
+    const skew::test::Run nccl =
+        skew::test::mpirun_spec("-np 1 " + std::string(SKEW_BINARY) + " " + args + dir + "/nccl", 300);
+    const std::string& out = nccl.output;
     INFO(out);
-    REQUIRE(WIFEXITED(st));
-    REQUIRE(WEXITSTATUS(st) == 0);
+    REQUIRE(nccl.status == 0);
     CHECK(out.find("gradients summed over NCCL (nccl rank 0 of 1 (device 0))") != std::string::npos);
     for (const std::string opt : {"skewadam", "adamw"}) {
         const std::string model = "/checkpoints/" + opt + "/last/model.safetensors";
-        const std::string w1 = slurp(dir + "/one" + model);
+        const std::string w1 = skew::test::read_bytes(dir + "/one" + model);
         REQUIRE(w1.size() > 1000);
-        if (w1 == slurp(dir + "/again" + model)) {
+        if (w1 == skew::test::read_bytes(dir + "/again" + model)) {
             // one process repeats itself bit for bit: the NCCL run must too
-            CHECK(w1 == slurp(dir + "/nccl" + model));
+            CHECK(w1 == skew::test::read_bytes(dir + "/nccl" + model));
         } else {
             // not deterministic run to run (atomics): the final validation perplexity to 1e-3
             WARN(opt << ": two single-process CUDA runs differ; comparing validation perplexity instead");

@@ -36,17 +36,6 @@ fs::path scratch(const std::string& name) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// Run a shell command line, output together; exit status (-1 if killed by a signal).
-Run shell(const std::string& cmd) {
-    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int st = pclose(p);
-    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 std::string read_file(const fs::path& p) {
     std::ifstream in(p);
@@ -154,7 +143,7 @@ TEST_CASE("an empty --budget or --optimizer of skew plan and a non-positive plot
     CHECK(contains(opt.output, "skew: error: --optimizer: empty name"));
     // plot_metrics.py checks its arguments before it needs matplotlib or a run folder.
     for (const std::string& v : {std::string("-5"), std::string("0"), std::string("nan"), std::string("abc")}) {
-        Run p = shell("python3 " + src() + "/tools/plot_metrics.py " + scratch("plot").string() + " --budget=" + v);
+        Run p = skew::test::run_shell("python3 " + src() + "/tools/plot_metrics.py " + scratch("plot").string() + " --budget=" + v);
         INFO(v << ": " << p.output);
         CHECK(p.status == 2);
         CHECK(contains(p.output, "argument --budget: "));
@@ -183,18 +172,18 @@ TEST_CASE("the quickstart resumes only a run folder of its own config, else pick
     const fs::path d = scratch("quickstart-folder");
     const std::string cmd = "bash " + src() + "/scripts/run_folder_for.sh " + SKEW_BINARY + " " + src() +
                             "/configs/quickstart.yaml " + (d / "quickstart").string();
-    Run fresh = shell(cmd);
+    Run fresh = skew::test::run_shell(cmd);
     CHECK(fresh.status == 0);
     CHECK(fresh.output == (d / "quickstart").string() + "\n");
     fs::create_directories(d / "quickstart");
     // A run of the same config (config.yaml as `skew config` resolves it): resumed.
-    CHECK(shell(SKEW_BINARY + std::string(" config ") + src() + "/configs/quickstart.yaml > " +
+    CHECK(skew::test::run_shell(SKEW_BINARY + std::string(" config ") + src() + "/configs/quickstart.yaml > " +
                 (d / "quickstart" / "config.yaml").string()).status == 0);
-    CHECK(shell(cmd).output == (d / "quickstart").string() + "\n");
+    CHECK(skew::test::run_shell(cmd).output == (d / "quickstart").string() + "\n");
     // Another config (or another skew version's resolution): not resumed; a new folder, with the reason.
-    CHECK(shell(SKEW_BINARY + std::string(" config ") + src() + "/configs/quickstart.yaml --set train.steps=3 > " +
+    CHECK(skew::test::run_shell(SKEW_BINARY + std::string(" config ") + src() + "/configs/quickstart.yaml --set train.steps=3 > " +
                 (d / "quickstart" / "config.yaml").string()).status == 0);
-    Run other = shell(cmd);
+    Run other = skew::test::run_shell(cmd);
     INFO(other.output);
     CHECK(other.status == 0);
     CHECK(contains(other.output, "quickstart: not resuming " + (d / "quickstart").string() + ": its config.yaml differs"));
