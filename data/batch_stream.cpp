@@ -91,7 +91,7 @@ bool token_split_check_manifest(const std::string& dir, const std::string& separ
     if (!json_try_parse_strict(text, m, json_error))
         fail("data: {} is not valid JSON ({}); re-run `skew prepare --out {}`", path, json_error, dir);
     if (!m.is_object()) fail("data: {} is not a JSON object; re-run `skew prepare --out {}`", path, dir);
-    std::string prepared = m.value("separator", "");
+    const std::string prepared = json_string_or(m, "separator", "", path);
     if (prepared != separator)
         fail("data: the config says data.separator: {}, but the shards in {} were prepared with separator {} ({}); "
              "re-run `skew prepare --separator {}` or change data.separator", separator, dir, prepared, path, separator);

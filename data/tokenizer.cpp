@@ -209,8 +209,12 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
     id_of.reserve(vocab.size() * 2);
     int64_t max_id = -1;
     for (auto& [key, value] : vocab.items()) {
-        if (!value.is_number_integer() || value.get<int64_t>() < 0)
-            fail("tokenizer: {}: token \"{}\" has id {}, expected a non-negative integer", vocab_json_path, key, value.dump());
+        // Ids index a dense table (token_bytes): one far beyond any real vocabulary (GPT-2 50,257;
+        // the largest in use ~256k) would size it at gigabytes, so ids stop at 2^24.
+        constexpr int64_t MAX_TOKEN_ID = (int64_t(1) << 24) - 1;
+        if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > MAX_TOKEN_ID)
+            fail("tokenizer: {}: token \"{}\" has id {}, expected an integer in [0, {}]", vocab_json_path, key,
+                 value.dump(), MAX_TOKEN_ID);
         max_id = std::max<int64_t>(max_id, value.get<int64_t>());
     }
     tok.token_bytes.assign(size_t(max_id + 1), std::string());

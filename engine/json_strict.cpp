@@ -2,6 +2,7 @@
 // object and stops at the first key seen twice.
 #include "engine/json_strict.h"
 
+#include <cstdint>
 #include <set>
 #include <vector>
 
@@ -89,6 +90,24 @@ nlohmann::json json_parse_strict(std::string_view text, const std::string& sourc
     std::string error;
     if (!parse_checked(text, j, error)) fail("{}: {}", source, error);
     return j;
+}
+
+std::string json_string_or(const nlohmann::json& j, const char* key, const std::string& fallback,
+                           const std::string& source) {
+    if (!j.is_object()) fail("{}: not a JSON object", source);
+    const auto it = j.find(key);
+    if (it == j.end()) return fallback;
+    if (!it->is_string()) fail("{}: '{}' must be a string, got {}", source, key, it->dump());
+    return it->get<std::string>();
+}
+
+int64_t json_int_or(const nlohmann::json& j, const char* key, int64_t fallback, const std::string& source) {
+    if (!j.is_object()) fail("{}: not a JSON object", source);
+    const auto it = j.find(key);
+    if (it == j.end()) return fallback;
+    if (!it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX)))
+        fail("{}: '{}' must be an integer, got {}", source, key, it->dump());
+    return it->get<int64_t>();
 }
 
 }  // namespace skew

@@ -17,4 +17,15 @@ nlohmann::json json_parse_strict(std::string_view text, const std::string& sourc
 /// JSON or a duplicate key; `out` is then unspecified.
 bool json_try_parse_strict(std::string_view text, nlohmann::json& out, std::string& error);
 
+/// The string under `key` of the object `j`, or `fallback` where `j` has no such key. Throws
+/// skew::Error "<source>: '<key>' must be a string, got <value>" where the key holds another type,
+/// and "<source>: not a JSON object" where `j` is not an object (nlohmann's value() would throw its
+/// own type_error, which names neither the file nor the key).
+std::string json_string_or(const nlohmann::json& j, const char* key, const std::string& fallback,
+                           const std::string& source);
+
+/// The integer under `key` of the object `j`, or `fallback` where `j` has no such key; the same
+/// errors ("... must be an integer, got <value>"; a value beyond int64 is refused, not wrapped).
+int64_t json_int_or(const nlohmann::json& j, const char* key, int64_t fallback, const std::string& source);
+
 }  // namespace skew

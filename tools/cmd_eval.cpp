@@ -157,8 +157,8 @@ void run_eval(const EvalArgs& a) {
         if (fs::exists(file, ec)) {  // keep the earlier results of the same checkpoint
             std::ifstream in(file);
             const json old = json::parse(in, nullptr, false);
-            if (!old.is_discarded() && old.is_object() && old.value("checkpoint", "") == ref.dir &&
-                old.value("step", int64_t(-1)) == ref.step) {
+            if (!old.is_discarded() && old.is_object() && old.contains("checkpoint") &&
+                old["checkpoint"] == ref.dir && old.contains("step") && old["step"] == ref.step) {
                 merged = old;
                 for (auto it = out.begin(); it != out.end(); ++it) {
                     if (it.key() == "tasks" && merged.contains("tasks") && merged["tasks"].is_object())

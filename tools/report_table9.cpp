@@ -51,7 +51,9 @@ std::string render_table9(const std::string& run_dir) {
             else
                 out += " — |";
         }
-        out += fmt::format(" {}, step {} |\n", j.value("which", std::string("?")), j.value("step", int64_t(0)));
+        const auto field = [&](const char* key) { return j.contains(key) ? j[key].dump() : std::string("?"); };
+        const std::string which = j.contains("which") && j["which"].is_string() ? j["which"].get<std::string>() : field("which");
+        out += fmt::format(" {}, step {} |\n", which, field("step"));
     }
     out += "\nZero-shot, scored as the LM Evaluation Harness v0.4 scores these tasks (`skew eval`, docs/evaluation.md); "
            "± is the standard error of the mean. The paper's SkewAdam checkpoint: PIQA 0.5468, WinoGrande 0.4933, "

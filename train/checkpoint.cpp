@@ -478,7 +478,12 @@ TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string&
     if (best.is_null()) s.best_val_loss = std::numeric_limits<double>::infinity();
     else if (best.is_number()) s.best_val_loss = best.get<double>();
     else fail("{}: 'best_val_loss' must be a number or null, got {}", source, best.dump());
-    if (j.contains("extra")) s.extra = j["extra"];
+    if (j.contains("extra")) {
+        s.extra = j["extra"];
+        if (!s.extra.is_object()) fail("{}: 'extra' must be an object, got {}", source, s.extra.dump());
+        if (json_int_or(s.extra, "optimizer_t", 0, source + " 'extra'") < 0)
+            fail("{}: extra.optimizer_t must be >= 0, got {}", source, s.extra["optimizer_t"].dump());
+    }
     if (s.step < 0 || s.data_position < 0 || s.skipped_steps < 0) fail("{}: step, data_position and skipped_steps must be >= 0", source);
     return s;
 }

@@ -305,9 +305,9 @@ TrainerState load_sharded_checkpoint(const std::string& dir, const Arena& arena,
               for (const StateShard& sh : mine) {
                   bool found = false;
                   for (const auto& e : listed)
-                      if (e.is_object() && e.value("file", std::string()) == sh.file) {
+                      if (e.is_object() && json_string_or(e, "file", "", layout_path + " optimizer_shards") == sh.file) {
                           found = true;
-                          if (e.value("rank", int64_t(-1)) != sh.rank ||
+                          if (json_int_or(e, "rank", -1, layout_path + " optimizer_shards") != sh.rank ||
                               e.value("owned", nlohmann::json()) != owned_json(part, global, sh.rank, sh.part))
                               fail("{}: {} holds other parameter ranges than this run's partition of the optimizer "
                                    "state for rank {} (another parameter table or optimizer)", layout_path, sh.file,

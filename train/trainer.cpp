@@ -26,6 +26,7 @@
 #include "engine/dir_lock.h"
 #include "train/checkpoint.h"
 #include "engine/error.h"
+#include "engine/json_strict.h"
 #include "train/faults.h"
 #include "plan/plan.h"
 #include "train/metrics.h"
@@ -524,7 +525,8 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     r.warmup = warmup_steps(tc.steps, tc.warmup_frac);
     r.policy = SkipPolicy{tc.max_skipped_steps, r.state.skipped_steps};
     r.status = make_status_line(r.state.step, tc.log_every, opts.force_plain_log);
-    r.optimizer_t = r.state.extra.value("optimizer_t", r.state.step - r.state.skipped_steps);
+    const int64_t taken = r.state.step - r.state.skipped_steps;  // a checkpoint from before optimizer_t was kept
+    r.optimizer_t = r.state.extra.is_object() ? json_int_or(r.state.extra, "optimizer_t", taken, "trainer state 'extra'") : taken;
     r.run_start = Clock::now();
     r.wall_before = r.metrics.summary.wall_seconds;
     return run;

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "data/batch_stream.h"
@@ -200,4 +201,18 @@ TEST_CASE("two manifests differ in their shards or counts, not in their timings"
     now["documents"]["val"] = 11;
     CHECK(manifest_first_difference(was, now.dump()) == "documents.val: 10 in the run's copy, 11 now");
     CHECK_THROWS_WITH(manifest_first_difference(was, "not json"), Catch::Contains("manifest.json is not a JSON object"));
+}
+
+TEST_CASE("a manifest whose separator is not a string is refused naming the file and the key") {
+    const fs::path dir = skew::test::test_temp_root() / "skew_test_manifest_types";
+    fs::create_directories(dir);
+    const std::string path = (dir / "manifest.json").string();
+    for (const char* text : {R"({"separator": 1})", R"({"separator": ["eot"]})", R"({"separator": null})"}) {
+        std::ofstream(path) << text;
+        INFO(text);
+        CHECK_THROWS_WITH(token_split_check_manifest(dir.string(), "eot", 50257, 0.05),
+                          Catch::Contains(path + ": 'separator' must be a string, got "));
+    }
+    std::ofstream(path) << R"({"separator": "eot"})";
+    CHECK(token_split_check_manifest(dir.string(), "eot", 50257, 0.05));
 }

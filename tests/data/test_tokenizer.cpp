@@ -132,6 +132,10 @@ TEST_CASE("tokenizer files that are missing or malformed are refused with the fi
     { std::ofstream(dir / "encoder.json") << "{not json"; }
     { std::ofstream(dir / "vocab.bpe") << "#version: 0.2\na b\n"; }
     CHECK_THROWS_WITH(tokenizer_load(dir.string()), Catch::Contains("encoder.json"));
+    // An id far beyond any vocabulary would size the id table at gigabytes: refused, naming the token.
+    { std::ofstream(dir / "encoder.json") << R"({"a": 0, "b": 1, "ab": 4294967296})"; }
+    CHECK_THROWS_WITH(tokenizer_load(dir.string()),
+                      Catch::Contains("encoder.json: token \"ab\" has id 4294967296, expected an integer in [0, 16777215]"));
     fs::remove_all(dir);
     std::vector<int32_t> bad = {15496, 99999};
     CHECK_THROWS_AS(tokenizer_decode(gpt2(), bad), skew::Error);

@@ -44,6 +44,36 @@ TEST_CASE("strict JSON refuses a key named twice, naming the key and its object"
     CHECK_THAT(error_of([] { json_parse_strict("{\"a\": ", "bad.json"); }), Catch::StartsWith("bad.json: "));
 }
 
+TEST_CASE("a JSON field of the wrong type is one error naming the file and the key, never nlohmann's type_error") {
+    const auto j = nlohmann::json::parse(R"({"s": "eot", "n": 3, "big": 18446744073709551615, "f": 1.5, "x": [1]})");
+    CHECK(json_string_or(j, "s", "none", "m.json") == "eot");
+    CHECK(json_string_or(j, "absent", "none", "m.json") == "none");
+    CHECK(json_int_or(j, "n", -1, "m.json") == 3);
+    CHECK(json_int_or(j, "absent", -1, "m.json") == -1);
+    CHECK(error_of([&] { json_string_or(j, "n", "", "m.json"); }) == "m.json: 'n' must be a string, got 3");
+    CHECK(error_of([&] { json_int_or(j, "s", 0, "m.json"); }) == "m.json: 's' must be an integer, got \"eot\"");
+    CHECK(error_of([&] { json_int_or(j, "f", 0, "m.json"); }) == "m.json: 'f' must be an integer, got 1.5");
+    CHECK(error_of([&] { json_int_or(j, "big", 0, "m.json"); }) ==
+          "m.json: 'big' must be an integer, got 18446744073709551615");
+    CHECK(error_of([&] { json_int_or(j["x"], "n", 0, "m.json"); }) == "m.json: not a JSON object");
+}
+
+TEST_CASE("trainer_state.json's 'extra' must be an object with a non-negative integer optimizer_t") {
+    TrainerState s;
+    s.optimizer = "lion";
+    s.step = 4;
+    auto j = trainer_state_to_json(s);
+    j["extra"] = {{"optimizer_t", 3}};
+    CHECK(trainer_state_from_json(j, "t.json").extra["optimizer_t"] == 3);
+    j["extra"] = 5;
+    CHECK(error_of([&] { trainer_state_from_json(j, "t.json"); }) == "t.json: 'extra' must be an object, got 5");
+    j["extra"] = {{"optimizer_t", "three"}};
+    CHECK(error_of([&] { trainer_state_from_json(j, "t.json"); }) ==
+          "t.json 'extra': 'optimizer_t' must be an integer, got \"three\"");
+    j["extra"] = {{"optimizer_t", -2}};
+    CHECK(error_of([&] { trainer_state_from_json(j, "t.json"); }) == "t.json: extra.optimizer_t must be >= 0, got -2");
+}
+
 TEST_CASE("a safetensors header naming one tensor twice is refused naming it, in either order") {
     const std::string dir = scratch("dup-safetensors");
     const std::string data(8, '\0');
