@@ -31,6 +31,7 @@
 #include "data/tokenizer_identity.h"
 #include "engine/dir_lock.h"
 #include "engine/error.h"
+#include "engine/json_strict.h"
 #include "engine/text.h"
 
 namespace skew::data {
@@ -375,7 +376,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     const std::string manifest_temp = shard_temp_path(summary.manifest);
     {
         std::ofstream f(manifest_temp, std::ios::binary);
-        f << m.dump(2) << "\n";
+        f << json_text(m) << "\n";
         if (!f) {
             f.close();
             std::remove(manifest_temp.c_str());

@@ -91,12 +91,21 @@ static void flat_init(FlatTable64& t, size_t entries) {
 }
 
 // Insert unless the key is present (the first value wins). Returns false when it was present.
+// The table doubles before it is half full, so probing always ends (any number of merges).
 static bool flat_insert(FlatTable64& t, uint64_t key, uint64_t value) {
+    if (2 * (t.size + 1) > t.mask + 1) {
+        FlatTable64 grown;
+        flat_init(grown, size_t(t.mask + 1));
+        for (size_t i = 0; i <= t.mask; ++i)
+            if (t.keys[i] != FlatTable64::kEmpty) flat_insert(grown, t.keys[i], t.values[i]);
+        t = std::move(grown);
+    }
     for (uint64_t i = mix64(key) & t.mask;; i = (i + 1) & t.mask) {
         if (t.keys[i] == key) return false;
         if (t.keys[i] == FlatTable64::kEmpty) {
             t.keys[i] = key;
             t.values[i] = value;
+            ++t.size;
             return true;
         }
     }

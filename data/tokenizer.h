@@ -23,6 +23,7 @@ struct FlatTable64 {
     std::vector<uint64_t> keys;    // (capacity)
     std::vector<uint64_t> values;  // (capacity)
     uint64_t mask = 0;             // capacity - 1
+    uint64_t size = 0;             // keys held; the table doubles before it is half full
 };
 
 /// 64-bit hash of a byte string (never FlatTable64::kEmpty).

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <optional>
 #include <sstream>
 
 #include "engine/config_schema.h"
@@ -180,6 +181,7 @@ int64_t parse_int(const std::string& s, const KeySpec& k, const std::string& key
     bool plain = !t.empty();
     for (size_t i = 0; i < t.size(); ++i)
         if (!(std::isdigit(static_cast<unsigned char>(t[i])) || (i == 0 && (t[i] == '-' || t[i] == '+')))) plain = false;
+    if (plain && t.find_first_of("0123456789") == std::string::npos) plain = false;  // a lone sign is no number
     if (plain) {
         errno = 0;
         char* end = nullptr;
@@ -654,10 +656,13 @@ int64_t document_marker_line(const std::string& text, int mark_line) {
 // that starts where the previous one did is a syntax error at that mark.
 struct DocumentStarts : YAML::EventHandler {
     std::vector<YAML::Mark> starts;
+    std::optional<YAML::Mark> first_alias;
     void OnDocumentStart(const YAML::Mark& m) override { starts.push_back(m); }
     void OnDocumentEnd() override {}
     void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark& m, YAML::anchor_t) override {
+        if (!first_alias) first_alias = m;
+    }
     void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
     void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
     void OnSequenceEnd() override {}
@@ -670,6 +675,11 @@ std::vector<YAML::Mark> yaml_document_starts(const std::string& text, const std:
     YAML::Parser parser(in);
     DocumentStarts d;
     while (d.starts.size() < 3 && parser.HandleNextDocument(d)) {
+        // yaml-cpp registers an anchor before its children, so `a: &x [*x]` loads as a cycle, and
+        // nested aliases expand exponentially: a config is small enough to write every value out.
+        if (d.first_alias)
+            fail("{}: YAML alias (*name) in a config: aliases and anchors are not supported; write the value out",
+                 file_loc(source, *d.first_alias));
         const size_t n = d.starts.size();
         if (n >= 2 && d.starts[n - 1].pos == d.starts[n - 2].pos)
             fail("{}: YAML syntax error: unexpected text the parser cannot read (a stray ',', '[' or '{{' outside a "

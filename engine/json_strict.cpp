@@ -1,5 +1,5 @@
 // Strict JSON parsing: nlohmann's parser with a callback that tracks the keys of every open
-// object and stops at the first key seen twice.
+// object and stops at the first key seen twice or the first container nested too deep.
 #include "engine/json_strict.h"
 
 #include <cstdint>
@@ -11,9 +11,12 @@
 namespace skew {
 namespace {
 
-struct DuplicateKey {
+// A refusal the callback raises (a key named twice, nesting too deep), with its message.
+struct Refusal {
     std::string message;
 };
+
+constexpr int MAX_DEPTH = 128;
 
 // One open container: its keys so far (objects), the element count (arrays), its path.
 struct Open {
@@ -37,10 +40,14 @@ bool parse_checked(std::string_view text, nlohmann::json& out, std::string& erro
     auto counted = [&]() {
         if (!open.empty() && !open.back().is_object) open.back().elements++;
     };
-    json::parser_callback_t cb = [&](int /*depth*/, json::parse_event_t event, json& parsed) -> bool {
+    json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) -> bool {
         switch (event) {
             case json::parse_event_t::object_start:
             case json::parse_event_t::array_start: {
+                // No file skew reads nests deeper than a few levels; nlohmann's copy, == and dump
+                // recurse, so a value nested thousands deep would overflow the stack later.
+                if (depth >= MAX_DEPTH)
+                    throw Refusal{fmt::format("nested deeper than {} levels at '{}'", MAX_DEPTH, child_path())};
                 Open o;
                 o.is_object = event == json::parse_event_t::object_start;
                 o.path = child_path();
@@ -56,8 +63,8 @@ bool parse_checked(std::string_view text, nlohmann::json& out, std::string& erro
                 Open& o = open.back();
                 std::string k = parsed.is_string() ? parsed.get<std::string>() : parsed.dump();
                 if (!o.keys.insert(k).second)
-                    throw DuplicateKey{fmt::format("duplicate key '{}' in {}", k,
-                                                   o.path.empty() ? std::string("the top-level object") : "'" + o.path + "'")};
+                    throw Refusal{fmt::format("duplicate key '{}' in {}", k,
+                                              o.path.empty() ? std::string("the top-level object") : "'" + o.path + "'")};
                 o.last_key = std::move(k);
                 break;
             }
@@ -69,7 +76,7 @@ bool parse_checked(std::string_view text, nlohmann::json& out, std::string& erro
     };
     try {
         out = json::parse(text.begin(), text.end(), cb);
-    } catch (const DuplicateKey& d) {
+    } catch (const Refusal& d) {
         error = d.message;
         return false;
     } catch (const json::exception& e) {
@@ -90,6 +97,10 @@ nlohmann::json json_parse_strict(std::string_view text, const std::string& sourc
     std::string error;
     if (!parse_checked(text, j, error)) fail("{}: {}", source, error);
     return j;
+}
+
+std::string json_text(const nlohmann::json& j, int indent) {
+    return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string json_string_or(const nlohmann::json& j, const char* key, const std::string& fallback,

@@ -17,6 +17,7 @@
 #include "data/tokenizer_identity.h"
 #include "train/checkpoint.h"
 #include "engine/error.h"
+#include "engine/json_strict.h"
 #include "eval/load.h"
 #include "eval/perplexity.h"
 #include "eval/scoring.h"
@@ -168,10 +169,10 @@ void run_eval(const EvalArgs& a) {
                 }
             }
         }
-        write_file_atomic(file.string(), merged.dump(2) + "\n");
+        write_file_atomic(file.string(), json_text(merged) + "\n");
         if (!a.json_out) fmt::print("wrote {}\n", file.string());
     }
-    if (a.json_out) std::cout << out.dump(2) << "\n";
+    if (a.json_out) std::cout << json_text(out) << "\n";
 }
 
 }  // namespace

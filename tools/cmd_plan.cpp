@@ -14,6 +14,7 @@
 
 #include "engine/config.h"
 #include "engine/error.h"
+#include "engine/json_strict.h"
 #include "plan/plan.h"
 #include "engine/param_table.h"
 #include "engine/sizes.h"
@@ -230,7 +231,7 @@ void run_plan(const PlanArgs& a) {
                           {"largest_microbatch", budget ? nlohmann::json(r.largest) : nlohmann::json(nullptr)}});
         j["recompute"] = cfg.train.recompute;
         j["recompute_modes"] = rj;
-        std::cout << j.dump(2) << "\n";
+        std::cout << json_text(j) << "\n";
         return;
     }
 

@@ -286,7 +286,9 @@ std::string render(const Run& run) {
         }
         const double tps = final_tokens_per_sec(r);
         out += fmt::format("| {} |{} {} | {} | {} | {} | {} |\n", r.optimizer, steps_text, state,
-                           size_text(r.peak_memory_bytes, pu), std::isfinite(tps) ? with_thousands(std::llround(tps)) : DASH,
+                           size_text(r.peak_memory_bytes, pu), !std::isfinite(tps) ? DASH
+                           : std::fabs(tps) < 9e18 ? with_thousands(std::llround(tps))
+                                                   : fmt::format("{:.3g}", tps),
                            fixed(r.summary.final_val_ppl, 1) + (run_diverged(r) ? " (diverged)" : ""),
                            fixed(r.summary.final_balance_loss, 4));
     }

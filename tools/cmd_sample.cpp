@@ -17,6 +17,7 @@
 #include "data/tokenizer_identity.h"
 #include "engine/config.h"
 #include "engine/error.h"
+#include "engine/json_strict.h"
 #include "eval/load.h"
 #include "eval/sampling.h"
 #include "model/inference.h"
@@ -139,7 +140,7 @@ void run_sample(const SampleArgs& a) {
     spdlog::info("sample: {} decode steps in {:.2f} s: {:.1f} tokens/s ({} backend)", decode_tokens, decode_seconds, tps,
                  lm->backend->name());
     if (a.json_out)
-        std::cout << json{{"checkpoint", ref.dir},
+        std::cout << json_text(json{{"checkpoint", ref.dir},
                           {"optimizer", ref.optimizer},
                           {"step", ref.step},
                           {"backend", lm->backend->name()},
@@ -148,8 +149,7 @@ void run_sample(const SampleArgs& a) {
                           {"prompt_tokens_dropped", dropped},
                           {"seed", a.seed},
                           {"decode_tokens_per_sec", tps},
-                          {"samples", samples}}
-                         .dump(2, ' ', false, json::error_handler_t::replace)  // a cut multi-byte character
+                          {"samples", samples}})  // a sample may end in a cut multi-byte character
                   << "\n";
 }
 

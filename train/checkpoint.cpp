@@ -366,7 +366,12 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
         if (e.end > data_bytes)
             fail("{}: tensor '{}': data_offsets [{}, {}) lie outside the file's data region of {} bytes: the file is truncated",
                  path, name, e.begin, e.end, data_bytes);
-        const int64_t need = product(e.shape) * dtype_bytes(e.dtype);
+        // The shape's byte count, refused where it overflows int64 (a crafted header) before it is compared.
+        int64_t need = dtype_bytes(e.dtype);
+        for (const int64_t d : e.shape)
+            if (__builtin_mul_overflow(need, d, &need))
+                fail("{}: tensor '{}': shape {} of {} holds more bytes than a file can", path, name, shape_text(e.shape),
+                     safetensors_dtype(e.dtype));
         if (e.end - e.begin != need)
             fail("{}: tensor '{}': data_offsets span {} bytes but shape {} of {} needs {}", path, name, e.end - e.begin,
                  shape_text(e.shape), safetensors_dtype(e.dtype), need);
@@ -450,9 +455,8 @@ TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string&
         return j[key];
     };
     auto integer = [&](const char* key) {
-        const auto& v = need(key);
-        if (!v.is_number_integer()) fail("{}: '{}' must be an integer, got {}", source, key, v.dump());
-        return v.get<int64_t>();
+        need(key);
+        return json_int_or(j, key, 0, source);
     };
     auto number = [&](const char* key) {
         const auto& v = need(key);
@@ -484,7 +488,13 @@ TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string&
         if (json_int_or(s.extra, "optimizer_t", 0, source + " 'extra'") < 0)
             fail("{}: extra.optimizer_t must be >= 0, got {}", source, s.extra["optimizer_t"].dump());
     }
-    if (s.step < 0 || s.data_position < 0 || s.skipped_steps < 0) fail("{}: step, data_position and skipped_steps must be >= 0", source);
+    if (s.step < 0 || s.data_position < 0 || s.skipped_steps < 0 || s.tokens_seen < 0)
+        fail("{}: step, data_position, skipped_steps and tokens_seen must be >= 0", source);
+    // Counters a run only ever increments: 2^53 is beyond any run and leaves them far from overflow.
+    constexpr int64_t MAX_COUNT = int64_t(1) << 53;
+    for (const auto& [key, v] : {std::pair<const char*, int64_t>{"step", s.step}, {"data_position", s.data_position},
+                                 {"skipped_steps", s.skipped_steps}, {"tokens_seen", s.tokens_seen}})
+        if (v > MAX_COUNT) fail("{}: '{}' is {}, beyond any run (at most 2^53)", source, key, v);
     return s;
 }
 
@@ -570,7 +580,7 @@ void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerSt
             {"format", "pt"}, {"step", std::to_string(state.step)}, {"optimizer", state.optimizer}};
         write_safetensors((temp / MODEL_FILE).string(), weight_tensors(arena, backend), meta);
         write_safetensors((temp / OPTIMIZER_FILE).string(), buffer_tensors(arena, BufferKind::STATE, backend), meta);
-        write_file_atomic((temp / STATE_FILE).string(), trainer_state_to_json(state).dump(2) + "\n");
+        write_file_atomic((temp / STATE_FILE).string(), json_text(trainer_state_to_json(state)) + "\n");
     } catch (...) {
         std::error_code ec;
         fs::remove_all(temp, ec);

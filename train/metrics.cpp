@@ -76,9 +76,8 @@ struct Fields {
         return j[key];
     }
     int64_t integer(const char* key) const {
-        const auto& v = need(key);
-        if (!v.is_number_integer()) fail("{}: '{}' must be an integer, got {}", source, key, v.dump());
-        return v.get<int64_t>();
+        need(key);
+        return json_int_or(j, key, 0, source);
     }
     double number(const char* key) const {  // null reads as NaN ("not measured"), "inf" as overflowed
         const auto& v = need(key);
@@ -275,6 +274,8 @@ RunMetrics metrics_from_json(const nlohmann::json& j, const std::string& source)
     m.summary.wall_seconds = s.number("wall_seconds");
     m.summary.steps = s.integer("steps");
     m.summary.skipped_steps = s.integer("skipped_steps");
+    if (m.summary.steps < 0 || m.summary.skipped_steps < 0 || m.summary.total_tokens < 0)
+        fail("{}: 'steps', 'skipped_steps' and 'total_tokens' must be >= 0", where);
     if (sj.contains("stopped")) {  // optional: written only by a run stopped on a fault
         const std::string stop_where = where + ": stopped";
         if (!sj["stopped"].is_object()) fail("{} must be an object with 'step' and 'reason'", stop_where);
@@ -291,7 +292,7 @@ std::string metrics_path(const std::string& run_dir, const std::string& optimize
 }
 
 void write_metrics(const std::string& run_dir, const RunMetrics& m) {
-    write_file_atomic(metrics_path(run_dir, m.optimizer), metrics_to_json(m).dump(2) + "\n");
+    write_file_atomic(metrics_path(run_dir, m.optimizer), json_text(metrics_to_json(m)) + "\n");
 }
 
 RunMetrics read_metrics(const std::string& path) {

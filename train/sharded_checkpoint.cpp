@@ -259,8 +259,8 @@ void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const T
                   shards.push_back({{"rank", sh.rank}, {"file", sh.file}, {"holds", state_part_name(sh.part)},
                                     {"owned", owned_json(part, global, sh.rank, sh.part)}});
               m["optimizer_shards"] = shards;
-              write_file_atomic((fs::path(temp) / STATE_FILE).string(), trainer_state_to_json(state).dump(2) + "\n");
-              write_file_atomic((fs::path(temp) / LAYOUT_FILE).string(), m.dump(2) + "\n");
+              write_file_atomic((fs::path(temp) / STATE_FILE).string(), json_text(trainer_state_to_json(state)) + "\n");
+              write_file_atomic((fs::path(temp) / LAYOUT_FILE).string(), json_text(m) + "\n");
               commit_checkpoint_folder(temp, dir);
           }));
 }
@@ -281,14 +281,16 @@ TrainerState load_sharded_checkpoint(const std::string& dir, const Arena& arena,
                   fail("{}: no checkpoint here ({} is missing)", dir, layout_path);
               }
               const nlohmann::json m = read_json(layout_path);
+              if (!m.is_object() || !m.contains("layout") || !m["layout"].is_object())
+                  fail("{}: no valid layout (no 'layout' object)", layout_path);
               ParallelLayout was;
-              try {
-                  was.world_size = m.at("layout").at("world_size").get<int64_t>();
-                  was.expert_parallel = m.at("layout").at("expert_parallel").get<int64_t>();
-                  was.zero_stage = m.at("layout").at("zero_stage").get<int64_t>();
-              } catch (const nlohmann::json::exception& e) {
-                  fail("{}: no valid layout ({})", layout_path, e.what());
-              }
+              const std::string where = layout_path + " layout";
+              was.world_size = json_int_or(m["layout"], "world_size", 0, where);
+              was.expert_parallel = json_int_or(m["layout"], "expert_parallel", 0, where);
+              was.zero_stage = json_int_or(m["layout"], "zero_stage", -1, where);
+              if (was.world_size < 1 || was.expert_parallel < 1 || was.zero_stage < 0)
+                  fail("{}: no valid layout (world_size {}, expert_parallel {}, zero_stage {}: missing or out of range)",
+                       layout_path, was.world_size, was.expert_parallel, was.zero_stage);
               if (was.world_size != layout.world_size || was.expert_parallel != layout.expert_parallel ||
                   was.zero_stage != layout.zero_stage)
                   fail("{}: the checkpoint was written with {}; this run is {}: resume with the same layout (mpirun -np "
@@ -353,7 +355,9 @@ std::vector<HostTensor> read_checkpoint_weights(const std::string& dir, const Pa
     if (checkpoint_is_sharded(dir)) {
         const std::string layout_path = (d / LAYOUT_FILE).string();
         const nlohmann::json m = read_json(layout_path);
-        const auto shards = m.value("expert_shards", nlohmann::json::array());
+        if (!m.is_object()) fail("{}: not a JSON object", layout_path);
+        const nlohmann::json shards = m.contains("expert_shards") ? m["expert_shards"] : nlohmann::json::array();
+        if (!shards.is_array()) fail("{}: expert_shards is not a list of file names", layout_path);
         if (!shards.empty()) {
             // concatenate each bank's shards in expert order (a bank is stored expert-major)
             std::vector<std::map<std::string, HostTensor>> parts;

@@ -38,7 +38,8 @@ std::string format_duration(double seconds) {
 }
 
 std::string with_thousands(int64_t n) {
-    std::string s = std::to_string(n < 0 ? -n : n), out;
+    // The magnitude as unsigned: -n overflows for INT64_MIN.
+    std::string s = std::to_string(n < 0 ? 0 - uint64_t(n) : uint64_t(n)), out;
     for (size_t i = 0; i < s.size(); ++i) {
         if (i && (s.size() - i) % 3 == 0) out += ',';
         out += s[i];

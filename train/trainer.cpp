@@ -911,7 +911,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         write_file_atomic(config_path.string(), cfg.resolved_yaml + "\n");
         writes.file(fs::path(opts.run_dir) / data::kShardIdentityFile);
         write_file_atomic((fs::path(opts.run_dir) / data::kShardIdentityFile).string(),
-                          data::shard_identity({&data.train, &data.val}).dump(2) + "\n");
+                          json_text(data::shard_identity({&data.train, &data.val})) + "\n");
         const fs::path manifest = fs::path(cfg.data.dir) / "manifest.json";
         if (fs::exists(manifest)) {
             const fs::path copy = fs::path(opts.run_dir) / "manifest.json";

@@ -3,6 +3,7 @@
 // bytes, a million-character piece in linear-ish time, both vocab file formats, special-token flag.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -139,4 +140,63 @@ TEST_CASE("tokenizer files that are missing or malformed are refused with the fi
     fs::remove_all(dir);
     std::vector<int32_t> bad = {15496, 99999};
     CHECK_THROWS_AS(tokenizer_decode(gpt2(), bad), skew::Error);
+}
+
+TEST_CASE("a merges file larger than the first hash table (140,000 merges) loads and round-trips") {
+    // 50,000 GPT-2 merges + 90,000 made of pairs of its first tokens: the merge table grows past the
+    // 2^17 slots it starts with (a fixed table probed forever once full).
+    std::ifstream ef(kFixtures + "/gpt2/encoder.json");
+    nlohmann::json vocab = nlohmann::json::parse(ef);
+    std::vector<std::string> by_id(vocab.size());
+    for (auto& [key, id] : vocab.items()) by_id[size_t(id.get<int64_t>())] = key;
+    std::ifstream mf(kFixtures + "/gpt2/vocab.bpe");
+    std::string merges((std::istreambuf_iterator<char>(mf)), std::istreambuf_iterator<char>());
+    if (!merges.empty() && merges.back() != '\n') merges += '\n';
+    int64_t next = int64_t(vocab.size()), added = 0;
+    std::vector<std::array<int32_t, 3>> extra;  // (left, right, merged)
+    for (size_t a = 0; a < 400 && added < 90000; ++a)
+        for (size_t b = 0; b < 400 && added < 90000; ++b) {
+            const std::string joined = by_id[a] + by_id[b];
+            if (vocab.contains(joined)) continue;
+            extra.push_back({int32_t(a), int32_t(b), int32_t(next)});
+            vocab[joined] = next++;
+            merges += by_id[a] + " " + by_id[b] + "\n";
+            ++added;
+        }
+    REQUIRE(added == 90000);
+    const fs::path dir = skew::test::test_temp_root() / "skew_test_many_merges";
+    fs::create_directories(dir);
+    { std::ofstream(dir / "encoder.json") << vocab.dump(); }
+    { std::ofstream(dir / "vocab.bpe") << merges; }
+    const Tokenizer tok = tokenizer_load(dir.string());
+    CHECK(tok.merges.size == 50000 + 90000);
+    CHECK(tok.merges.mask + 1 >= 2 * tok.merges.size);
+    const std::string text = "The quick brown fox's 12345 jumps over naive dogs.";
+    CHECK(tokenizer_decode(tok, tokenizer_encode(tok, text)) == text);
+    // Every GPT-2 merge survived the table's growth: a token GPT-2's merges build whole is built the
+    // same way (the added merges rank after all of GPT-2's, so they never act before it is done).
+    int64_t built = 0, same = 0, joined = 0, found = 0;
+    for (int32_t id = 0; id < gpt2().vocab_size(); ++id) {
+        std::vector<int32_t> was, now;
+        tokenizer_bpe(gpt2(), gpt2().token_bytes[size_t(id)], was);
+        if (was.size() != 1) continue;
+        tokenizer_bpe(tok, gpt2().token_bytes[size_t(id)], now);
+        ++built;
+        same += now == was;
+    }
+    CHECK(built > 40000);
+    CHECK(same == built);
+    // Every added merge is found: where GPT-2 ends at (left, right), the table joins them.
+    for (const auto& [left, right, merged] : extra) {
+        const std::string bytes = gpt2().token_bytes[size_t(left)] + gpt2().token_bytes[size_t(right)];
+        std::vector<int32_t> was, now;
+        tokenizer_bpe(gpt2(), bytes, was);
+        if (was != std::vector<int32_t>{left, right}) continue;
+        tokenizer_bpe(tok, bytes, now);
+        ++joined;
+        found += now == std::vector<int32_t>{merged};
+    }
+    CHECK(joined > 10000);
+    CHECK(found == joined);
+    fs::remove_all(dir);
 }

@@ -242,6 +242,18 @@ TEST_CASE("a config of several YAML documents is an error naming the line of the
     CHECK(trailing.find("test.yaml:4: a second YAML document") != std::string::npos);
 }
 
+TEST_CASE("YAML aliases are refused at their line (a self-referencing one loaded as a cycle)") {
+    CHECK(error_of("model: &m {d_model: *m}\n").find("test.yaml:1:") != std::string::npos);
+    CHECK(error_of("model: &m {d_model: *m}\n").find("YAML alias (*name) in a config") != std::string::npos);
+    CHECK(error_of("a: &x [*x]\n").find("aliases and anchors are not supported") != std::string::npos);
+    CHECK(error_of("model:\n  d_model: &w 64\n  d_ff: *w\n").find("test.yaml:3:") != std::string::npos);
+}
+
+TEST_CASE("a lone sign is not an integer") {
+    CHECK(error_of("runtime:\n  threads: +\n").find("expected an integer, got '+'") != std::string::npos);
+    CHECK(error_of("train:\n  microbatch: +\n").find("train.microbatch: expected an integer, got '+'") != std::string::npos);
+}
+
 TEST_CASE("a config that is not text or is too large is refused naming the file and the size") {
     std::string zero = file_error_of("/dev/zero");
     CHECK(zero.find("/dev/zero: ") != std::string::npos);

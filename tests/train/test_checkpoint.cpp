@@ -245,6 +245,12 @@ TEST_CASE("data offsets outside the file, gaps and trailing bytes are refused") 
     CHECK_THAT(make(R"({"a":{"dtype":"F32","shape":[1]}})", 4), Catch::Contains("data_offsets null is not [begin, end]"));
     CHECK_THAT(make(R"([1,2])", 0), Catch::Contains("header JSON is a array, not an object"));
     CHECK(make(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4) == "(no error)");
+    // A shape whose byte count overflows int64 (it once wrapped, to 0 for [2^32, 2^32]) is refused.
+    CHECK_THAT(make(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0),
+               Catch::Contains("tensor 'a': shape [4294967296, 4294967296] of F32 holds more bytes than a file can"));
+    CHECK_THAT(make(R"({"a":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", 0),
+               Catch::Contains("holds more bytes than a file can"));
+    CHECK(make(R"({"a":{"dtype":"F32","shape":[0,4611686018427387904],"data_offsets":[0,0]}})", 0) == "(no error)");
 }
 
 TEST_CASE("a tensor with another shape or dtype than the plan is refused naming it") {

@@ -3,6 +3,8 @@
 // the checkpoint's step on resume.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+
 #include <unistd.h>
 
 #include <cmath>
@@ -165,6 +167,17 @@ TEST_CASE("a metrics file with a missing key or bad JSON is refused naming the f
     j["summary"]["steps"] = "many";
     write_file(path, j.dump());
     CHECK_THAT(error_of([&] { read_metrics(path); }), Catch::Contains("summary: 'steps' must be an integer"));
+    for (const char* key : {"steps", "skipped_steps", "total_tokens"}) {
+        j = metrics_to_json(m);
+        j["summary"][key] = INT64_MIN;
+        write_file(path, j.dump());
+        CHECK_THAT(error_of([&] { read_metrics(path); }),
+                   Catch::Contains("summary: 'steps', 'skipped_steps' and 'total_tokens' must be >= 0"));
+    }
+    j = metrics_to_json(m);
+    j["summary"]["steps"] = uint64_t(1) << 63;  // above int64: refused, not wrapped to a negative count
+    write_file(path, j.dump());
+    CHECK_THAT(error_of([&] { read_metrics(path); }), Catch::Contains("'steps' must be an integer, got 9223372036854775808"));
     CHECK_THAT(error_of([&] { read_metrics(dir + "/absent.json"); }), Catch::Contains("absent.json: cannot open"));
 }
 

@@ -42,6 +42,10 @@ TEST_CASE("strict JSON refuses a key named twice, naming the key and its object"
     CHECK(error_of([] { json_parse_strict(R"({"s": [{"f": 1}, {"f": 1, "f": 2}]})", "list.json"); }) ==
           "list.json: duplicate key 'f' in 's[1]'");
     CHECK_THAT(error_of([] { json_parse_strict("{\"a\": ", "bad.json"); }), Catch::StartsWith("bad.json: "));
+    // Nesting: 128 levels parse; deeper is refused before nlohmann's recursive copy or dump sees it.
+    CHECK(json_parse_strict(std::string(128, '[') + std::string(128, ']'), "ok.json").is_array());
+    CHECK_THAT(error_of([] { json_parse_strict("{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}", "deep.json"); }),
+               Catch::StartsWith("deep.json: nested deeper than 128 levels at 'a[0][0][0]"));
 }
 
 TEST_CASE("a JSON field of the wrong type is one error naming the file and the key, never nlohmann's type_error") {
@@ -72,6 +76,18 @@ TEST_CASE("trainer_state.json's 'extra' must be an object with a non-negative in
           "t.json 'extra': 'optimizer_t' must be an integer, got \"three\"");
     j["extra"] = {{"optimizer_t", -2}};
     CHECK(error_of([&] { trainer_state_from_json(j, "t.json"); }) == "t.json: extra.optimizer_t must be >= 0, got -2");
+    // Counters a resume increments: negative, wrapped or beyond any run is refused before they overflow.
+    j = trainer_state_to_json(s);
+    j["tokens_seen"] = -1;
+    CHECK(error_of([&] { trainer_state_from_json(j, "t.json"); }) ==
+          "t.json: step, data_position, skipped_steps and tokens_seen must be >= 0");
+    j["tokens_seen"] = INT64_MAX;
+    CHECK(error_of([&] { trainer_state_from_json(j, "t.json"); }) ==
+          "t.json: 'tokens_seen' is 9223372036854775807, beyond any run (at most 2^53)");
+    j = trainer_state_to_json(s);
+    j["data_position"] = uint64_t(1) << 63;
+    CHECK(error_of([&] { trainer_state_from_json(j, "t.json"); }) ==
+          "t.json: 'data_position' must be an integer, got 9223372036854775808");
 }
 
 TEST_CASE("a safetensors header naming one tensor twice is refused naming it, in either order") {

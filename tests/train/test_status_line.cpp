@@ -2,6 +2,8 @@
 // plain-log fallback when stderr is not a terminal.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
@@ -49,6 +51,7 @@ TEST_CASE("thousands separators") {
     CHECK(with_thousands(1000) == "1,000");
     CHECK(with_thousands(6784327680) == "6,784,327,680");
     CHECK(with_thousands(-12345) == "-12,345");
+    CHECK(with_thousands(INT64_MIN) == "-9,223,372,036,854,775,808");
 }
 
 TEST_CASE("a status line is plain when asked or when stderr is not a terminal") {
