@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <numeric>
 
 #include "engine/error.h"
@@ -14,13 +16,29 @@ namespace {
 
 int64_t align_up(int64_t x) { return (x + ARENA_ALIGNMENT - 1) / ARENA_ALIGNMENT * ARENA_ALIGNMENT; }
 
-bool lifetimes_intersect(const BufferSpec& a, const BufferSpec& b) {
-    for (Phase p : {Phase::FORWARD, Phase::HEAD, Phase::BACKWARD, Phase::OPTIMIZER})
-        if (a.lives_in(p) && b.lives_in(p)) return true;
-    return false;
-}
-
 bool persistent(const BufferSpec& b) { return b.first == Phase::FORWARD && b.last == Phase::OPTIMIZER; }
+
+constexpr Phase PHASES[] = {Phase::FORWARD, Phase::HEAD, Phase::BACKWARD, Phase::OPTIMIZER};
+
+// The bytes in use during one phase as disjoint intervals begin -> end, touching ones merged.
+using BusyBytes = std::map<int64_t, int64_t>;
+
+void mark_busy(BusyBytes& m, int64_t begin, int64_t end) {
+    auto it = m.upper_bound(begin);
+    if (it != m.begin()) {
+        const auto prev = std::prev(it);
+        if (prev->second >= begin) {
+            begin = prev->first;
+            end = std::max(end, prev->second);
+            it = m.erase(prev);
+        }
+    }
+    while (it != m.end() && it->first <= end) {
+        end = std::max(end, it->second);
+        it = m.erase(it);
+    }
+    m.emplace(begin, end);
+}
 
 }  // namespace
 
@@ -40,12 +58,16 @@ std::vector<int64_t> layout_arena(const std::vector<BufferSpec>& buffers, int64_
     for (size_t i = 0; i < buffers.size(); ++i)
         if (!persistent(buffers[i])) rest.push_back(i);
     std::stable_sort(rest.begin(), rest.end(), [&](size_t a, size_t b) { return buffers[a].bytes() > buffers[b].bytes(); });
-    std::vector<size_t> placed;
+    // Two buffers conflict when they live in a common phase, so the bytes a buffer must avoid are
+    // the union of the busy bytes of its phases: first fit over that union places it where first
+    // fit over every conflicting buffer would, with a few merged intervals to scan instead of every
+    // buffer placed so far (quadratic: 80,000 buffers of a 4,096-block model took minutes).
+    BusyBytes busy_in[std::size(PHASES)];
+    std::vector<std::pair<int64_t, int64_t>> busy;
     for (size_t i : rest) {
-        std::vector<std::pair<int64_t, int64_t>> busy;  // [begin, end) of conflicting placed buffers
-        for (size_t j : placed)
-            if (lifetimes_intersect(buffers[i], buffers[j]))
-                busy.emplace_back(offsets[j], align_up(offsets[j] + buffers[j].bytes()));
+        busy.clear();
+        for (size_t p = 0; p < std::size(PHASES); ++p)
+            if (buffers[i].lives_in(PHASES[p])) busy.insert(busy.end(), busy_in[p].begin(), busy_in[p].end());
         std::sort(busy.begin(), busy.end());
         int64_t at = base;
         const int64_t need = align_up(buffers[i].bytes());
@@ -55,7 +77,9 @@ std::vector<int64_t> layout_arena(const std::vector<BufferSpec>& buffers, int64_
         }
         offsets[i] = at;
         end = std::max(end, at + need);
-        placed.push_back(i);
+        if (need > 0)
+            for (size_t p = 0; p < std::size(PHASES); ++p)
+                if (buffers[i].lives_in(PHASES[p])) mark_busy(busy_in[p], at, at + need);
     }
     *total_bytes = std::max(end, cursor);
     return offsets;

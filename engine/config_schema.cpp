@@ -266,6 +266,15 @@ std::string format_config_value(const ConfigValue& v) {
     return std::visit(V{}, v);
 }
 
+std::vector<std::pair<std::string, std::string>> config_section_values(const Config& cfg, const std::string& section) {
+    std::vector<std::pair<std::string, std::string>> out;
+    const std::string prefix = section + ".";
+    for (const KeySpec& k : section_key_specs())
+        if (k.path.compare(0, prefix.size(), prefix) == 0)
+            out.emplace_back(k.path.substr(prefix.size()), format_config_value(k.get(cfg)));
+    return out;
+}
+
 bool in_key_range(const KeySpec& k, double v) {
     const bool low_ok = k.min_exclusive ? v > k.min : v >= k.min;
     const bool high_ok = k.max_exclusive ? v < k.max : v <= k.max;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -48,6 +49,10 @@ const std::vector<KeySpec>& optimizer_key_specs();
 /// A value as YAML-ish text for messages and the reference ("3e-04", "[skewadam, adamw]").
 std::string format_config_value(const ConfigValue& v);
 const char* key_type_name(KeyType t);
+
+/// The resolved values of one section ("model"): key (without the section) -> format_config_value
+/// text, in schema order. What a checkpoint records of the model that trained it (train/checkpoint.h).
+std::vector<std::pair<std::string, std::string>> config_section_values(const Config& cfg, const std::string& section);
 
 /// README's config reference: a Markdown table of every key (type, default, meaning).
 std::string config_reference_markdown();

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "engine/arena.h"
 #include "engine/error.h"
@@ -100,7 +101,7 @@ MemoryPlan lay_out_memory_plan(const std::string& optimizer, int64_t microbatch,
 
     std::vector<std::string> order;
     std::map<std::string, PlanComponent> comps;
-    std::map<std::string, std::vector<int>> comp_params;
+    std::map<std::string, std::set<int>> comp_params;  // a set: a component may cover thousands of parameters
     std::map<std::string, int> comp_tier;
     for (const BufferSpec& b : buffers) {
         switch (b.kind) {
@@ -116,11 +117,8 @@ MemoryPlan lay_out_memory_plan(const std::string& optimizer, int64_t microbatch,
                     comp_tier[b.component] = int(table.params[size_t(b.param)].tier);
                 }
                 it->second.bytes += b.bytes();
-                auto& ps = comp_params[b.component];
-                if (std::find(ps.begin(), ps.end(), b.param) == ps.end()) {
-                    ps.push_back(b.param);
+                if (comp_params[b.component].insert(b.param).second)
                     it->second.params += table.params[size_t(b.param)].numel();
-                }
                 break;
             }
             case BufferKind::WORKSPACE:

@@ -5,10 +5,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "train/checkpoint.h"
 #include "train/sharded_checkpoint.h"
 #include "plan/plan.h"
+#include "engine/config_schema.h"
 #include "engine/error.h"
 #if defined(SKEW_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
@@ -78,21 +80,45 @@ CheckpointRef resolve_checkpoint(const std::string& path, const std::string& opt
     const TrainerState st = trainer_state_from_json(j, state_path);
     r.optimizer = st.optimizer;
     r.step = st.step;
+    r.config_hash = st.config_hash;
+    r.model_config = st.model_config;
     if (!optimizer.empty() && optimizer != r.optimizer)
         fail("{}: the checkpoint is of optimizer '{}', not '{}'", r.dir, r.optimizer, optimizer);
     return r;
 }
 
-std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::string& backend, int64_t microbatch,
-                                        int64_t seq_len) {
+Config load_run_config(const CheckpointRef& ref) {
     const std::string config_path = (fs::path(ref.run_dir) / "config.yaml").string();
     std::error_code ec;
     if (!fs::exists(config_path, ec))
         fail("{}: missing; the checkpoint {} must sit in its run folder (RUN/checkpoints/<optimizer>/<which>)",
              config_path, ref.dir);
+    Config cfg = load_config(config_path);
+    if (!ref.model_config.empty()) {
+        std::map<std::string, std::string> now;
+        for (auto& [key, value] : config_section_values(cfg, "model")) now[key] = value;
+        for (const auto& [key, was] : ref.model_config) {
+            const auto it = now.find(key);
+            if (it == now.end() || it->second != was)
+                fail("{}: model.{} is {} but the checkpoint {} was trained with {}: its weights would be read as "
+                     "another model; put config.yaml back as the run wrote it",
+                     config_path, key, it == now.end() ? "absent" : it->second, ref.dir, was);
+        }
+    } else if (!ref.config_hash.empty() && ref.config_hash != config_hash(cfg.resolved_yaml)) {
+        spdlog::warn("{}: not the config the checkpoint {} was trained under (config hash {} vs {}; the checkpoint "
+                     "predates the model record that would say which setting differs): if config.yaml was edited, "
+                     "the results are another model's", config_path, ref.dir, ref.config_hash,
+                     config_hash(cfg.resolved_yaml));
+    }
+    return cfg;
+}
+
+std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::string& backend, int64_t microbatch,
+                                        int64_t seq_len) {
+    const std::string config_path = (fs::path(ref.run_dir) / "config.yaml").string();
     auto lm = std::make_unique<LoadedModel>();
     lm->ref = ref;
-    lm->cfg = load_config(config_path);
+    lm->cfg = load_run_config(ref);
     if (seq_len < 1 || seq_len > lm->cfg.model.max_seq_len)
         fail("sequence length {} is outside [1, model.max_seq_len {}] of {}", seq_len, lm->cfg.model.max_seq_len,
              config_path);

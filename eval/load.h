@@ -3,6 +3,7 @@
 // on the CPU or CUDA backend, bound as a Model of chosen microbatch and sequence length.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,8 @@ struct CheckpointRef {
     std::string optimizer;  // from trainer_state.json
     int64_t step = 0;
     std::string which;      // "best", "last" or the folder's own name
+    std::string config_hash;  // from trainer_state.json: the hash of the config that trained it
+    std::map<std::string, std::string> model_config;  // from trainer_state.json (empty in older checkpoints)
 };
 
 /// Resolve `path`: a checkpoint folder (trainer_state.json inside), or a run folder with
@@ -29,6 +32,15 @@ struct CheckpointRef {
 /// `optimizer` may be empty when the run has exactly one. Throws skew::Error naming what is
 /// missing (no such folder, no checkpoint, several optimizers and none chosen).
 CheckpointRef resolve_checkpoint(const std::string& path, const std::string& optimizer, const std::string& which = "");
+
+/// The run's config.yaml loaded for `ref` (RUN/config.yaml), refused where its model section is not
+/// the one that trained the checkpoint: a setting that changes the computation but not a tensor's
+/// shape (model.top_k, layernorm_eps) would otherwise give silently wrong results. Every model key
+/// the checkpoint recorded must hold the same value (a key it lacks, added by a later skew, is not
+/// compared); a checkpoint from before skew recorded them is compared by config hash, with a warning
+/// only (the hash also changes when skew adds a config key). Throws skew::Error naming config.yaml,
+/// the key and both values.
+Config load_run_config(const CheckpointRef& ref);
 
 /// A model with its weights loaded, owning everything the Model view points into.
 struct LoadedModel {

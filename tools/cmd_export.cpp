@@ -24,11 +24,7 @@ struct ExportArgs {
 
 void run_export(const ExportArgs& a) {
     const eval::CheckpointRef ref = eval::resolve_checkpoint(a.run, a.optimizer, a.best ? "best" : "last");
-    const std::string config_path = (std::filesystem::path(ref.run_dir) / "config.yaml").string();
-    if (!std::filesystem::exists(config_path))
-        fail("{}: missing; the checkpoint {} must sit in its run folder (RUN/checkpoints/<optimizer>/<which>)",
-             config_path, ref.dir);
-    const Config cfg = load_config(config_path);
+    const Config cfg = eval::load_run_config(ref);
     const ParamTable table = build_param_table(cfg.model);
     export_checkpoint_weights(ref.dir, table, a.out);
     fmt::print("skew export: {} ({} checkpoint of {}, step {}{}) -> {}\n", ref.dir, ref.which, ref.optimizer, ref.step,

@@ -76,6 +76,14 @@ void make_dirs(const std::string& dir, const std::string& for_path) {
 class DurableFile {
 public:
     explicit DurableFile(std::string path) : path_(std::move(path)), temp_(temp_path_for(path_)) {
+        // The rename replaces whatever the path names: only a new path or an ordinary file may be
+        // replaced, never a device (skew export --out /dev/full), a pipe, a directory or a link.
+        struct stat st {};
+        if (::lstat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+            fail("{}: exists and is not an ordinary file ({}); skew replaces a file whole: give a new path or an "
+                 "ordinary file", path_,
+                 S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link"
+                 : S_ISFIFO(st.st_mode) ? "a named pipe" : S_ISSOCK(st.st_mode) ? "a socket" : "a device");
         make_dirs(parent_of(path_), path_);
         fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd_ < 0) fail("{}: cannot create temporary file {}: {}", path_, temp_, os_error());
@@ -445,6 +453,7 @@ nlohmann::json trainer_state_to_json(const TrainerState& s) {
         {"extra", s.extra},
     };
     j["best_val_loss"] = std::isfinite(s.best_val_loss) ? nlohmann::json(s.best_val_loss) : nlohmann::json(nullptr);
+    if (!s.model_config.empty()) j["model"] = s.model_config;
     return j;
 }
 
@@ -482,6 +491,14 @@ TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string&
     if (best.is_null()) s.best_val_loss = std::numeric_limits<double>::infinity();
     else if (best.is_number()) s.best_val_loss = best.get<double>();
     else fail("{}: 'best_val_loss' must be a number or null, got {}", source, best.dump());
+    if (j.contains("model")) {
+        const auto& m = j["model"];
+        if (!m.is_object()) fail("{}: 'model' must be an object of the model settings, got {}", source, m.dump());
+        for (const auto& [key, v] : m.items()) {
+            if (!v.is_string()) fail("{}: model.{} must be a string, got {}", source, key, v.dump());
+            s.model_config[key] = v.get<std::string>();
+        }
+    }
     if (j.contains("extra")) {
         s.extra = j["extra"];
         if (!s.extra.is_object()) fail("{}: 'extra' must be an object, got {}", source, s.extra.dump());

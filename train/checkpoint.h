@@ -124,6 +124,9 @@ struct TrainerState {
     int64_t tokens_seen = 0;     // training tokens consumed so far
     double train_seconds = 0;    // time spent in training steps so far (for the summary's mean tokens/s)
     std::string config_hash;     // config_hash(resolved config) of the run that wrote it
+    // The model section of that config, key -> value text (config_section_values): what eval, sample
+    // and export check the run's config.yaml against. Empty in checkpoints from before it was written.
+    std::map<std::string, std::string> model_config;
     nlohmann::json extra = nlohmann::json::object();  // optimizer scalars that live outside the arena
 };
 

@@ -23,6 +23,7 @@
 #include "data/shard_identity.h"
 #include <nlohmann/json.hpp>
 #include "engine/arena.h"
+#include "engine/config_schema.h"
 #include "engine/dir_lock.h"
 #include "train/checkpoint.h"
 #include "engine/error.h"
@@ -441,6 +442,8 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     r.state.optimizer = opt.name;
     r.state.seed = tc.seed;
     r.state.config_hash = hash;
+    const auto model_values = config_section_values(cfg, "model");
+    r.state.model_config = {model_values.begin(), model_values.end()};
     r.metrics = make_run_metrics(cfg, opt, r.plan);
     r.metrics.unigram_val_ppl = data.unigram_val_ppl;
     if (opts.resume && checkpoint_exists(r.last_dir)) {
@@ -452,6 +455,7 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
                  "edited after the run started, or the checkpoint copied from another run? Put config.yaml back as the "
                  "run wrote it; other settings need a new run (skew train CONFIG --out NEW_FOLDER)",
                  r.last_dir, (fs::path(run_dir) / "config.yaml").string(), r.state.config_hash, hash);
+        r.state.model_config = {model_values.begin(), model_values.end()};  // a checkpoint from before it was kept
         if (fs::exists(metrics_path(run_dir, opt.name))) {
             r.metrics = read_metrics(metrics_path(run_dir, opt.name));
             truncate_history(r.metrics, r.state.step);

@@ -3,6 +3,7 @@
 // truncated or mismatched files with a message naming the file and the problem.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -338,6 +339,24 @@ TEST_CASE("best_val_loss before any evaluation is written as null and read back 
     auto j = trainer_state_to_json(s);
     CHECK(j["best_val_loss"].is_null());
     CHECK(std::isinf(trainer_state_from_json(j, "x").best_val_loss));
+}
+
+TEST_CASE("an atomic write refuses to replace a pipe, a link or a directory, and leaves it as it was") {
+    const std::string dir = scratch("not-regular");
+    const std::string fifo = dir + "/pipe", link = dir + "/link", sub = dir + "/sub", target = dir + "/target";
+    REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+    write_file(target, "kept\n");
+    fs::create_symlink(target, link);
+    fs::create_directories(sub);
+    CHECK_THAT(error_of([&] { write_file_atomic(fifo, "x"); }), Catch::Contains(fifo + ": exists and is not an ordinary file (a named pipe)"));
+    CHECK_THAT(error_of([&] { write_file_atomic(link, "x"); }), Catch::Contains("(a symbolic link)"));
+    CHECK_THAT(error_of([&] { write_safetensors(sub, {}, {}); }), Catch::Contains(sub + ": exists and is not an ordinary file (a directory)"));
+    CHECK(fs::is_fifo(fs::symlink_status(fifo)));
+    CHECK(fs::is_symlink(fs::symlink_status(link)));
+    CHECK(read_file(target) == "kept\n");
+    CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}) == 4);  // no temporary left
+    write_file_atomic(target, "new\n");  // an ordinary file is replaced
+    CHECK(read_file(target) == "new\n");
 }
 
 TEST_CASE("an atomic write replaces a file whole or not at all") {

@@ -204,3 +204,53 @@ TEST_CASE("skew eval and sample refuse a tokenizer, or a dataset tokenized by on
     // The run's own tokenizer and data still pass.
     CHECK(run("eval " + run_dir() + " --optimizer adamw --no-write --batches 1 --data " + prep_dir()).status == 0);
 }
+
+TEST_CASE("skew eval, sample and export refuse a config.yaml whose model settings differ from the checkpoint's",
+          "[eval][cli]") {
+    // model.top_k changes the computation but no tensor's shape: without the check the weights would
+    // be evaluated as another model, silently.
+    const fs::path work = fs::path(run_dir()).parent_path(), edited = work / "edited-run";
+    fs::remove_all(edited);
+    fs::copy(run_dir(), edited, fs::copy_options::recursive);
+    const fs::path config = edited / "config.yaml";
+    std::string text;
+    {
+        std::ifstream in(config);
+        text.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    }
+    const size_t at = text.find("top_k: 2");
+    REQUIRE(at != std::string::npos);
+    std::ofstream(config) << text.substr(0, at) + "top_k: 1" + text.substr(at + 8);
+    const std::string expect = config.string() + ": model.top_k is 1 but the checkpoint " + edited.string() +
+                               "/checkpoints/adamw/";
+    Run e = run("eval " + edited.string() + " --optimizer adamw --no-write --batches 1 --data " + prep_dir());
+    INFO(e.output);
+    CHECK(e.status == 1);
+    CHECK(e.output.find("skew: error: " + expect) != std::string::npos);
+    CHECK(e.output.find("was trained with 2") != std::string::npos);
+    Run s = run("sample " + edited.string() + " --prompt hi --max-tokens 2");
+    CHECK(s.status == 1);
+    CHECK(s.output.find(expect) != std::string::npos);
+    Run x = run("export " + edited.string() + " --optimizer adamw --out " + (work / "edited.safetensors").string());
+    CHECK(x.status == 1);
+    CHECK(x.output.find(expect) != std::string::npos);
+    CHECK(!fs::exists(work / "edited.safetensors"));
+    // A checkpoint from before skew recorded its model settings: compared by config hash, a warning.
+    for (const char* which : {"last", "best"}) {
+        const fs::path state = edited / "checkpoints" / "adamw" / which / "trainer_state.json";
+        if (!fs::exists(state)) continue;
+        json j = read_json(state.string());
+        REQUIRE(j.contains("model"));
+        CHECK(j["model"]["top_k"] == "2");
+        j.erase("model");
+        std::ofstream(state) << j.dump(2);
+    }
+    Run old = run("eval " + edited.string() + " --optimizer adamw --no-write --batches 1 --data " + prep_dir());
+    INFO(old.output);
+    CHECK(old.status == 0);
+    CHECK(old.output.find("not the config the checkpoint") != std::string::npos);
+    // The run's own config passes without a warning.
+    Run own = run("eval " + run_dir() + " --optimizer adamw --no-write --batches 1 --data " + prep_dir());
+    CHECK(own.status == 0);
+    CHECK(own.output.find("not the config the checkpoint") == std::string::npos);
+}
