@@ -515,6 +515,23 @@ TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string&
     return s;
 }
 
+void check_trainer_state_counters(const TrainerState& s, int64_t config_seed, const std::string& source) {
+    if (s.data_position != s.step)
+        fail("{}: data_position {} but step {}: each step takes one batch, so a checkpoint of step {} resumes at batch "
+             "{} (was the file edited?)", source, s.data_position, s.step, s.step, s.step);
+    const int64_t taken = s.step - s.skipped_steps;
+    if (s.skipped_steps > s.step + 1)
+        fail("{}: skipped_steps {} but step {}: more steps skipped than run", source, s.skipped_steps, s.step);
+    if (s.extra.is_object() && s.extra.contains("optimizer_t")) {
+        const int64_t t = s.extra["optimizer_t"].get<int64_t>();
+        if (t != taken && t != taken + 1)
+            fail("{}: extra.optimizer_t {} but step {} with {} skipped: the optimizer took {} updates (was the file "
+                 "edited?)", source, t, s.step, s.skipped_steps, taken);
+    }
+    if (s.seed != config_seed)
+        fail("{}: seed {} but the run's config says train.seed {} (was the file edited?)", source, s.seed, config_seed);
+}
+
 std::string config_hash(std::string_view resolved_yaml) {
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int len = 0;

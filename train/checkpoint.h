@@ -130,6 +130,12 @@ struct TrainerState {
     nlohmann::json extra = nlohmann::json::object();  // optimizer scalars that live outside the arena
 };
 
+/// Refuse a checkpoint whose counters cannot come from a run (a hand-edited trainer_state.json):
+/// every step takes one batch, so data_position == step; extra.optimizer_t, the updates taken, is
+/// step - skipped_steps (one more when the run stopped on a skipped step); seed == train.seed of
+/// the run's config. Throws skew::Error naming `source`, the field and both values.
+void check_trainer_state_counters(const TrainerState& s, int64_t config_seed, const std::string& source);
+
 /// Record an evaluation's validation loss: when it is finite and lower than s.best_val_loss, set
 /// best_val_loss and best_val_step and return true (the loop then saves the `best` checkpoint).
 bool record_validation(TrainerState& s, int64_t step, double val_loss);

@@ -455,6 +455,7 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
                  "edited after the run started, or the checkpoint copied from another run? Put config.yaml back as the "
                  "run wrote it; other settings need a new run (skew train CONFIG --out NEW_FOLDER)",
                  r.last_dir, (fs::path(run_dir) / "config.yaml").string(), r.state.config_hash, hash);
+        check_trainer_state_counters(r.state, tc.seed, (fs::path(r.last_dir) / "trainer_state.json").string());
         r.state.model_config = {model_values.begin(), model_values.end()};  // a checkpoint from before it was kept
         if (fs::exists(metrics_path(run_dir, opt.name))) {
             r.metrics = read_metrics(metrics_path(run_dir, opt.name));

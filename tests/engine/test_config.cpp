@@ -409,7 +409,7 @@ TEST_CASE("every numeric key accepts values just inside its interval and refuses
     CHECK(probes > 100);
 }
 
-TEST_CASE("decay betas are in [0, 1): a beta of 1 is refused before it divides by a zero bias correction") {
+TEST_CASE("decay betas are at least 0 and below 1: a beta of 1 is refused before it divides by a zero bias correction") {
     for (const char* key : {"beta1", "beta2", "muon_momentum"}) {
         const std::string e = error_of("train:\n  steps: 5\n", {fmt::format("optimizers.adamw.{}=1", key)});
         INFO(e);

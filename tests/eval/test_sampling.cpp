@@ -153,7 +153,7 @@ TEST_CASE("greedy decoding through the KV cache is deterministic and top-k 1 equ
     CHECK(generate(t->model, prompt, 10, top1) == a);
 }
 
-TEST_CASE("the same seed gives the same sample; another seed or sample index another", "[eval][sampling]") {
+TEST_CASE("the same seed gives the same sample, another seed or sample index another", "[eval][sampling]") {
     auto t = random_model();
     const std::vector<int32_t> prompt = {1, 2, 3};
     SamplingOptions o;

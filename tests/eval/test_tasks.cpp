@@ -41,7 +41,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("PIQA: 'Question: goal\\nAnswer:' and each solution after a space", "[eval][tasks]") {
+TEST_CASE("PIQA: 'Question: goal', a newline, 'Answer:' and each solution after a space", "[eval][tasks]") {
     const auto items = read_task_file(fixture("piqa.jsonl"), TaskFormat::PIQA);
     REQUIRE(items.size() == 3);
     const McItem& it = items[0];
@@ -138,7 +138,7 @@ TEST_CASE("HellaSwag's text helpers follow Python: strip, capitalize, one pass o
     CHECK(utf8_length("\xE2\x80\x94") == 1);
 }
 
-TEST_CASE("ARC: both the HuggingFace and the original AI2 layouts; gold by answerKey among the labels", "[eval][tasks]") {
+TEST_CASE("ARC: both the HuggingFace and the original AI2 layouts, gold by answerKey among the labels", "[eval][tasks]") {
     const auto items = read_task_file(fixture("arc.jsonl"), TaskFormat::ARC);
     REQUIRE(items.size() == 3);
     const McItem& it = items[0];

@@ -156,7 +156,7 @@ void run_twin(const TwinCase& tc, Rounding mode, DType grad_dtype, bool matrix_b
 
 }  // namespace
 
-TEST_CASE("CUDA optimizer step matches the CPU step: SkewAdam tiers, Adafactor, AdamW, Lion; bf16 and fp32 grads; folded clip") {
+TEST_CASE("CUDA optimizer step matches the CPU step: SkewAdam tiers, Adafactor, AdamW, Lion, bf16 and fp32 grads, folded clip") {
     SKEW_REQUIRE_GPU();
     const TwinCase cases[] = {{"skewadam", false}, {"uniform", false}, {"skewadam-factored-router", false},
                               {"adafactor", false}, {"adamw", true},     {"lion", true}};

@@ -273,7 +273,7 @@ TEST_CASE("skew plan adds the documented CUDA context and library constant to th
     CHECK_FALSE(nlohmann::json::parse(cpu.output).contains("cuda_runtime_overhead"));  // no CUDA context on the CPU
 }
 
-TEST_CASE("skew plan --world-size: per-rank state under ZeRO-1 sums to the one-process state; the paper model fits "
+TEST_CASE("skew plan --world-size: per-rank state under ZeRO-1 sums to the one-process state, the paper model fits "
           "24 GB per GPU with SkewAdam on 8 GPUs x expert parallel 8 and 40 GB with AdamW + ZeRO-1 on 8") {
     // tiny config, AdamW keeps 8 bytes per parameter: the ranks' shares add up to 8 x the parameter count
     for (int n : {2, 4}) {

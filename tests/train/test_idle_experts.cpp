@@ -54,7 +54,7 @@ struct Bank {
 };
 }  // namespace
 
-TEST_CASE("an expert with no token in any microbatch of the step is idle; one token in one microbatch is enough") {
+TEST_CASE("an expert with no token in any microbatch of the step is idle, one token in one microbatch is enough") {
     ExpertTokenCounts c;
     MoeStats a{1, {3, 0, 0, 1}}, b{1, {0, 0, 2, 0}}, a3{3, {0, 5, 5, 5}}, b3{3, {0, 0, 0, 0}};
     add_expert_tokens(c, {a, a3});
@@ -66,7 +66,7 @@ TEST_CASE("an expert with no token in any microbatch of the step is idle; one to
     CHECK(Config{}.train.idle_experts == "skip");  // the paper's trainer's behaviour is the default
 }
 
-TEST_CASE("skip leaves an idle expert's weights and state bit-identical; step decays them; other experts move") {
+TEST_CASE("skip leaves an idle expert's weights and state bit-identical, step decays them, other experts move") {
     auto backend = make_cpu_backend();
     for (const char* name : {"skewadam", "skewadam-expert-momentum", "adamw", "lion", "adafactor", "muon", "galore-paper"}) {
         for (const bool skip : {true, false}) {

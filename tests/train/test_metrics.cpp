@@ -181,7 +181,7 @@ TEST_CASE("a metrics file with a missing key or bad JSON is refused naming the f
     CHECK_THAT(error_of([&] { read_metrics(dir + "/absent.json"); }), Catch::Contains("absent.json: cannot open"));
 }
 
-TEST_CASE("a run stopped on a fault records where and why in summary.stopped, read back exactly; others have none") {
+TEST_CASE("a run stopped on a fault records where and why in summary.stopped, read back exactly, others have none") {
     const std::string dir = scratch("metrics-stopped");
     RunMetrics m;
     m.optimizer = "adamw";

@@ -90,6 +90,32 @@ TEST_CASE("trainer_state.json's 'extra' must be an object with a non-negative in
           "t.json: 'data_position' must be an integer, got 9223372036854775808");
 }
 
+TEST_CASE("a resumed checkpoint's counters must be ones a run writes: position, updates taken, seed") {
+    TrainerState s;
+    s.optimizer = "lion";
+    s.step = 6;
+    s.data_position = 6;
+    s.skipped_steps = 1;
+    s.seed = 42;
+    s.extra["optimizer_t"] = 5;
+    check_trainer_state_counters(s, 42, "t.json");
+    s.extra["optimizer_t"] = 6;  // stopped on a skipped step: counted in skipped_steps, not yet in step
+    check_trainer_state_counters(s, 42, "t.json");
+    s.extra["optimizer_t"] = 3;
+    CHECK(error_of([&] { check_trainer_state_counters(s, 42, "t.json"); }) ==
+          "t.json: extra.optimizer_t 3 but step 6 with 1 skipped: the optimizer took 5 updates (was the file edited?)");
+    s.extra["optimizer_t"] = 5;
+    s.data_position = 99999999999;
+    CHECK(error_of([&] { check_trainer_state_counters(s, 42, "t.json"); }) ==
+          "t.json: data_position 99999999999 but step 6: each step takes one batch, so a checkpoint of step 6 resumes "
+          "at batch 6 (was the file edited?)");
+    s.data_position = 6;
+    CHECK(error_of([&] { check_trainer_state_counters(s, 7, "t.json"); }) ==
+          "t.json: seed 42 but the run's config says train.seed 7 (was the file edited?)");
+    s.skipped_steps = 8;
+    CHECK_THAT(error_of([&] { check_trainer_state_counters(s, 42, "t.json"); }), Catch::Contains("more steps skipped than run"));
+}
+
 TEST_CASE("a safetensors header naming one tensor twice is refused naming it, in either order") {
     const std::string dir = scratch("dup-safetensors");
     const std::string data(8, '\0');
