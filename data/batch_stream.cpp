@@ -125,6 +125,41 @@ bool token_split_check_manifest(const std::string& dir, const std::string& separ
     return true;
 }
 
+void token_split_check_listed(const std::string& dir, const TokenSplit& split) {
+    const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
+    std::ifstream f(path);
+    if (!f) return;
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    nlohmann::json m;
+    std::string json_error;
+    if (!json_try_parse_strict(text, m, json_error) || !m.is_object() || !m.contains("shards") || !m["shards"].is_array())
+        return;  // token_split_check_manifest refuses what is not a manifest
+    std::vector<std::pair<std::string, int64_t>> listed;  // this split's shards: file, tokens
+    for (const auto& s : m["shards"])
+        if (s.is_object() && json_string_or(s, "split", "", path + " shards") == split.name)
+            listed.emplace_back(json_string_or(s, "file", "", path + " shards"), json_int_or(s, "tokens", -1, path + " shards"));
+    std::sort(listed.begin(), listed.end());
+    for (size_t i = 0; i < split.paths.size(); ++i) {
+        const std::string file = std::filesystem::path(split.paths[i]).filename().string();
+        const auto it = std::lower_bound(listed.begin(), listed.end(), std::make_pair(file, INT64_MIN));
+        if (it == listed.end() || it->first != file)
+            fail("data: {} holds {}, a {} shard that {} does not list (copied in after `skew prepare`?): remove it, or "
+                 "re-run `skew prepare --out {}`", dir, file, split.name, path, dir);
+        const int64_t held = split.starts[i + 1] - split.starts[i];
+        if (it->second != held)
+            fail("data: {} holds {} tokens, but {} lists {} for it (the shard or the manifest was changed after `skew "
+                 "prepare`): re-run `skew prepare --out {}`", split.paths[i], held, path, it->second, dir);
+    }
+    if (listed.size() != split.paths.size()) {
+        for (const auto& [file, tokens] : listed)
+            if (std::none_of(split.paths.begin(), split.paths.end(), [&](const std::string& p) {
+                    return std::filesystem::path(p).filename().string() == file;
+                }))
+                fail("data: {} lists {} shard {}, which {} does not hold: re-run `skew prepare --out {}`", path, split.name,
+                     file, dir, dir);
+    }
+}
+
 void token_split_read(const TokenSplit& split, int64_t start, int64_t count, int32_t* out) {
     if (start < 0 || count < 0 || start + count > split.tokens)
         fail("data: tokens [{}, {}) are outside split {} of {} tokens", start, start + count, split.name, split.tokens);

@@ -38,6 +38,13 @@ TokenSplit token_split_open_files(const std::vector<std::string>& paths, const s
 bool token_split_check_manifest(const std::string& dir, const std::string& separator, int64_t model_vocab_size = 0,
                                 double val_ratio = -1);
 
+/// Check the opened shards of a split against dir/manifest.json: the files are the ones the
+/// manifest lists for that split (a shard copied in after `skew prepare` would be read silently)
+/// and each holds the token count it lists. MD5s are not re-read here (the resume check does, up
+/// to 1 GiB). Throws skew::Error naming the file, the manifest and both values. A directory
+/// without a manifest passes.
+void token_split_check_listed(const std::string& dir, const TokenSplit& split);
+
 /// Copy tokens [start, start + count) of the stream into out (int32). Throws on a range past the end.
 void token_split_read(const TokenSplit& split, int64_t start, int64_t count, int32_t* out);
 

@@ -227,9 +227,12 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
         max_id = std::max<int64_t>(max_id, value.get<int64_t>());
     }
     tok.token_bytes.assign(size_t(max_id + 1), std::string());
+    std::unordered_map<int32_t, std::string> holder;  // the token that took each id
     std::string bytes;
     for (auto& [key, value] : vocab.items()) {
         int32_t id = static_cast<int32_t>(value.get<int64_t>());
+        if (const auto [it, fresh] = holder.emplace(id, key); !fresh)  // decoding the id would give one of two texts
+            fail("tokenizer: {}: tokens \"{}\" and \"{}\" both have id {}", vocab_json_path, it->second, key, id);
         id_of[key] = id;
         if (key == kEndOfTextText) {
             tok.token_bytes[id] = key;

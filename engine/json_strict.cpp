@@ -80,7 +80,10 @@ bool parse_checked(std::string_view text, nlohmann::json& out, std::string& erro
         error = d.message;
         return false;
     } catch (const json::exception& e) {
-        error = e.what();
+        // "[json.exception.parse_error.101] parse error at line 1, ...": the library's tag dropped.
+        const std::string what = e.what();
+        const size_t tag = what.rfind("[json.exception.", 0) == 0 ? what.find("] ") : std::string::npos;
+        error = tag == std::string::npos ? what : what.substr(tag + 2);
         return false;
     }
     return true;

@@ -839,6 +839,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
                  "train.expert_grads: stored", world);
         token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size, cfg.data.val_ratio);
         data = Batches{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
+        for (const data::TokenSplit* split : {&data.train, &data.val}) data::token_split_check_listed(cfg.data.dir, *split);
         if (opts.resume) data::shard_identity_check(opts.run_dir, cfg.data.dir, {&data.train, &data.val});
         if (writer) {  // a figure of rank 0's metrics file
             data.unigram_val_ppl = unigram_val_perplexity(data.train, data.val, cfg.model.vocab_size);

@@ -216,3 +216,35 @@ TEST_CASE("a manifest whose separator is not a string is refused naming the file
     std::ofstream(path) << R"({"separator": "eot"})";
     CHECK(token_split_check_manifest(dir.string(), "eot", 50257, 0.05));
 }
+
+TEST_CASE("the opened shards are the ones manifest.json lists, with its token counts") {
+    fs::path dir = make_split("listed", "train", {1000, 500});
+    auto write_manifest = [&](const nlohmann::json& shards) {
+        std::ofstream(dir / "manifest.json") << nlohmann::json{{"separator", "eot"}, {"shards", shards}}.dump();
+    };
+    const nlohmann::json both = {{{"file", "train_000000.bin"}, {"split", "train"}, {"tokens", 1000}},
+                                 {{"file", "train_000001.bin"}, {"split", "train"}, {"tokens", 500}},
+                                 {{"file", "val_000000.bin"}, {"split", "val"}, {"tokens", 7}}};
+    write_manifest(both);
+    token_split_check_listed(dir.string(), token_split_open(dir.string(), "train"));
+    // A shard copied in after prepare.
+    shard_write((dir / "train_000002.bin").string(), std::vector<uint16_t>(300, 1));
+    CHECK_THROWS_WITH(token_split_check_listed(dir.string(), token_split_open(dir.string(), "train")),
+                      Catch::Contains("holds train_000002.bin, a train shard that " + (dir / "manifest.json").string() +
+                                      " does not list"));
+    fs::remove(dir / "train_000002.bin");
+    // A count that disagrees, and a listed shard that is gone.
+    nlohmann::json changed = both;
+    changed[1]["tokens"] = 501;
+    write_manifest(changed);
+    CHECK_THROWS_WITH(token_split_check_listed(dir.string(), token_split_open(dir.string(), "train")),
+                      Catch::Contains("train_000001.bin holds 500 tokens, but " + (dir / "manifest.json").string() +
+                                      " lists 501 for it"));
+    changed = both;
+    changed.push_back({{"file", "train_000009.bin"}, {"split", "train"}, {"tokens", 5}});
+    write_manifest(changed);
+    CHECK_THROWS_WITH(token_split_check_listed(dir.string(), token_split_open(dir.string(), "train")),
+                      Catch::Contains("lists train shard train_000009.bin, which " + dir.string() + " does not hold"));
+    fs::remove(dir / "manifest.json");  // llm.c's shards come without one
+    token_split_check_listed(dir.string(), token_split_open(dir.string(), "train"));
+}

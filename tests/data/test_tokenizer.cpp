@@ -137,6 +137,10 @@ TEST_CASE("tokenizer files that are missing or malformed are refused with the fi
     { std::ofstream(dir / "encoder.json") << R"({"a": 0, "b": 1, "ab": 4294967296})"; }
     CHECK_THROWS_WITH(tokenizer_load(dir.string()),
                       Catch::Contains("encoder.json: token \"ab\" has id 4294967296, expected an integer in [0, 16777215]"));
+    // Two tokens of one id: decoding it would give either text.
+    { std::ofstream(dir / "encoder.json") << R"({"a": 0, "b": 7, "ab": 7})"; }
+    CHECK_THROWS_WITH(tokenizer_load(dir.string()), Catch::Contains("encoder.json: tokens \"ab\" and \"b\" both have id 7") ||
+                                                        Catch::Contains("encoder.json: tokens \"b\" and \"ab\" both have id 7"));
     fs::remove_all(dir);
     std::vector<int32_t> bad = {15496, 99999};
     CHECK_THROWS_AS(tokenizer_decode(gpt2(), bad), skew::Error);

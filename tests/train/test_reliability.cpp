@@ -41,7 +41,8 @@ TEST_CASE("strict JSON refuses a key named twice, naming the key and its object"
           "nested.json: duplicate key 'k' in 'x'");
     CHECK(error_of([] { json_parse_strict(R"({"s": [{"f": 1}, {"f": 1, "f": 2}]})", "list.json"); }) ==
           "list.json: duplicate key 'f' in 's[1]'");
-    CHECK_THAT(error_of([] { json_parse_strict("{\"a\": ", "bad.json"); }), Catch::StartsWith("bad.json: "));
+    CHECK_THAT(error_of([] { json_parse_strict("{\"a\": ", "bad.json"); }),
+               Catch::StartsWith("bad.json: parse error at line 1, column 7: ") && !Catch::Contains("json.exception"));
     // Nesting: 128 levels parse; deeper is refused before nlohmann's recursive copy or dump sees it.
     CHECK(json_parse_strict(std::string(128, '[') + std::string(128, ']'), "ok.json").is_array());
     CHECK_THAT(error_of([] { json_parse_strict("{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}", "deep.json"); }),
