@@ -151,12 +151,14 @@ void token_split_check_listed(const std::string& dir, const TokenSplit& split) {
                  "prepare`): re-run `skew prepare --out {}`", split.paths[i], held, path, it->second, dir);
     }
     if (listed.size() != split.paths.size()) {
-        for (const auto& [file, tokens] : listed)
+        for (const auto& entry : listed) {  // (a structured binding cannot be captured by clang 14)
+            const std::string& file = entry.first;
             if (std::none_of(split.paths.begin(), split.paths.end(), [&](const std::string& p) {
                     return std::filesystem::path(p).filename().string() == file;
                 }))
                 fail("data: {} lists {} shard {}, which {} does not hold: re-run `skew prepare --out {}`", path, split.name,
                      file, dir, dir);
+        }
     }
 }
 
