@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -80,17 +81,25 @@ TokenSplit token_split_open(const std::string& dir, const std::string& split) {
     return token_split_open_files(paths, split);
 }
 
-bool token_split_check_manifest(const std::string& dir, const std::string& separator, int64_t model_vocab_size,
-                                double val_ratio) {
-    std::string path = (std::filesystem::path(dir) / "manifest.json").string();
+// dir/manifest.json parsed into `m` (path set); false when there is none. Throws naming the file when
+// it is not a JSON object.
+static bool read_manifest(const std::string& dir, nlohmann::json& m, std::string& path) {
+    path = (std::filesystem::path(dir) / "manifest.json").string();
     std::ifstream f(path);
     if (!f) return false;
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    nlohmann::json m;
     std::string json_error;
     if (!json_try_parse_strict(text, m, json_error))
         fail("data: {} is not valid JSON ({}); re-run `skew prepare --out {}`", path, json_error, dir);
     if (!m.is_object()) fail("data: {} is not a JSON object; re-run `skew prepare --out {}`", path, dir);
+    return true;
+}
+
+bool token_split_check_manifest(const std::string& dir, const std::string& separator, int64_t model_vocab_size,
+                                double val_ratio) {
+    nlohmann::json m;
+    std::string path;
+    if (!read_manifest(dir, m, path)) return false;
     const std::string prepared = json_string_or(m, "separator", "", path);
     if (prepared != separator)
         fail("data: the config says data.separator: {}, but the shards in {} were prepared with separator {} ({}); "
@@ -126,40 +135,28 @@ bool token_split_check_manifest(const std::string& dir, const std::string& separ
 }
 
 void token_split_check_listed(const std::string& dir, const TokenSplit& split) {
-    const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
-    std::ifstream f(path);
-    if (!f) return;
-    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     nlohmann::json m;
-    std::string json_error;
-    if (!json_try_parse_strict(text, m, json_error) || !m.is_object() || !m.contains("shards") || !m["shards"].is_array())
-        return;  // token_split_check_manifest refuses what is not a manifest
-    std::vector<std::pair<std::string, int64_t>> listed;  // this split's shards: file, tokens
+    std::string path;
+    if (!read_manifest(dir, m, path) || !m.contains("shards") || !m["shards"].is_array()) return;
+    std::map<std::string, int64_t> listed;  // this split's shards: file -> tokens
     for (const auto& s : m["shards"])
         if (s.is_object() && json_string_or(s, "split", "", path + " shards") == split.name)
-            listed.emplace_back(json_string_or(s, "file", "", path + " shards"), json_int_or(s, "tokens", -1, path + " shards"));
-    std::sort(listed.begin(), listed.end());
+            listed[json_string_or(s, "file", "", path + " shards")] = json_int_or(s, "tokens", -1, path + " shards");
     for (size_t i = 0; i < split.paths.size(); ++i) {
         const std::string file = std::filesystem::path(split.paths[i]).filename().string();
-        const auto it = std::lower_bound(listed.begin(), listed.end(), std::make_pair(file, INT64_MIN));
-        if (it == listed.end() || it->first != file)
+        const auto it = listed.find(file);
+        if (it == listed.end())
             fail("data: {} holds {}, a {} shard that {} does not list (copied in after `skew prepare`?): remove it, or "
                  "re-run `skew prepare --out {}`", dir, file, split.name, path, dir);
         const int64_t held = split.starts[i + 1] - split.starts[i];
         if (it->second != held)
             fail("data: {} holds {} tokens, but {} lists {} for it (the shard or the manifest was changed after `skew "
                  "prepare`): re-run `skew prepare --out {}`", split.paths[i], held, path, it->second, dir);
+        listed.erase(it);
     }
-    if (listed.size() != split.paths.size()) {
-        for (const auto& entry : listed) {  // (a structured binding cannot be captured by clang 14)
-            const std::string& file = entry.first;
-            if (std::none_of(split.paths.begin(), split.paths.end(), [&](const std::string& p) {
-                    return std::filesystem::path(p).filename().string() == file;
-                }))
-                fail("data: {} lists {} shard {}, which {} does not hold: re-run `skew prepare --out {}`", path, split.name,
-                     file, dir, dir);
-        }
-    }
+    if (!listed.empty())
+        fail("data: {} lists {} shard {}, which {} does not hold: re-run `skew prepare --out {}`", path, split.name,
+             listed.begin()->first, dir, dir);
 }
 
 void token_split_read(const TokenSplit& split, int64_t start, int64_t count, int32_t* out) {

@@ -104,11 +104,10 @@ Config load_run_config(const CheckpointRef& ref) {
                      "another model; put config.yaml back as the run wrote it",
                      config_path, key, it == now.end() ? "absent" : it->second, ref.dir, was);
         }
-    } else if (!ref.config_hash.empty() && ref.config_hash != config_hash(cfg.resolved_yaml)) {
+    } else if (const std::string hash = config_hash(cfg.resolved_yaml); !ref.config_hash.empty() && ref.config_hash != hash) {
         spdlog::warn("{}: not the config the checkpoint {} was trained under (config hash {} vs {}; the checkpoint "
                      "predates the model record that would say which setting differs): if config.yaml was edited, "
-                     "the results are another model's", config_path, ref.dir, ref.config_hash,
-                     config_hash(cfg.resolved_yaml));
+                     "the results are another model's", config_path, ref.dir, ref.config_hash, hash);
     }
     return cfg;
 }

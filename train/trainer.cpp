@@ -442,8 +442,6 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     r.state.optimizer = opt.name;
     r.state.seed = tc.seed;
     r.state.config_hash = hash;
-    const auto model_values = config_section_values(cfg, "model");
-    r.state.model_config = {model_values.begin(), model_values.end()};
     r.metrics = make_run_metrics(cfg, opt, r.plan);
     r.metrics.unigram_val_ppl = data.unigram_val_ppl;
     if (opts.resume && checkpoint_exists(r.last_dir)) {
@@ -456,7 +454,6 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
                  "run wrote it; other settings need a new run (skew train CONFIG --out NEW_FOLDER)",
                  r.last_dir, (fs::path(run_dir) / "config.yaml").string(), r.state.config_hash, hash);
         check_trainer_state_counters(r.state, tc.seed, (fs::path(r.last_dir) / "trainer_state.json").string());
-        r.state.model_config = {model_values.begin(), model_values.end()};  // a checkpoint from before it was kept
         if (fs::exists(metrics_path(run_dir, opt.name))) {
             r.metrics = read_metrics(metrics_path(run_dir, opt.name));
             truncate_history(r.metrics, r.state.step);
@@ -519,6 +516,9 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
         writes.dir(fs::path(run_dir) / "checkpoints" / opt.name);
         r.log = open_step_log(step_log_path(run_dir, opt.name), r.state.step);
     }
+    // The model settings this run's checkpoints record (also over a resumed checkpoint from before they were kept).
+    const auto model_values = config_section_values(cfg, "model");
+    r.state.model_config = {model_values.begin(), model_values.end()};
     r.train = batch_stream_make(data.train, B, T, r.state.data_position);
     r.val = batch_stream_make(data.val, B, T, 0);
     batch_stream_require(r.val, tc.eval_batches, "train.eval_batches validation batches");
