@@ -3,7 +3,6 @@
 #include "dist/nccl_communicator.h"
 
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <fmt/format.h>
 
@@ -11,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "dist/nccl_library.h"
 #include "engine/error.h"
 
 namespace skew {
@@ -62,6 +62,32 @@ struct CommStream {
     CommStream& operator=(const CommStream&) = delete;
 };
 
+/// An open ncclGroupStart ... ncclGroupEnd bracket: end() closes it and checks NCCL's answer; a
+/// throw inside the bracket (a failed ncclSend, say) closes it in the destructor, so the thread is
+/// not left inside a group whose calls NCCL would never launch.
+class NcclGroup {
+  public:
+    explicit NcclGroup(int rank) : rank_(rank) {
+        const ncclResult_t rc = nccl_api().group_start();
+        if (rc != ncclSuccess) fail("nccl rank {}: ncclGroupStart failed: {}", rank_, nccl_api().get_error_string(rc));
+        open_ = true;
+    }
+    ~NcclGroup() {
+        if (open_) nccl_api().group_end();  // already failing: the first error is the one reported
+    }
+    NcclGroup(const NcclGroup&) = delete;
+    NcclGroup& operator=(const NcclGroup&) = delete;
+    /// Close the group (its calls are launched here); returns ncclGroupEnd's result.
+    ncclResult_t end() {
+        open_ = false;
+        return nccl_api().group_end();
+    }
+
+  private:
+    int rank_;
+    bool open_ = false;
+};
+
 /// Where a communicator's communication stream lives: made on first use, shared with splits.
 struct CommStreamSlot {
     std::unique_ptr<CommStream> cs;
@@ -78,21 +104,23 @@ struct NcclCommunicator final : Communicator {
 
     NcclCommunicator(ncclComm_t c, cudaStream_t s, int dev, std::shared_ptr<CommStreamSlot> slot)
         : comm(c), stream(s), device(dev), comm_stream(std::move(slot)) {
-        check(ncclCommUserRank(comm, &rank_), "ncclCommUserRank");
-        check(ncclCommCount(comm, &size_), "ncclCommCount");
+        check(nccl_api().comm_user_rank(comm, &rank_), "ncclCommUserRank");
+        check(nccl_api().comm_count(comm, &size_), "ncclCommCount");
         if (cudaMalloc(&barrier_word, sizeof(int32_t)) != cudaSuccess)
             fail("rank {}: cudaMalloc of the NCCL barrier word failed", rank_);
+        // barrier() sums this word over the ranks: a defined value (0), not cudaMalloc's leftovers
+        check_cuda(cudaMemsetAsync(barrier_word, 0, sizeof(int32_t), stream), rank_, "cudaMemsetAsync (barrier word)");
     }
     ~NcclCommunicator() override {
         // a sum still in flight on the communication stream reads this communicator
         if (comm_stream && comm_stream->cs) cudaStreamSynchronize(comm_stream->cs->stream);
         if (barrier_word) cudaFree(barrier_word);
-        if (comm) ncclCommDestroy(comm);
+        if (comm) nccl_api().comm_destroy(comm);
     }
 
     void check(ncclResult_t rc, const char* call) const {
         if (rc == ncclSuccess) return;
-        fail("nccl rank {} of {}: {} failed: {}{}", rank_, size_, call, ncclGetErrorString(rc),
+        fail("nccl rank {} of {}: {} failed: {}{}", rank_, size_, call, nccl_api().get_error_string(rc),
              rc == ncclSystemError || rc == ncclRemoteError ? " (a peer died or the network failed)" : "");
     }
     void sum_allowed(CommDType t) const {
@@ -109,7 +137,7 @@ struct NcclCommunicator final : Communicator {
 
     void allreduce_sum(void* data, int64_t count, CommDType t) override {
         sum_allowed(t);
-        check(ncclAllReduce(data, data, size_t(count), nccl_type(t), ncclSum, comm, stream), "ncclAllReduce");
+        check(nccl_api().all_reduce(data, data, size_t(count), nccl_type(t), ncclSum, comm, stream), "ncclAllReduce");
     }
     int64_t start_allreduce_sum(void* data, int64_t count, CommDType t) override {
         sum_allowed(t);
@@ -119,7 +147,7 @@ struct NcclCommunicator final : Communicator {
         // bucket's gradients), then sums; `done` marks the last sum started
         check_cuda(cudaEventRecord(cs.ready, stream), rank_, "cudaEventRecord (gradients ready)");
         check_cuda(cudaStreamWaitEvent(cs.stream, cs.ready, 0), rank_, "cudaStreamWaitEvent (communication stream)");
-        check(ncclAllReduce(data, data, size_t(count), nccl_type(t), ncclSum, comm, cs.stream), "ncclAllReduce (started)");
+        check(nccl_api().all_reduce(data, data, size_t(count), nccl_type(t), ncclSum, comm, cs.stream), "ncclAllReduce (started)");
         check_cuda(cudaEventRecord(cs.done, cs.stream), rank_, "cudaEventRecord (sum done)");
         cs.in_flight = true;
         return started++;
@@ -143,11 +171,11 @@ struct NcclCommunicator final : Communicator {
     }
     void reduce_scatter_sum(const void* send, void* recv, int64_t recv_count, CommDType t) override {
         sum_allowed(t);
-        check(ncclReduceScatter(send, recv, size_t(recv_count), nccl_type(t), ncclSum, comm, stream),
+        check(nccl_api().reduce_scatter(send, recv, size_t(recv_count), nccl_type(t), ncclSum, comm, stream),
               "ncclReduceScatter");
     }
     void allgather(const void* send, void* recv, int64_t count, CommDType t) override {
-        check(ncclAllGather(send, recv, size_t(count), nccl_type(t), comm, stream), "ncclAllGather");
+        check(nccl_api().all_gather(send, recv, size_t(count), nccl_type(t), comm, stream), "ncclAllGather");
     }
     void allgatherv(const void* send, void* recv, std::span<const int64_t> counts, std::span<const int64_t> displs,
                     CommDType t) override {
@@ -155,13 +183,13 @@ struct NcclCommunicator final : Communicator {
         require_per_rank(displs, "allgatherv displs");
         const int64_t es = comm_dtype_bytes(t);
         char* out = static_cast<char*>(recv);
-        check(ncclGroupStart(), "ncclGroupStart");
+        NcclGroup group(rank_);
         for (int r = 0; r < size_; ++r) {
             void* dst = out + displs[size_t(r)] * es;
             const void* src = r == rank_ ? send : dst;
-            check(ncclBroadcast(src, dst, size_t(counts[size_t(r)]), nccl_type(t), r, comm, stream), "ncclBroadcast");
+            check(nccl_api().broadcast(src, dst, size_t(counts[size_t(r)]), nccl_type(t), r, comm, stream), "ncclBroadcast");
         }
-        check(ncclGroupEnd(), "ncclGroupEnd (allgatherv)");
+        check(group.end(), "ncclGroupEnd (allgatherv)");
     }
     void alltoallv(const void* send, std::span<const int64_t> send_counts, std::span<const int64_t> send_displs,
                    void* recv, std::span<const int64_t> recv_counts, std::span<const int64_t> recv_displs,
@@ -173,29 +201,29 @@ struct NcclCommunicator final : Communicator {
         const int64_t es = comm_dtype_bytes(t);
         const char* s = static_cast<const char*>(send);
         char* d = static_cast<char*>(recv);
-        check(ncclGroupStart(), "ncclGroupStart");
+        NcclGroup group(rank_);
         for (int r = 0; r < size_; ++r) {
             if (send_counts[size_t(r)] > 0)
-                check(ncclSend(s + send_displs[size_t(r)] * es, size_t(send_counts[size_t(r)]), nccl_type(t), r, comm,
+                check(nccl_api().send(s + send_displs[size_t(r)] * es, size_t(send_counts[size_t(r)]), nccl_type(t), r, comm,
                                stream),
                       "ncclSend");
             if (recv_counts[size_t(r)] > 0)
-                check(ncclRecv(d + recv_displs[size_t(r)] * es, size_t(recv_counts[size_t(r)]), nccl_type(t), r, comm,
+                check(nccl_api().recv(d + recv_displs[size_t(r)] * es, size_t(recv_counts[size_t(r)]), nccl_type(t), r, comm,
                                stream),
                       "ncclRecv");
         }
-        check(ncclGroupEnd(), "ncclGroupEnd (alltoallv)");
+        check(group.end(), "ncclGroupEnd (alltoallv)");
     }
     void broadcast(void* data, int64_t count, CommDType t, int root) override {
-        check(ncclBroadcast(data, data, size_t(count), nccl_type(t), root, comm, stream), "ncclBroadcast");
+        check(nccl_api().broadcast(data, data, size_t(count), nccl_type(t), root, comm, stream), "ncclBroadcast");
     }
     void barrier() override {
-        check(ncclAllReduce(barrier_word, barrier_word, 1, ncclInt32, ncclSum, comm, stream), "ncclAllReduce (barrier)");
+        check(nccl_api().all_reduce(barrier_word, barrier_word, 1, ncclInt32, ncclSum, comm, stream), "ncclAllReduce (barrier)");
         if (cudaStreamSynchronize(stream) != cudaSuccess) fail("nccl rank {}: cudaStreamSynchronize (barrier) failed", rank_);
     }
     std::unique_ptr<Communicator> split(int color, int key) override {
         ncclComm_t sub = nullptr;
-        check(ncclCommSplit(comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr), "ncclCommSplit");
+        check(nccl_api().comm_split(comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr), "ncclCommSplit");
         if (!sub) fail("nccl rank {}: ncclCommSplit with color {} gave no communicator", rank_, color);
         return std::make_unique<NcclCommunicator>(sub, stream, device, comm_stream);
     }
@@ -210,15 +238,15 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int dev
     ncclUniqueId id;
     std::memset(&id, 0, sizeof(id));
     if (host.rank() == 0) {
-        const ncclResult_t rc = ncclGetUniqueId(&id);
-        if (rc != ncclSuccess) fail("rank 0: ncclGetUniqueId failed: {}", ncclGetErrorString(rc));
+        const ncclResult_t rc = nccl_api().get_unique_id(&id);
+        if (rc != ncclSuccess) fail("rank 0: ncclGetUniqueId failed: {}", nccl_api().get_error_string(rc));
     }
     host.broadcast(&id, int64_t(sizeof(id)), CommDType::BYTE, 0);
     ncclComm_t comm = nullptr;
-    const ncclResult_t rc = ncclCommInitRank(&comm, host.world_size(), id, host.rank());
+    const ncclResult_t rc = nccl_api().comm_init_rank(&comm, host.world_size(), id, host.rank());
     if (rc != ncclSuccess)
         fail("rank {}: ncclCommInitRank ({} ranks, device {}) failed: {}", host.rank(), host.world_size(), device,
-             ncclGetErrorString(rc));
+             nccl_api().get_error_string(rc));
     return std::make_unique<NcclCommunicator>(comm, static_cast<cudaStream_t>(stream), device,
                                               std::make_shared<CommStreamSlot>());
 }

@@ -19,7 +19,9 @@ namespace skew {
 /// use, shared with the communicators split from this one) after a cudaStreamWaitEvent on an event
 /// recorded on `stream`; wait()/wait_all() make `stream` wait on an event recorded after the last
 /// such sum (docs/distributed.md, "Overlap with the backward pass").
-/// Throws skew::Error naming the call, the NCCL error string and the rank on any failure.
+/// NCCL itself is loaded here on first use (dist/nccl_library.h), not at program start.
+/// Throws skew::Error naming the call, the NCCL error string and the rank on any failure, and
+/// the files tried when NCCL cannot be loaded.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int device, void* stream);
 
 }  // namespace skew
