@@ -1,5 +1,5 @@
 // Running the built `skew` binary from a test as a user would: arguments in, exit status and the
-// combined stdout/stderr out. SKEW_BINARY is set by tests/CMakeLists.txt.
+// combined stdout/stderr out. The program is skew_binary() (tests/test_paths.h).
 #pragma once
 #include <catch2/catch.hpp>
 
@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <string>
+
+#include "tests/test_paths.h"
 
 namespace skew::test {
 
@@ -29,7 +31,7 @@ inline Run run_shell(const std::string& cmd) {
 
 /// Run `skew <args>` through the shell and wait for it; with `dir`, in that working directory.
 inline Run run_skew(const std::string& args, const std::string& dir = "") {
-    return run_shell((dir.empty() ? "" : "cd '" + dir + "' && ") + std::string(SKEW_BINARY) + " " + args);
+    return run_shell((dir.empty() ? "" : "cd '" + dir + "' && ") + skew_binary() + " " + args);
 }
 
 }  // namespace skew::test

@@ -34,7 +34,7 @@ inline Run mpirun_spec(const std::string& spec, int timeout_s = 500, bool one_om
 
 /// `mpirun -np <np> --oversubscribe skew <args>`, one OpenMP thread per rank (mpirun_spec).
 inline Run mpirun_skew(int np, const std::string& args, int timeout_s = 500) {
-    return mpirun_spec("-np " + std::to_string(np) + " " + std::string(SKEW_BINARY) + " " + args, timeout_s, true);
+    return mpirun_spec("-np " + std::to_string(np) + " " + skew_binary() + " " + args, timeout_s, true);
 }
 
 /// Whether `mpirun` is on PATH.
@@ -50,7 +50,7 @@ inline std::string dist_work_dir(const std::string& name) {
 /// tests/fixtures/train/sample.jsonl prepared (`skew prepare`, the GPT-2 fixture tokenizer) into
 /// <work_dir>/prep, once per folder; returns that folder.
 inline std::string prepared_sample(const std::string& work_dir) {
-    const std::string out = work_dir + "/prep", src = SKEW_SOURCE_DIR;
+    const std::string out = work_dir + "/prep", src = source_dir();
     if (std::filesystem::exists(out + "/manifest.json")) return out;
     Run r = run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " + out + " --tokenizer " +
                      src + "/tests/fixtures/data/gpt2 --no-progress");

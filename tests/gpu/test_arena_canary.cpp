@@ -19,14 +19,14 @@
 #include "optim/optimizer.h"
 #include "optim/optimizer_cuda.h"
 #include "tests/gpu/gpu_harness.h"
+#include "tests/test_paths.h"
 
 using namespace skew;
 using namespace skew::test;
 
 namespace {
 std::string tiny_yaml() {
-    const std::string built = std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml";
-    return std::filesystem::exists(built) ? built : std::string("configs/tiny.yaml");
+    return skew::test::source_path("configs/tiny.yaml");
 }
 
 // Non-finite fp32 / bf16 elements of buffer i of a host arena.

@@ -23,6 +23,7 @@
 #include "optim/optimizer_runner.h"
 #include "plan/plan.h"
 #include "tests/gpu/gpu_harness.h"
+#include "tests/test_paths.h"
 #include "train/backend_factory.h"
 #include "train/deferred_experts.h"
 #include "train/idle_experts.h"
@@ -43,8 +44,7 @@ constexpr double STATE_NMSE = 1e-6;      // every fp32 state tensor and fp32 wei
 constexpr double BF16_DIFFER_FRAC = 1e-2;  // bf16 weights that differ at all (a wrong noise key: ~1/2)
 
 std::string tiny_path() {
-    const std::string built = std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml";
-    return std::filesystem::exists(built) ? built : std::string("configs/tiny.yaml");
+    return skew::test::source_path("configs/tiny.yaml");
 }
 
 Config tiny(std::vector<std::string> overrides) {

@@ -13,6 +13,7 @@
 #include "model/inference.h"
 #include "model/model.h"
 #include "tests/gpu/gpu_harness.h"
+#include "tests/test_paths.h"
 
 using namespace skew;
 using namespace skew::test;
@@ -20,8 +21,7 @@ using namespace skew::test;
 namespace {
 
 std::string tiny_config() {
-    const std::string built = std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml";
-    return std::filesystem::exists(built) ? built : std::string("configs/tiny.yaml");
+    return skew::test::source_path("configs/tiny.yaml");
 }
 
 double rel(const std::vector<float>& a, const std::vector<float>& b) {

@@ -40,7 +40,7 @@ namespace {
 
 // `timeout 300 mpirun --oversubscribe -np 1 skew ARGS`: exit status and output.
 test::Run mpirun1(const std::string& args) {
-    return test::mpirun_spec("-np 1 " + std::string(SKEW_BINARY) + " " + args, 300);
+    return test::mpirun_spec("-np 1 " + skew::test::skew_binary() + " " + args, 300);
 }
 
 }  // namespace
@@ -85,7 +85,7 @@ TEST_CASE("NCCL with one rank: gradient sums overlapped with the backward (secon
           "sums on configs/tiny.yaml",
           "[gpu][dist]") {
     SKEW_REQUIRE_MPIRUN();
-    const std::string dir = (test::test_temp_root() / "nccl-overlap").string(), src = SKEW_SOURCE_DIR;
+    const std::string dir = (test::test_temp_root() / "nccl-overlap").string(), src = skew::test::source_dir();
     fs::create_directories(dir);
     test::Run prep = test::run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " + dir +
                                     "/prep --tokenizer " + src + "/tests/fixtures/data/gpt2 --no-progress");

@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 TEST_CASE("NCCL with one rank (mpirun -np 1) equals the single-process CUDA run on configs/tiny.yaml", "[gpu][dist]") {
     SKEW_REQUIRE_MPIRUN();
-    const std::string dir = (skew::test::test_temp_root() / "nccl-world1").string(), src = SKEW_SOURCE_DIR;
+    const std::string dir = (skew::test::test_temp_root() / "nccl-world1").string(), src = skew::test::source_dir();
     fs::create_directories(dir);
     skew::test::Run prep = skew::test::run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " +
                                                 dir + "/prep --tokenizer " + src + "/tests/fixtures/data/gpt2 --no-progress");
@@ -41,7 +41,7 @@ TEST_CASE("NCCL with one rank (mpirun -np 1) equals the single-process CUDA run 
     skew::test::Run again = skew::test::run_skew(args + dir + "/again");  // is one process deterministic?
     REQUIRE(again.status == 0);
     const skew::test::Run nccl =
-        skew::test::mpirun_spec("-np 1 " + std::string(SKEW_BINARY) + " " + args + dir + "/nccl", 300);
+        skew::test::mpirun_spec("-np 1 " + skew::test::skew_binary() + " " + args + dir + "/nccl", 300);
     const std::string& out = nccl.output;
     INFO(out);
     REQUIRE(nccl.status == 0);

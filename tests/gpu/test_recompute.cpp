@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "plan/plan.h"
 #include "tests/gpu/gpu_harness.h"
+#include "tests/test_paths.h"
 
 using namespace skew;
 using namespace skew::test;
@@ -28,8 +29,7 @@ namespace {
 constexpr double MODE_GRAD_NMSE = 1e-6;  // between modes on one device (expected 0)
 
 std::string tiny_config_path() {
-    const std::string built = std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml";
-    return std::filesystem::exists(built) ? built : std::string("configs/tiny.yaml");
+    return skew::test::source_path("configs/tiny.yaml");
 }
 
 struct ModeStep {

@@ -23,6 +23,7 @@
 #include "optim/optimizer_cuda.h"
 #include "kernels/cuda/device_alloc.h"
 #include "tests/gpu/gpu_harness.h"
+#include "tests/test_paths.h"
 
 using namespace skew;
 using namespace skew::test;
@@ -75,8 +76,7 @@ std::vector<float> host_f32(Backend& be, ConstTensorRef t, int64_t n) {
 // configs/tiny.yaml of the source tree; a binary carried to another machine (bench/gpu_check.sh's
 // carry mode) runs from the repository root there, so fall back to the relative path.
 std::string tiny_config() {
-    const std::string built = std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml";
-    return std::filesystem::exists(built) ? built : std::string("configs/tiny.yaml");
+    return skew::test::source_path("configs/tiny.yaml");
 }
 
 // One side of the comparison: a model over its own arena and backend.
