@@ -177,7 +177,7 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                 const float inv_sqrt_bc2 = corrected ? float(1.0 / std::sqrt(1.0 - std::pow(opt.beta2, t))) : 1.0f;
                 WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
                 cuda::optim_adamw_step(dt, need_state(s, StateKind::ADAM_M), need_state(s, StateKind::ADAM_V),
-                                       float(opt.beta1), float(opt.beta2), inv_bc1, inv_sqrt_bc2, float(opt.eps),
+                                       opt.beta1, opt.beta2, inv_bc1, inv_sqrt_bc2, float(opt.eps),
                                        device_write(wb), ctx.stream);
                 break;
             }
