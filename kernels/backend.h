@@ -334,6 +334,22 @@ struct Backend {
     /// a host value (the CUDA backend synchronizes). Non-finite values propagate (inf/NaN result).
     virtual double sum_squares(std::span<const BufferRef> buffers) = 0;
 
+    /// out[0] += alpha * Σ a[r ld + c] b[r ld + c] over r < rows, c < cols: the dot product of two
+    /// fp32 (rows, cols) sub-matrices with leading dimension ld (>= cols), on the backend's stream,
+    /// one reduction in an order fixed by the shape (deterministic run to run). `out` is one fp32
+    /// value anywhere in backend memory (4-byte alignment suffices). The CPU backend computes it
+    /// as its matmul of shape (1, 1, rows cols) when ld == cols (row by row otherwise); the CUDA
+    /// backend as one block's fixed tree in double, with no library plan. Used by the deferred
+    /// expert gradients' Gram-identity norm (docs/design.md "Deferred expert gradients").
+    virtual void dot_accumulate(float* out, const float* a, const float* b, int64_t rows, int64_t cols, int64_t ld,
+                                float alpha) = 0;
+
+    /// The row count the backend's matmul prefers when a caller's row counts vary from call to
+    /// call: the CUDA backend keeps one cuBLASLt plan per shape, so such a caller reads a multiple
+    /// of this many rows (within valid memory) and uses the rows it needs, keeping the set of
+    /// shapes small. 1 (the default): every shape costs the same.
+    virtual int64_t matmul_row_granularity() const { return 1; }
+
     // ---- cross-entropy over the padded vocabulary, tied LM head
 
     /// Per-token loss from fp32 logits: losses[i] = logsumexp(logits[i, :V]) - logits[i, target[i]];

@@ -652,22 +652,23 @@ void model_init(Model& m, uint64_t seed) {
     for (const ParamRef& p : m.params) {
         const ParamInfo& info = *p.info;
         const int64_t n = info.numel();
+        const bool normal = info.role != Role::NORM_WEIGHT && info.role != Role::NORM_BIAS && info.role != Role::ROUTER;
+        const bool out_proj = info.role == Role::ATTN_O || info.role == Role::FFN_W3 || info.role == Role::EXPERT_W3;
+        const float std = float(out_proj ? out_std : c.init_std);
+        if (normal && info.element_offset() == 0) {
+            // Drawn where the weights live (the CUDA backend: a kernel; the CPU: host loops); no host
+            // buffer of the tensor's size is made (an expert bank of the paper's model is 8.6 GB in fp32).
+            m.backend->init_normal(TensorRef(p.weight, info.dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32), n,
+                                   seed, info.index, std);
+            continue;
+        }
         host.assign(size_t(n), 0.0f);
         switch (info.role) {
             case Role::NORM_WEIGHT: std::fill(host.begin(), host.end(), 1.0f); break;
             case Role::NORM_BIAS:
             case Role::ROUTER: break;  // zero
             default: {
-                const bool out_proj =
-                    info.role == Role::ATTN_O || info.role == Role::FFN_W3 || info.role == Role::EXPERT_W3;
-                const float std = float(out_proj ? out_std : c.init_std);
                 const int64_t offset = info.element_offset();
-                if (offset == 0) {
-                    // Drawn where the weights live (the CUDA backend: a kernel; the CPU: host loops).
-                    m.backend->init_normal(TensorRef(p.weight, info.dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32),
-                                           n, seed, info.index, std);
-                    continue;
-                }
                 // An expert-parallel shard of a bank: the global elements [offset, offset + n), on the host.
 #pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
                 for (int64_t i = 0; i < n; ++i) host[size_t(i)] = init_normal_value(seed, info.index, uint64_t(offset + i), std);
@@ -744,7 +745,20 @@ double gram_grad_sq_norm(const float* X, const float* dY, int64_t rows, int64_t 
     return total;
 }
 
+RowWindow gram_row_window(int64_t first, int64_t rows, int64_t max_rows, int64_t total_rows, int64_t granularity) {
+    if (rows < 0 || first < 0 || first + rows > total_rows || rows > max_rows || max_rows > total_rows || granularity < 1)
+        fail("gram_row_window: rows [{}, {}) of {} (at most {} at a time, granularity {})", first, first + rows,
+             total_rows, max_rows, granularity);
+    const int64_t want = std::min(max_rows, (rows + granularity - 1) / granularity * granularity);
+    // start at `first` unless the window would run past the buffer's end; then end at the end
+    return RowWindow{std::min(first, total_rows - want), want};
+}
+
 double deferred_expert_grad_sq_norm(Model& m) {
+    return deferred_expert_grad_sq_norm(m, m.backend->matmul_row_granularity());
+}
+
+double deferred_expert_grad_sq_norm(Model& m, int64_t granularity) {
     if (!m.deferred.on) return 0.0;
     Backend& be = *m.backend;
     const Dims x = dims_of(m);
@@ -776,15 +790,20 @@ double deferred_expert_grad_sq_norm(Model& m) {
             for (size_t i = 0; i < blocks.size(); ++i)
                 for (size_t j = i; j < blocks.size(); ++j) {
                     const Block &p = blocks[i], &q = blocks[j];
-                    // G = A_p A_q^T (rows_p, rows_q) fp32 over rows of `width` bf16 values
+                    const RowWindow wp = gram_row_window(p.r0, p.rows, df.gram_rows, x.NK, granularity);
+                    const RowWindow wq = gram_row_window(q.r0, q.rows, df.gram_rows, x.NK, granularity);
+                    // G = A_p A_q^T over the windows (wp.rows, wq.rows) fp32, rows of `width` bf16 values;
+                    // the blocks' entries start at (p.r0 - wp.first, q.r0 - wq.first)
                     auto gram = [&](float* g, const bf16* A, const bf16* B, int64_t width) {
-                        be.matmul(TensorRef(g), ConstTensorRef(A + p.r0 * width), ConstTensorRef(B + q.r0 * width),
-                                  MatmulShape{p.rows, q.rows, width, false, true, 1.0f, 0.0f});
+                        be.matmul(TensorRef(g), ConstTensorRef(A + wp.first * width),
+                                  ConstTensorRef(B + wq.first * width),
+                                  MatmulShape{wp.rows, wq.rows, width, false, true, 1.0f, 0.0f});
                     };
-                    // partial += w <G_X, G_Y>: the off-diagonal pair (j, i) contributes the same again
+                    // partial += w <G_X, G_Y> over the blocks' entries: the pair (j, i) contributes the same again
+                    const int64_t at = (p.r0 - wp.first) * wq.rows + (q.r0 - wq.first);
                     auto dot = [&](int64_t bank) {
-                        be.matmul(TensorRef(partials + 3 * e + bank), ConstTensorRef(gx), ConstTensorRef(gy),
-                                  MatmulShape{1, 1, p.rows * q.rows, false, false, i == j ? 1.0f : 2.0f, 1.0f});
+                        be.dot_accumulate(partials + 3 * e + bank, gx + at, gy + at, p.rows, q.rows, wq.rows,
+                                          i == j ? 1.0f : 2.0f);
                     };
                     gram(gx, p.k->moe_in, q.k->moe_in, x.d);
                     gram(gy, p.k->d_moe_h1, q.k->d_moe_h1, x.de);

@@ -198,13 +198,30 @@ double model_clip_gradients(Model& m, double max_norm);
 /// it (docs/design.md "Deferred expert gradients"). rows x rows dot products: O(rows^2 (in+out)).
 double gram_grad_sq_norm(const float* X, const float* dY, int64_t rows, int64_t in_features, int64_t out_features);
 
+/// Rows a Gram product reads for a block of `rows` rows starting at row `first` of a buffer of
+/// `total_rows` rows: `rows` rounded up to a multiple of `granularity` (the backend's
+/// matmul_row_granularity), at most `max_rows`, moved back from `first` where it would pass the
+/// buffer's end; the block's rows lie inside it. Granularity 1 gives the block itself. Throws
+/// skew::Error when the block does not fit the buffer or max_rows.
+struct RowWindow {
+    int64_t first = 0, rows = 0;
+};
+RowWindow gram_row_window(int64_t first, int64_t rows, int64_t max_rows, int64_t total_rows, int64_t granularity);
+
 /// The squared norm of every expert bank's gradient in deferred mode by the Gram identity, on the
 /// backend with its matrix products: per expert, its rows over the step's microbatches in blocks
 /// of at most gram_rows (a block lies in one microbatch); per pair of blocks (i <= j) the fp32 Gram
-/// blocks G_X = X_i X_j^T and G_Y = dY_i dY_j^T and their dot product (a 1 x 1 product with k =
-/// rows_i rows_j, weight 2 when i < j) accumulated into the expert's and bank's fp32 partial
-/// (ws.expert_gram); the 3 E partials are read once and summed in double. w1 and w2 share G_X.
+/// blocks G_X = X_i X_j^T and G_Y = dY_i dY_j^T and their dot product (Backend::dot_accumulate over
+/// the blocks' rows_i x rows_j entries, weight 2 when i < j) accumulated into the expert's and
+/// bank's fp32 partial (ws.expert_gram); the 3 E partials are read once and summed in double. w1
+/// and w2 share G_X. The products read gram_row_window's rows, so a backend with per-shape plans
+/// sees a small set of shapes however the tokens are routed.
 /// 0 when m.deferred.on is false. model_grad_norm includes it. One host synchronization per call.
 double deferred_expert_grad_sq_norm(Model& m);
+
+/// deferred_expert_grad_sq_norm with the Gram products' row windows rounded to `granularity`
+/// (gram_row_window) instead of the backend's matmul_row_granularity: the same norm up to fp32
+/// rounding for every granularity >= 1.
+double deferred_expert_grad_sq_norm(Model& m, int64_t granularity);
 
 }  // namespace skew

@@ -113,6 +113,18 @@ struct CpuBackend final : Backend {
     void zero(TensorRef x, int64_t n) override { cpu::zero(x, n); }
     void convert(TensorRef dst, ConstTensorRef src, int64_t n) override { cpu::convert(dst, src, n); }
     double sum_squares(std::span<const BufferRef> buffers) override { return cpu::sum_squares(buffers); }
+    void dot_accumulate(float* out, const float* a, const float* b, int64_t rows, int64_t cols, int64_t ld,
+                        float alpha) override {
+        if (rows < 0 || cols < 0 || ld < cols) fail("dot_accumulate: bad shape rows {} cols {} ld {}", rows, cols, ld);
+        if (ld == cols) {  // contiguous: the (1, 1, rows cols) product the Gram norm has always used here
+            cpu::matmul(TensorRef(out), ConstTensorRef(a), ConstTensorRef(b),
+                        MatmulShape{1, 1, rows * cols, false, false, alpha, 1.0f});
+            return;
+        }
+        for (int64_t r = 0; r < rows; ++r)
+            cpu::matmul(TensorRef(out), ConstTensorRef(a + r * ld), ConstTensorRef(b + r * ld),
+                        MatmulShape{1, 1, cols, false, false, alpha, 1.0f});
+    }
 
     void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n_tokens,
                                int64_t vocab_size, int64_t padded_vocab_size) override {

@@ -160,7 +160,10 @@ void CudaBackend::copy_to_device(void* dst, const void* src, int64_t bytes) {
 void CudaBackend::copy_to_host(void* dst, const void* src, int64_t bytes) {
     check_nonneg("copy_to_host bytes", bytes);
     if (bytes > 0) cuda_check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost, stream_));
-    synchronize();
+    // a read writes no device memory: the prefetched expert offsets stay valid (the forward's loss
+    // read would otherwise send every MoE block's backward through a synchronous copy)
+    cuda_check(cudaStreamSynchronize(stream_));
+    check_errors();
 }
 
 void CudaBackend::set_matmul_workspace(void* workspace, int64_t bytes) { mm_->set_workspace(workspace, bytes); }
@@ -304,6 +307,11 @@ void CudaBackend::init_normal(TensorRef x, int64_t n, uint64_t seed, uint32_t te
 }
 
 void CudaBackend::convert(TensorRef dst, ConstTensorRef src, int64_t n) { cuda::convert(dst, src, n, stream_); }
+
+void CudaBackend::dot_accumulate(float* out, const float* a, const float* b, int64_t rows, int64_t cols, int64_t ld,
+                                 float alpha) {
+    cuda::dot_accumulate(out, a, b, rows, cols, ld, alpha, stream_);
+}
 
 double CudaBackend::sum_squares(std::span<const BufferRef> buffers) {
     SKEW_NVTX_RANGE("grad_norm sum_squares");

@@ -117,6 +117,10 @@ public:
     void init_normal(TensorRef x, int64_t n, uint64_t seed, uint32_t tensor, float std) override;
     void convert(TensorRef dst, ConstTensorRef src, int64_t n) override;
     double sum_squares(std::span<const BufferRef> buffers) override;
+    void dot_accumulate(float* out, const float* a, const float* b, int64_t rows, int64_t cols, int64_t ld,
+                        float alpha) override;
+    /// cuBLASLt plans are per shape (kernels/cuda/matmul.cpp): variable row counts read multiples of 128.
+    int64_t matmul_row_granularity() const override { return 128; }
 
     void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n_tokens,
                                int64_t vocab_size, int64_t padded_vocab_size) override;

@@ -86,6 +86,24 @@ __global__ void sum_partials_kernel(double* __restrict__ out, const double* __re
     if (threadIdx.x == 0) *out = acc;
 }
 
+constexpr int kDotThreads = 512;
+
+// One block: thread t sums the products of elements i = t, t + kDotThreads, ... of the rows x cols
+// sub-matrix (element i at row i / cols, column i % cols) in double, then block_sum's fixed tree;
+// thread 0 adds alpha times the total to *out (in fp32, once).
+__global__ void dot_accumulate_kernel(float* __restrict__ out, const float* __restrict__ a, const float* __restrict__ b,
+                                      int64_t rows, int64_t cols, int64_t ld, float alpha) {
+    __shared__ double smem[32];
+    double acc = 0.0;
+    const int64_t n = rows * cols;
+    for (int64_t i = threadIdx.x; i < n; i += kDotThreads) {
+        const int64_t at = i / cols * ld + i % cols;
+        acc += double(a[at]) * double(b[at]);
+    }
+    acc = block_sum(acc, smem);
+    if (threadIdx.x == 0) *out = float(double(*out) + double(alpha) * acc);
+}
+
 int64_t count_blocks(std::span<const BufferRef> buffers) {
     int64_t blocks = 0;
     for (const BufferRef& b : buffers) blocks += (b.numel + kSumSquaresChunk - 1) / kSumSquaresChunk;
@@ -103,6 +121,16 @@ void residual_forward(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaSt
     if (n == 0) return;
     residual_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, a, b, n);
     cuda_check_kernel("residual_kernel");
+}
+
+void dot_accumulate(float* out, const float* a, const float* b, int64_t rows, int64_t cols, int64_t ld, float alpha,
+                    cudaStream_t stream) {
+    check_nonneg("dot_accumulate rows", rows);
+    check_nonneg("dot_accumulate cols", cols);
+    if (ld < cols) throw_op_error("dot_accumulate", "the leading dimension is smaller than cols");
+    if (rows == 0 || cols == 0) return;
+    dot_accumulate_kernel<<<1, kDotThreads, 0, stream>>>(out, a, b, rows, cols, ld, alpha);
+    cuda_check_kernel("dot_accumulate_kernel");
 }
 
 void accumulate(TensorRef dst, ConstTensorRef src, int64_t n, cudaStream_t stream) {

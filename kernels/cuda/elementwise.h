@@ -35,4 +35,11 @@ int64_t sum_squares_scratch_bytes(std::span<const BufferRef> buffers);
 /// host value. scratch: sum_squares_scratch_bytes bytes of device memory, 16-byte aligned.
 double sum_squares(std::span<const BufferRef> buffers, void* scratch, cudaStream_t stream);
 
+/// out[0] += alpha * Σ a[r ld + c] b[r ld + c] (r < rows, c < cols; fp32), one block: each thread
+/// sums a fixed stride of the rows cols elements in double, then a fixed tree; deterministic for a
+/// given shape, no scratch, no library call. out: one fp32 value, 4-byte aligned. Throws on
+/// rows < 0, cols < 0 or ld < cols.
+void dot_accumulate(float* out, const float* a, const float* b, int64_t rows, int64_t cols, int64_t ld, float alpha,
+                    cudaStream_t stream);
+
 }  // namespace skew::cuda

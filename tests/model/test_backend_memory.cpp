@@ -177,6 +177,11 @@ struct GuardedBackend : Backend {
         Open open_arena(*this);
         inner_->convert(dst, src, n);
     }
+    void dot_accumulate(float* out, const float* a, const float* b, int64_t rows, int64_t cols, int64_t ld,
+                        float alpha) override {
+        Open open_arena(*this);
+        inner_->dot_accumulate(out, a, b, rows, cols, ld, alpha);
+    }
     double sum_squares(std::span<const BufferRef> buffers) override {
         Open open_arena(*this);
         return inner_->sum_squares(buffers);
