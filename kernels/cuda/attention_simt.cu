@@ -67,8 +67,10 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
     constexpr int S = D + 2, C = (D + 31) / 32;
     __shared__ __align__(16) bf16 sQ[kTile * S], sK[kTile * S], sV[kTile * S];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
-    const int64_t q0 = int64_t(blockIdx.x) * kTile;
+    // one flat grid (block = bh * tiles + query tile): B * H is not bounded by grid.y's 65,535
+    const int64_t tiles = (T + kTile - 1) / kTile, bh = int64_t(blockIdx.x) / tiles, b = bh / H, h = bh % H,
+                  g = h / (H / KV);
+    const int64_t q0 = int64_t(blockIdx.x) % tiles * kTile;
     const int q_valid = tile_valid(T, q0);
     load_tile<D>(sQ, q + ((b * T + q0) * H + h) * D, H * D, q_valid);
 
@@ -132,8 +134,10 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
     constexpr int S = D + 2, C = (D + 31) / 32;
     __shared__ __align__(16) bf16 sQ[kTile * S], sG[kTile * S], sK[kTile * S], sV[kTile * S];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
-    const int64_t q0 = int64_t(blockIdx.x) * kTile;
+    // one flat grid (block = bh * tiles + query tile): B * H is not bounded by grid.y's 65,535
+    const int64_t tiles = (T + kTile - 1) / kTile, bh = int64_t(blockIdx.x) / tiles, b = bh / H, h = bh % H,
+                  g = h / (H / KV);
+    const int64_t q0 = int64_t(blockIdx.x) % tiles * kTile;
     const int q_valid = tile_valid(T, q0);
     load_tile<D>(sQ, q + ((b * T + q0) * H + h) * D, H * D, q_valid);
     load_tile<D>(sG, dout + ((b * T + q0) * H + h) * D, H * D, q_valid);
@@ -196,8 +200,9 @@ __global__ void __launch_bounds__(kKvWarps * 32)
     __shared__ __align__(16) bf16 sQ[kTile * S], sG[kTile * S], sK[kTile * S], sV[kTile * S];
     __shared__ float sP[kTile][kTile + 1], sDS[kTile][kTile + 1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t bg = blockIdx.y, b = bg / KV, g = bg % KV, group = H / KV;
-    const int64_t j0 = int64_t(blockIdx.x) * kTile;
+    const int64_t tiles = (T + kTile - 1) / kTile, bg = int64_t(blockIdx.x) / tiles, b = bg / KV, g = bg % KV,
+                  group = H / KV;
+    const int64_t j0 = int64_t(blockIdx.x) % tiles * kTile;
     const int k_valid = tile_valid(T, j0);
     load_tile<D>(sK, k + ((b * T + j0) * KV + g) * D, KV * D, k_valid);
     load_tile<D>(sV, v + ((b * T + j0) * KV + g) * D, KV * D, k_valid);
@@ -259,6 +264,15 @@ __global__ void __launch_bounds__(kKvWarps * 32)
     }
 }
 
+// Blocks of a flat grid over `rows` (b·H + h, or b·KV + g) x `tiles` (tiles fastest): grid.x
+// takes up to 2^31 - 1, so the fallback covers shapes past the tensor-core kernels' limits.
+unsigned flat_grid(int64_t tiles, int64_t rows) {
+    const int64_t blocks = tiles * rows;
+    if (blocks > int64_t(0x7fffffff))
+        throw_op_error("attention (CUDA cores)", "query tiles x heads exceed one grid's 2^31 - 1 blocks");
+    return unsigned(blocks);
+}
+
 template <int D>
 void attention_backward_launch(dim3 grid_kv, dim3 grid_q, bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
                                const bf16* k, const bf16* v, const float* lse, const float* dvec, int64_t T, int64_t H,
@@ -275,7 +289,7 @@ void attention_forward_simt(bf16* out, float* lse, const bf16* q, const bf16* k,
                             const AttentionShape& s, cudaStream_t stream) {
     const int64_t B = s.batch, T = s.seq_len, H = s.n_heads, KV = s.n_kv_heads;
     const float scale = 1.0f / std::sqrt(float(s.head_dim));
-    const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(B * H));
+    const dim3 grid(flat_grid((T + kTile - 1) / kTile, B * H));
     switch (s.head_dim) {
         case 16: attention_forward_kernel<16><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale); break;
         case 32: attention_forward_kernel<32><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale); break;
@@ -290,8 +304,8 @@ void attention_backward_simt(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, con
                              cudaStream_t stream) {
     const int64_t B = s.batch, T = s.seq_len, H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
     const float scale = 1.0f / std::sqrt(float(D));
-    const unsigned tiles = unsigned((T + kTile - 1) / kTile);
-    const dim3 grid_kv(tiles, unsigned(B * KV)), grid_q(tiles, unsigned(B * H));
+    const int64_t tiles = (T + kTile - 1) / kTile;
+    const dim3 grid_kv(flat_grid(tiles, B * KV)), grid_q(flat_grid(tiles, B * H));
     switch (D) {
         case 16: attention_backward_launch<16>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream); break;
         case 32: attention_backward_launch<32>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream); break;

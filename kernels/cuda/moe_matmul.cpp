@@ -38,15 +38,17 @@ const char* grouped_gemm_algo_name(GroupedGemmAlgo a) {
 int64_t moe_matmul_scratch_bytes(int64_t n_experts) { return cuda_ws::moe_matmul_scratch_bytes(n_experts); }
 
 GroupedMatmul::GroupedMatmul(Matmul& mm, GroupedGemmAlgo algo) : mm_(mm), algo_(GroupedGemmAlgo::PER_EXPERT_LOOP) {
-    cuda_check(cudaEventCreateWithFlags(&prefetch_done_, cudaEventDisableTiming));
     ensure_capacity(kInitialExperts + 1, nullptr);
     set_algo(algo);
 }
 
 GroupedMatmul::~GroupedMatmul() {
+    for (Prefetch& p : prefetch_) {
+        if (p.done) cudaEventSynchronize(p.done);  // a copy may still write the buffer
+        pinned_host_free(p.host);
+        if (p.done) cudaEventDestroy(p.done);
+    }
     pinned_host_free(pinned_);
-    pinned_host_free(prefetch_buf_);
-    if (prefetch_done_) cudaEventDestroy(prefetch_done_);
     if (cublas_) cublasDestroy(cublas_);
 }
 
@@ -57,25 +59,54 @@ void GroupedMatmul::set_algo(GroupedGemmAlgo a) {
 
 void GroupedMatmul::ensure_capacity(int64_t entries, cudaStream_t stream) {
     if (entries <= capacity_) return;
-    if (prefetch_buf_) cuda_check(cudaStreamSynchronize(stream));  // a prefetch may still write the old buffer
+    (void)stream;  // the copy at the call synchronizes before it returns: nothing writes pinned_ now
     pinned_host_free(pinned_);
-    pinned_host_free(prefetch_buf_);
-    pinned_ = prefetch_buf_ = nullptr;
-    prefetched_ = nullptr;
+    pinned_ = nullptr;
     pinned_ = static_cast<int64_t*>(pinned_host_alloc(entries * int64_t(sizeof(int64_t)), "moe_matmul: pinned offsets"));
-    prefetch_buf_ =
-        static_cast<int64_t*>(pinned_host_alloc(entries * int64_t(sizeof(int64_t)), "moe_matmul: pinned offsets"));
     capacity_ = entries;
+}
+
+void GroupedMatmul::forget_offsets() {
+    for (Prefetch& p : prefetch_) p.device = nullptr;
 }
 
 void GroupedMatmul::prefetch_offsets(const int64_t* offsets, int64_t n_experts, cudaStream_t stream) {
     if (n_experts < 0) fail("moe_dispatch: negative n_experts {}", n_experts);
-    ensure_capacity(n_experts + 1, stream);
-    cuda_check(cudaMemcpyAsync(prefetch_buf_, offsets, size_t(n_experts + 1) * sizeof(int64_t), cudaMemcpyDeviceToHost,
+    // this buffer's slot, else a free one, else a new one, else the least recently dispatched
+    Prefetch* slot = nullptr;
+    for (Prefetch& p : prefetch_)
+        if (p.device == offsets) slot = &p;
+    if (!slot)
+        for (Prefetch& p : prefetch_)
+            if (!p.device) {
+                slot = &p;
+                break;
+            }
+    if (!slot && int(prefetch_.size()) < kPrefetchSlots) {
+        prefetch_.emplace_back();
+        slot = &prefetch_.back();
+        cuda_check(cudaEventCreateWithFlags(&slot->done, cudaEventDisableTiming));
+    }
+    if (!slot) {
+        slot = &prefetch_.front();
+        for (Prefetch& p : prefetch_)
+            if (p.last_use < slot->last_use) slot = &p;
+    }
+    if (slot->capacity < n_experts + 1) {
+        if (slot->host) cuda_check(cudaEventSynchronize(slot->done));  // its last copy may still write it
+        pinned_host_free(slot->host);
+        slot->host = nullptr;
+        slot->host = static_cast<int64_t*>(
+            pinned_host_alloc((n_experts + 1) * int64_t(sizeof(int64_t)), "moe_matmul: pinned prefetched offsets"));
+        slot->capacity = n_experts + 1;
+    }
+    // the copy is ordered after the previous one into this buffer on the same stream
+    cuda_check(cudaMemcpyAsync(slot->host, offsets, size_t(n_experts + 1) * sizeof(int64_t), cudaMemcpyDeviceToHost,
                                stream));
-    cuda_check(cudaEventRecord(prefetch_done_, stream));
-    prefetched_ = offsets;
-    prefetched_experts_ = n_experts;
+    cuda_check(cudaEventRecord(slot->done, stream));
+    slot->device = offsets;
+    slot->n_experts = n_experts;
+    slot->last_use = ++dispatches_;
     ++offset_copies_;
 }
 
@@ -83,9 +114,12 @@ const int64_t* GroupedMatmul::host_offsets(const int64_t* offsets, int64_t n_exp
                                            const char* op) {
     if (n_experts < 0) fail("{}: negative n_experts {}", op, n_experts);
     const int64_t* h = nullptr;
-    if (offsets == prefetched_ && n_experts == prefetched_experts_) {
-        cuda_check(cudaEventSynchronize(prefetch_done_));
-        h = prefetch_buf_;
+    const Prefetch* hit = nullptr;
+    for (const Prefetch& p : prefetch_)
+        if (p.device == offsets && p.n_experts == n_experts) hit = &p;
+    if (hit) {
+        cuda_check(cudaEventSynchronize(hit->done));
+        h = hit->host;
     } else {
         ensure_capacity(n_experts + 1, stream);
         cuda_check(

@@ -47,10 +47,15 @@ public:
     /// Start copying offsets (E+1 int64, device memory just written on `stream`) to pinned host
     /// memory; the products that follow with the same pointer and n_experts read that copy (after
     /// waiting for it) until forget_offsets(). One device-to-host copy per dispatch, no stream sync.
+    /// Each offsets buffer (one per MoE block) keeps its own copy, up to kPrefetchSlots buffers
+    /// (the least recently dispatched is reused beyond that), so every block's backward finds its
+    /// forward's copy.
     void prefetch_offsets(const int64_t* offsets, int64_t n_experts, cudaStream_t stream);
-    /// Drop the prefetched copy (the backend calls this whenever the host may have written device
-    /// memory: synchronize and host copies), so offsets written otherwise are copied at the call.
-    void forget_offsets() { prefetched_ = nullptr; }
+    /// Drop every prefetched copy (the backend calls this whenever the host may have written
+    /// device memory: synchronize and host copies), so offsets written otherwise are copied at the call.
+    void forget_offsets();
+    /// Offsets buffers whose prefetched copy is kept at once.
+    static constexpr int kPrefetchSlots = 64;
     /// Device-to-host copies of offsets made so far (tests and benchmarks: one per dispatch).
     int64_t offset_copies() const { return offset_copies_; }
 
@@ -82,11 +87,19 @@ private:
     cublasHandle_t cublas_ = nullptr;  // CUBLAS_GROUPED (created on first use)
     bool warned_fallback_ = false;
     int64_t* pinned_ = nullptr;      // (capacity_) host copy of offsets copied at the call
-    int64_t* prefetch_buf_ = nullptr;  // (capacity_) host copy started by prefetch_offsets
     int64_t capacity_ = 0;
-    const int64_t* prefetched_ = nullptr;  // device offsets whose copy prefetch_buf_ holds (or will)
-    int64_t prefetched_experts_ = 0;
-    cudaEvent_t prefetch_done_ = nullptr;
+    /// One prefetched copy: the device offsets it copies, its pinned buffer (`capacity` entries)
+    /// and the event recorded after the copy.
+    struct Prefetch {
+        const int64_t* device = nullptr;  // null: the slot holds no valid copy
+        int64_t n_experts = 0;
+        int64_t* host = nullptr;
+        int64_t capacity = 0;
+        cudaEvent_t done = nullptr;
+        int64_t last_use = 0;  // dispatch counter, for reuse of the oldest slot
+    };
+    std::vector<Prefetch> prefetch_;  // at most kPrefetchSlots
+    int64_t dispatches_ = 0;
     int64_t offset_copies_ = 0;
     // host arrays of one cublasGemmGroupedBatchedEx call (reused)
     std::vector<int> m_, n_, k_, lda_, ldb_, ldc_, group_size_;

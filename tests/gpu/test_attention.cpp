@@ -134,6 +134,9 @@ TEST_CASE("gpu attention falls back to the CUDA-core kernels for unaligned point
     check_attention(AttentionShape{2, 77, 8, 2, 64}, 91, 2);
     check_attention(AttentionShape{1, 1, 2, 1, 64}, 92, 2);
     check_attention(AttentionShape{1, 45, 4, 4, 32}, 93, 2);
+    // batch x heads past grid.y's 65,535 (70,000 x 2 query heads, 70,000 x 1 key/value heads): the
+    // fallback's flat grid
+    check_attention(AttentionShape{70000, 2, 2, 1, 16}, 94, 2);
 }
 
 TEST_CASE("gpu attention backward is deterministic (no atomics): two runs agree bit for bit") {

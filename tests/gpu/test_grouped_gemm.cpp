@@ -135,6 +135,22 @@ TEST_CASE("gpu grouped GEMM reads the offsets once per dispatch, and not stale o
         cpu->moe_matmul_forward(out.data(), inp.data(), w.data(), off.data(), E, IN, OUT);
         require_close("grouped forward after dispatch", gout.get(), out, 1e-5);
 
+        // two MoE blocks (two offsets buffers) dispatched, then each block's products, the backward
+        // in reverse: every product reads its own block's prefetched copy, no copy at the call
+        Dev<int64_t> goff_b(off.size()), gs2c_b(s2c.size()), gc2s_b(c2s.size());
+        gpu().synchronize();
+        const int64_t copies1 = gm.offset_copies();
+        gpu().moe_dispatch(gs2c.p, gc2s.p, goff.p, gidx.p, n, K, E);
+        gpu().moe_matmul_forward(gout.p, ginp.p, gw.p, goff.p, E, IN, OUT);
+        gpu().moe_dispatch(gs2c_b.p, gc2s_b.p, goff_b.p, gidx.p, n, K, E);
+        gpu().moe_matmul_forward(gout.p, ginp.p, gw.p, goff_b.p, E, IN, OUT);
+        int64_t first = -1;  // a host read between forward and backward (the loss) keeps the copies
+        gpu().copy_to_host(&first, goff.p, sizeof(first));
+        CHECK(first == 0);
+        gpu().moe_matmul_forward(gout.p, ginp.p, gw.p, goff.p, E, IN, OUT);  // block a's backward, after b's
+        CHECK(gm.offset_copies() - copies1 == 2);  // one per dispatch (the last dispatch's only: 3)
+        require_close("grouped forward of the first of two blocks", gout.get(), out, 1e-5);
+
         // other offsets written by the host into the same buffer after a dispatch: read afresh
         gpu().moe_dispatch(gs2c.p, gc2s.p, goff.p, gidx.p, n, K, E);
         std::vector<int64_t> off2 = off;
