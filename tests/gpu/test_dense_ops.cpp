@@ -1,7 +1,9 @@
 // GPU tests of the dense ops against the CPU backend: cuBLASLt matmul (every transpose and dtype),
 // elementwise ops and the grad-norm reduction, SwiGLU, LayerNorm and the embedding. Tolerances are
 // normalized MSE; bf16 outputs allow about one rounding difference per element.
+#include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "tests/gpu/gpu_harness.h"
 
@@ -127,6 +129,34 @@ TEST_CASE("gpu sum of squares over many buffers is one deterministic reduction")
     CHECK(std::fabs(got - ref) <= 1e-10 * ref);
     const double again = gpu().sum_squares(gb);  // deterministic: a second run, bit for bit
     CHECK(std::memcmp(&again, &got, sizeof(double)) == 0);
+}
+
+TEST_CASE("gpu dot_accumulate adds alpha times the sub-matrix dot product, in a fixed order") {
+    SKEW_REQUIRE_GPU();
+    // a (rows, cols) window of a (rows, ld) matrix, as the deferred Gram norm reads it; the output
+    // one float of a buffer at an odd offset (4-byte aligned only)
+    const std::tuple<int64_t, int64_t, int64_t> shapes[] = {{1, 1, 1}, {7, 13, 13}, {300, 257, 384}, {1024, 1024, 1024}};
+    for (const auto& [rows, cols, ld] : shapes) {
+        INFO(rows << " x " << cols << " of ld " << ld);
+        const auto a = random_vector(rows * ld, 11), b = random_vector(rows * ld, 12);
+        double ref = 0.0;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) ref += double(a[size_t(r * ld + c)]) * double(b[size_t(r * ld + c)]);
+        Dev<float> da(a), db(b), out(std::vector<float>{0.0f, 0.0f, 0.5f, 0.0f});
+        gpu().dot_accumulate(out.p + 2, da.p, db.p, rows, cols, ld, 2.0f);
+        const float got = out.get()[2];
+        CHECK(std::fabs(double(got) - (0.5 + 2.0 * ref)) <= 1e-6 * (std::fabs(0.5 + 2.0 * ref) + double(cols * rows) * 1e-3));
+        CHECK(out.get()[1] == 0.0f);  // nothing else written
+        CHECK(out.get()[3] == 0.0f);
+        Dev<float> again(std::vector<float>{0.0f, 0.0f, 0.5f, 0.0f});
+        gpu().dot_accumulate(again.p + 2, da.p, db.p, rows, cols, ld, 2.0f);
+        CHECK(again.get()[2] == got);  // deterministic
+        // the CPU backend: the same value within fp32 rounding of the sum
+        float cpu_out = 0.5f;
+        cpu_backend()->dot_accumulate(&cpu_out, a.data(), b.data(), rows, cols, ld, 2.0f);
+        CHECK(std::fabs(double(cpu_out) - double(got)) <= 1e-5 * (std::fabs(double(got)) + 1.0));
+    }
+    CHECK_THROWS_AS(gpu().dot_accumulate(nullptr, nullptr, nullptr, 2, 4, 3, 1.0f), skew::Error);  // ld < cols
 }
 
 TEST_CASE("gpu SwiGLU forward and backward match the CPU (vector and scalar paths)") {
