@@ -39,6 +39,8 @@ std::unique_ptr<Backend> make_named_backend(const std::string& b) {
 
 CheckpointRef resolve_checkpoint(const std::string& path, const std::string& optimizer, const std::string& which) {
     std::error_code ec;
+    if (fs::exists(path, ec) && !fs::is_directory(path, ec))
+        fail("{}: is a file, not a folder (give a run folder or a checkpoint folder)", path);
     if (!fs::is_directory(path, ec)) fail("{}: no such folder (a run folder or a checkpoint folder)", path);
     CheckpointRef r;
     if (fs::exists(fs::path(path) / "trainer_state.json", ec)) {
