@@ -4,6 +4,8 @@
 #include "eval/py_text.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <iterator>
 #include <span>
 #include <vector>
 
@@ -169,6 +171,33 @@ std::string py_capitalize(std::string_view s) {
     append_mapped(out, kTitleRuns, kTitleSpecial, cps[0]);
     append_lower(out, cps, 1);
     return out;
+}
+
+bool py_int(std::string_view text, int64_t& value) {
+    const std::vector<uint32_t> cps = decode(py_strip(text));
+    size_t i = 0;
+    const bool negative = !cps.empty() && cps[0] == '-';
+    if (!cps.empty() && (cps[0] == '-' || cps[0] == '+')) ++i;
+    if (i == cps.size()) return false;
+    uint64_t magnitude = 0;
+    bool after_digit = false;
+    for (; i < cps.size(); ++i) {
+        if (cps[i] == '_') {  // only between two digits
+            if (!after_digit || i + 1 == cps.size()) return false;
+            after_digit = false;
+            continue;
+        }
+        const uint32_t c = cps[i];
+        const auto run = std::upper_bound(std::begin(kDecimalStarts), std::end(kDecimalStarts), c);
+        if (run == std::begin(kDecimalStarts) || c - *std::prev(run) > 9) return false;
+        const uint64_t digit = c - *std::prev(run);
+        if (magnitude > (uint64_t(INT64_MAX) + 1 - digit) / 10) return false;
+        magnitude = magnitude * 10 + digit;
+        after_digit = true;
+    }
+    if (!negative && magnitude > uint64_t(INT64_MAX)) return false;
+    value = negative ? int64_t(0 - magnitude) : int64_t(magnitude);
+    return true;
 }
 
 const char* py_tables_python_version() { return kPythonVersion; }

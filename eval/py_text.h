@@ -1,5 +1,5 @@
 // Python's str methods on UTF-8 text, as the LM Evaluation Harness (Python) applies them to task
-// text (docs/evaluation.md): isspace, strip/rstrip, lower, upper, capitalize and len, on all of
+// text (docs/evaluation.md): isspace, strip/rstrip, lower, upper, capitalize, int and len, on all of
 // Unicode with Python's own tables (eval/py_unicode_tables.inc, tools/make_py_unicode_tables.py).
 #pragma once
 #include <cstdint>
@@ -35,6 +35,11 @@ std::string py_upper(std::string_view s);
 /// Python (3.8+) str.capitalize(): the first character title-cased ('ǆ' -> 'ǅ', 'ß' -> 'Ss'), the
 /// rest lower-cased as py_lower does (Final_Sigma included).
 std::string py_capitalize(std::string_view s);
+
+/// Python int(text) in base 10: whitespace around it (py_isspace), an optional sign, digits of any
+/// script (Unicode decimal digits: '٣' is 3) with single underscores between them ("1_000").
+/// Returns false where Python raises ValueError, or when the value does not fit in int64.
+bool py_int(std::string_view text, int64_t& value);
 
 /// The Python and Unicode versions the tables were generated with ("3.11.2", "14.0.0").
 const char* py_tables_python_version();

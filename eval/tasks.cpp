@@ -42,10 +42,8 @@ int64_t get_index(const json& j, const char* key, const std::string& where) {
     if (!j.contains(key)) fail("{}: missing field '{}'", where, key);
     const json& v = j[key];
     if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_string()) {
-        const std::string s = v.get<std::string>();
-        if (!s.empty() && s.size() < 10 && s.find_first_not_of("0123456789") == std::string::npos) return std::stoll(s);
-    }
+    int64_t label = 0;
+    if (v.is_string() && py_int(v.get<std::string>(), label)) return label;  // the harness's int(doc["label"])
     fail("{}: field '{}' is not an integer label (got {})", where, key, v.dump());
 }
 

@@ -143,3 +143,25 @@ TEST_CASE("whole strings: len, strip, rstrip, lower, upper, capitalize as Python
     CHECK(utf8_length("caf\xC3\xA9") == 4);
     CHECK(utf8_length("\xE2\x80\x94") == 1);
 }
+
+TEST_CASE("int reads what Python's int() reads: digits of every script, whitespace around, underscores between", "[eval][py_text]") {
+    std::map<uint32_t, int64_t> digits;
+    for (const auto& e : reference()["int"]) digits[e[0].get<uint32_t>()] = e[1].get<int64_t>();
+    int wrong = 0;
+    for (uint32_t c = 0; c < 0x110000; ++c) {
+        if (is_surrogate(c)) continue;
+        int64_t v = -1;
+        const bool ok = py_int(utf8(c), v);
+        const auto it = digits.find(c);
+        if (ok != (it != digits.end()) || (ok && v != it->second)) ++wrong;
+    }
+    CHECK(wrong == 0);
+    for (const auto& e : reference()["int_examples"]) {
+        const std::string text = e[0].get<std::string>();
+        INFO(text);
+        int64_t v = 0;
+        const bool ok = py_int(text, v);
+        CHECK(ok == !e[1].is_null());
+        if (ok && !e[1].is_null()) CHECK(v == e[1].get<int64_t>());
+    }
+}

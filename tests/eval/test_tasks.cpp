@@ -244,6 +244,11 @@ TEST_CASE("a malformed task line is refused naming the file and the line", "[eva
     CHECK_THROWS_WITH(read_task_file(p, TaskFormat::PIQA), Catch::Contains("skew_eval_bad.jsonl:3: field 'goal' is not a string"));
     const std::string q = write_temp("skew_eval_bad2.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": 2}\n");
     CHECK_THROWS_WITH(read_task_file(q, TaskFormat::PIQA), Catch::Contains(":1: gold label 2 is outside the 2 choices"));
+    // a label is read as the harness's int(doc["label"]) reads it: Arabic-Indic one, spaces around
+    const std::string u = write_temp("skew_eval_label.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": \" \u0661 \"}\n");
+    CHECK(read_task_file(u, TaskFormat::PIQA).at(0).gold == 1);
+    const std::string f = write_temp("skew_eval_label2.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": \"1.0\"}\n");
+    CHECK_THROWS_WITH(read_task_file(f, TaskFormat::PIQA), Catch::Contains(":1: field 'label' is not an integer label (got \"1.0\")"));
     const std::string w = write_temp("skew_eval_bad3.jsonl", "{\"sentence\": \"no blank\", \"option1\": \"a\", \"option2\": \"b\", \"answer\": \"1\"}\n");
     CHECK_THROWS_WITH(read_task_file(w, TaskFormat::WINOGRANDE), Catch::Contains(":1: field 'sentence' has no blank"));
     const std::string j = write_temp("skew_eval_bad4.jsonl", "not json\n");

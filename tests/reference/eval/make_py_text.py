@@ -6,6 +6,8 @@
 #   sigma_after                  ranges of c where (c + "Σ").lower() ends in "ς"
 #   sigma_between                ranges of c where ("A" + c + "Σ").lower() ends in "ς"
 #   sigma_before                 ranges of c where ("AΣ" + c).lower()[1] == "ς"
+#   int                          [c, int(chr(c))] for every c that int() reads (the rest raise ValueError)
+#   int_examples                 [text, int(text) or null where it raises ValueError]
 #   examples                     whole strings with their len, strip, rstrip, lower, upper, capitalize
 # Surrogates are left out (UTF-8 cannot hold them). Generate with the Python that generated
 # eval/py_unicode_tables.inc (tools/make_py_unicode_tables.py); the test checks the versions agree.
@@ -18,6 +20,18 @@ import unicodedata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "..", "fixtures", "eval", "py_text.json")
+
+INT_EXAMPLES = ["2", " 3 ", "\u00a012\u3000", "+7", "-0", "007", "1_000", "1__0", "_1", "1_", "\u0663", "\uff12\uff10",
+                "\u0967\u0968", "1.0", "", " ", "+", "- 1", "1 2", "\u00b2", "\u2167", "9223372036854775807",
+                "-9223372036854775808", "0x10", "\U0001D7D8"]
+
+
+def py_int(text):
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
 
 EXAMPLES = [
     "hELLO World",
@@ -71,6 +85,8 @@ def main():
         "sigma_after": ranges([c for c in cps if (chr(c) + "\u03a3").lower()[-1] == "\u03c2"]),
         "sigma_between": ranges([c for c in cps if ("A" + chr(c) + "\u03a3").lower()[-1] == "\u03c2"]),
         "sigma_before": ranges([c for c in cps if ("A\u03a3" + chr(c)).lower()[1] == "\u03c2"]),
+        "int": [[c, int(chr(c))] for c in cps if py_int(chr(c)) is not None],
+        "int_examples": [[t, py_int(t)] for t in INT_EXAMPLES],
         "examples": [{"text": s, "len": len(s), "strip": s.strip(), "rstrip": s.rstrip(), "lower": s.lower(), "upper": s.upper(),
                       "capitalize": s.capitalize()} for s in EXAMPLES],
     }
