@@ -3,7 +3,6 @@
 // (temperature, top-k, top-p, seed) and streamed to stdout until <|endoftext|>, --max-tokens or the
 // model's positions run out.
 #include <fmt/format.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -23,6 +22,7 @@
 #include "model/inference.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
+#include "tools/log_output.h"
 
 namespace skew::tools {
 namespace {
@@ -47,18 +47,9 @@ struct SampleArgs {
     bool json_out = false;
 };
 
-// Log lines go to stderr: stdout carries the results (--json) or the generated text.
-void log_to_stderr() {
-    const auto level = spdlog::get_level();
-    auto logger = spdlog::get("stderr");
-    if (!logger) logger = spdlog::stderr_color_mt("stderr");
-    spdlog::set_default_logger(logger);
-    spdlog::set_level(level);
-    spdlog::set_pattern("[%H:%M:%S] [%^%l%$] %v");
-}
 
 void run_sample(const SampleArgs& a) {
-    log_to_stderr();
+    log_to(stderr);  // stdout carries the results (--json) or the generated text
     if (a.max_tokens < 1) fail("--max-tokens {}: must be >= 1", a.max_tokens);
     if (a.num_samples < 1) fail("--num-samples {}: must be >= 1", a.num_samples);
     eval::SamplingOptions so{a.temperature, a.top_k, a.top_p, a.seed};

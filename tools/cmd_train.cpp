@@ -16,6 +16,7 @@
 #include "train/signals.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
+#include "tools/log_output.h"
 #include "train/trainer.h"
 
 namespace skew::tools {
@@ -67,7 +68,7 @@ void register_train_command(CLI::App& app) {
     cmd->add_option("--set", a->overrides, "Override a config key, e.g. --set train.steps=100 (repeatable)")->take_all();
     cmd->add_option("--out", a->out, "Run folder (default: runtime.out_dir)");
     cmd->add_option("--resume", a->resume, "Continue the run in this folder from its last checkpoints (reads its config.yaml)");
-    cmd->add_flag("--plain", a->plain, "Plain log lines even on a terminal (no live status line)");
+    cmd->add_flag("--plain", a->plain, "Plain log lines even on a terminal (no live status line, no colour)");
     cmd->add_option("--stop-after", a->stop_after,
                     "Stop cleanly with a checkpoint after this step (as SIGINT would); a resumed run already at or "
                     "past it stops at once, its checkpoint unchanged (>= 1)")
@@ -97,6 +98,7 @@ void register_train_command(CLI::App& app) {
             flag_overrides.push_back({"--optimizers " + a->optimizers, "train.optimizers=[" + a->optimizers + "]"});
         TrainOptions opts;
         opts.force_plain_log = a->plain;
+        if (a->plain) log_to(stdout, false);  // plain lines: no live status line, no colour
         opts.stop_after_step = a->stop_after;
         opts.inject_nan_step = a->inject_nan;
         if (!a->profile_steps.empty()) {
