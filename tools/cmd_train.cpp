@@ -128,9 +128,16 @@ void register_train_command(CLI::App& app) {
         if (cfg.runtime.threads == 0 && info.local_size > 1)
             omp_set_num_threads(launch_threads_per_rank(omp_get_num_procs(), info));
         auto results = train_all(cfg, opts);
-        for (const auto& r : results)
-            spdlog::info("{}: {} steps, final val ppl {:.2f}{}", r.optimizer, r.steps_done, r.final_val_ppl,
-                         r.stopped ? " (stopped; resume with --resume)" : "");
+        for (const auto& r : results) {
+            // as skew report says it: no evaluation yet, or the step of the one the value is from
+            const std::string val =
+                r.last_eval_step == 0 ? std::string("no evaluation yet")
+                : r.last_eval_step == r.steps_done
+                    ? fmt::format("final val ppl {:.2f}", r.final_val_ppl)
+                    : fmt::format("val ppl {:.2f} at the step-{} evaluation", r.final_val_ppl, r.last_eval_step);
+            spdlog::info("{}: {} steps, {}{}", r.optimizer, r.steps_done, val,
+                         r.stopped ? fmt::format(" (stopped; resume with skew train --resume {})", opts.run_dir) : "");
+        }
         spdlog::info("run folder: {} (skew report {})", opts.run_dir, opts.run_dir);
         // Interrupted by a signal: the checkpoint is written; exit 128 + signal so scripts can tell.
         if (const int sig = stop_signal()) std::exit(128 + sig);

@@ -431,6 +431,13 @@ struct OptimizerRun {
     }
 };
 
+/// What an optimizer's run ended with: its steps and its last evaluation (none yet: step 0, NaN).
+TrainResult train_result(const OptimizerConfig& opt, const OptimizerRun& r, bool stopped) {
+    const std::vector<EvalRecord>& h = r.metrics.history;
+    return TrainResult{opt.name, r.state.step, h.empty() ? NO_VALUE : h.back().val_ppl, h.empty() ? 0 : h.back().step,
+                       stopped};
+}
+
 /// Open one optimizer's run: plan and arena, the model and optimizer over them, then resume from
 /// the run's last checkpoint (--resume) or initialize the weights. Returns nullopt-like `done` when
 /// the optimizer has nothing left to do (already finished, or --stop-after reached), with its result.
@@ -511,13 +518,13 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     reset_peak_rss();
     if (r.state.step >= tc.steps) {
         spdlog::info("{}: already finished ({} steps)", opt.name, r.state.step);
-        done = TrainResult{opt.name, r.state.step, r.metrics.summary.final_val_ppl, false};
+        done = train_result(opt, r, false);
         return run;
     }
     if (opts.stop_after_step > 0 && r.state.step >= opts.stop_after_step) {
         spdlog::info("{}: --stop-after {}: the checkpoint is at step {} already; stopping without a step (checkpoint "
                      "unchanged)", opt.name, opts.stop_after_step, r.state.step);
-        done = TrainResult{opt.name, r.state.step, r.metrics.summary.final_val_ppl, true};
+        done = train_result(opt, r, true);
         return run;
     }
 
@@ -779,7 +786,7 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         sync_step_log(r.log);
     }
     refuse_trailing_skipped(opt, r.state.step, r.trailing_skipped);
-    return TrainResult{opt.name, r.state.step, r.metrics.summary.final_val_ppl, stopped};
+    return train_result(opt, r, stopped);
 }
 
 /// Read a whole file ("" when it cannot be opened).
