@@ -110,14 +110,7 @@ void run_eval(const EvalArgs& a) {
         std::vector<std::vector<eval::McItem>> items;
         for (size_t i = 0; i < a.tasks.size(); ++i) items.push_back(eval::read_task_file(a.tasks[i], formats[i]));
         const Config run_cfg = load_config((fs::path(ref.run_dir) / "config.yaml").string());
-        const std::string tok_dir = a.tokenizer_dir.empty() ? run_cfg.data.tokenizer_dir : a.tokenizer_dir;
-        if (!fs::is_directory(tok_dir))
-            fail("tokenizer folder {} (data.tokenizer_dir of {}/config.yaml) does not exist; give --tokenizer DIR", tok_dir,
-                 ref.run_dir);
-        const data::Tokenizer tok = data::tokenizer_load(tok_dir);
-        data::check_run_tokenizer(ref.run_dir, tok_dir,
-                                  a.tokenizer_dir.empty() ? "data.tokenizer_dir " + tok_dir + " of " + ref.run_dir + "/config.yaml"
-                                                          : "--tokenizer " + tok_dir);
+        const data::Tokenizer tok = eval::load_run_tokenizer(ref, run_cfg, a.tokenizer_dir);
         const int64_t L = run_cfg.model.max_seq_len;
         auto lm = eval::load_model(ref, a.backend, a.batch_size, L);
         out["backend"] = lm->backend->name();
@@ -188,7 +181,18 @@ void register_eval_command(CLI::App& app) {
     cmd->add_flag("--json", a->json_out, "Print the results as JSON on stdout");
     cmd->add_flag("--no-write", a->no_write, "Do not write <run>/eval_<optimizer>.json");
     cmd->add_flag("--no-progress", a->no_progress, "No progress line");
-    cmd->callback([a] { run_eval(*a); });
+    cmd->callback([a, cmd] {
+        // a flag of the part of eval that does not run would be ignored without a word
+        for (const char* flag : {"--tokenizer", "--batch-size"})
+            if (cmd->count(flag) > 0 && a->tasks.empty())
+                throw CLI::ValidationError(flag, "is for --task scoring; without --task it would be ignored (perplexity "
+                                                 "reads token shards in train.batch_size batches): drop it, or add --task");
+        for (const char* flag : {"--split", "--batches"})
+            if (cmd->count(flag) > 0 && a->data_dir.empty())
+                throw CLI::ValidationError(flag, "is for --data perplexity; without --data it would be ignored: drop it, "
+                                                 "or add --data DIR");
+        run_eval(*a);
+    });
 }
 
 }  // namespace skew::tools

@@ -13,7 +13,6 @@
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
-#include "data/tokenizer_identity.h"
 #include "engine/config.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
@@ -56,14 +55,7 @@ void run_sample(const SampleArgs& a) {
     eval::sampling_distribution(std::vector<float>{0.0f}, 1, so);  // validates the options before loading
     const eval::CheckpointRef ref = eval::resolve_checkpoint(a.path, a.optimizer, a.which);
     const Config run_cfg = load_config((fs::path(ref.run_dir) / "config.yaml").string());
-    const std::string tok_dir = a.tokenizer_dir.empty() ? run_cfg.data.tokenizer_dir : a.tokenizer_dir;
-    if (!fs::is_directory(tok_dir))
-        fail("tokenizer folder {} (data.tokenizer_dir of {}/config.yaml) does not exist; give --tokenizer DIR", tok_dir,
-             ref.run_dir);
-    const data::Tokenizer tok = data::tokenizer_load(tok_dir);
-    data::check_run_tokenizer(ref.run_dir, tok_dir,
-                              a.tokenizer_dir.empty() ? "data.tokenizer_dir " + tok_dir + " of " + ref.run_dir + "/config.yaml"
-                                                      : "--tokenizer " + tok_dir);
+    const data::Tokenizer tok = eval::load_run_tokenizer(ref, run_cfg, a.tokenizer_dir);
     std::string prompt = a.prompt;
     if (!a.prompt_given) {  // standard input, without the one newline that ends it (echo, a file)
         prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());

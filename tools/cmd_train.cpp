@@ -110,6 +110,8 @@ void register_train_command(CLI::App& app) {
         if (!a->resume.empty()) {
             if (!a->config.empty()) fail("--resume {}: give either a config or --resume, not both (the run's config.yaml is used)", a->resume);
             const std::string path = (std::filesystem::path(a->resume) / "config.yaml").string();
+            if (std::filesystem::exists(a->resume) && !std::filesystem::is_directory(a->resume))
+                fail("--resume {}: is a file, not a run folder (give the folder `skew train --out` wrote)", a->resume);
             if (!std::filesystem::exists(path)) fail("--resume {}: no config.yaml there; is it a skew run folder?", a->resume);
             cfg = load_config(path, overrides);
             opts.run_dir = a->resume;
