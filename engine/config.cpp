@@ -727,7 +727,6 @@ struct DocumentStarts : YAML::EventHandler {
     void OnMapEnd() override { --open; }
 };
 
-
 std::vector<YAML::Mark> yaml_document_starts(const std::string& text, const std::string& source) {
     std::istringstream in(text);
     YAML::Parser parser(in);

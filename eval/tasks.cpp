@@ -225,7 +225,7 @@ std::vector<McItem> read_task_file(const std::string& path, TaskFormat format) {
     while (std::getline(in, line)) {
         ++n;
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        if (py_strip(line).empty()) continue;  // a blank line, as `if not line.strip()` skips it
         McItem it = make_item(line, format, path + ":" + std::to_string(n));
         it.line = n;
         items.push_back(std::move(it));

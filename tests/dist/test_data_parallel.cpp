@@ -329,6 +329,18 @@ TEST_CASE("a resume on another world size names the world size to resume with, n
                             "world size (mpirun -np 2 skew train --resume " + run + ")") != std::string::npos);
     CHECK(three.output.find("set train.") == std::string::npos);
     CHECK(three.output.find("choose train.") == std::string::npos);
+    // with no checkpoint yet any world size may resume: the batch check's hint then names the rank
+    // counts that work and offers a config change only as a new run
+    const std::string bare = run + "-no-checkpoints";
+    fs::remove_all(bare);
+    fs::copy(run, bare, fs::copy_options::recursive);
+    fs::remove_all(bare + "/checkpoints");
+    Run fresh = skew::test::mpirun_skew(3, "train --plain --resume " + bare, 120);
+    INFO(fresh.output);
+    CHECK(fresh.status != 0);
+    CHECK(fresh.output.find("(run on 1, 2 or 4 ranks with mpirun -np, or start a new run with train.batch_size: 6 "
+                            "(skew train " + bare + "/config.yaml --set train.batch_size=6 --out NEW_FOLDER") !=
+          std::string::npos);
     Run one = skew::test::run_skew("train --plain --resume " + run);
     INFO(one.output);
     CHECK(one.status != 0);

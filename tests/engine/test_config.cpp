@@ -420,7 +420,7 @@ TEST_CASE("decay betas are at least 0 and below 1: a beta of 1 is refused before
           std::string::npos);
 }
 
-TEST_CASE("--set key= with nothing after '=' says so for every key type, never 'remove the quotes'") {
+TEST_CASE("a --set key= with nothing after '=' says so for every key type, never 'remove the quotes'") {
     const std::string base = "train:\n  steps: 5\n";
     const std::string e = error_of("train:\n  steps: 5\n", {"model.d_model="});
     CHECK(e == "--set model.d_model=: no value after '='; give one, e.g. --set model.d_model=4096");
