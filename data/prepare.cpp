@@ -32,6 +32,7 @@
 #include "engine/dir_lock.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
+#include "engine/process_env.h"
 #include "engine/text.h"
 
 namespace skew::data {
@@ -202,7 +203,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     }
     std::vector<int64_t> bad_per_source(files.size(), 0), empty_per_source(files.size(), 0);
     PrepareSummary summary;
-    const bool tty = o.progress && isatty(fileno(stderr));
+    const bool tty = o.progress && output_is_terminal(fileno(stderr));
     auto last_draw = std::chrono::steady_clock::now();
 
     // A chunk of records and, for each, how far into the input files the reader was after it (for the ETA).

@@ -22,7 +22,7 @@ struct PrepareOptions {
     int threads = 0;                             // tokenizer threads; 0 = all cores
     int64_t shard_tokens = 100'000'000;          // tokens per shard file (llm.c's default size)
     int64_t chunk_bytes = 8ll << 20;             // text per chunk; two chunks are in memory at once
-    bool progress = true;                        // progress bar on stderr when it is a terminal
+    bool progress = true;                        // progress bar on stderr when it is a terminal (output_is_terminal)
     std::function<bool()> stop_requested;        // polled between documents: true ends the run as a failure
                                                  // (Ctrl-C); empty: never
 };

@@ -10,6 +10,7 @@
 
 #include "data/batch_stream.h"
 #include "data/prepare.h"
+#include "data/shard_identity.h"
 #include "engine/error.h"
 
 namespace skew::data {
@@ -32,7 +33,18 @@ void check_resume_data(const std::string& data_dir, const std::string& run_dir) 
         fail("--resume {}: data.dir {} is relative to the current directory ({}) and does not exist there; resume the "
              "run from the directory it was started in", run_dir, data_dir, fs::current_path(ec).string());
     const fs::path run_copy = fs::path(run_dir) / "manifest.json";
-    if (!fs::exists(run_copy, ec)) return;  // started on shards without a manifest (llm.c's)
+    if (!fs::exists(run_copy, ec)) {
+        // Started on shards without a manifest (llm.c's): the shards' identity record alone says
+        // which data it was. Without either file nothing tells other data from the run's.
+        const fs::path identity = fs::path(run_dir) / kShardIdentityFile;
+        if (!fs::exists(identity, ec))
+            fail("--resume {}: the run folder has neither manifest.json nor {} (a run writes {} when it starts, and "
+                 "manifest.json when its data has one): nothing records the data the run started on, so skew cannot "
+                 "tell whether {} still holds it (its shards, their sizes and MD5s); restore the file(s) from a copy "
+                 "of the run folder, or start a new run with --out", run_dir, kShardIdentityFile, kShardIdentityFile,
+                 data_dir);
+        return;
+    }
     const fs::path data_manifest = dir / "manifest.json";
     if (!fs::exists(data_manifest, ec))
         fail("--resume {}: the run was started on the data of {}, but {} has none: this is not the data the run was "

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -190,6 +191,10 @@ static bool vocab_string_to_bytes(const std::string& s, std::string& out, const 
 static bool file_exists(const std::string& p) { return std::ifstream(p).good(); }
 
 Tokenizer tokenizer_load(const std::string& dir) {
+    std::error_code ec;
+    if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+        fail("tokenizer: {} is a file, not a tokenizer folder (one holding encoder.json + vocab.bpe, or vocab.json + "
+             "merges.txt; pass --tokenizer DIR)", dir);
     if (file_exists(dir + "/encoder.json") && file_exists(dir + "/vocab.bpe"))
         return tokenizer_load_files(dir + "/encoder.json", dir + "/vocab.bpe");
     if (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt"))

@@ -17,19 +17,7 @@ LaunchInfo g_info;
 std::unique_ptr<Communicator> g_world;
 bool g_mpi_started = false;
 
-bool env_set(const char* name) {
-    const char* v = std::getenv(name);
-    return v && *v;
-}
-
 }  // namespace
-
-bool launched_by_mpi() {
-    if (env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMIX_RANK") || env_set("PMI_SIZE") || env_set("PMI_RANK"))
-        return true;
-    const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");
-    return env_set("SLURM_PROCID") && tasks && std::atoi(tasks) > 1;
-}
 
 const LaunchInfo& launch_init(int* argc, char*** argv) {
     if (g_mpi_started || !launched_by_mpi()) return g_info;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dist/communicator.h"
+#include "engine/process_env.h"  // launched_by_mpi
 
 namespace skew {
 
@@ -17,13 +18,6 @@ struct LaunchInfo {
     int local_rank = 0;   // among the ranks on this node (MPI_Comm_split_type MPI_COMM_TYPE_SHARED)
     int local_size = 1;   // ranks on this node
 };
-
-/// Whether the environment says an MPI launcher started this process with more than one rank or
-/// under MPI at all: Open MPI's mpirun (OMPI_COMM_WORLD_SIZE), a PMIx or PMI launcher (PMIX_RANK,
-/// PMI_SIZE, PMI_RANK; srun --mpi=pmix/pmi2, MPICH's hydra) or srun with several tasks
-/// (SLURM_STEP_NUM_TASKS > 1 with SLURM_PROCID). A plain run, or a Slurm batch script's single
-/// task, is not a launch: no MPI_Init then.
-bool launched_by_mpi();
 
 /// Start MPI when launched_by_mpi() (MPI_Init_thread, MPI_THREAD_FUNNELED: only the main thread
 /// calls MPI) and fill launch_info(); without a launcher, rank 0 of 1 and no MPI. Call once, early

@@ -4,6 +4,7 @@
 #include "engine/config.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -134,6 +135,14 @@ std::string file_loc(const std::string& source, const YAML::Mark& m) {
     return fmt::format("{}:{}:{}", source, m.line + 1, m.column + 1);
 }
 
+// The message for YAML nested past yaml-cpp's limit (YAML::DeepRecursion, "bad file"): where the
+// nesting went too deep and, when known, how many lists or mappings were open there.
+[[noreturn]] void fail_too_deep(const std::string& where, int collections) {
+    fail("{}: YAML nested too deeply{}, past the depth yaml-cpp reads; a config nests a few levels "
+         "(optimizers.<name>.tiers.<tier>.<key> is the deepest)", where,
+         collections > 0 ? fmt::format(": {} lists or mappings inside one another here", collections) : "");
+}
+
 size_t edit_distance(const std::string& a, const std::string& b) {
     std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
     for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
@@ -232,12 +241,38 @@ std::string scalar_of(const YAML::Node& n, const KeySpec& k, const std::string& 
         fail("{}: {}: expected {}, got {}", loc.where, key, key_type_name(k.type), node_kind(n));
     // A quoted or !!str-tagged scalar is a string: "64" is not the number 64.
     const bool numeric = k.type == KeyType::INT || k.type == KeyType::FLOAT || k.type == KeyType::BOOL;
-    if (numeric && n.Tag() != "?" && !n.Tag().empty())
-        fail("{}: {}: expected {}, got the string \"{}\" (remove the quotes)", loc.where, key, key_type_name(k.type), n.Scalar());
+    // (a !!int or !!float tag names what the key is anyway: the parser below decides)
+    if (numeric && (n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str"))
+        fail("{}: {}: expected {}, got the string \"{}\" ({})", loc.where, key, key_type_name(k.type), n.Scalar(),
+             n.Tag() == "!" ? "remove the quotes" : "remove the !!str tag");
     return n.Scalar();
 }
 
-ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string& key, const Loc& loc) {
+// A local YAML tag (`!x`, `!x text`): yaml-cpp reads `--set data.dir=!x` as nothing (null, the
+// tag dropped) and `dir: !x y` as the text "y"; a config uses no tags, so it is refused as what it
+// is, with the quoting that makes it text. `text`: the YAML the node was read from (a null node's
+// tag is found there, at its mark).
+void refuse_local_tag(const YAML::Node& n, const std::string& key, const Loc& loc, std::string_view text) {
+    std::string tag = n.Tag();
+    if (n.IsNull() && !n.Mark().is_null() && size_t(n.Mark().pos) < text.size() && text[size_t(n.Mark().pos)] == '!') {
+        const std::string_view rest = text.substr(size_t(n.Mark().pos));
+        tag = std::string(rest.substr(0, rest.find_first_of(" \t\r\n,]}")));
+    }
+    if (tag.size() < 2 || tag[0] != '!') return;
+    const std::string shown = escape_text(n.IsScalar() && !n.Scalar().empty() ? tag + " " + n.Scalar() : tag);
+    const bool element = key.back() == ']';  // a list element: the quoted text alone
+    fail("{}: {}: '{}' is a YAML tag (a value starting with '!' names a type), which a config does not use; for the "
+         "text, quote it: {}", loc.where, key, shown,
+         element ? fmt::format("\"{}\"", shown)
+         : loc.where.rfind("--set ", 0) == 0 ? fmt::format("--set '{}=\"{}\"'", key, shown)
+                                              : fmt::format("{}: \"{}\"", key.substr(key.rfind('.') + 1), shown));
+}
+
+ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string& key, const Loc& loc,
+                        std::string_view text) {
+    refuse_local_tag(n, key, loc, text);
+    if (n.IsSequence())
+        for (size_t i = 0; i < n.size(); ++i) refuse_local_tag(n[i], fmt::format("{}[{}]", key, i), loc, text);
     switch (k.type) {
         case KeyType::INT: {
             std::string s = scalar_of(n, k, key, loc);
@@ -319,6 +354,7 @@ const KeySpec* find_spec(const std::vector<KeySpec>& specs, const std::string& p
 struct Loader {
     Config cfg;
     std::string source;
+    std::string applied_yaml;  // the YAML being applied: the file's, then each --set value's
     std::map<std::string, std::string> where;  // key path -> location of the value that set it
     std::map<std::string, OptimizerConfig> defined;  // optimizers section, by name
     std::vector<std::string> defined_order;
@@ -332,7 +368,7 @@ struct Loader {
 
     void apply_section_key(const std::string& path, const YAML::Node& value, const Loc& loc) {
         const KeySpec* k = find_spec(section_key_specs(), path);
-        k->set(cfg, parse_value(value, *k, path, loc));
+        k->set(cfg, parse_value(value, *k, path, loc, applied_yaml));
         where[path] = loc.where;
     }
 
@@ -359,7 +395,7 @@ struct Loader {
                              OptimizerConfig& o) {
         const KeySpec* k = find_spec(optimizer_key_specs(), rel);
         std::string path = "optimizers." + name + "." + rel;
-        k->set_opt(o, parse_value(value, *k, path, loc));
+        k->set_opt(o, parse_value(value, *k, path, loc, applied_yaml));
         where[path] = loc.where;
     }
 
@@ -371,7 +407,7 @@ struct Loader {
         if (entry["type"] && entry["type"].IsScalar()) {
             const KeySpec* k = find_spec(optimizer_key_specs(), "type");
             Loc tl{file_loc(source, entry["type"].Mark())};
-            type_hint = std::get<std::string>(parse_value(entry["type"], *k, "optimizers." + name + ".type", tl));
+            type_hint = std::get<std::string>(parse_value(entry["type"], *k, "optimizers." + name + ".type", tl, applied_yaml));
         }
         OptimizerConfig& o = optimizer_entry(name, type_hint, loc);
         std::vector<std::pair<std::string, YAML::Node>> leaves;
@@ -457,10 +493,19 @@ struct Loader {
         std::string path = text.substr(0, eq);
         std::string value_text = text.substr(eq + 1);
         Loc loc{flag.empty() ? "--set " + text : flag};
+        applied_yaml = value_text;
+        // `--set key=` (a shell variable that expanded to nothing): no value, whatever the key's type
+        if (value_text.empty() && flag.empty()) {
+            if (const KeySpec* k = find_spec(section_key_specs(), path))
+                fail("--set {}=: no value after '='; give one, e.g. --set {}={}", path, path, key_default(*k));
+            if (path.rfind("optimizers.", 0) == 0) fail("--set {}=: no value after '='; give one after it", path);
+        }
         overridden[path] = ++overrides_applied;
         YAML::Node value;
         try {
             value = YAML::Load(value_text.empty() ? "\"\"" : value_text);
+        } catch (const YAML::DeepRecursion&) {
+            fail_too_deep("--set " + path, 0);
         } catch (const YAML::Exception& e) {
             fail("{}: cannot parse the value: {}", loc.where, e.msg);
         }
@@ -654,9 +699,17 @@ int64_t document_marker_line(const std::string& text, int mark_line) {
 // Not YAML::LoadAll: on some invalid text (a stray ',' at the top level, found by fuzzing) it
 // returns the same empty document forever and never ends (jbeder/yaml-cpp#1040); here a document
 // that starts where the previous one did is a syntax error at that mark.
+// It also follows how deeply lists and mappings nest, to name the line where a text nested past
+// yaml-cpp's depth limit (YAML::DeepRecursion, whose own message is "bad file") goes too deep.
 struct DocumentStarts : YAML::EventHandler {
     std::vector<YAML::Mark> starts;
     std::optional<YAML::Mark> first_alias;
+    int open = 0;           // lists and mappings open now
+    int deepest = 0;        // the most open at once
+    YAML::Mark deepest_at;  // where the innermost of those began
+    void opened(const YAML::Mark& m) {
+        if (++open > deepest) deepest = open, deepest_at = m;
+    }
     void OnDocumentStart(const YAML::Mark& m) override { starts.push_back(m); }
     void OnDocumentEnd() override {}
     void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
@@ -664,17 +717,26 @@ struct DocumentStarts : YAML::EventHandler {
         if (!first_alias) first_alias = m;
     }
     void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-    void OnSequenceEnd() override {}
-    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-    void OnMapEnd() override {}
+    void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+        opened(m);
+    }
+    void OnSequenceEnd() override { --open; }
+    void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+        opened(m);
+    }
+    void OnMapEnd() override { --open; }
 };
 
 std::vector<YAML::Mark> yaml_document_starts(const std::string& text, const std::string& source) {
     std::istringstream in(text);
     YAML::Parser parser(in);
     DocumentStarts d;
-    while (d.starts.size() < 3 && parser.HandleNextDocument(d)) {
+    while (d.starts.size() < 3) {
+        try {
+            if (!parser.HandleNextDocument(d)) break;
+        } catch (const YAML::DeepRecursion&) {
+            fail_too_deep(file_loc(source, d.deepest_at), d.deepest);
+        }
         // yaml-cpp registers an anchor before its children, so `a: &x [*x]` loads as a cycle, and
         // nested aliases expand exponentially: a config is small enough to write every value out.
         if (d.first_alias)
@@ -712,6 +774,7 @@ Config load_config_text_unescaped(const std::string& yaml_text, const std::strin
              "sections model, optimizers, data, train, runtime, parallel (configs/tiny.yaml is a small example)", source);
     // Section order matters for optimizer entries only; apply the train section's list first is
     // not needed since optimizers resolve after all values are in.
+    L.applied_yaml = yaml_text;
     L.load_tree(docs[0]);
     for (const auto& o : overrides) L.apply_override(o);
     for (const auto& o : flag_overrides) L.apply_override(o.text, o.flag);

@@ -5,6 +5,8 @@
 
 namespace skew {
 
+struct Config;
+
 /// The error the config validator (load_config_text with the defaults and one `--set key=value`)
 /// gives for `key` = `value`, or "" when the value is accepted. `value` is YAML scalar text.
 std::string config_value_error(const std::string& key, const std::string& value);
@@ -12,5 +14,13 @@ std::string config_value_error(const std::string& key, const std::string& value)
 /// "set <key>: <value>" when config_value_error accepts the value, else "" (the caller leaves
 /// that alternative out of its hint).
 std::string config_set_hint(const std::string& key, const std::string& value);
+
+/// A hint's proposal to change `key` of the run's config `cfg` to `value`, as the command at hand
+/// can take it: "set <key>: <value>" for a new run (`skew train CONFIG`, its file or --set); under
+/// `skew train --resume RUN` (resume_run not empty), which keeps RUN's config.yaml, "start a new
+/// run with <key>: <value> (skew train RUN/config.yaml --set <key>=<value> --out NEW_FOLDER)".
+/// "" when the validator refuses cfg with that value (the caller leaves the alternative out).
+std::string config_change_hint(const Config& cfg, const std::string& key, const std::string& value,
+                               const std::string& resume_run);
 
 }  // namespace skew

@@ -11,6 +11,7 @@
 #include "train/sharded_checkpoint.h"
 #include "plan/plan.h"
 #include "engine/config_schema.h"
+#include "data/tokenizer_identity.h"
 #include "engine/error.h"
 #if defined(SKEW_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
@@ -37,8 +38,26 @@ std::unique_ptr<Backend> make_named_backend(const std::string& b) {
     fail("--backend {}: unknown backend (expected cpu, cuda or auto)", b);
 }
 
+data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_cfg, const std::string& flag_dir) {
+    const std::string dir = flag_dir.empty() ? run_cfg.data.tokenizer_dir : flag_dir;
+    const std::string what = flag_dir.empty()
+                                 ? fmt::format("data.tokenizer_dir {} of {}/config.yaml", dir, ref.run_dir)
+                                 : "--tokenizer " + dir;
+    std::error_code ec;
+    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+        fail("{}: is a file, not a tokenizer folder (one holding encoder.json + vocab.bpe, or vocab.json + merges.txt)",
+             what);
+    if (!fs::is_directory(dir, ec))
+        fail("{}: no such folder{}", what, flag_dir.empty() ? "; give --tokenizer DIR" : "");
+    data::Tokenizer tok = data::tokenizer_load(dir);
+    data::check_run_tokenizer(ref.run_dir, dir, what);
+    return tok;
+}
+
 CheckpointRef resolve_checkpoint(const std::string& path, const std::string& optimizer, const std::string& which) {
     std::error_code ec;
+    if (fs::exists(path, ec) && !fs::is_directory(path, ec))
+        fail("{}: is a file, not a folder (give a run folder or a checkpoint folder)", path);
     if (!fs::is_directory(path, ec)) fail("{}: no such folder (a run folder or a checkpoint folder)", path);
     CheckpointRef r;
     if (fs::exists(fs::path(path) / "trainer_state.json", ec)) {

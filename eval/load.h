@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "data/tokenizer.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/memory_plan.h"
@@ -41,6 +42,12 @@ CheckpointRef resolve_checkpoint(const std::string& path, const std::string& opt
 /// only (the hash also changes when skew adds a config key). Throws skew::Error naming config.yaml,
 /// the key and both values.
 Config load_run_config(const CheckpointRef& ref);
+
+/// The tokenizer of `ref`'s run: the folder `flag_dir` (--tokenizer), or without it the run's
+/// data.tokenizer_dir (run_cfg), loaded and checked against the run's manifest
+/// (data::check_run_tokenizer). Throws skew::Error naming where the folder came from when it is
+/// missing or a file, or holds another tokenizer than the run's.
+data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_cfg, const std::string& flag_dir);
 
 /// A model with its weights loaded, owning everything the Model view points into.
 struct LoadedModel {

@@ -7,19 +7,15 @@
 #include <cmath>
 
 #include "engine/error.h"
+#include "eval/py_text.h"
 
 namespace skew::eval {
 
 TokenRequest encode_request(const data::Tokenizer& tok, const std::string& context_in,
                             const std::string& continuation_in, int64_t max_tokens) {
-    std::string context = context_in, continuation = continuation_in;
-    // trailing whitespace of the context belongs to the continuation
-    size_t keep = context.size();
-    while (keep > 0 && (context[keep - 1] == ' ' || context[keep - 1] == '\t' || context[keep - 1] == '\n' ||
-                        context[keep - 1] == '\r' || context[keep - 1] == '\v' || context[keep - 1] == '\f'))
-        --keep;
-    continuation = context.substr(keep) + continuation;
-    context.resize(keep);
+    // trailing whitespace of the context belongs to the continuation: Python's context.rstrip()
+    const std::string context = py_rstrip(context_in);
+    const std::string continuation = context_in.substr(context.size()) + continuation_in;
 
     TokenRequest r;
     std::vector<int32_t> ctx, cont;

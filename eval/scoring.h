@@ -21,7 +21,8 @@ struct TokenRequest {
     bool truncated = false;       // context tokens were dropped on the left
 };
 
-/// The harness's _encode_pair: trailing whitespace of the context moves to the continuation;
+/// The harness's _encode_pair: trailing whitespace of the context (Python's rstrip: all of Unicode's,
+/// py_isspace) moves to the continuation;
 /// ctx = enc(context), whole = enc(context + continuation), continuation tokens = whole[len(ctx):].
 /// An empty context becomes <|endoftext|>. Then the request is cut to its last max_tokens tokens
 /// (max_tokens = the model's positions + 1, as the harness keeps L + 1 and feeds L). Throws

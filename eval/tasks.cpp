@@ -3,72 +3,18 @@
 // partial scoring, and the code-point lengths acc_norm divides by.
 #include "eval/tasks.h"
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/text.h"
+#include "eval/py_text.h"
 
 namespace skew::eval {
 namespace {
 
 using nlohmann::json;
-
-// Decode one UTF-8 code point at s[i]; advances i. Invalid bytes decode to themselves (one each).
-uint32_t next_code_point(std::string_view s, size_t& i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const int extra = c >= 0xF0 && c < 0xF8 ? 3 : c >= 0xE0 && c < 0xF0 ? 2 : c >= 0xC0 && c < 0xE0 ? 1 : 0;
-    if (extra == 0 || i + size_t(extra) >= s.size()) {
-        ++i;
-        return c;
-    }
-    uint32_t cp = c & (0x3F >> extra);
-    for (int k = 1; k <= extra; ++k) {
-        const unsigned char cc = static_cast<unsigned char>(s[i + size_t(k)]);
-        if ((cc & 0xC0) != 0x80) {
-            ++i;
-            return c;
-        }
-        cp = (cp << 6) | (cc & 0x3F);
-    }
-    i += size_t(extra) + 1;
-    return cp;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += char(cp);
-    } else if (cp < 0x800) {
-        out += char(0xC0 | (cp >> 6));
-        out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += char(0xE0 | (cp >> 12));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    } else {
-        out += char(0xF0 | (cp >> 18));
-        out += char(0x80 | ((cp >> 12) & 0x3F));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    }
-}
-
-// Python's str.isspace for one code point.
-bool is_py_space(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-uint32_t to_upper(uint32_t c) {
-    if (c >= 'a' && c <= 'z') return c - 32;
-    if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return c - 32;
-    return c;
-}
-
-uint32_t to_lower(uint32_t c) {
-    if (c >= 'A' && c <= 'Z') return c + 32;
-    if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
-    return c;
-}
 
 std::string replace_all(std::string s, std::string_view from, std::string_view to) {
     std::string out;
@@ -96,10 +42,8 @@ int64_t get_index(const json& j, const char* key, const std::string& where) {
     if (!j.contains(key)) fail("{}: missing field '{}'", where, key);
     const json& v = j[key];
     if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_string()) {
-        const std::string s = v.get<std::string>();
-        if (!s.empty() && s.size() < 10 && s.find_first_not_of("0123456789") == std::string::npos) return std::stoll(s);
-    }
+    int64_t label = 0;
+    if (v.is_string() && py_int(v.get<std::string>(), label)) return label;  // the harness's int(doc["label"])
     fail("{}: field '{}' is not an integer label (got {})", where, key, v.dump());
 }
 
@@ -196,12 +140,22 @@ McItem arc(const json& j, const std::string& where) {
     } else {
         fail("{}: field 'choices' is neither an object nor a list", where);
     }
-    if (texts.empty()) fail("{}: no choices", where);
-    const std::string key = get_string(j, "answerKey", where);
-    int64_t gold = -1;
+    // ARC questions have 3 to 5 choices (Clark et al., 2018; most have 4): fewer or more is
+    // another file, and chance accuracy would no longer be about 25%.
+    if (texts.size() < 3 || texts.size() > 5)
+        fail("{}: {} choice{}; an ARC question has 3 to 5 (is this the right --format?)", where, texts.size(),
+             texts.size() == 1 ? "" : "s");
     for (size_t i = 0; i < labels.size(); ++i)
+        for (size_t k = 0; k < i; ++k)
+            if (labels[k] == labels[i])
+                fail("{}: choices {} and {} share the label '{}'; each choice needs its own label for answerKey to name one",
+                     where, k + 1, i + 1, escape_text(labels[i]));
+    const std::string key = get_string(j, "answerKey", where);
+    // the harness's choices.label.index(answerKey): the position of the label
+    int64_t gold = -1;
+    for (size_t i = 0; i < labels.size() && gold < 0; ++i)
         if (labels[i] == key) gold = int64_t(i);
-    if (gold < 0) fail("{}: answerKey '{}' is not among the choice labels", where, key);
+    if (gold < 0) fail("{}: answerKey '{}' is not among the choice labels", where, escape_text(key));
     return shared_context("Question: " + stem + "\nAnswer:", texts, gold, where);
 }
 
@@ -223,42 +177,6 @@ const char* task_format_name(TaskFormat f) {
         case TaskFormat::ARC: return "arc";
     }
     return "?";
-}
-
-int64_t utf8_length(std::string_view s) {
-    int64_t n = 0;
-    for (size_t i = 0; i < s.size(); ++n) next_code_point(s, i);
-    return n;
-}
-
-std::string py_strip(std::string_view s) {
-    std::vector<std::pair<size_t, uint32_t>> cps;  // (byte offset, code point)
-    for (size_t i = 0; i < s.size();) {
-        const size_t at = i;
-        cps.push_back({at, next_code_point(s, i)});
-    }
-    size_t b = 0, e = cps.size();
-    while (b < e && is_py_space(cps[b].second)) ++b;
-    while (e > b && is_py_space(cps[e - 1].second)) --e;
-    if (b == e) return "";
-    const size_t from = cps[b].first, to = e < cps.size() ? cps[e].first : s.size();
-    return std::string(s.substr(from, to - from));
-}
-
-std::string py_capitalize(std::string_view s) {
-    std::string out;
-    bool first = true;
-    for (size_t i = 0; i < s.size();) {
-        const size_t at = i;
-        const uint32_t cp = next_code_point(s, i);
-        if (cp >= 0x80 && cp < 0x100 && i - at == 1) {  // an invalid byte: keep it as it is
-            out += s[at];
-        } else {
-            append_utf8(out, first ? to_upper(cp) : to_lower(cp));
-        }
-        first = false;
-    }
-    return out;
 }
 
 std::string hellaswag_preprocess(std::string_view text) {
@@ -297,6 +215,8 @@ McItem make_item(std::string_view line, TaskFormat format, const std::string& wh
 }
 
 std::vector<McItem> read_task_file(const std::string& path, TaskFormat format) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) fail("{}: is a folder; --task takes a JSONL task file", path);
     std::ifstream in(path, std::ios::binary);
     if (!in) fail("{}: cannot open the task file", path);
     std::vector<McItem> items;
@@ -305,7 +225,7 @@ std::vector<McItem> read_task_file(const std::string& path, TaskFormat format) {
     while (std::getline(in, line)) {
         ++n;
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        if (py_strip(line).empty()) continue;  // a blank line, as `if not line.strip()` skips it
         McItem it = make_item(line, format, path + ":" + std::to_string(n));
         it.line = n;
         items.push_back(std::move(it));

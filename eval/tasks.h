@@ -41,15 +41,6 @@ std::vector<McItem> read_task_file(const std::string& path, TaskFormat format);
 /// The item of one parsed JSON document (the text of a line); `where` prefixes errors ("FILE:LINE").
 McItem make_item(std::string_view json_line, TaskFormat format, const std::string& where);
 
-// ---- text helpers with Python's semantics (the harness is Python)
-
-/// Number of Unicode code points in UTF-8 text (Python len); invalid bytes count one each.
-int64_t utf8_length(std::string_view s);
-/// Python str.strip(): remove leading and trailing Unicode whitespace.
-std::string py_strip(std::string_view s);
-/// Python str.capitalize(): first character upper-cased, the rest lower-cased (ASCII and Latin-1
-/// letters; other scripts are left as they are).
-std::string py_capitalize(std::string_view s);
 /// HellaSwag's preprocess: strip, " [title]" -> ". ", delete each non-greedy "[...]" (not
 /// crossing a newline), then "  " -> " " in one left-to-right pass.
 std::string hellaswag_preprocess(std::string_view s);

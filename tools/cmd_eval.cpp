@@ -3,7 +3,6 @@
 // FILE --format NAME: zero-shot multiple choice as the LM Evaluation Harness scores PIQA,
 // WinoGrande, HellaSwag and ARC (paper Appendix D, Table 9). Writes <run>/eval_<optimizer>.json.
 #include <fmt/format.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include "train/checkpoint.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
+#include "engine/process_env.h"
 #include "eval/load.h"
 #include "eval/perplexity.h"
 #include "eval/scoring.h"
@@ -25,6 +25,7 @@
 #include "model/inference.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
+#include "tools/log_output.h"
 
 namespace skew::tools {
 namespace {
@@ -72,18 +73,9 @@ json task_json(const eval::TaskResult& t) {
                 {"truncated_requests", t.truncated_requests}};
 }
 
-// Log lines go to stderr: stdout carries the results (--json) or the generated text.
-void log_to_stderr() {
-    const auto level = spdlog::get_level();
-    auto logger = spdlog::get("stderr");
-    if (!logger) logger = spdlog::stderr_color_mt("stderr");
-    spdlog::set_default_logger(logger);
-    spdlog::set_level(level);
-    spdlog::set_pattern("[%H:%M:%S] [%^%l%$] %v");
-}
 
 void run_eval(const EvalArgs& a) {
-    log_to_stderr();
+    log_to(stderr);  // stdout carries the results (--json) or the generated text
     if (a.data_dir.empty() && a.tasks.empty())
         fail("skew eval: nothing to evaluate; give --data DIR (perplexity) and/or --task FILE --format NAME");
     if (a.tasks.size() != a.formats.size())
@@ -93,7 +85,7 @@ void run_eval(const EvalArgs& a) {
     for (const std::string& f : a.formats) formats.push_back(eval::task_format_from_name(f));
     if (a.batch_size < 1) fail("--batch-size {}: must be >= 1", a.batch_size);
     const eval::CheckpointRef ref = eval::resolve_checkpoint(a.path, a.optimizer, a.which);
-    const bool live = !a.no_progress && !a.json_out && ::isatty(STDERR_FILENO) == 1;
+    const bool live = !a.no_progress && !a.json_out && output_is_terminal(STDERR_FILENO);
     spdlog::info("eval: checkpoint {} ({} step {})", ref.dir, ref.optimizer, ref.step);
 
     json out{{"checkpoint", ref.dir}, {"optimizer", ref.optimizer}, {"step", ref.step}, {"which", ref.which}};
@@ -118,14 +110,7 @@ void run_eval(const EvalArgs& a) {
         std::vector<std::vector<eval::McItem>> items;
         for (size_t i = 0; i < a.tasks.size(); ++i) items.push_back(eval::read_task_file(a.tasks[i], formats[i]));
         const Config run_cfg = load_config((fs::path(ref.run_dir) / "config.yaml").string());
-        const std::string tok_dir = a.tokenizer_dir.empty() ? run_cfg.data.tokenizer_dir : a.tokenizer_dir;
-        if (!fs::is_directory(tok_dir))
-            fail("tokenizer folder {} (data.tokenizer_dir of {}/config.yaml) does not exist; give --tokenizer DIR", tok_dir,
-                 ref.run_dir);
-        const data::Tokenizer tok = data::tokenizer_load(tok_dir);
-        data::check_run_tokenizer(ref.run_dir, tok_dir,
-                                  a.tokenizer_dir.empty() ? "data.tokenizer_dir " + tok_dir + " of " + ref.run_dir + "/config.yaml"
-                                                          : "--tokenizer " + tok_dir);
+        const data::Tokenizer tok = eval::load_run_tokenizer(ref, run_cfg, a.tokenizer_dir);
         const int64_t L = run_cfg.model.max_seq_len;
         auto lm = eval::load_model(ref, a.backend, a.batch_size, L);
         out["backend"] = lm->backend->name();
@@ -196,7 +181,18 @@ void register_eval_command(CLI::App& app) {
     cmd->add_flag("--json", a->json_out, "Print the results as JSON on stdout");
     cmd->add_flag("--no-write", a->no_write, "Do not write <run>/eval_<optimizer>.json");
     cmd->add_flag("--no-progress", a->no_progress, "No progress line");
-    cmd->callback([a] { run_eval(*a); });
+    cmd->callback([a, cmd] {
+        // a flag of the part of eval that does not run would be ignored without a word
+        for (const char* flag : {"--tokenizer", "--batch-size"})
+            if (cmd->count(flag) > 0 && a->tasks.empty())
+                throw CLI::ValidationError(flag, "is for --task scoring; without --task it would be ignored (perplexity "
+                                                 "reads token shards in train.batch_size batches): drop it, or add --task");
+        for (const char* flag : {"--split", "--batches"})
+            if (cmd->count(flag) > 0 && a->data_dir.empty())
+                throw CLI::ValidationError(flag, "is for --data perplexity; without --data it would be ignored: drop it, "
+                                                 "or add --data DIR");
+        run_eval(*a);
+    });
 }
 
 }  // namespace skew::tools

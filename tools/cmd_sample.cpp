@@ -3,7 +3,6 @@
 // (temperature, top-k, top-p, seed) and streamed to stdout until <|endoftext|>, --max-tokens or the
 // model's positions run out.
 #include <fmt/format.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -14,7 +13,6 @@
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
-#include "data/tokenizer_identity.h"
 #include "engine/config.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
@@ -23,6 +21,7 @@
 #include "model/inference.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
+#include "tools/log_output.h"
 
 namespace skew::tools {
 namespace {
@@ -47,32 +46,16 @@ struct SampleArgs {
     bool json_out = false;
 };
 
-// Log lines go to stderr: stdout carries the results (--json) or the generated text.
-void log_to_stderr() {
-    const auto level = spdlog::get_level();
-    auto logger = spdlog::get("stderr");
-    if (!logger) logger = spdlog::stderr_color_mt("stderr");
-    spdlog::set_default_logger(logger);
-    spdlog::set_level(level);
-    spdlog::set_pattern("[%H:%M:%S] [%^%l%$] %v");
-}
 
 void run_sample(const SampleArgs& a) {
-    log_to_stderr();
+    log_to(stderr);  // stdout carries the results (--json) or the generated text
     if (a.max_tokens < 1) fail("--max-tokens {}: must be >= 1", a.max_tokens);
     if (a.num_samples < 1) fail("--num-samples {}: must be >= 1", a.num_samples);
     eval::SamplingOptions so{a.temperature, a.top_k, a.top_p, a.seed};
     eval::sampling_distribution(std::vector<float>{0.0f}, 1, so);  // validates the options before loading
     const eval::CheckpointRef ref = eval::resolve_checkpoint(a.path, a.optimizer, a.which);
     const Config run_cfg = load_config((fs::path(ref.run_dir) / "config.yaml").string());
-    const std::string tok_dir = a.tokenizer_dir.empty() ? run_cfg.data.tokenizer_dir : a.tokenizer_dir;
-    if (!fs::is_directory(tok_dir))
-        fail("tokenizer folder {} (data.tokenizer_dir of {}/config.yaml) does not exist; give --tokenizer DIR", tok_dir,
-             ref.run_dir);
-    const data::Tokenizer tok = data::tokenizer_load(tok_dir);
-    data::check_run_tokenizer(ref.run_dir, tok_dir,
-                              a.tokenizer_dir.empty() ? "data.tokenizer_dir " + tok_dir + " of " + ref.run_dir + "/config.yaml"
-                                                      : "--tokenizer " + tok_dir);
+    const data::Tokenizer tok = eval::load_run_tokenizer(ref, run_cfg, a.tokenizer_dir);
     std::string prompt = a.prompt;
     if (!a.prompt_given) {  // standard input, without the one newline that ends it (echo, a file)
         prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());

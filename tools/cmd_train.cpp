@@ -16,6 +16,7 @@
 #include "train/signals.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
+#include "tools/log_output.h"
 #include "train/trainer.h"
 
 namespace skew::tools {
@@ -67,7 +68,7 @@ void register_train_command(CLI::App& app) {
     cmd->add_option("--set", a->overrides, "Override a config key, e.g. --set train.steps=100 (repeatable)")->take_all();
     cmd->add_option("--out", a->out, "Run folder (default: runtime.out_dir)");
     cmd->add_option("--resume", a->resume, "Continue the run in this folder from its last checkpoints (reads its config.yaml)");
-    cmd->add_flag("--plain", a->plain, "Plain log lines even on a terminal (no live status line)");
+    cmd->add_flag("--plain", a->plain, "Plain log lines even on a terminal (no live status line, no colour)");
     cmd->add_option("--stop-after", a->stop_after,
                     "Stop cleanly with a checkpoint after this step (as SIGINT would); a resumed run already at or "
                     "past it stops at once, its checkpoint unchanged (>= 1)")
@@ -97,6 +98,7 @@ void register_train_command(CLI::App& app) {
             flag_overrides.push_back({"--optimizers " + a->optimizers, "train.optimizers=[" + a->optimizers + "]"});
         TrainOptions opts;
         opts.force_plain_log = a->plain;
+        if (a->plain) log_to(stdout, false);  // plain lines: no live status line, no colour
         opts.stop_after_step = a->stop_after;
         opts.inject_nan_step = a->inject_nan;
         if (!a->profile_steps.empty()) {
@@ -108,6 +110,8 @@ void register_train_command(CLI::App& app) {
         if (!a->resume.empty()) {
             if (!a->config.empty()) fail("--resume {}: give either a config or --resume, not both (the run's config.yaml is used)", a->resume);
             const std::string path = (std::filesystem::path(a->resume) / "config.yaml").string();
+            if (std::filesystem::exists(a->resume) && !std::filesystem::is_directory(a->resume))
+                fail("--resume {}: is a file, not a run folder (give the folder `skew train --out` wrote)", a->resume);
             if (!std::filesystem::exists(path)) fail("--resume {}: no config.yaml there; is it a skew run folder?", a->resume);
             cfg = load_config(path, overrides);
             opts.run_dir = a->resume;
@@ -126,9 +130,16 @@ void register_train_command(CLI::App& app) {
         if (cfg.runtime.threads == 0 && info.local_size > 1)
             omp_set_num_threads(launch_threads_per_rank(omp_get_num_procs(), info));
         auto results = train_all(cfg, opts);
-        for (const auto& r : results)
-            spdlog::info("{}: {} steps, final val ppl {:.2f}{}", r.optimizer, r.steps_done, r.final_val_ppl,
-                         r.stopped ? " (stopped; resume with --resume)" : "");
+        for (const auto& r : results) {
+            // as skew report says it: no evaluation yet, or the step of the one the value is from
+            const std::string val =
+                r.last_eval_step == 0 ? std::string("no evaluation yet")
+                : r.last_eval_step == r.steps_done
+                    ? fmt::format("final val ppl {:.2f}", r.final_val_ppl)
+                    : fmt::format("val ppl {:.2f} at the step-{} evaluation", r.final_val_ppl, r.last_eval_step);
+            spdlog::info("{}: {} steps, {}{}", r.optimizer, r.steps_done, val,
+                         r.stopped ? fmt::format(" (stopped; resume with skew train --resume {})", opts.run_dir) : "");
+        }
         spdlog::info("run folder: {} (skew report {})", opts.run_dir, opts.run_dir);
         // Interrupted by a signal: the checkpoint is written; exit 128 + signal so scripts can tell.
         if (const int sig = stop_signal()) std::exit(128 + sig);

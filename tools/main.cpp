@@ -15,6 +15,7 @@
 
 #include "dist/launch.h"
 #include "tools/commands.h"
+#include "tools/log_output.h"
 
 namespace {
 
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
 namespace {
 
 int run(int argc, char** argv) {
-    const skew::LaunchInfo& info = skew::launch_info();    CLI::App app{"skew: train mixture-of-experts language models with tiered optimizer state"};
+    CLI::App app{"skew: train mixture-of-experts language models with tiered optimizer state"};
     app.require_subcommand(1);
     app.fallthrough();  // global flags (--log-level) may follow the subcommand
     std::string log_level = "info";
@@ -62,9 +63,8 @@ int run(int argc, char** argv) {
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
     app.set_version_flag("--version", "skew 0.1.0");
     app.parse_complete_callback([&] { set_rank_logging(log_level); });
-    spdlog::set_pattern(info.world_size > 1 ? fmt::format("[%H:%M:%S] [%^%l%$] rank {}: %v", info.rank)
-                                            : std::string("[%H:%M:%S] [%^%l%$] %v"));
     set_rank_logging(log_level);
+    skew::tools::log_to(stdout);
 
     skew::tools::register_plan_command(app);
     skew::tools::register_config_command(app);

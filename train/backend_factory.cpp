@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/config_hint.h"
 #include "engine/error.h"
 
 #if defined(SKEW_HAVE_CUDA)
@@ -13,16 +14,21 @@
 
 namespace skew {
 
-std::unique_ptr<Backend> make_backend(const Config& cfg, int device) {
+std::unique_ptr<Backend> make_backend(const Config& cfg, int device, const std::string& resume_run) {
     const std::string& b = cfg.runtime.backend;
+    // the CPU backend instead: the config's change, or a new run under --resume
     if (b == "cpu") return make_cpu_backend();
+    const auto cpu = [&] {
+        return resume_run.empty() ? std::string("use runtime.backend=cpu (or auto, which falls back to the CPU)")
+                                  : config_change_hint(cfg, "runtime.backend", "cpu", resume_run);
+    };
 #if defined(SKEW_HAVE_CUDA)
     const int n_devices = cuda::device_count();
     if (b == "cuda") {
         if (n_devices == 0)
             fail("{}: runtime.backend: cuda, but no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
-                 "hides it; see nvidia-smi)\n--> HINT: use runtime.backend=cpu (or auto, which falls back to the CPU)",
-                 cfg.source);
+                 "hides it; see nvidia-smi)\n--> HINT: {}{}", cfg.source,
+                 resume_run.empty() ? "" : "resume where a CUDA device is visible, or ", cpu());
         if (device >= n_devices)
             fail("{}: runtime.backend: cuda: this rank needs CUDA device {} (its local rank) but {} device(s) are visible; "
                  "start at most as many ranks per node as GPUs", cfg.source, device, n_devices);
@@ -39,7 +45,7 @@ std::unique_ptr<Backend> make_backend(const Config& cfg, int device) {
 #else
     if (b == "cuda")
         fail("{}: runtime.backend: cuda, but this skew was built without the CUDA backend (-DSKEW_CUDA=OFF or no nvcc)"
-             "\n--> HINT: rebuild with -DSKEW_CUDA=ON, or use runtime.backend=cpu", cfg.source);
+             "\n--> HINT: rebuild with -DSKEW_CUDA=ON, or {}", cfg.source, cpu());
     if (b == "auto") return make_cpu_backend();
     (void)device;
 #endif

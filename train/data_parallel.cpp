@@ -5,24 +5,57 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <vector>
 #include <cstring>
 #include <string>
 
+#include "engine/config_hint.h"
 #include "engine/error.h"
 
 namespace skew {
 
-DataParallel dp_make(Communicator& comm, const TrainConfig& tc, int64_t microbatch) {
+std::string world_size_choices(int64_t n, int64_t near, size_t most) {
+    std::vector<int64_t> d;
+    for (int64_t k = 1; k <= n; ++k)
+        if (n % k == 0) d.push_back(k);
+    std::stable_sort(d.begin(), d.end(), [&](int64_t a, int64_t b) { return std::llabs(a - near) < std::llabs(b - near); });
+    if (d.size() > most) d.resize(most);
+    std::sort(d.begin(), d.end());
+    std::string out;
+    for (size_t i = 0; i < d.size(); ++i)
+        out += (i == 0 ? "" : i + 1 == d.size() ? " or " : ", ") + std::to_string(d[i]);
+    return out;
+}
+
+DataParallel dp_make(Communicator& comm, const Config& cfg, int64_t microbatch, const std::string& resume_run) {
+    const TrainConfig& tc = cfg.train;
     DataParallel dp;
     dp.comm = &comm;
     dp.rank = comm.rank();
     dp.world_size = comm.world_size();
     const int64_t per_step = int64_t(dp.world_size) * microbatch;
-    if (microbatch < 1 || tc.batch_size % per_step != 0)
+    if (microbatch < 1 || tc.batch_size % per_step != 0) {
+        // What would work: other world sizes (a command-line change, so also under --resume),
+        // a smaller microbatch or another batch size (config changes)
+        std::vector<std::string> ways;
+        if (microbatch >= 1 && tc.batch_size % microbatch == 0)
+            ways.push_back(fmt::format("run on {} ranks with mpirun -np",
+                                       world_size_choices(tc.batch_size / microbatch, dp.world_size)));
+        if (tc.batch_size % dp.world_size == 0) {
+            int64_t m = std::min<int64_t>(std::max<int64_t>(1, microbatch), tc.batch_size / dp.world_size);
+            while ((tc.batch_size / dp.world_size) % m != 0) --m;
+            ways.push_back(config_change_hint(cfg, "train.microbatch", std::to_string(m), resume_run));
+        }
+        if (microbatch >= 1)
+            ways.push_back(config_change_hint(cfg, "train.batch_size",
+                                              std::to_string((tc.batch_size / per_step + 1) * per_step), resume_run));
+        std::erase(ways, std::string());
         fail("train.batch_size {} is not a multiple of the world size {} x train.microbatch {} = {}: every rank runs "
-             "the same number of whole microbatches of each global batch (choose train.batch_size a multiple of {}, or "
-             "a train.microbatch that divides train.batch_size / {})",
-             tc.batch_size, dp.world_size, microbatch, per_step, per_step, dp.world_size);
+             "the same number of whole microbatches of each global batch{}",
+             tc.batch_size, dp.world_size, microbatch, per_step,
+             ways.empty() ? "" : fmt::format(" ({})", fmt::join(ways, ", or ")));
+    }
     dp.accum_steps = tc.batch_size / per_step;
     return dp;
 }

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -73,10 +74,16 @@ struct DataParallel {
 /// Host staging slots of the packed buckets in flight at once (more wait for the oldest).
 constexpr int DP_MAX_STAGING_SLOTS = 4;
 
-/// The data-parallel group over `comm` for a run with `microbatch` sequences per forward pass.
-/// Throws skew::Error naming train.batch_size, train.microbatch and the world size when
-/// batch_size is not a multiple of world_size x microbatch.
-DataParallel dp_make(Communicator& comm, const TrainConfig& tc, int64_t microbatch);
+/// The data-parallel group over `comm` for a run of `cfg` with `microbatch` sequences per forward
+/// pass. Throws skew::Error naming train.batch_size, train.microbatch and the world size when
+/// batch_size is not a multiple of world_size x microbatch, with the world sizes that work and,
+/// for a new run, the train.microbatch or train.batch_size that would (under --resume, resume_run
+/// not empty, those need a new run: config_change_hint).
+DataParallel dp_make(Communicator& comm, const Config& cfg, int64_t microbatch, const std::string& resume_run = "");
+
+/// Up to `most` world sizes (rank counts) that divide `n`, those nearest `near` first, in
+/// ascending order: "1, 2 or 4" (the ranks over which n whole microbatches split evenly).
+std::string world_size_choices(int64_t n, int64_t near, size_t most = 5);
 
 /// Group the model's gradients into buckets of at most bucket_mib MiB (parallel.bucket_mib).
 void dp_plan_buckets(DataParallel& dp, const Model& m, double bucket_mib);

@@ -200,6 +200,18 @@ bool checkpoint_is_sharded(const std::string& dir) {
     return fs::exists(fs::path(dir) / LAYOUT_FILE, ec);
 }
 
+int64_t checkpoint_world_size(const std::string& dir) {
+    if (!checkpoint_exists(dir)) return 0;
+    if (!checkpoint_is_sharded(dir)) return 1;
+    const std::string layout_path = (fs::path(dir) / LAYOUT_FILE).string();
+    const nlohmann::json m = read_json(layout_path);
+    if (!m.is_object() || !m.contains("layout") || !m["layout"].is_object())
+        fail("{}: no valid layout (no 'layout' object)", layout_path);
+    const int64_t world = json_int_or(m["layout"], "world_size", 0, layout_path + " layout");
+    if (world < 1) fail("{}: no valid layout (world_size {}: missing or out of range)", layout_path, world);
+    return world;
+}
+
 void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const TrainerState& state, Backend* backend,
                              const ParallelLayout& layout, const ZeroPartition& part, const ParamTable& global,
                              Communicator& comm) {

@@ -35,6 +35,11 @@ std::string expert_shard_file(int64_t expert_rank, int64_t expert_parallel);
 /// Whether the checkpoint folder `dir` is sharded (holds layout.json).
 bool checkpoint_is_sharded(const std::string& dir);
 
+/// The world size that wrote the checkpoint in `dir`: layout.json's world_size for a sharded one, 1
+/// for one written by one process, 0 when `dir` holds no checkpoint. Throws skew::Error naming
+/// layout.json when it holds no valid world size.
+int64_t checkpoint_world_size(const std::string& dir);
+
 /// Save the checkpoint of a run laid out by `layout` (this rank's) into `dir`, collectively: rank 0
 /// prepares the hidden temporary folder; every rank writing state writes its shard (under ZeRO-1
 /// every rank its owned state; under stage 0 rank 0 the replicated state, with expert parallelism

@@ -9,11 +9,13 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/process_env.h"
+
 namespace skew {
 
 StatusLine make_status_line(int64_t start_step, int64_t log_every, bool force_plain) {
     StatusLine s;
-    s.live = !force_plain && ::isatty(STDERR_FILENO) == 1;
+    s.live = !force_plain && output_is_terminal(STDERR_FILENO);
     s.log_every = log_every < 1 ? 1 : log_every;
     s.start_step = start_step;
     s.start = std::chrono::steady_clock::now();

@@ -29,8 +29,8 @@ struct StatusLine {
     bool drawn = false;             // a live line is on screen
 };
 
-/// A status line for a run starting at start_step; live when stderr is a TTY (isatty) unless
-/// force_plain. log_every < 1 is treated as 1.
+/// A status line for a run starting at start_step; live when stderr is a terminal
+/// (output_is_terminal: a TTY, not under an MPI launcher, TERM not dumb) unless force_plain. log_every < 1 is treated as 1.
 StatusLine make_status_line(int64_t start_step, int64_t log_every, bool force_plain = false);
 
 /// Seconds left at `step` of `total` when `elapsed` seconds took steps start_step..step: the mean

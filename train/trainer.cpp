@@ -23,6 +23,7 @@
 #include "data/shard_identity.h"
 #include <nlohmann/json.hpp>
 #include "engine/arena.h"
+#include "engine/config_hint.h"
 #include "engine/config_schema.h"
 #include "engine/dir_lock.h"
 #include "train/checkpoint.h"
@@ -104,17 +105,26 @@ int64_t host_available_bytes() {
     return -1;
 }
 
+/// What to do when the plan does not fit: a smaller microbatch or model (see `skew plan`) in a new
+/// run; under --resume (resume_run not empty), which keeps the config, a machine with more memory.
+std::string smaller_plan_hint(const std::string& resume_run) {
+    if (resume_run.empty()) return "see `skew plan` for a smaller microbatch or model";
+    return fmt::format("resume on a machine with more memory (a smaller microbatch or model needs a new run: skew "
+                       "train {}/config.yaml --set ... --out NEW_FOLDER, sized with `skew plan`; --resume keeps the run's "
+                       "config)", resume_run);
+}
+
 /// Out-of-budget on the CPU backend: refuse before allocating when the plan's arena exceeds the
 /// host's available memory, saying what the plan holds (the CUDA arena checks the device's free
 /// memory itself).
-void refuse_if_host_too_small(const MemoryPlan& plan, const OptimizerConfig& opt) {
+void refuse_if_host_too_small(const MemoryPlan& plan, const OptimizerConfig& opt, const std::string& resume_run) {
     const int64_t avail = host_available_bytes();
     if (avail < 0 || plan.peak_bytes <= avail) return;
     fail("{}: the plan needs {:.2f} GiB (weights {:.2f}, gradients {:.2f}, optimizer state {:.2f}, activations "
-         "{:.2f}, workspace {:.2f}) but this host has {:.2f} GiB available; see `skew plan` for a smaller microbatch or "
-         "model", opt.name, double(plan.peak_bytes) / GIB, double(plan.weights_bytes) / GIB, double(plan.grads_bytes) / GIB,
-         double(plan.state_bytes) / GIB, double(plan.activation_bytes) / GIB, double(plan.workspace_bytes) / GIB,
-         double(avail) / GIB);
+         "{:.2f}, workspace {:.2f}) but this host has {:.2f} GiB available; {}", opt.name, double(plan.peak_bytes) / GIB,
+         double(plan.weights_bytes) / GIB, double(plan.grads_bytes) / GIB, double(plan.state_bytes) / GIB,
+         double(plan.activation_bytes) / GIB, double(plan.workspace_bytes) / GIB, double(avail) / GIB,
+         smaller_plan_hint(resume_run));
 }
 
 /// What a non-finite step scans for its first culprit: the weights first (a NaN weight makes every
@@ -164,7 +174,7 @@ constexpr int64_t DEVICE_AUTO_RESERVE_BYTES = int64_t(512) << 20;
 /// backend (the whole batch when that is unknown). Throws skew::Error naming the memory at
 /// microbatch 1 when nothing fits.
 int64_t auto_microbatch(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, const Backend& backend,
-                        const ParallelLayout& layout) {
+                        const ParallelLayout& layout, const std::string& resume_run) {
     int64_t budget = -1;
     const char* where = "the host's available memory";
     if (backend.device_memory()) {
@@ -178,8 +188,8 @@ int64_t auto_microbatch(const Config& cfg, const ParamTable& table, const Optimi
     const int64_t mb = largest_fitting_microbatch(cfg, table, opt, budget, layout);
     if (mb == 0)
         fail("{}: train.microbatch 0 (the largest that fits): even microbatch 1 needs {:.2f} GiB but {} is {:.2f} GiB; "
-             "see `skew plan --budget`", opt.name, double(build_memory_plan(cfg, table, opt, 1, layout).peak_bytes) / GIB,
-             where, double(budget) / GIB);
+             "{}", opt.name, double(build_memory_plan(cfg, table, opt, 1, layout).peak_bytes) / GIB, where,
+             double(budget) / GIB, smaller_plan_hint(resume_run));
     spdlog::info("{}: train.microbatch 0: {} sequences, the largest divisor of batch_size {} whose plan fits {} "
                  "({:.2f} GiB)", opt.name, mb, cfg.train.batch_size, where, double(budget) / GIB);
     return mb;
@@ -273,11 +283,12 @@ void synchronize_and_measure_overhead(Run& r) {
 /// the host's available memory. Returns
 /// the microbatch; throws skew::Error naming the optimizer.
 int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
-                            const Backend& backend, const ParallelLayout& layout) {
+                            const Backend& backend, const ParallelLayout& layout, const std::string& resume_run) {
     require_optimizer_backend(opt, backend);
     const int64_t mb =
-        cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, backend, layout);
-    if (!backend.device_memory()) refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb, layout), opt);
+        cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, backend, layout, resume_run);
+    if (!backend.device_memory())
+        refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb, layout), opt, resume_run);
     return mb;
 }
 
@@ -363,7 +374,7 @@ struct OptimizerRun {
           table(table), global(build_param_table(c.model)),
           layout(parallel_layout(c, to.comm->world_size(), to.comm->rank())),
           plan(build_memory_plan(c, layout.zero() ? global : table, o, microbatch, layout)), arena(allocate_arena(plan, be)),
-          model(model_bind(c, table, arena, be)), dp(dp_make(*to.comm, c.train, microbatch)), writer(dp.rank == 0) {
+          model(model_bind(c, table, arena, be)), dp(dp_make(*to.comm, c, microbatch)), writer(dp.rank == 0) {
         // ZeRO-1 and the sharded checkpoints partition the whole model's table under the layout
         // (held_param_table gives this rank's banks); the model and its slots use the rank's table
         partition = zero_partition(global, o, layout);
@@ -419,6 +430,13 @@ struct OptimizerRun {
                          wall_before + seconds_since(run_start)};
     }
 };
+
+/// What an optimizer's run ended with: its steps and its last evaluation (none yet: step 0, NaN).
+TrainResult train_result(const OptimizerConfig& opt, const OptimizerRun& r, bool stopped) {
+    const std::vector<EvalRecord>& h = r.metrics.history;
+    return TrainResult{opt.name, r.state.step, h.empty() ? NO_VALUE : h.back().val_ppl, h.empty() ? 0 : h.back().step,
+                       stopped};
+}
 
 /// Open one optimizer's run: plan and arena, the model and optimizer over them, then resume from
 /// the run's last checkpoint (--resume) or initialize the weights. Returns nullopt-like `done` when
@@ -500,13 +518,13 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     reset_peak_rss();
     if (r.state.step >= tc.steps) {
         spdlog::info("{}: already finished ({} steps)", opt.name, r.state.step);
-        done = TrainResult{opt.name, r.state.step, r.metrics.summary.final_val_ppl, false};
+        done = train_result(opt, r, false);
         return run;
     }
     if (opts.stop_after_step > 0 && r.state.step >= opts.stop_after_step) {
         spdlog::info("{}: --stop-after {}: the checkpoint is at step {} already; stopping without a step (checkpoint "
                      "unchanged)", opt.name, opts.stop_after_step, r.state.step);
-        done = TrainResult{opt.name, r.state.step, r.metrics.summary.final_val_ppl, true};
+        done = train_result(opt, r, true);
         return run;
     }
 
@@ -768,13 +786,31 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         sync_step_log(r.log);
     }
     refuse_trailing_skipped(opt, r.state.step, r.trailing_skipped);
-    return TrainResult{opt.name, r.state.step, r.metrics.summary.final_val_ppl, stopped};
+    return train_result(opt, r, stopped);
 }
 
 /// Read a whole file ("" when it cannot be opened).
 std::string read_text(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+/// --resume on a world size other than the one its checkpoints were written with: refused first,
+/// naming the command that resumes (the world size is the one layout setting a resume can change;
+/// the batch and microbatch checks after it would otherwise propose config changes).
+void check_resume_world_size(const Config& cfg, const std::string& run_dir, int world) {
+    for (const OptimizerConfig& opt : cfg.optimizers) {
+        const std::string dir = checkpoint_dir(run_dir, opt.name, "last");
+        const int64_t was = checkpoint_world_size(dir);
+        if (was == 0 || was == world) continue;
+        if (was == 1)
+            fail("--resume {}: {} was written by one process (world size 1); this run is world size {}: resume it with "
+                 "one process (skew train --resume {}, without mpirun), or `skew export` its weights", run_dir, dir,
+                 world, run_dir);
+        fail("--resume {}: {} is a sharded checkpoint of world size {}; this run is world size {}: resume it with the "
+             "same world size (mpirun -np {} skew train --resume {}), or `skew export` its weights", run_dir, dir, was,
+             world, was, run_dir);
+    }
 }
 
 /// Whether `flag` holds on any rank of `comm`, and which ranks it holds on.
@@ -800,6 +836,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
     Communicator& comm = *opts.comm;
     const int world = comm.world_size();
     const bool writer = comm.rank() == 0;  // rank 0 alone writes the run folder
+    const std::string resume_run = opts.resume ? opts.run_dir : "";  // hints: a resume cannot change the config
     if (cfg.runtime.threads > 0) omp_set_num_threads(int(cfg.runtime.threads));
     // expert parallel: rank r holds experts [(r % M) E/M, (r % M + 1) E/M) of every bank; its group
     // is the M consecutive ranks r - r % M ..., the holders of the same experts every M-th rank
@@ -832,11 +869,14 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         if (opts.resume) {
             if (writer) dir_lock(run_lock, opts.run_dir, RUN_LOCK_FILE, "skew train");
             data::check_resume_data(cfg.data.dir, opts.run_dir);
+            check_resume_world_size(cfg, opts.run_dir, world);
         }
         if (world > 1 && cfg.train.expert_grads == "deferred")
             fail("train.expert_grads: deferred cannot run on {} ranks: its expert gradients are formed one expert at a "
-                 "time inside the optimizer step and never exist as a whole to be summed over the ranks; set "
-                 "train.expert_grads: stored", world);
+                 "time inside the optimizer step and never exist as a whole to be summed over the ranks; {}", world,
+                 opts.resume ? fmt::format("resume it with one process (skew train --resume {}, without mpirun), or {}",
+                                           opts.run_dir, config_change_hint(cfg, "train.expert_grads", "stored", resume_run))
+                             : config_change_hint(cfg, "train.expert_grads", "stored", resume_run));
         token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size, cfg.data.val_ratio);
         data = Batches{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
         for (const data::TokenSplit* split : {&data.train, &data.val}) data::token_split_check_listed(cfg.data.dir, *split);
@@ -852,7 +892,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
                                  "train.eval_batches validation batches");
             batch_stream_make(data.train, B, T, 0);
         }
-        backend = make_backend(cfg, opts.device);
+        backend = make_backend(cfg, opts.device, resume_run);
         if (opts.profile_first > 0 && !backend->device_memory())
             fail("--profile-steps {}:{}: profiling brackets steps with cudaProfilerStart/Stop and needs the CUDA backend; "
                  "this run uses the {} backend (runtime.backend: {})", opts.profile_first, opts.profile_last,
@@ -862,14 +902,15 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         run_cfg.runtime.backend = backend->name();
         // train.microbatch 0 on N ranks: the largest that fits among the divisors of batch_size / N,
         // planned for this rank's layout (its ZeRO-1 share of the optimizer state)
-        if (cfg.train.microbatch > 0) dp_make(comm, cfg.train, cfg.train.microbatch);  // its message names all three
+        if (cfg.train.microbatch > 0) dp_make(comm, cfg, cfg.train.microbatch, resume_run);  // its message names all three
         const ParallelLayout layout = parallel_layout(run_cfg, world, comm.rank());
         // ZeRO-1 plans from the whole model's table (its partition cuts the non-expert state over all
         // ranks, each expert shard's over its holders); stage 0 from the rank's own
         const ParamTable global = build_param_table(cfg.model);
         for (const OptimizerConfig& opt : cfg.optimizers) {
-            microbatch.push_back(check_optimizer_run(run_cfg, layout.zero() ? global : table, opt, *backend, layout));
-            dp_make(comm, cfg.train, microbatch.back());  // batch_size a multiple of world x microbatch
+            microbatch.push_back(
+                check_optimizer_run(run_cfg, layout.zero() ? global : table, opt, *backend, layout, resume_run));
+            dp_make(comm, cfg, microbatch.back(), resume_run);  // batch_size a multiple of world x microbatch
         }
     } catch (const Error& e) {
         if (world == 1) throw;

@@ -35,7 +35,8 @@ struct TrainOptions {
 struct TrainResult {
     std::string optimizer;
     int64_t steps_done = 0;
-    double final_val_ppl = 0;
+    double final_val_ppl = 0;     // val_ppl of the last evaluation (NaN before the first)
+    int64_t last_eval_step = 0;   // the step of that evaluation; 0: no evaluation yet
     bool stopped = false;  // interrupted by a signal (or stop_after_step) with a checkpoint
 };
 

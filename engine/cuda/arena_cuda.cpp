@@ -14,7 +14,8 @@ Arena allocate_cuda_arena(const MemoryPlan& plan) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         cudaGetLastError();
-        fail("arena: no CUDA device is available for the {:.2f} GiB plan of optimizer '{}'; use runtime.backend=cpu",
+        fail("arena: no CUDA device is available for the {:.2f} GiB plan of optimizer '{}'; use the CPU backend "
+             "(skew train: runtime.backend=cpu; skew eval and skew sample: --backend cpu)",
              double(plan.peak_bytes) / GIB, plan.optimizer);
     }
     size_t free_b = 0, total_b = 0;
@@ -28,7 +29,7 @@ Arena allocate_cuda_arena(const MemoryPlan& plan) {
     if (err != cudaSuccess) {
         cudaGetLastError();
         fail("arena: cudaMalloc of {:.2f} GiB failed ({}); the device has {:.2f} GiB free of {:.2f} GiB. "
-             "--> HINT: lower train.microbatch or check with `skew plan --budget`",
+             "--> HINT: free the device (other processes: nvidia-smi), or see what fits with `skew plan CONFIG --budget GIB`",
              double(plan.peak_bytes) / GIB, cudaGetErrorString(err), double(free_b) / GIB, double(total_b) / GIB);
     }
     cudaMemset(p, 0, size_t(plan.peak_bytes));

@@ -11,7 +11,8 @@ namespace skew::cuda {
 void throw_cuda_error(const char* file, int line, const char* what, cudaError_t err) {
     const char* hint = "";
     if (err == cudaErrorMemoryAllocation)
-        hint = "\n--> HINT: the device is out of memory; lower the microbatch or use --budget (skew plan shows the peak)";
+        hint = "\n--> HINT: the device is out of memory; free it (other processes: nvidia-smi), or see what fits with "
+               "`skew plan CONFIG --budget GIB`";
     else if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver)
         hint = "\n--> HINT: no usable CUDA device; run on the CPU backend or check the driver (nvidia-smi)";
     else if (err == cudaErrorIllegalAddress || err == cudaErrorLaunchFailure)

@@ -1,8 +1,9 @@
 // `mpirun -np N skew train` (docs/distributed.md) against one process on the same global batches:
 // 20 steps of every optimizer with parallel.zero_stage 0, losses and final weights within the
 // tolerance of a changed summation order; mpirun -np 1 bit-identical to one process; a batch size
-// not divisible by N x microbatch refused; a rank that fails (bad data path, bad token mid-run, a
-// kill -9) ends every rank non-zero, naming the rank, within a timeout.
+// not divisible by N x microbatch refused with the world sizes that work; a resume on another world
+// size told the one to resume with; no colour codes in the ranks' logs; a rank that fails (bad data
+// path, bad token mid-run, a kill -9) ends every rank non-zero, naming the rank, within a timeout.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -186,6 +187,8 @@ TEST_CASE("a batch size that N x microbatch does not divide is refused before an
     CHECK(r.status != 124);
     CHECK(r.output.find("train.batch_size 6 is not a multiple of the world size 4 x train.microbatch 1") !=
           std::string::npos);
+    // what would work: the world sizes over which 6 microbatches split, or the next batch size
+    CHECK(r.output.find("(run on 1, 2, 3 or 6 ranks with mpirun -np, or set train.batch_size: 8)") != std::string::npos);
     CHECK_FALSE(fs::exists(out));
 }
 
@@ -292,4 +295,58 @@ TEST_CASE("a data-parallel run stopped and resumed on 2 ranks equals the uninter
     CHECK(read_bytes(whole + "/checkpoints/adamw/last/optimizer.safetensors") ==
           read_bytes(parts + "/checkpoints/adamw/last/optimizer.safetensors"));
     CHECK(skew::test::step_losses(whole, "adamw") == skew::test::step_losses(parts, "adamw"));
+}
+
+TEST_CASE("log lines under mpirun carry no colour codes on any rank, though each rank's stdout is a pseudo-terminal",
+          "[dist]") {
+    // Open MPI hands every rank a pseudo-terminal for stdout and copies it to mpirun's own stdout,
+    // here a pipe: a rank that coloured when its stdout is a TTY wrote escape codes into the file.
+    const std::string out = work_dir() + "/plain-logs";
+    Run r = skew::test::mpirun_spec("-x TERM=xterm-256color -np 2 " + skew_bin() + " " +
+                                        train_args("--set train.steps=2 --set train.eval_every=2 --set train.checkpoint_every=2 "
+                                                   "--optimizers adamw --out " + out),
+                                    300);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(r.output.find("[info] rank 0: adamw: 2 steps") != std::string::npos);
+    CHECK(r.output.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("a resume on another world size names the world size to resume with, never a config change --resume refuses",
+          "[dist]") {
+    const std::string run = work_dir() + "/resume-world";
+    Run a = skew::test::mpirun_spec("-np 2 " + skew_bin() + " " +
+                                        train_args("--set train.steps=2 --set train.eval_every=2 --set train.checkpoint_every=2 "
+                                                   "--optimizers adamw --out " + run),
+                                    300);
+    INFO(a.output);
+    REQUIRE(a.status == 0);
+    // 3 ranks: batch_size 4 is not a multiple of 3 x microbatch 1, but the fix is the world size
+    Run three = skew::test::mpirun_skew(3, "train --plain --resume " + run, 120);
+    INFO(three.output);
+    CHECK(three.status != 0);
+    CHECK(three.output.find("is a sharded checkpoint of world size 2; this run is world size 3: resume it with the same "
+                            "world size (mpirun -np 2 skew train --resume " + run + ")") != std::string::npos);
+    CHECK(three.output.find("set train.") == std::string::npos);
+    CHECK(three.output.find("choose train.") == std::string::npos);
+    // with no checkpoint yet any world size may resume: the batch check's hint then names the rank
+    // counts that work and offers a config change only as a new run
+    const std::string bare = run + "-no-checkpoints";
+    fs::remove_all(bare);
+    fs::copy(run, bare, fs::copy_options::recursive);
+    fs::remove_all(bare + "/checkpoints");
+    Run fresh = skew::test::mpirun_skew(3, "train --plain --resume " + bare, 120);
+    INFO(fresh.output);
+    CHECK(fresh.status != 0);
+    CHECK(fresh.output.find("(run on 1, 2 or 4 ranks with mpirun -np, or start a new run with train.batch_size: 6 "
+                            "(skew train " + bare + "/config.yaml --set train.batch_size=6 --out NEW_FOLDER") !=
+          std::string::npos);
+    Run one = skew::test::run_skew("train --plain --resume " + run);
+    INFO(one.output);
+    CHECK(one.status != 0);
+    CHECK(one.output.find("(mpirun -np 2 skew train --resume " + run + ")") != std::string::npos);
+    Run two = skew::test::mpirun_skew(2, "train --plain --resume " + run, 120);
+    INFO(two.output);
+    CHECK(two.status == 0);
+    CHECK(two.output.find("already finished") != std::string::npos);
 }

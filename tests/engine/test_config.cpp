@@ -294,8 +294,8 @@ TEST_CASE("bytes that are not printable UTF-8 are escaped in messages") {
 }
 
 TEST_CASE("an empty path is an error naming the key") {
-    CHECK(error_of("train:\n  steps: 5\n", {"runtime.out_dir="}).find("runtime.out_dir: the path is empty") != std::string::npos);
-    CHECK(error_of("train:\n  steps: 5\n", {"data.dir="}).find("data.dir: the path is empty") != std::string::npos);
+    CHECK(error_of("train:\n  steps: 5\n", {"runtime.out_dir=\"\""}).find("runtime.out_dir: the path is empty") != std::string::npos);
+    CHECK(error_of("train:\n  steps: 5\n", {"data.dir=''"}).find("data.dir: the path is empty") != std::string::npos);
     CHECK(error_of("data:\n  tokenizer_dir: \"\"\n").find("test.yaml:2:18: data.tokenizer_dir: the path is empty") !=
           std::string::npos);
 }
@@ -418,4 +418,43 @@ TEST_CASE("decay betas are at least 0 and below 1: a beta of 1 is refused before
     }
     CHECK(error_of("optimizers:\n  adamw:\n    beta1: 1\n").find("test.yaml:3:12: optimizers.adamw.beta1: 1 is out of range") !=
           std::string::npos);
+}
+
+TEST_CASE("a --set key= with nothing after '=' says so for every key type, never 'remove the quotes'") {
+    const std::string base = "train:\n  steps: 5\n";
+    const std::string e = error_of("train:\n  steps: 5\n", {"model.d_model="});
+    CHECK(e == "--set model.d_model=: no value after '='; give one, e.g. --set model.d_model=4096");
+    CHECK(error_of(base, {"data.dir="}).find("--set data.dir=: no value after '='; give one, e.g. --set data.dir=") == 0);
+    CHECK(error_of(base, {"optimizers.adamw.lr="}) == "--set optimizers.adamw.lr=: no value after '='; give one after it");
+    CHECK(error_of(base, {"model.bogus="}).find("unknown key 'model.bogus'") != std::string::npos);
+    // quotes the user wrote are still called quotes
+    CHECK(error_of(base, {"model.d_model=\"64\""}).find("got the string \"64\" (remove the quotes)") != std::string::npos);
+    CHECK(error_of(base, {"model.d_model=!!str 64"}).find("(remove the !!str tag)") != std::string::npos);
+}
+
+TEST_CASE("a YAML tag ('!x') is refused as a tag, in --set and in a file, with the quoting that makes it text") {
+    const std::string base = "train:\n  steps: 5\n";
+    CHECK(error_of(base, {"data.dir=!x"}) ==
+          "--set data.dir=!x: data.dir: '!x' is a YAML tag (a value starting with '!' names a type), which a config does "
+          "not use; for the text, quote it: --set 'data.dir=\"!x\"'");
+    CHECK(error_of("data:\n  dir: !x\n").find("test.yaml:2:8: data.dir: '!x' is a YAML tag") == 0);
+    CHECK(error_of("data:\n  dir: !x\n").find("quote it: dir: \"!x\"") != std::string::npos);
+    CHECK(error_of("data:\n  dir: !x runs\n").find("'!x runs' is a YAML tag") != std::string::npos);  // not "runs"
+    CHECK(error_of(base, {"train.optimizers=[adamw, !x]"}).find("train.optimizers[1]: '!x' is a YAML tag") != std::string::npos);
+    CHECK(error_of(base, {"data.dir=\"!x\""}).empty());  // quoted: the text "!x"
+}
+
+TEST_CASE("YAML nested past yaml-cpp's depth limit names the nesting and its line, not 'bad file'") {
+    std::string deep = "model:\n  d_model:\n";
+    for (int i = 0; i < 600; ++i) deep += std::string(size_t(i) + 4, ' ') + "-\n";
+    const std::string e = error_of(deep);
+    CHECK(e.find("bad file") == std::string::npos);
+    // the top mapping, model's, then 497 lists: the 497th opens on line 2 + 497
+    CHECK(e.find("test.yaml:499:") == 0);
+    CHECK(e.find("YAML nested too deeply: 499 lists or mappings inside one another here") != std::string::npos);
+    const std::string flow = error_of("model:\n  d_model: " + std::string(3000, '{'));
+    CHECK(flow.find("test.yaml:2:") == 0);
+    CHECK(flow.find("YAML nested too deeply") != std::string::npos);
+    const std::string set = error_of("train:\n  steps: 5\n", {"model.d_model=" + std::string(3000, '[')});
+    CHECK(set.find("--set model.d_model: YAML nested too deeply") == 0);
 }

@@ -117,6 +117,17 @@ TEST_CASE("skew config prints the resolved config and the key reference") {
     CHECK(ref.output.find("`model.n_kv_heads`") != std::string::npos);
 }
 
+TEST_CASE("skew config --reference with a config file or --set is refused, not printed as if the file were read") {
+    Run r = run("config --reference " + paper());
+    CHECK(r.status == 2);
+    CHECK(r.output.find("--reference: prints the key reference, which belongs to no config, so " + paper() +
+                        " would be ignored: drop it to print the reference, or drop --reference") != std::string::npos);
+    CHECK(r.output.find("`model.n_kv_heads`") == std::string::npos);
+    Run s = run("config --reference --set train.steps=7");
+    CHECK(s.status == 2);
+    CHECK(s.output.find("so --set would be ignored") != std::string::npos);
+}
+
 TEST_CASE("README's config reference is the generated one") {
     Run ref = run("config --reference");
     REQUIRE(ref.status == 0);

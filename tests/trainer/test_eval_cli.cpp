@@ -85,8 +85,8 @@ TEST_CASE("skew eval scores the four task formats, writes eval_<optimizer>.json,
     CHECK(r.output.find("hellaswag") != std::string::npos);
     const json out = read_json(run_dir() + "/eval_adamw.json");
     CHECK(out["tasks"]["piqa"]["n"] == 3);
-    CHECK(out["tasks"]["winogrande"]["n"] == 4);
-    CHECK(out["tasks"]["hellaswag"]["n"] == 3);
+    CHECK(out["tasks"]["winogrande"]["n"] == 5);
+    CHECK(out["tasks"]["hellaswag"]["n"] == 4);
     CHECK(out["tasks"]["arc"]["n"] == 3);
     CHECK(out["tasks"]["arc"]["requests"] == 12);
     CHECK(out["tasks"]["piqa"]["truncated_requests"] == 0);
@@ -253,4 +253,31 @@ TEST_CASE("skew eval, sample and export refuse a config.yaml whose model setting
     Run own = run("eval " + run_dir() + " --optimizer adamw --no-write --batches 1 --data " + prep_dir());
     CHECK(own.status == 0);
     CHECK(own.output.find("not the config the checkpoint") == std::string::npos);
+}
+
+TEST_CASE("skew eval and sample name a path of the wrong kind and refuse flags the command would ignore", "[eval][cli]") {
+    const std::string readme = src("README.md");
+    const fs::path dir = fs::path(run_dir()).parent_path() / "a-folder";
+    fs::create_directories(dir);
+    Run task = run("eval " + run_dir() + " --no-write --task " + dir.string() + " --format piqa");
+    CHECK(task.status == 1);
+    CHECK(task.output.find(dir.string() + ": is a folder; --task takes a JSONL task file") != std::string::npos);
+    Run ck = run("eval " + readme + " --data " + prep_dir());
+    CHECK(ck.status == 1);
+    CHECK(ck.output.find(readme + ": is a file, not a folder (give a run folder or a checkpoint folder)") != std::string::npos);
+    Run tok = run("sample " + run_dir() + " --prompt hi --max-tokens 1 --tokenizer " + readme);
+    CHECK(tok.status == 1);
+    CHECK(tok.output.find("--tokenizer " + readme + ": is a file, not a tokenizer folder") != std::string::npos);
+    // --tokenizer and --batch-size serve --task only; --split and --batches serve --data only
+    Run ignored = run("eval " + run_dir() + " --no-write --data " + prep_dir() + " --tokenizer " + readme);
+    CHECK(ignored.status == 2);
+    CHECK(ignored.output.find("--tokenizer: is for --task scoring; without --task it would be ignored") != std::string::npos);
+    CHECK(run("eval " + run_dir() + " --no-write --data " + prep_dir() + " --batch-size 4").status == 2);
+    Run split = run("eval " + run_dir() + " --no-write --task " + src("tests/fixtures/eval/piqa.jsonl") +
+                    " --format piqa --split train");
+    CHECK(split.status == 2);
+    CHECK(split.output.find("--split: is for --data perplexity; without --data it would be ignored") != std::string::npos);
+    Run resume = run("train --resume " + readme);
+    CHECK(resume.status == 1);
+    CHECK(resume.output.find("--resume " + readme + ": is a file, not a run folder") != std::string::npos);
 }

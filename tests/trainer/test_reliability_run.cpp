@@ -1,7 +1,8 @@
 // `skew train` end to end on the faults of issue-style public bug reports, each an example of a kind:
 // a top-1 router that gets no gradient, a diverged run whose derived values overflow, a NaN weight
 // in a checkpoint, shards without a manifest replaced between stop and resume, a second writer on
-// one run folder, and a data hint proposing a value the schema refuses.
+// one run folder, a data hint proposing a value the schema refuses, a run stopped before its first
+// evaluation, and a resume with no record of its data left.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -271,4 +272,50 @@ TEST_CASE("resuming after config.yaml was edited says so and what to do, naming 
     CHECK(r.status == 1);
     CHECK(r.output.find("the checkpoint was written under another config than " + d + "/config.yaml") != std::string::npos);
     CHECK(r.output.find("was config.yaml edited after the run started") != std::string::npos);
+}
+
+TEST_CASE("a run stopped before its first evaluation logs 'no evaluation yet', as the report says, not a nan") {
+    const std::string data = prepare("prep");
+    const std::string d = work_dir() + "/no-eval-yet";
+    Run r = run(train_args(data, "--set train.steps=4 --set train.eval_every=4 --optimizers adamw --stop-after 1 --out " + d));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(r.output.find("adamw: 1 steps, no evaluation yet (stopped; resume with skew train --resume " + d + ")") !=
+          std::string::npos);
+    CHECK(r.output.find("nan") == std::string::npos);
+    CHECK(run("report " + d).output.find("adamw at step 1 (no evaluation yet)") != std::string::npos);
+    // stopped after an evaluation: the value and the step it is from
+    const std::string e = work_dir() + "/eval-then-stop";
+    Run s = run(train_args(data, "--set train.steps=4 --set train.eval_every=2 --optimizers adamw --stop-after 3 --out " + e));
+    INFO(s.output);
+    REQUIRE(s.status == 0);
+    CHECK(s.output.find("adamw: 3 steps, val ppl ") != std::string::npos);
+    CHECK(s.output.find(" at the step-2 evaluation (stopped;") != std::string::npos);
+    Run rest = run("train --plain --resume " + e);
+    INFO(rest.output);
+    REQUIRE(rest.status == 0);
+    CHECK(rest.output.find("adamw: 4 steps, final val ppl ") != std::string::npos);
+}
+
+TEST_CASE("a resume whose run folder lost both manifest.json and data_identity.json is refused: nothing can check the data") {
+    const std::string data = prepare("prep");
+    const std::string d = work_dir() + "/no-data-record";
+    Run first = run(train_args(data, "--set train.steps=4 --optimizers adamw --stop-after 2 --out " + d));
+    INFO(first.output);
+    REQUIRE(first.status == 0);
+    fs::remove(d + "/manifest.json");
+    // with data_identity.json alone the shards are still checked: the resume goes on
+    REQUIRE(fs::exists(d + "/data_identity.json"));
+    const std::string kept = d + "-kept";
+    fs::copy(d, kept, fs::copy_options::recursive);
+    Run ok = run("train --plain --resume " + kept);
+    INFO(ok.output);
+    CHECK(ok.status == 0);
+    fs::remove(d + "/data_identity.json");
+    Run r = run("train --plain --resume " + d);
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("--resume " + d + ": the run folder has neither manifest.json nor data_identity.json") !=
+          std::string::npos);
+    CHECK(r.output.find("skew cannot tell whether " + data + " still holds it") != std::string::npos);
 }

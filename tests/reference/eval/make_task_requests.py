@@ -3,7 +3,9 @@
 # LM Evaluation Harness v0.4 task definitions (piqa.yaml, winogrande/preprocess_winogrande.py,
 # hellaswag/utils.py, arc_easy.yaml; target_delimiter " ") with Python's own str.strip,
 # str.capitalize and re: for each line of tests/fixtures/eval/<task>.jsonl, the contexts,
-# continuations, code-point lengths acc_norm divides by, and the gold index.
+# continuations, code-point lengths acc_norm divides by, the gold index, and each request as
+# HFLM._encode_pair splits it before encoding (the context's trailing whitespace, by str.rstrip,
+# moved into the continuation).
 #
 # Run:  python3 tests/reference/eval/make_task_requests.py
 # Writes tests/fixtures/eval/expected_requests.json, read by tests/eval/test_tasks.cpp.
@@ -21,6 +23,15 @@ def hellaswag_preprocess(text):
     text = re.sub("\\[.*?\\]", "", text)
     text = text.replace("  ", " ")
     return text
+
+
+def encode_pair(context, continuation):
+    # lm_eval/models/huggingface.py HFLM._encode_pair, before the tokenizer
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces > 0:
+        continuation = context[-n_spaces:] + continuation
+        context = context[:-n_spaces]
+    return [context, continuation]
 
 
 def piqa(doc):
@@ -63,7 +74,9 @@ def main():
                 if not line.strip():
                     continue
                 contexts, continuations, norm, gold = fn(json.loads(line))
-                items.append({"contexts": contexts, "continuations": continuations, "norm_chars": norm, "gold": gold})
+                pairs = [encode_pair(c, x) for c, x in zip(contexts, continuations)]
+                items.append({"contexts": contexts, "continuations": continuations, "norm_chars": norm, "gold": gold,
+                              "encode_pairs": pairs})
         out[name] = items
     with open(os.path.join(FIX, "expected_requests.json"), "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=1)
