@@ -172,7 +172,9 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     const int train_buckets = split_train_buckets(o.val_ratio);
     Tokenizer tok = tokenizer_load(o.tokenizer_dir);
     if (tok.vocab_size() > 65536) fail("prepare: vocabulary of {} tokens does not fit llm.c's uint16 shards", tok.vocab_size());
-    if (o.separator == "eot" && tok.eot < 0) fail("prepare: separator eot needs <|endoftext|> in {}", tok.source);
+    if (o.separator == "eot" && tok.eot < 0)
+        fail("prepare: --separator eot needs an end-of-text token, and {} has none (a special token {}); use --separator none",
+             tok.source, fmt::join(kEndOfTextNames, ", "));
     auto files = expand_inputs(o.inputs);
     DocumentReader reader = document_reader_open(files);
 
@@ -326,8 +328,8 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
                            summary.seconds, true);
     if (summary.bad_lines > 10) spdlog::warn("prepare: {} bad lines skipped in all ({} shown)", summary.bad_lines, 10);
     if (summary.invalid_utf8)
-        spdlog::warn("prepare: {} document{} not valid UTF-8 (the first: {}); {} bytes were tokenized as GPT-2 byte "
-                     "tokens; convert such files to UTF-8 (e.g. iconv) if that is not intended",
+        spdlog::warn("prepare: {} document{} not valid UTF-8 (the first: {}); {} bytes were tokenized as byte tokens "
+                     "(a SentencePiece model reads them as U+FFFD); convert such files to UTF-8 (e.g. iconv) if that is not intended",
                      summary.invalid_utf8, summary.invalid_utf8 == 1 ? " is" : "s are", escape_text(summary.first_invalid_utf8),
                      summary.invalid_utf8 == 1 ? "its" : "their");
     // Nothing is placed into the folder for a run that read no document (a wrong --field, empty
@@ -344,8 +346,8 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     nlohmann::json m;
     m["format"] = {{"layout", "llm.c .bin"}, {"magic", kShardMagic}, {"version", kShardVersion}, {"dtype", "uint16"}, {"header_bytes", 1024}};
     const nlohmann::json tok_files = tokenizer_file_md5s(o.tokenizer_dir);
-    m["tokenizer"] = {{"kind", "gpt2-bpe"}, {"dir", o.tokenizer_dir}, {"vocab_size", tok.vocab_size()}, {"eot", tok.eot}, {"md5", tok_files},
-                      {"allow_special", o.allow_special}};
+    m["tokenizer"] = {{"kind", tokenizer_kind_name(tok.kind)}, {"dir", o.tokenizer_dir}, {"vocab_size", tok.vocab_size()},
+                      {"eot", tok.eot}, {"eot_text", tok.eot_text}, {"md5", tok_files}, {"allow_special", o.allow_special}};
     m["separator"] = o.separator;
     m["split"] = {{"rule", "md5(utf8(first 1024 code points))[:8] as int mod 1000 < train_buckets"},
                   {"val_ratio", o.val_ratio}, {"train_buckets", train_buckets}};

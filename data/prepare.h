@@ -15,10 +15,10 @@ struct PrepareOptions {
     std::string out_dir;                         // shards + manifest.json go here
     std::string tokenizer_dir = "data/tokenizer";
     double val_ratio = 0.05;                     // share of hash buckets that go to val
-    std::string separator = "eot";               // eot: 50256 before every document (llm.c); none: the paper
+    std::string separator = "eot";               // eot: the end-of-text token before every document (llm.c); none: the paper
     bool skip_bad_lines = true;                  // a bad .jsonl line is skipped (and counted) or fatal
     std::string field = "text";                  // the .jsonl field holding the document
-    bool allow_special = false;                  // "<|endoftext|>" inside a document becomes 50256
+    bool allow_special = false;                  // special tokens' text inside a document becomes their ids
     int threads = 0;                             // tokenizer threads; 0 = all cores
     int64_t shard_tokens = 100'000'000;          // tokens per shard file (llm.c's default size)
     int64_t chunk_bytes = 8ll << 20;             // text per chunk; two chunks are in memory at once

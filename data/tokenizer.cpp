@@ -1,6 +1,7 @@
-// GPT-2 byte-level BPE: loading encoder.json/vocab.bpe (or vocab.json/merges.txt), PCRE2
-// pre-tokenization with GPT-2's pattern, and rank-ordered pair merging (OpenAI's encoder.py and
-// tiktoken's byte_pair_encode give the same ids; long pieces go through a heap so they stay O(n log n)).
+// The tokenizer core (data/tokenizer.h): choosing the kind by a folder's files, GPT-2's vocabulary
+// files, byte-pair merging by rank (OpenAI's encoder.py, tiktoken's byte_pair_encode and Hugging Face's
+// BPE give the same ids; long pieces go through a heap so they stay O(n log n)), added-token matching,
+// normalization and pre-tokenization (Hugging Face's AddedVocabulary, Split and ByteLevel), decoding.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "data/tokenizer.h"
 
@@ -13,15 +14,31 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "data/tokenizer_build.h"
+#include "data/tokenizer_sentencepiece.h"
+#include "data/unicode_normalize.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
+#include "engine/text.h"
 
 namespace skew::data {
 
-// GPT-2's pattern (encoder.py). \s is spelled out as Unicode White_Space (what Python's `regex`
-// and tiktoken's Rust regex use), since PCRE2's \s under UCP leaves out U+0085.
+// GPT-2's pattern (encoder.py). \s is spelled out as Unicode White_Space (what Python's `regex`,
+// tiktoken's Rust regex and Hugging Face's Oniguruma use).
 static constexpr const char* kSpace =
     "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+const std::vector<std::string_view> kEndOfTextNames = {"<|endoftext|>", "<|end_of_text|>", "</s>",
+                                                        "<|end\xE2\x96\x81of\xE2\x96\x81sentence|>", "<eos>", "<EOT>"};
+
+const char* tokenizer_kind_name(TokenizerKind kind) {
+    switch (kind) {
+        case TOKENIZER_GPT2_BPE: return "gpt2-bpe";
+        case TOKENIZER_HF_BYTE_LEVEL_BPE: return "hf-byte-level-bpe";
+        case TOKENIZER_SENTENCEPIECE: return "sentencepiece";
+    }
+    return "?";
+}
 
 struct TokenizerRegex {
     pcre2_code* code = nullptr;
@@ -40,6 +57,7 @@ struct WordCache {
     size_t used = 0;
     std::string arena;          // piece bytes
     std::vector<int32_t> pool;  // token ids
+    const Tokenizer* owner = nullptr;  // the tokenizer whose ids it holds
     void reset(size_t capacity) {
         slots.assign(capacity, Slot{});
         used = 0;
@@ -53,6 +71,7 @@ struct TokenizerWorkspace::Impl {
     pcre2_match_context* context = nullptr;
     pcre2_jit_stack* jit_stack = nullptr;
     WordCache cache;
+    std::string normalized, scratch;  // normalization output (and the input of a second form)
 };
 
 uint64_t tokenizer_hash_bytes(std::string_view bytes) {
@@ -83,22 +102,22 @@ static inline uint64_t mix64(uint64_t k) {
     return k;
 }
 
-static void flat_init(FlatTable64& t, size_t entries) {
+void tokenizer_table_init(FlatTable64& t, size_t entries) {
     size_t cap = 16;
     while (cap < entries * 2) cap <<= 1;
     t.keys.assign(cap, FlatTable64::kEmpty);
     t.values.assign(cap, 0);
     t.mask = cap - 1;
+    t.size = 0;
 }
 
-// Insert unless the key is present (the first value wins). Returns false when it was present.
 // The table doubles before it is half full, so probing always ends (any number of merges).
-static bool flat_insert(FlatTable64& t, uint64_t key, uint64_t value) {
+bool tokenizer_table_insert(FlatTable64& t, uint64_t key, uint64_t value) {
     if (2 * (t.size + 1) > t.mask + 1) {
         FlatTable64 grown;
-        flat_init(grown, size_t(t.mask + 1));
+        tokenizer_table_init(grown, size_t(t.mask + 1));
         for (size_t i = 0; i <= t.mask; ++i)
-            if (t.keys[i] != FlatTable64::kEmpty) flat_insert(grown, t.keys[i], t.values[i]);
+            if (t.keys[i] != FlatTable64::kEmpty) tokenizer_table_insert(grown, t.keys[i], t.values[i]);
         t = std::move(grown);
     }
     for (uint64_t i = mix64(key) & t.mask;; i = (i + 1) & t.mask) {
@@ -150,26 +169,65 @@ const std::vector<uint32_t>& gpt2_byte_to_unicode() {
     return map;
 }
 
-static std::shared_ptr<TokenizerRegex> compile_gpt2_regex() {
-    std::string space = kSpace;
-    std::string pattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + space + "\\p{L}\\p{N}]+|[" + space +
-                          "]+(?![^" + space + "])|[" + space + "]+";
+// ---- patterns
+
+// `\s` / `\S` -> Unicode White_Space, everything else as written (escapes kept whole).
+static std::string white_space_as_unicode(const std::string& pattern) {
+    std::string out;
+    out.reserve(pattern.size() + 32);
+    for (size_t i = 0; i < pattern.size(); i++) {
+        if (pattern[i] != '\\' || i + 1 == pattern.size()) {
+            out.push_back(pattern[i]);
+            continue;
+        }
+        const char next = pattern[++i];
+        if (next == 's') out += "\\p{White_Space}";
+        else if (next == 'S') out += "\\P{White_Space}";
+        else {
+            out.push_back('\\');
+            out.push_back(next);
+        }
+    }
+    return out;
+}
+
+std::shared_ptr<TokenizerRegex> tokenizer_compile_pattern(const std::string& pattern, bool literal, const std::string& what) {
+    const std::string text = literal ? pattern : white_space_as_unicode(pattern);
     int err = 0;
     PCRE2_SIZE err_offset = 0;
     auto re = std::make_shared<TokenizerRegex>();
-    re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
-                             PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_offset, nullptr);
+    re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
+                             PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0), &err,
+                             &err_offset, nullptr);
     if (!re->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
-        fail("tokenizer: PCRE2 cannot compile GPT-2's pattern at offset {}: {}", err_offset, reinterpret_cast<char*>(msg));
+        fail("tokenizer: {}: PCRE2 cannot compile the pattern \"{}\" at offset {}: {}", what, escape_text(pattern), err_offset,
+             reinterpret_cast<char*>(msg));
     }
     re->jit = pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0;
     return re;
 }
 
-// Decode one vocab string (code points standing for bytes) back to raw bytes.
-static bool vocab_string_to_bytes(const std::string& s, std::string& out, const std::vector<int>& unicode_to_byte) {
+std::shared_ptr<TokenizerRegex> tokenizer_gpt2_pattern() {
+    static const std::shared_ptr<TokenizerRegex> re = [] {
+        const std::string space = kSpace;
+        return tokenizer_compile_pattern("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + space + "\\p{L}\\p{N}]+|[" + space +
+                                             "]+(?![^" + space + "])|[" + space + "]+",
+                                         false, "GPT-2's pattern");
+    }();
+    return re;
+}
+
+// ---- vocabulary
+
+bool tokenizer_alphabet_to_bytes(std::string_view s, std::string& out) {
+    static const std::vector<int> unicode_to_byte = [] {
+        std::vector<int> u2b(512, -1);
+        const auto& b2u = gpt2_byte_to_unicode();
+        for (int b = 0; b < 256; b++) u2b[b2u[b]] = b;
+        return u2b;
+    }();
     out.clear();
     for (size_t i = 0; i < s.size();) {
         unsigned char c = s[i];
@@ -188,23 +246,68 @@ static bool vocab_string_to_bytes(const std::string& s, std::string& out, const 
     return true;
 }
 
-static bool file_exists(const std::string& p) { return std::ifstream(p).good(); }
+// Whole-piece lookup: a piece whose bytes are a token is that token (tiktoken; Hugging Face's
+// ignore_merges). Hash collisions are harmless: a hit is verified against the token's bytes.
+void tokenizer_build_whole(Tokenizer& tok, const std::vector<char>& in_model) {
+    tokenizer_table_init(tok.whole, tok.token_bytes.size());
+    for (size_t id = 0; id < tok.token_bytes.size(); id++) {
+        if (!in_model[id] || tok.token_bytes[id].empty()) continue;
+        uint64_t h = tokenizer_hash_bytes(tok.token_bytes[id]);
+        for (uint64_t i = mix64(h) & tok.whole.mask;; i = (i + 1) & tok.whole.mask)
+            if (tok.whole.keys[i] == FlatTable64::kEmpty) {
+                tok.whole.keys[i] = h;
+                tok.whole.values[i] = id;
+                ++tok.whole.size;
+                break;
+            }
+    }
+}
+
+void tokenizer_prepare_added(Tokenizer& tok) {
+    for (AddedToken& t : tok.added_tokens) {
+        t.match = t.content;
+        if (t.normalized)
+            for (NormalizationForm form : tok.normalizers) {
+                std::string next;
+                unicode_normalize(form, t.match, next);
+                t.match = std::move(next);
+            }
+    }
+    // Longest first, so the first hit at a position is the longest (leftmost-longest matching).
+    std::stable_sort(tok.added_tokens.begin(), tok.added_tokens.end(),
+                     [](const AddedToken& a, const AddedToken& b) { return a.match.size() > b.match.size(); });
+    std::erase_if(tok.added_tokens, [](const AddedToken& t) { return t.match.empty(); });
+}
+
+std::string tokenizer_main_file(const std::string& dir) {
+    std::error_code ec;
+    const std::filesystem::path d(dir);
+    for (const char* f : {"tokenizer.json", "tokenizer.model"})
+        if (std::filesystem::is_regular_file(d / f, ec)) return f;
+    if (std::filesystem::is_regular_file(d / "encoder.json", ec) && std::filesystem::is_regular_file(d / "vocab.bpe", ec))
+        return "encoder.json";
+    if (std::filesystem::is_regular_file(d / "vocab.json", ec) && std::filesystem::is_regular_file(d / "merges.txt", ec))
+        return "vocab.json";
+    return "";
+}
 
 Tokenizer tokenizer_load(const std::string& dir) {
     std::error_code ec;
     if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
-        fail("tokenizer: {} is a file, not a tokenizer folder (one holding encoder.json + vocab.bpe, or vocab.json + "
-             "merges.txt; pass --tokenizer DIR)", dir);
-    if (file_exists(dir + "/encoder.json") && file_exists(dir + "/vocab.bpe"))
-        return tokenizer_load_files(dir + "/encoder.json", dir + "/vocab.bpe");
-    if (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt"))
-        return tokenizer_load_files(dir + "/vocab.json", dir + "/merges.txt");
-    fail("tokenizer: {} holds neither encoder.json + vocab.bpe nor vocab.json + merges.txt "
+        fail("tokenizer: {} is a file, not a tokenizer folder (one holding tokenizer.json, tokenizer.model, or GPT-2's "
+             "encoder.json + vocab.bpe; pass --tokenizer DIR)", dir);
+    const std::string main = tokenizer_main_file(dir);
+    if (main == "tokenizer.json") return tokenizer_load_json(dir + "/tokenizer.json");
+    if (main == "tokenizer.model") return tokenizer_load_sentencepiece(dir + "/tokenizer.model");
+    if (main == "encoder.json") return tokenizer_load_files(dir + "/encoder.json", dir + "/vocab.bpe");
+    if (main == "vocab.json") return tokenizer_load_files(dir + "/vocab.json", dir + "/merges.txt");
+    fail("tokenizer: {} holds no tokenizer.json, tokenizer.model, encoder.json + vocab.bpe or vocab.json + merges.txt "
          "(run scripts/fetch_data.sh, or pass --tokenizer DIR)", dir);
 }
 
 Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::string& merges_path) {
     Tokenizer tok;
+    tok.kind = TOKENIZER_GPT2_BPE;
     tok.source = vocab_json_path + " + " + merges_path;
     std::ifstream vf(vocab_json_path, std::ios::binary);
     if (!vf) fail("tokenizer: cannot open {}", vocab_json_path);
@@ -214,10 +317,6 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
     if (!json_try_parse_strict(vocab_text, vocab, json_error))
         fail("tokenizer: {} is not valid JSON: {}", vocab_json_path, json_error);
     if (!vocab.is_object() || vocab.empty()) fail("tokenizer: {} must be a JSON object mapping token -> id", vocab_json_path);
-
-    const auto& b2u = gpt2_byte_to_unicode();
-    std::vector<int> u2b(512, -1);
-    for (int b = 0; b < 256; b++) u2b[b2u[b]] = b;
 
     std::unordered_map<std::string, int32_t> id_of;  // vocab string (unicode form) -> id
     id_of.reserve(vocab.size() * 2);
@@ -243,11 +342,13 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
             tok.token_bytes[id] = key;
             continue;
         }
-        if (!vocab_string_to_bytes(key, bytes, u2b)) bytes = key;  // added tokens outside the byte alphabet: literal
+        if (!tokenizer_alphabet_to_bytes(key, bytes)) bytes = key;  // added tokens outside the byte alphabet: literal
         tok.token_bytes[id] = bytes;
     }
     auto eot = id_of.find(std::string(kEndOfTextText));
     tok.eot = eot == id_of.end() ? -1 : eot->second;
+    if (tok.eot < 0) tok.eot_text.clear();
+    const auto& b2u = gpt2_byte_to_unicode();
     for (int b = 0; b < 256; b++) {
         std::string u;
         uint32_t cp = b2u[b];
@@ -262,7 +363,7 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
     if (!mf) fail("tokenizer: cannot open {}", merges_path);
     std::string line;
     int64_t line_no = 0, rank = 0;
-    flat_init(tok.merges, 60000);
+    tokenizer_table_init(tok.merges, 60000);
     while (std::getline(mf, line)) {
         line_no++;
         if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -275,24 +376,27 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
         if (ia == id_of.end() || ib == id_of.end() || im == id_of.end())
             fail("tokenizer: {}:{}: merge \"{}\" uses a token missing from {}", merges_path, line_no, line, vocab_json_path);
         uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
-        flat_insert(tok.merges, key, (uint64_t(rank) << 32) | uint32_t(im->second));  // first (lowest) rank wins
+        tokenizer_table_insert(tok.merges, key, (uint64_t(rank) << 32) | uint32_t(im->second));  // first (lowest) rank wins
         rank++;
     }
     if (rank == 0) fail("tokenizer: {} holds no merges", merges_path);
-    // Whole-piece lookup: a piece whose bytes are a token is that token (tiktoken does the same).
-    // Hash collisions are harmless: a hit is verified against the token's bytes, and probing goes on.
-    flat_init(tok.whole, tok.token_bytes.size());
-    for (size_t id = 0; id < tok.token_bytes.size(); id++) {
-        if (int32_t(id) == tok.eot || tok.token_bytes[id].empty()) continue;
-        uint64_t h = tokenizer_hash_bytes(tok.token_bytes[id]);
-        for (uint64_t i = mix64(h) & tok.whole.mask;; i = (i + 1) & tok.whole.mask)
-            if (tok.whole.keys[i] == FlatTable64::kEmpty) {
-                tok.whole.keys[i] = h;
-                tok.whole.values[i] = id;
-                break;
-            }
+    std::vector<char> in_model(tok.token_bytes.size(), 1);
+    if (tok.eot >= 0) in_model[size_t(tok.eot)] = 0;
+    tokenizer_build_whole(tok, in_model);
+    tok.whole_piece_first = true;  // as tiktoken
+    tok.size = int32_t(tok.token_bytes.size());
+    PreTokenizerStep byte_level;
+    byte_level.byte_level = true;
+    byte_level.regex = tokenizer_gpt2_pattern();
+    tok.pre_tokenizer = {byte_level};
+    if (tok.eot >= 0) {
+        AddedToken eot_token;
+        eot_token.content = std::string(kEndOfTextText);
+        eot_token.id = tok.eot;
+        eot_token.special = true;
+        tok.added_tokens = {eot_token};
     }
-    tok.regex = compile_gpt2_regex();
+    tokenizer_prepare_added(tok);
     return tok;
 }
 
@@ -420,37 +524,119 @@ void tokenizer_bpe(const Tokenizer& tok, std::string_view piece, std::vector<int
 
 // ---- pre-tokenization
 
-// Calls fn(piece) for each piece of text in order; gaps the pattern cannot match (invalid UTF-8) are pieces too.
+// A consumer of pieces: call(ctx, piece).
+struct PieceSink {
+    void* ctx;
+    void (*call)(void* ctx, std::string_view piece);
+    void operator()(std::string_view piece) const { call(ctx, piece); }
+};
+
 template <typename Fn>
-static void for_each_piece(const Tokenizer& tok, std::string_view text, TokenizerWorkspace& ws, Fn&& fn) {
+static PieceSink piece_sink(Fn& fn) {
+    return PieceSink{&fn, [](void* ctx, std::string_view piece) { (*static_cast<Fn*>(ctx))(piece); }};
+}
+
+// Calls fn(segment, is_match) for each match of re in text and each maximal stretch between matches
+// (bytes that are not UTF-8 are never matched, so they fall in the stretches). An empty match is
+// skipped and the search goes on one character later, as Oniguruma's iterator does.
+template <typename Fn>
+static void for_each_segment(const TokenizerRegex& re, std::string_view text, TokenizerWorkspace::Impl& w, Fn&& fn) {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     const size_t n = text.size();
-    auto& w = *ws.impl;
-    size_t pos = 0;
+    size_t pos = 0, gap = 0;
     while (pos < n) {
-        int rc = tok.regex->jit ? pcre2_jit_match(tok.regex->code, subject, n, pos, 0, w.match, w.context)
-                                : pcre2_match(tok.regex->code, subject, n, pos, 0, w.match, w.context);
-        if (rc == PCRE2_ERROR_NOMATCH) {
-            fn(text.substr(pos));
-            return;
-        }
+        int rc = re.jit ? pcre2_jit_match(re.code, subject, n, pos, 0, w.match, w.context)
+                        : pcre2_match(re.code, subject, n, pos, 0, w.match, w.context);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
             fail("tokenizer: PCRE2 match failed at byte {}: {}", pos, reinterpret_cast<char*>(msg));
         }
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(w.match);
-        size_t start = ov[0], end = ov[1];
-        if (start > pos) fn(text.substr(pos, start - pos));
-        if (end <= start) fail("tokenizer: empty match at byte {}", start);  // the pattern never matches empty
-        fn(text.substr(start, end - start));
-        pos = end;
+        const size_t start = ov[0], end = ov[1];
+        if (end <= start) {
+            if (start >= n) break;
+            pos = start + std::max<size_t>(1, utf8_sequence_length(text, start));
+            continue;
+        }
+        if (start > gap) fn(text.substr(gap, start - gap), false);
+        fn(text.substr(start, end - start), true);
+        pos = gap = end;
     }
+    if (gap < n) fn(text.substr(gap), false);
 }
 
-std::vector<std::string_view> tokenizer_pieces(const Tokenizer& tok, std::string_view text, TokenizerWorkspace& ws) {
-    std::vector<std::string_view> pieces;
-    for_each_piece(tok, text, ws, [&](std::string_view p) { pieces.push_back(p); });
+// Applies pre-tokenizer steps k.. to piece, handing each final piece to sink.
+static void pre_tokenize(const Tokenizer& tok, size_t k, std::string_view piece, TokenizerWorkspace::Impl& w, const PieceSink& sink) {
+    if (k == tok.pre_tokenizer.size()) {
+        sink(piece);
+        return;
+    }
+    const PreTokenizerStep& step = tok.pre_tokenizer[k];
+    std::string prefixed;
+    if (step.byte_level && step.add_prefix_space && !piece.empty() && piece[0] != ' ') {
+        prefixed.reserve(piece.size() + 1);
+        prefixed.push_back(' ');
+        prefixed.append(piece);
+        piece = prefixed;
+    }
+    if (!step.regex) {
+        pre_tokenize(tok, k + 1, piece, w, sink);
+        return;
+    }
+    const SplitBehavior behavior = step.byte_level ? SPLIT_ISOLATED : step.behavior;
+    const bool invert = !step.byte_level && step.invert;
+    // A pending piece [begin, end) of `piece` and whether it is a delimiter (the merging behaviors
+    // decide on it when the next segment comes).
+    size_t begin = 0, end = 0;
+    bool pending = false, pending_delimiter = false;
+    auto emit = [&](size_t b, size_t e) { pre_tokenize(tok, k + 1, piece.substr(b, e - b), w, sink); };
+    auto on_segment = [&](std::string_view seg, bool is_match) {
+        const size_t b = size_t(seg.data() - piece.data()), e = b + seg.size();
+        const bool delimiter = is_match != invert;
+        switch (behavior) {
+            case SPLIT_ISOLATED: emit(b, e); break;
+            case SPLIT_REMOVED:  // a stretch of bytes that are not UTF-8 is kept: removing it would lose them
+                if (!delimiter || !utf8_valid(seg)) emit(b, e);
+                break;
+            case SPLIT_MERGED_WITH_PREVIOUS:  // a delimiter joins the piece before it (not another delimiter)
+                if (delimiter && pending && !pending_delimiter) {
+                    end = e;
+                    pending_delimiter = true;
+                    break;
+                }
+                if (pending) emit(begin, end);
+                begin = b, end = e, pending = true, pending_delimiter = delimiter;
+                break;
+            case SPLIT_MERGED_WITH_NEXT:  // a delimiter joins the piece after it (not another delimiter)
+                if (pending && pending_delimiter && !delimiter) {
+                    emit(begin, e);
+                    pending = false;
+                    break;
+                }
+                if (pending) emit(begin, end);
+                begin = b, end = e, pending = true, pending_delimiter = delimiter;
+                break;
+            case SPLIT_CONTIGUOUS:  // neighbouring delimiters are one piece
+                if (pending && delimiter == pending_delimiter) {
+                    end = e;
+                    break;
+                }
+                if (pending) emit(begin, end);
+                begin = b, end = e, pending = true, pending_delimiter = delimiter;
+                break;
+        }
+    };
+    for_each_segment(*step.regex, piece, w, on_segment);
+    if (pending) emit(begin, end);
+}
+
+std::vector<std::string> tokenizer_pieces(const Tokenizer& tok, std::string_view text, TokenizerWorkspace& ws) {
+    if (tok.kind == TOKENIZER_SENTENCEPIECE) fail("tokenizer: {} is a SentencePiece model: it has no pre-tokenizer", tok.source);
+    std::vector<std::string> pieces;
+    auto collect = [&](std::string_view p) { pieces.emplace_back(p); };
+    if (!text.empty()) pre_tokenize(tok, 0, text, *ws.impl, piece_sink(collect));
     return pieces;
 }
 
@@ -465,13 +651,18 @@ static void encode_piece(const Tokenizer& tok, std::string_view piece, std::vect
         return;
     }
     const uint64_t h = tokenizer_hash_bytes(piece);
-    int32_t whole = lookup_whole(tok, piece, h);
-    if (whole >= 0) {
-        out.push_back(whole);
-        return;
+    if (tok.whole_piece_first) {
+        int32_t whole = lookup_whole(tok, piece, h);
+        if (whole >= 0) {
+            out.push_back(whole);
+            return;
+        }
     }
     WordCache& c = ws.impl->cache;
-    if (c.slots.empty()) c.reset(1 << 16);
+    if (c.slots.empty() || c.owner != &tok) {
+        c.reset(1 << 16);
+        c.owner = &tok;
+    }
     uint64_t mask = c.slots.size() - 1;
     uint64_t i = mix64(h) & mask;
     for (;; i = (i + 1) & mask) {
@@ -512,25 +703,137 @@ static void encode_piece(const Tokenizer& tok, std::string_view piece, std::vect
     c.used++;
 }
 
-static void encode_ordinary(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out, TokenizerWorkspace& ws) {
-    for_each_piece(tok, text, ws, [&](std::string_view piece) { encode_piece(tok, piece, out, ws); });
+// ---- added tokens
+
+// Unicode White_Space (Rust's char::is_whitespace, the \s of Hugging Face's strip patterns).
+static bool is_white_space(uint32_t cp) {
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
+           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+// The code point of the UTF-8 sequence at text[i] (len bytes, already validated).
+static uint32_t code_point_at(std::string_view text, size_t i, size_t len) {
+    const auto* p = reinterpret_cast<const unsigned char*>(text.data() + i);
+    if (len == 1) return p[0];
+    uint32_t cp = p[0] & (0x7F >> len);
+    for (size_t k = 1; k < len; k++) cp = (cp << 6) | (p[k] & 0x3F);
+    return cp;
+}
+
+// The start of the UTF-8 character that ends at text[end) (end itself when there is none).
+static size_t char_start_before(std::string_view text, size_t end) {
+    for (size_t back = 1; back <= 4 && back <= end; back++)
+        if (utf8_sequence_length(text, end - back) == back) return end - back;
+    return end;
+}
+
+// A Unicode word character (\w of Rust's regex: Alphabetic, marks, decimal digits, connectors, joiners).
+static bool is_word_char_at(std::string_view text, size_t i, size_t len) {
+    static const std::shared_ptr<TokenizerRegex> word =
+        tokenizer_compile_pattern("[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]", false, "the word-character class");
+    if (len == 0) return false;
+    pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
+    const int rc = pcre2_match(word->code, reinterpret_cast<PCRE2_SPTR>(text.data() + i), len, 0, PCRE2_ANCHORED, md, nullptr);
+    pcre2_match_data_free(md);
+    return rc >= 0;
+}
+
+// Splits text at the added tokens of this pass (normalized or not) as Hugging Face's
+// AddedVocabulary::find_matches does: leftmost-longest matches, a special token skipped unless
+// allowed (its text stays ordinary), single_word / lstrip / rstrip. Calls on_text(stretch) and
+// on_token(id) in order.
+template <typename TextFn, typename TokenFn>
+static void split_added(const Tokenizer& tok, std::string_view text, bool normalized_pass, bool allow_special, TextFn&& on_text,
+                        TokenFn&& on_token) {
+    bool any = false;
+    for (const AddedToken& t : tok.added_tokens) any |= t.normalized == normalized_pass && (allow_special || !t.special);
+    if (!any) {
+        if (!text.empty()) on_text(text);
+        return;
+    }
+    bool starts[256] = {};
+    for (const AddedToken& t : tok.added_tokens)
+        if (t.normalized == normalized_pass) starts[static_cast<unsigned char>(t.match[0])] = true;
+    size_t done = 0;  // text before this is handed on
+    for (size_t pos = 0; pos < text.size();) {
+        if (!starts[static_cast<unsigned char>(text[pos])]) {
+            pos++;
+            continue;
+        }
+        const AddedToken* hit = nullptr;
+        for (const AddedToken& t : tok.added_tokens)  // longest first
+            if (t.normalized == normalized_pass && text.compare(pos, t.match.size(), t.match) == 0) {
+                hit = &t;
+                break;
+            }
+        if (!hit) {
+            pos++;
+            continue;
+        }
+        size_t start = pos, stop = pos + hit->match.size();
+        pos = stop;  // matches do not overlap
+        if (hit->special && !allow_special) continue;
+        if (hit->single_word) {
+            const size_t before = char_start_before(text, start);
+            const bool word_before = before < start && is_word_char_at(text, before, start - before);
+            const bool word_after = stop < text.size() && is_word_char_at(text, stop, utf8_sequence_length(text, stop));
+            if (word_before || word_after) continue;
+        }
+        if (hit->lstrip)
+            for (size_t b; start > done && (b = char_start_before(text, start)) < start &&
+                           is_white_space(code_point_at(text, b, start - b));)
+                start = b;
+        if (hit->rstrip)
+            for (size_t len; stop < text.size() && (len = utf8_sequence_length(text, stop)) > 0 &&
+                             is_white_space(code_point_at(text, stop, len));)
+                stop += len;
+        if (start > done) on_text(text.substr(done, start - done));
+        on_token(hit->id);
+        done = stop;
+        pos = std::max(pos, stop);
+    }
+    if (done < text.size()) on_text(text.substr(done));
+}
+
+// ---- encoding
+
+// The BPE kinds: added tokens in the raw text, then in each stretch between them: normalize, added
+// tokens of the normalized text, pre-tokenize, merge each piece.
+static void encode_bpe(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out, TokenizerWorkspace& ws,
+                       bool allow_special) {
+    auto& w = *ws.impl;
+    auto encode = [&](std::string_view piece) { encode_piece(tok, piece, out, ws); };
+    const PieceSink sink = piece_sink(encode);
+    auto on_token = [&](int32_t id) { out.push_back(id); };
+    auto pre = [&](std::string_view stretch) { pre_tokenize(tok, 0, stretch, w, sink); };
+    auto on_raw = [&](std::string_view stretch) {
+        std::string_view normalized = stretch;
+        if (!tok.normalizers.empty()) {
+            w.normalized.clear();
+            unicode_normalize(tok.normalizers[0], stretch, w.normalized);
+            for (size_t f = 1; f < tok.normalizers.size(); f++) {
+                w.scratch.swap(w.normalized);
+                w.normalized.clear();
+                unicode_normalize(tok.normalizers[f], w.scratch, w.normalized);
+            }
+            normalized = w.normalized;
+        }
+        split_added(tok, normalized, true, allow_special, pre, on_token);
+    };
+    split_added(tok, text, false, allow_special, on_raw, on_token);
 }
 
 void tokenizer_encode(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out, TokenizerWorkspace& ws,
                       bool allow_special) {
-    if (!allow_special) {
-        encode_ordinary(tok, text, out, ws);
+    if (tok.kind == TOKENIZER_SENTENCEPIECE) {
+        auto on_text = [&](std::string_view stretch) { sentencepiece_encode(*tok.sentencepiece, stretch, out); };
+        auto on_token = [&](int32_t id) { out.push_back(id); };
+        split_added(tok, text, false, allow_special, on_text, on_token);
         return;
     }
-    if (tok.eot < 0) fail("tokenizer: {} has no <|endoftext|> token, so special tokens cannot be encoded", tok.source);
-    size_t pos = 0;
-    while (true) {
-        size_t hit = text.find(kEndOfTextText, pos);
-        encode_ordinary(tok, text.substr(pos, hit == std::string_view::npos ? std::string_view::npos : hit - pos), out, ws);
-        if (hit == std::string_view::npos) break;
-        out.push_back(tok.eot);
-        pos = hit + kEndOfTextText.size();
-    }
+    if (allow_special && tok.kind == TOKENIZER_GPT2_BPE && tok.eot < 0)
+        fail("tokenizer: {} has no <|endoftext|> token, so special tokens cannot be encoded", tok.source);
+    encode_bpe(tok, text, out, ws, allow_special);
 }
 
 std::vector<int32_t> tokenizer_encode(const Tokenizer& tok, std::string_view text, bool allow_special) {
@@ -541,13 +844,12 @@ std::vector<int32_t> tokenizer_encode(const Tokenizer& tok, std::string_view tex
 }
 
 std::string tokenizer_decode(const Tokenizer& tok, std::span<const int32_t> ids) {
+    for (size_t i = 0; i < ids.size(); i++)
+        if (ids[i] < 0 || ids[i] >= tok.vocab_size())
+            fail("tokenizer: id {} at position {} is outside the vocabulary [0, {})", ids[i], i, tok.vocab_size());
+    if (tok.kind == TOKENIZER_SENTENCEPIECE) return sentencepiece_decode(*tok.sentencepiece, ids);
     std::string out;
-    for (size_t i = 0; i < ids.size(); i++) {
-        int32_t id = ids[i];
-        if (id < 0 || id >= tok.vocab_size())
-            fail("tokenizer: id {} at position {} is outside the vocabulary [0, {})", id, i, tok.vocab_size());
-        out += tok.token_bytes[id];
-    }
+    for (int32_t id : ids) out += tok.token_bytes[size_t(id)];
     return out;
 }
 

@@ -1,6 +1,7 @@
-// GPT-2 byte-level BPE tokenizer (docs/design.md "Data"): GPT-2's pre-tokenization regex through PCRE2
-// with Unicode properties, the byte-to-unicode map, merge ranks and a per-thread word cache.
-// Token ids equal OpenAI's (tiktoken "gpt2", the original encoder.py) on valid UTF-8.
+// Tokenizers (docs/data.md "The tokenizers"): one Tokenizer type for three kinds of vocabulary, chosen by
+// the files of a folder: a Hugging Face tokenizer.json (byte-level BPE: its normalizer, pre-tokenizer,
+// merges and added tokens), a SentencePiece tokenizer.model (through libsentencepiece), or GPT-2's
+// encoder.json + vocab.bpe (the default; ids equal OpenAI's tiktoken "gpt2" on valid UTF-8).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -14,7 +15,47 @@ namespace skew::data {
 inline constexpr int32_t kEndOfText = 50256;  // GPT-2's <|endoftext|>
 inline constexpr std::string_view kEndOfTextText = "<|endoftext|>";
 
-struct TokenizerRegex;  // compiled PCRE2 pattern (tokenizer.cpp)
+/// Which files a Tokenizer was read from, and so how it encodes.
+enum TokenizerKind : int {
+    TOKENIZER_GPT2_BPE = 0,         // encoder.json + vocab.bpe (or vocab.json + merges.txt)
+    TOKENIZER_HF_BYTE_LEVEL_BPE,    // tokenizer.json with model.type BPE and a ByteLevel pre-tokenizer
+    TOKENIZER_SENTENCEPIECE,        // tokenizer.model (libsentencepiece)
+};
+
+/// The name manifests record for a kind: "gpt2-bpe", "hf-byte-level-bpe", "sentencepiece".
+const char* tokenizer_kind_name(TokenizerKind kind);
+
+/// Unicode normalization forms a tokenizer.json normalizer may apply (ICU's, on valid UTF-8 runs).
+enum NormalizationForm : int { NORMALIZE_NFC = 0, NORMALIZE_NFD, NORMALIZE_NFKC, NORMALIZE_NFKD };
+
+struct TokenizerRegex;       // compiled PCRE2 pattern (tokenizer.cpp)
+struct SentencePieceModel;   // a loaded libsentencepiece processor (tokenizer_sentencepiece.cpp)
+
+/// A token matched in the text before pre-tokenization (tokenizer.json's added_tokens; GPT-2's
+/// <|endoftext|>; a SentencePiece model's control symbols). Special ones match only when allowed.
+struct AddedToken {
+    std::string content;       // the token's text, as bytes
+    std::string match;         // what is searched for: content, or its normalized form when normalized
+    int32_t id = -1;
+    bool special = false;      // matched only with allow_special
+    bool normalized = false;   // matched in the normalized text (else in the raw text, first)
+    bool lstrip = false, rstrip = false;  // the match takes the white space on its left / right
+    bool single_word = false;  // not matched inside a word (a \w character on either side)
+};
+
+/// How a Split pre-tokenizer treats the pattern's matches (Hugging Face's SplitDelimiterBehavior).
+enum SplitBehavior : int { SPLIT_REMOVED = 0, SPLIT_ISOLATED, SPLIT_MERGED_WITH_PREVIOUS, SPLIT_MERGED_WITH_NEXT, SPLIT_CONTIGUOUS };
+
+/// One step of a pre-tokenizer Sequence. Split: the pieces the pattern makes under `behavior`
+/// (`invert` swaps matches and the text between them). ByteLevel: a space before a piece that does
+/// not start with one (add_prefix_space), then GPT-2's pattern (use_regex; `regex` null without it).
+struct PreTokenizerStep {
+    bool byte_level = false;
+    bool add_prefix_space = false;
+    std::shared_ptr<TokenizerRegex> regex;
+    SplitBehavior behavior = SPLIT_ISOLATED;
+    bool invert = false;
+};
 
 /// Open-addressing hash table from uint64 keys to uint64 values: linear probing, power-of-two
 /// capacity, key ~0 marks an empty slot. Flat so a lookup is one or two cache lines.
@@ -29,22 +70,31 @@ struct FlatTable64 {
 /// 64-bit hash of a byte string (never FlatTable64::kEmpty).
 uint64_t tokenizer_hash_bytes(std::string_view bytes);
 
-/// A loaded GPT-2 vocabulary. Immutable after tokenizer_load, so one Tokenizer is shared by all
-/// threads; each thread brings its own TokenizerWorkspace to tokenizer_encode.
+/// A loaded vocabulary. Immutable after tokenizer_load, so one Tokenizer is shared by all threads;
+/// each thread brings its own TokenizerWorkspace to tokenizer_encode.
 struct Tokenizer {
-    std::vector<std::string> token_bytes;            // (vocab_size) raw bytes of each token id
-    int32_t byte_token[256] = {};                    // token id of each single byte
+    TokenizerKind kind = TOKENIZER_GPT2_BPE;
+    std::vector<std::string> token_bytes;            // (vocab_size) raw bytes of each token id (BPE kinds)
+    int32_t byte_token[256] = {};                    // token id of each single byte (BPE kinds)
     FlatTable64 merges;                              // (left id << 32 | right id) -> (rank << 32 | merged id)
-    FlatTable64 whole;                               // hash of token bytes -> id (a piece that is one token, as tiktoken)
-    int32_t eot = kEndOfText;                        // id of <|endoftext|>, -1 when the vocab lacks it
-    std::shared_ptr<TokenizerRegex> regex;           // GPT-2's pre-tokenization pattern, JIT-compiled
+    FlatTable64 whole;                               // hash of token bytes -> id: a piece that is one token is it
+    bool whole_piece_first = true;                   // use `whole` before merging (GPT-2 as tiktoken; tokenizer.json's ignore_merges)
+    int32_t eot = kEndOfText;                        // the end-of-text token `skew prepare` puts between documents, -1 if none
+    std::string eot_text = std::string(kEndOfTextText);  // its text ("" when eot is -1)
+    int32_t bos = -1;                                // SentencePiece: the model's beginning-of-sentence id (-1: none)
+    std::vector<AddedToken> added_tokens;            // matched before pre-tokenization, leftmost longest
+    std::vector<NormalizationForm> normalizers;      // applied in order to the text between added tokens
+    std::vector<PreTokenizerStep> pre_tokenizer;     // applied in order; GPT-2: one ByteLevel step
+    std::shared_ptr<const SentencePieceModel> sentencepiece;  // TOKENIZER_SENTENCEPIECE only
+    int32_t size = 0;                                // ids are [0, size)
     std::string source;                              // the files it was loaded from, for messages
 
-    int32_t vocab_size() const { return static_cast<int32_t>(token_bytes.size()); }
+    int32_t vocab_size() const { return size; }
 };
 
-/// Per-thread scratch for tokenizer_encode: PCRE2 match data, a JIT stack and the word cache
-/// (piece bytes -> token ids). The cache is cleared when it holds more than max_cache_entries.
+/// Per-thread scratch for tokenizer_encode: PCRE2 match data, a JIT stack, the word cache
+/// (piece bytes -> token ids) and normalization buffers. The cache is cleared when it holds more
+/// than max_cache_entries.
 struct TokenizerWorkspace {
     TokenizerWorkspace();
     ~TokenizerWorkspace();
@@ -56,18 +106,46 @@ struct TokenizerWorkspace {
     size_t max_cache_entries = 1 << 18;  // emptied when it holds this many words (~60 bytes each, ~16 MB)
 };
 
-/// Load a GPT-2 vocabulary from dir: encoder.json + vocab.bpe (OpenAI's files) or vocab.json +
-/// merges.txt (HuggingFace's). Throws skew::Error naming the file on a missing or malformed file.
+/// Load the tokenizer of folder dir: tokenizer.json when present, else tokenizer.model, else GPT-2's
+/// encoder.json + vocab.bpe (OpenAI's files) or vocab.json + merges.txt (Hugging Face's). Throws
+/// skew::Error in one line naming the file (and the JSON field) on a missing or malformed file or an
+/// unsupported model, normalizer or pre-tokenizer.
 Tokenizer tokenizer_load(const std::string& dir);
 
-/// Load from explicit files (a JSON token -> id map and a merges list, first line "#version" optional).
+/// The file of dir that tokenizer_load reads first ("tokenizer.json", "tokenizer.model",
+/// "encoder.json", "vocab.json"), or "" when it holds none of them.
+std::string tokenizer_main_file(const std::string& dir);
+
+/// Load GPT-2 from explicit files (a JSON token -> id map and a merges list, first line "#version" optional).
 Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::string& merges_path);
 
-/// Encode bytes to token ids, appending to out. Text is split by GPT-2's regex (UTF mode, Unicode
-/// properties); each piece is byte-pair merged by rank. Invalid UTF-8 is never an error: each
-/// maximal run of bytes the regex cannot read becomes a piece of its own, encoded through the byte
-/// tokens, so tokenizer_decode(tokenizer_encode(x)) == x for every byte string x.
-/// With allow_special, the literal "<|endoftext|>" becomes id 50256; otherwise it is ordinary text.
+/// Load a Hugging Face tokenizer.json holding a byte-level BPE (tokenizer_json.cpp): model.type BPE
+/// with its vocab and merges (strings "a b" or pairs ["a", "b"]), ignore_merges; a normalizer of
+/// NFC/NFD/NFKC/NFKD (or a Sequence of them, or none); a pre-tokenizer of Split (Regex or String
+/// pattern, any behavior, invert) and ByteLevel steps holding a ByteLevel; a ByteLevel decoder;
+/// added_tokens. The end-of-text token is the first special added token of kEndOfTextNames.
+/// Throws skew::Error "tokenizer: PATH: FIELD: problem" on anything else.
+Tokenizer tokenizer_load_json(const std::string& path);
+
+/// Parse tokenizer.json text (the loader without the file read; `source` names it in errors).
+Tokenizer tokenizer_parse_json(std::string_view text, const std::string& source);
+
+/// Load a SentencePiece tokenizer.model through libsentencepiece (tokenizer_sentencepiece.cpp):
+/// eot is the model's eos piece (</s>), bos its bos piece, the control pieces its special tokens.
+/// Throws skew::Error naming the file and libsentencepiece's reason when it does not load.
+Tokenizer tokenizer_load_sentencepiece(const std::string& path);
+
+/// Special-token texts taken as the end of text, first found wins: <|endoftext|> (GPT-2, Qwen,
+/// GPT-NeoX), <|end_of_text|> (Llama 3), </s>, <|end▁of▁sentence|> (DeepSeek), <eos>, <EOT>.
+extern const std::vector<std::string_view> kEndOfTextNames;
+
+/// Encode bytes to token ids, appending to out. Added tokens are matched first (the special ones
+/// only with allow_special; GPT-2's "<|endoftext|>" is one), then the text between them is
+/// normalized, pre-tokenized and each piece byte-pair merged by rank (SentencePiece: encoded by
+/// libsentencepiece). Invalid UTF-8 is never an error: for the BPE kinds each maximal run of bytes
+/// that is not UTF-8 becomes a piece of its own, encoded through the byte tokens, so
+/// tokenizer_decode(tokenizer_encode(x)) == x for every byte string x (normalized, when the
+/// tokenizer normalizes). SentencePiece reads such bytes as U+FFFD.
 void tokenizer_encode(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out,
                       TokenizerWorkspace& ws, bool allow_special = false);
 
@@ -82,10 +160,13 @@ uint64_t tokenizer_merge_lookups();
 /// short pieces use the rank scan, long ones a heap over a linked list (O(n log n)).
 void tokenizer_bpe(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out);
 
-/// Split text into GPT-2 pre-tokenization pieces (views into text), invalid UTF-8 runs included.
-std::vector<std::string_view> tokenizer_pieces(const Tokenizer& tok, std::string_view text, TokenizerWorkspace& ws);
+/// Split text (no added tokens, no normalization) into pre-tokenization pieces, invalid UTF-8 runs
+/// included. Pieces are copies: a ByteLevel step with add_prefix_space makes text that is not in `text`.
+std::vector<std::string> tokenizer_pieces(const Tokenizer& tok, std::string_view text, TokenizerWorkspace& ws);
 
-/// Decode ids to bytes. Throws skew::Error on an id outside [0, vocab_size).
+/// Decode ids to bytes (BPE kinds: the tokens' bytes, added tokens their text; SentencePiece:
+/// libsentencepiece's decoding, control pieces give nothing). Throws skew::Error on an id outside
+/// [0, vocab_size).
 std::string tokenizer_decode(const Tokenizer& tok, std::span<const int32_t> ids);
 
 /// GPT-2's byte-to-unicode map: the printable code point that stands for each byte in the vocab files.

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "data/prepare.h"
+#include "data/tokenizer.h"
 #include "engine/error.h"
 
 namespace skew::data {
@@ -32,18 +33,34 @@ std::string text_of(const nlohmann::json& t, const char* key) {
 
 nlohmann::json tokenizer_file_md5s(const std::string& tokenizer_dir) {
     const fs::path d(tokenizer_dir);
-    const bool openai = fs::exists(d / "encoder.json") && fs::exists(d / "vocab.bpe");
+    const std::string main = tokenizer_main_file(tokenizer_dir);
+    std::vector<std::string> files;
+    if (main == "tokenizer.json" || main == "tokenizer.model") files = {main};
+    else if (main == "encoder.json") files = {"encoder.json", "vocab.bpe"};
+    else files = {"vocab.json", "merges.txt"};
     nlohmann::json out = nlohmann::json::object();
-    for (const char* f : openai ? std::vector<const char*>{"encoder.json", "vocab.bpe"}
-                                : std::vector<const char*>{"vocab.json", "merges.txt"})
+    for (const std::string& f : files)
         if (fs::exists(d / f)) out[f] = md5_file((d / f).string());
     return out;
+}
+
+std::string tokenizer_dir_kind(const std::string& tokenizer_dir) {
+    const std::string main = tokenizer_main_file(tokenizer_dir);
+    if (main == "tokenizer.json") return tokenizer_kind_name(TOKENIZER_HF_BYTE_LEVEL_BPE);
+    if (main == "tokenizer.model") return tokenizer_kind_name(TOKENIZER_SENTENCEPIECE);
+    if (!main.empty()) return tokenizer_kind_name(TOKENIZER_GPT2_BPE);
+    return "";
 }
 
 void check_run_tokenizer(const std::string& run_dir, const std::string& tokenizer_dir, const std::string& what) {
     const fs::path run_manifest = fs::path(run_dir) / "manifest.json";
     const nlohmann::json t = manifest_tokenizer(run_manifest);
     if (t.is_null() || !t.contains("md5") || !t["md5"].is_object()) return;
+    const std::string kind = tokenizer_dir_kind(tokenizer_dir), run_kind = text_of(t, "kind");
+    if (t.contains("kind") && !kind.empty() && kind != run_kind)
+        fail("{}: not the tokenizer this run was trained with: it is a {} tokenizer ({}), the one {} records is {} "
+             "(tokenizer folder {}); token ids of another tokenizer are other text: give that folder as --tokenizer",
+             what, kind, tokenizer_main_file(tokenizer_dir), run_manifest.string(), run_kind, text_of(t, "dir"));
     const nlohmann::json here = tokenizer_file_md5s(tokenizer_dir);
     for (const auto& [file, md5] : t["md5"].items())
         if (here.contains(file) && md5.is_string() && here[file] != md5)
@@ -58,7 +75,9 @@ void check_run_data_tokenizer(const std::string& run_dir, const std::string& dat
     const nlohmann::json run_t = manifest_tokenizer(run_manifest), data_t = manifest_tokenizer(data_manifest);
     if (run_t.is_null() || data_t.is_null()) return;
     std::string differs;
-    if (run_t.contains("vocab_size") && data_t.contains("vocab_size") && run_t["vocab_size"] != data_t["vocab_size"])
+    if (run_t.contains("kind") && data_t.contains("kind") && run_t["kind"] != data_t["kind"])
+        differs = "a " + text_of(data_t, "kind") + " tokenizer, the run's " + text_of(run_t, "kind");
+    else if (run_t.contains("vocab_size") && data_t.contains("vocab_size") && run_t["vocab_size"] != data_t["vocab_size"])
         differs = "a vocabulary of " + data_t["vocab_size"].dump() + " tokens, the run's " + run_t["vocab_size"].dump();
     else if (run_t.contains("md5") && data_t.contains("md5") && run_t["md5"].is_object() && data_t["md5"].is_object())
         for (const auto& [file, md5] : run_t["md5"].items())

@@ -45,12 +45,16 @@ data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_c
                                  : "--tokenizer " + dir;
     std::error_code ec;
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-        fail("{}: is a file, not a tokenizer folder (one holding encoder.json + vocab.bpe, or vocab.json + merges.txt)",
+        fail("{}: is a file, not a tokenizer folder (one holding tokenizer.json, tokenizer.model, or encoder.json + vocab.bpe)",
              what);
     if (!fs::is_directory(dir, ec))
         fail("{}: no such folder{}", what, flag_dir.empty() ? "; give --tokenizer DIR" : "");
     data::Tokenizer tok = data::tokenizer_load(dir);
     data::check_run_tokenizer(ref.run_dir, dir, what);
+    if (tok.vocab_size() > run_cfg.model.vocab_size)
+        fail("{}: the tokenizer has {} ids, more than the model's vocabulary (model.vocab_size {} in {}/config.yaml): its "
+             "ids past that have no embedding; give the run's own tokenizer", what, tok.vocab_size(), run_cfg.model.vocab_size,
+             ref.run_dir);
     return tok;
 }
 

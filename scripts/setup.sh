@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libyaml-cpp-dev libfmt-dev libspdlog-dev catch2 nlohmann-json3-dev libcli11-dev
       libopenblas-dev libomp-dev libpcre2-dev libssl-dev zlib1g-dev
+      libsentencepiece-dev libicu-dev  # tokenizers: tokenizer.model (SentencePiece), tokenizer.json normalizers (data/)
       openmpi-bin libopenmpi-dev  # MPI: launch and host collectives of multi-rank runs (dist/)
       python3 python3-numpy python3-matplotlib
       clang libclang-rt-14-dev)  # clang + its sanitizer and libFuzzer runtimes: fuzz/ (scripts/fuzz.sh)

@@ -175,7 +175,7 @@ void register_eval_command(CLI::App& app) {
         ->check(int_at_least(0));
     cmd->add_option("--task", a->tasks, "A task's JSONL file (repeatable, each with its --format)")->take_all();
     cmd->add_option("--format", a->formats, "piqa, winogrande, hellaswag or arc (one per --task, same order)")->take_all();
-    cmd->add_option("--tokenizer", a->tokenizer_dir, "GPT-2 tokenizer folder (default: the run's data.tokenizer_dir)");
+    cmd->add_option("--tokenizer", a->tokenizer_dir, "Tokenizer folder (default: the run's data.tokenizer_dir)");
     cmd->add_option("--backend", a->backend, "auto (default), cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     cmd->add_option("--batch-size", a->batch_size, "Sequences per forward when scoring tasks (default 8)")->check(int_at_least(1));
     cmd->add_flag("--json", a->json_out, "Print the results as JSON on stdout");

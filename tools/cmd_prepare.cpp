@@ -47,16 +47,16 @@ void register_prepare_command(CLI::App& app) {
     cmd->add_option("--input", opts->inputs, "Input files, directories or globs: .txt (one document per file), .jsonl (one per line), optionally .gz")
         ->required()->expected(1, -1);
     cmd->add_option("--out", opts->out_dir, "Output directory for train_*.bin, val_*.bin and manifest.json")->required();
-    cmd->add_option("--tokenizer", opts->tokenizer_dir, "Directory with encoder.json + vocab.bpe (or vocab.json + merges.txt)")
+    cmd->add_option("--tokenizer", opts->tokenizer_dir, "Directory with tokenizer.json, tokenizer.model, or GPT-2's encoder.json + vocab.bpe (or vocab.json + merges.txt)")
         ->capture_default_str();
     cmd->add_option("--val-ratio", opts->val_ratio, "Share of documents (by MD5 bucket) in the validation split")
         ->check(val_ratio_check())->capture_default_str();
-    cmd->add_option("--separator", opts->separator, "Between documents: eot (token 50256 before each document, as llm.c) or none (the paper)")
+    cmd->add_option("--separator", opts->separator, "Between documents: eot (the tokenizer's end-of-text token before each document, as llm.c; GPT-2: 50256) or none (the paper)")
         ->check(CLI::IsMember({"eot", "none"}))->capture_default_str();
     cmd->add_option("--bad-lines", *bad_lines, "A .jsonl line that is not an object with a string field: skip (warn and count) or fail")
         ->check(CLI::IsMember({"skip", "fail"}))->capture_default_str();
     cmd->add_option("--field", opts->field, "JSONL field holding the document text")->capture_default_str();
-    cmd->add_flag("--allow-special", opts->allow_special, "Encode the literal <|endoftext|> inside documents as token 50256");
+    cmd->add_flag("--allow-special", opts->allow_special, "Encode the literal text of special tokens inside documents as their ids (GPT-2: <|endoftext|> as 50256)");
     cmd->add_option("--threads", opts->threads, "Tokenizer threads (0 = all cores, at most 1024)")->check(CLI::Range(0, 1024))->capture_default_str();
     cmd->add_option("--shard-tokens", opts->shard_tokens, "Tokens per shard file")->check(CLI::Range(int64_t(1), data::kShardMaxTokens))->capture_default_str();
     cmd->add_flag("--no-progress", *no_progress, "Do not draw the progress bar");

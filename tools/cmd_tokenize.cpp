@@ -1,5 +1,6 @@
-// skew tokenize: GPT-2 BPE on standard input, for users and scripts. Encodes stdin bytes to one
-// line of space-separated token ids, or with --decode turns whitespace-separated ids back into bytes.
+// skew tokenize: a tokenizer (GPT-2's, a tokenizer.json or a tokenizer.model; data/tokenizer.h) on
+// standard input, for users and scripts. Encodes stdin bytes to one line of space-separated token
+// ids, or with --decode turns whitespace-separated ids back into bytes.
 #include <cstdio>
 #include <string>
 
@@ -38,10 +39,10 @@ void register_tokenize_command(CLI::App& app) {
     auto dir = std::make_shared<std::string>("data/tokenizer");
     auto decode = std::make_shared<bool>(false);
     auto special = std::make_shared<bool>(false);
-    CLI::App* cmd = app.add_subcommand("tokenize", "Encode standard input to GPT-2 token ids (one line), or decode ids with --decode");
-    cmd->add_option("--tokenizer", *dir, "Directory with encoder.json + vocab.bpe (or vocab.json + merges.txt)")->capture_default_str();
+    CLI::App* cmd = app.add_subcommand("tokenize", "Encode standard input to token ids (one line), or decode ids with --decode");
+    cmd->add_option("--tokenizer", *dir, "Directory with tokenizer.json, tokenizer.model, or GPT-2's encoder.json + vocab.bpe (or vocab.json + merges.txt)")->capture_default_str();
     cmd->add_flag("--decode", *decode, "Read whitespace-separated ids from stdin and write the text they encode");
-    cmd->add_flag("--allow-special", *special, "Encode the literal <|endoftext|> as token 50256");
+    cmd->add_flag("--allow-special", *special, "Encode the literal text of special tokens as their ids (GPT-2: <|endoftext|> as 50256)");
     cmd->callback([dir, decode, special] {
         data::Tokenizer tok = data::tokenizer_load(*dir);
         const std::string input = read_stdin_bounded();

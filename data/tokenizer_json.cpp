@@ -1,0 +1,295 @@
+// Hugging Face tokenizer.json holding a byte-level BPE (Qwen2/3, Llama 3, GPT-NeoX, OLMoE): the model's
+// vocab and merges, the normalizer, the pre-tokenizer steps and the added tokens, read into the
+// Tokenizer type (data/tokenizer.h). Anything it cannot encode as Hugging Face's tokenizers would is
+// refused in one line naming the file and the field.
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "data/tokenizer.h"
+#include "data/tokenizer_build.h"
+#include "engine/error.h"
+#include "engine/json_strict.h"
+#include "engine/text.h"
+
+namespace skew::data {
+
+namespace {
+
+using nlohmann::json;
+
+// Ids index a dense table (token_bytes): one far beyond any real vocabulary would size it at
+// gigabytes, so ids stop at 2^24 (the largest vocabularies in use hold ~256k).
+constexpr int64_t MAX_TOKEN_ID = (int64_t(1) << 24) - 1;
+
+struct JsonReader {
+    const std::string& source;
+
+    [[noreturn]] void bad(const std::string& field, const std::string& problem) const {
+        fail("tokenizer: {}: {}: {}", source, field, problem);
+    }
+    static std::string shown(const json& v) {
+        std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+        return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+    }
+    const json& object(const json& j, const std::string& field) const {
+        if (!j.is_object()) bad(field, "expected an object, got " + shown(j));
+        return j;
+    }
+    bool boolean(const json& obj, const char* key, bool fallback, const std::string& field) const {
+        const auto it = obj.find(key);
+        if (it == obj.end() || it->is_null()) return fallback;
+        if (!it->is_boolean()) bad(field + "." + key, "expected true or false, got " + shown(*it));
+        return it->get<bool>();
+    }
+    std::string string(const json& obj, const char* key, const std::string& field) const {
+        const auto it = obj.find(key);
+        if (it == obj.end()) bad(field + "." + key, "missing");
+        if (!it->is_string()) bad(field + "." + key, "expected a string, got " + shown(*it));
+        return it->get<std::string>();
+    }
+    std::string type(const json& obj, const std::string& field) const { return string(object(obj, field), "type", field); }
+};
+
+NormalizationForm form_of(const std::string& type, bool& ok) {
+    ok = true;
+    if (type == "NFC") return NORMALIZE_NFC;
+    if (type == "NFD") return NORMALIZE_NFD;
+    if (type == "NFKC") return NORMALIZE_NFKC;
+    if (type == "NFKD") return NORMALIZE_NFKD;
+    ok = false;
+    return NORMALIZE_NFC;
+}
+
+void read_normalizer(const JsonReader& r, const json& n, const std::string& field, std::vector<NormalizationForm>& out) {
+    if (n.is_null()) return;
+    const std::string type = r.type(n, field);
+    if (type == "Sequence") {
+        const auto it = n.find("normalizers");
+        if (it == n.end() || !it->is_array()) r.bad(field + ".normalizers", "expected an array");
+        for (size_t i = 0; i < it->size(); i++) read_normalizer(r, (*it)[i], fmt::format("{}.normalizers[{}]", field, i), out);
+        return;
+    }
+    bool ok = false;
+    const NormalizationForm form = form_of(type, ok);
+    if (!ok)
+        r.bad(field + ".type", "\"" + type + "\" is not supported (byte-level BPE files normalize with NFC, NFD, NFKC, NFKD, a "
+                               "Sequence of those, or not at all)");
+    out.push_back(form);
+}
+
+SplitBehavior behavior_of(const JsonReader& r, const std::string& name, const std::string& field) {
+    if (name == "Removed") return SPLIT_REMOVED;
+    if (name == "Isolated") return SPLIT_ISOLATED;
+    if (name == "MergedWithPrevious") return SPLIT_MERGED_WITH_PREVIOUS;
+    if (name == "MergedWithNext") return SPLIT_MERGED_WITH_NEXT;
+    if (name == "Contiguous") return SPLIT_CONTIGUOUS;
+    r.bad(field, "\"" + name + "\" is not a split behavior (Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous)");
+}
+
+void read_pre_tokenizer(const JsonReader& r, const json& p, const std::string& field, std::vector<PreTokenizerStep>& out) {
+    const std::string type = r.type(p, field);
+    if (type == "Sequence") {
+        const auto it = p.find("pretokenizers");
+        if (it == p.end() || !it->is_array()) r.bad(field + ".pretokenizers", "expected an array");
+        for (size_t i = 0; i < it->size(); i++) read_pre_tokenizer(r, (*it)[i], fmt::format("{}.pretokenizers[{}]", field, i), out);
+        return;
+    }
+    PreTokenizerStep step;
+    if (type == "ByteLevel") {
+        step.byte_level = true;
+        step.add_prefix_space = r.boolean(p, "add_prefix_space", true, field);
+        if (r.boolean(p, "use_regex", true, field)) step.regex = tokenizer_gpt2_pattern();
+    } else if (type == "Split") {
+        const auto it = p.find("pattern");
+        if (it == p.end()) r.bad(field + ".pattern", "missing");
+        const json& pattern = r.object(*it, field + ".pattern");
+        const bool literal = pattern.contains("String");
+        if (!literal && !pattern.contains("Regex")) r.bad(field + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
+        const std::string key = literal ? "String" : "Regex";
+        const std::string text = r.string(pattern, key.c_str(), field + ".pattern");
+        if (text.empty()) r.bad(field + ".pattern." + key, "the pattern is empty");
+        step.regex = tokenizer_compile_pattern(text, literal, r.source + ": " + field + ".pattern." + key);
+        step.behavior = behavior_of(r, r.string(p, "behavior", field), field + ".behavior");
+        step.invert = r.boolean(p, "invert", false, field);
+    } else {
+        r.bad(field + ".type", "\"" + type + "\" is not supported (byte-level BPE files pre-tokenize with ByteLevel, Split and "
+                               "Sequence; a Metaspace file is a SentencePiece model: give its tokenizer.model)");
+    }
+    out.push_back(step);
+}
+
+void read_decoder(const JsonReader& r, const json& d) {
+    if (d.is_null()) r.bad("decoder", "missing (a byte-level BPE decodes with a ByteLevel decoder)");
+    const std::string type = r.type(d, "decoder");
+    if (type != "ByteLevel")
+        r.bad("decoder.type", "\"" + type + "\" is not supported (a byte-level BPE decodes with ByteLevel)");
+}
+
+// One merge: "a b" or ["a", "b"].
+void merge_parts(const JsonReader& r, const json& m, size_t i, std::string& a, std::string& b) {
+    const std::string field = fmt::format("model.merges[{}]", i);
+    if (m.is_string()) {
+        const std::string& line = m.get_ref<const std::string&>();
+        const size_t sp = line.find(' ');
+        if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos)
+            r.bad(field, "expected two tokens separated by one space, got " + JsonReader::shown(m));
+        a = line.substr(0, sp);
+        b = line.substr(sp + 1);
+        return;
+    }
+    if (!m.is_array() || m.size() != 2 || !m[0].is_string() || !m[1].is_string())
+        r.bad(field, "expected \"a b\" or [\"a\", \"b\"], got " + JsonReader::shown(m));
+    a = m[0].get<std::string>();
+    b = m[1].get<std::string>();
+}
+
+}  // namespace
+
+Tokenizer tokenizer_parse_json(std::string_view text, const std::string& source) {
+    const JsonReader r{source};
+    json j;
+    std::string json_error;
+    if (!json_try_parse_strict(text, j, json_error)) fail("tokenizer: {} is not valid JSON: {}", source, json_error);
+    if (!j.is_object()) fail("tokenizer: {}: expected a JSON object at the top level", source);
+
+    Tokenizer tok;
+    tok.kind = TOKENIZER_HF_BYTE_LEVEL_BPE;
+    tok.source = source;
+
+    // model
+    if (!j.contains("model")) r.bad("model", "missing");
+    const json& model = r.object(j["model"], "model");
+    if (model.contains("type")) {
+        const std::string type = r.string(model, "type", "model");
+        if (type != "BPE")
+            r.bad("model.type", "\"" + type + "\" is not supported (skew reads byte-level BPE tokenizer.json files; give a "
+                                "SentencePiece model as tokenizer.model)");
+    }
+    if (r.boolean(model, "byte_fallback", false, "model"))
+        r.bad("model.byte_fallback", "true is a SentencePiece-style BPE, not a byte-level one: give the model's tokenizer.model");
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+        if (model.contains(key) && !model[key].is_null() && !(model[key].is_string() && model[key].get<std::string>().empty()))
+            r.bad(std::string("model.") + key, JsonReader::shown(model[key]) + " is not supported (byte-level BPE files have none)");
+    if (model.contains("dropout") && !model["dropout"].is_null() &&
+        !(model["dropout"].is_number() && model["dropout"].get<double>() == 0.0))
+        r.bad("model.dropout", JsonReader::shown(model["dropout"]) + " is not supported (BPE dropout is for training; use null)");
+    tok.whole_piece_first = r.boolean(model, "ignore_merges", false, "model");
+    if (!model.contains("vocab")) r.bad("model.vocab", "missing");
+    const json& vocab = model["vocab"];
+    if (!vocab.is_object() || vocab.empty()) r.bad("model.vocab", "expected an object mapping token -> id");
+    if (!model.contains("merges")) r.bad("model.merges", "missing");
+    const json& merges = model["merges"];
+    if (!merges.is_array()) r.bad("model.merges", "expected an array");
+
+    // added_tokens
+    std::vector<AddedToken> added;
+    if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
+        const json& list = j["added_tokens"];
+        if (!list.is_array()) r.bad("added_tokens", "expected an array");
+        for (size_t i = 0; i < list.size(); i++) {
+            const std::string field = fmt::format("added_tokens[{}]", i);
+            const json& t = r.object(list[i], field);
+            AddedToken a;
+            a.content = r.string(t, "content", field);
+            if (a.content.empty()) r.bad(field + ".content", "is empty");
+            const auto id = t.find("id");
+            if (id == t.end() || !id->is_number_integer() || id->get<int64_t>() < 0 || id->get<int64_t>() > MAX_TOKEN_ID)
+                r.bad(field + ".id", fmt::format("expected an integer in [0, {}], got {}", MAX_TOKEN_ID,
+                                                 id == t.end() ? "nothing" : JsonReader::shown(*id)));
+            a.id = int32_t(id->get<int64_t>());
+            a.special = r.boolean(t, "special", false, field);
+            a.normalized = r.boolean(t, "normalized", !a.special, field);
+            a.lstrip = r.boolean(t, "lstrip", false, field);
+            a.rstrip = r.boolean(t, "rstrip", false, field);
+            a.single_word = r.boolean(t, "single_word", false, field);
+            added.push_back(std::move(a));
+        }
+    }
+
+    // vocabulary: ids, bytes, the byte tokens
+    int64_t max_id = -1;
+    for (auto& [key, value] : vocab.items()) {
+        if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > MAX_TOKEN_ID)
+            r.bad("model.vocab", fmt::format("token \"{}\" has id {}, expected an integer in [0, {}]", escape_text(key),
+                                             JsonReader::shown(value), MAX_TOKEN_ID));
+        max_id = std::max<int64_t>(max_id, value.get<int64_t>());
+    }
+    for (const AddedToken& a : added) max_id = std::max<int64_t>(max_id, a.id);
+    tok.token_bytes.assign(size_t(max_id + 1), std::string());
+    std::vector<char> in_model(tok.token_bytes.size(), 0);
+    std::unordered_map<std::string, int32_t> id_of;  // vocab string (byte alphabet) -> id
+    id_of.reserve(vocab.size() * 2);
+    std::string bytes;
+    for (auto& [key, value] : vocab.items()) {
+        const int32_t id = int32_t(value.get<int64_t>());
+        if (in_model[size_t(id)])
+            r.bad("model.vocab", fmt::format("two tokens have id {} (\"{}\" is one): decoding it would give either", id, escape_text(key)));
+        in_model[size_t(id)] = 1;
+        id_of.emplace(key, id);
+        if (!tokenizer_alphabet_to_bytes(key, bytes)) bytes = key;  // outside the byte alphabet: the text itself
+        tok.token_bytes[size_t(id)] = bytes;
+    }
+    for (const AddedToken& a : added) tok.token_bytes[size_t(a.id)] = a.content;
+    const auto& b2u = gpt2_byte_to_unicode();
+    for (int b = 0; b < 256; b++) {
+        std::string u;
+        const uint32_t cp = b2u[size_t(b)];
+        if (cp < 0x80) u.push_back(char(cp));
+        else { u.push_back(char(0xC0 | (cp >> 6))); u.push_back(char(0x80 | (cp & 0x3F))); }
+        const auto it = id_of.find(u);
+        if (it == id_of.end())
+            r.bad("model.vocab", fmt::format("lacks the byte-level token \"{}\" of byte {} (not a byte-level BPE?)", u, b));
+        tok.byte_token[b] = it->second;
+    }
+
+    // merges: rank = position; the first of two equal merges wins
+    tokenizer_table_init(tok.merges, merges.size());
+    std::string a, b;
+    for (size_t i = 0; i < merges.size(); i++) {
+        merge_parts(r, merges[i], i, a, b);
+        const auto ia = id_of.find(a), ib = id_of.find(b), im = id_of.find(a + b);
+        if (ia == id_of.end() || ib == id_of.end() || im == id_of.end())
+            r.bad(fmt::format("model.merges[{}]", i),
+                  fmt::format("\"{} {}\" uses a token missing from model.vocab", escape_text(a), escape_text(b)));
+        tokenizer_table_insert(tok.merges, (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second),
+                               (uint64_t(i) << 32) | uint32_t(im->second));
+    }
+    if (tok.whole_piece_first) tokenizer_build_whole(tok, in_model);
+
+    // normalizer, pre-tokenizer, decoder
+    if (j.contains("normalizer")) read_normalizer(r, j["normalizer"], "normalizer", tok.normalizers);
+    if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].is_null())
+        r.bad("pre_tokenizer", "missing (a byte-level BPE pre-tokenizes with ByteLevel)");
+    read_pre_tokenizer(r, j["pre_tokenizer"], "pre_tokenizer", tok.pre_tokenizer);
+    bool byte_level = false;
+    for (const PreTokenizerStep& s : tok.pre_tokenizer) byte_level |= s.byte_level;
+    if (!byte_level) r.bad("pre_tokenizer", "has no ByteLevel step: not a byte-level BPE");
+    read_decoder(r, j.contains("decoder") ? j["decoder"] : json());
+
+    tok.added_tokens = std::move(added);
+    tok.eot = -1;
+    tok.eot_text.clear();
+    for (std::string_view name : kEndOfTextNames) {
+        for (const AddedToken& t : tok.added_tokens)
+            if (t.special && t.content == name) {
+                tok.eot = t.id;
+                tok.eot_text = t.content;
+                break;
+            }
+        if (tok.eot >= 0) break;
+    }
+    tokenizer_prepare_added(tok);
+    tok.size = int32_t(tok.token_bytes.size());
+    return tok;
+}
+
+Tokenizer tokenizer_load_json(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) fail("tokenizer: cannot open {}", path);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (f.bad()) fail("tokenizer: cannot read {}", path);
+    return tokenizer_parse_json(text, path);
+}
+
+}  // namespace skew::data
