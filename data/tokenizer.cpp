@@ -8,6 +8,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -191,14 +192,24 @@ static std::string white_space_as_unicode(const std::string& pattern) {
     return out;
 }
 
+// Plain text as a pattern: every ASCII character that is not a letter or digit escaped.
+static std::string escaped(const std::string& text) {
+    std::string out;
+    for (char c : text) {
+        const unsigned char u = static_cast<unsigned char>(c);
+        if (u < 0x80 && !std::isalnum(u)) out.push_back('\\');
+        out.push_back(c);
+    }
+    return out;
+}
+
 std::shared_ptr<TokenizerRegex> tokenizer_compile_pattern(const std::string& pattern, bool literal, const std::string& what) {
-    const std::string text = literal ? pattern : white_space_as_unicode(pattern);
+    const std::string text = literal ? escaped(pattern) : white_space_as_unicode(pattern);
     int err = 0;
     PCRE2_SIZE err_offset = 0;
     auto re = std::make_shared<TokenizerRegex>();
     re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
-                             PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0), &err,
-                             &err_offset, nullptr);
+                             PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_offset, nullptr);
     if (!re->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
