@@ -171,7 +171,9 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
         fail("prepare: shard_tokens must be in [1, {}], got {}", kShardMaxTokens, o.shard_tokens);
     const int train_buckets = split_train_buckets(o.val_ratio);
     Tokenizer tok = tokenizer_load(o.tokenizer_dir);
-    if (tok.vocab_size() > 65536) fail("prepare: vocabulary of {} tokens does not fit llm.c's uint16 shards", tok.vocab_size());
+    if (tok.vocab_size() > 65536)
+        fail("prepare: {} has {} token ids, more than llm.c's uint16 shards hold (65,536): shards of larger vocabularies "
+             "(Qwen, Llama 3) are not supported yet", tok.source, tok.vocab_size());
     if (o.separator == "eot" && tok.eot < 0)
         fail("prepare: --separator eot needs an end-of-text token, and {} has none (a special token {}); use --separator none",
              tok.source, fmt::join(kEndOfTextNames, ", "));

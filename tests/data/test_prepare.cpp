@@ -345,3 +345,58 @@ TEST_CASE("empty documents are skipped and counted and invalid UTF-8 is counted 
     CHECK(all.back() != 50256);
     fs::remove_all(d);
 }
+
+TEST_CASE("prepare and tokenize with a tokenizer.json or a tokenizer.model put the tokenizer's end-of-text between documents") {
+    struct Kind { std::string dir, kind, main; int32_t eot; std::string eot_text; };
+    const std::vector<Kind> kinds = {
+        {kSource + "/tests/fixtures/data/hf_tiny", "hf-byte-level-bpe", "tokenizer.json", 300, "<|endoftext|>"},
+        {kSource + "/tests/fixtures/data/sentencepiece_tiny", "sentencepiece", "tokenizer.model", 2, "</s>"}};
+    for (const Kind& k : kinds) {
+        INFO(k.dir);
+        fs::path d = make_corpus("prepare_kind_" + k.kind);
+        PrepareOptions o;
+        o.inputs = {(d / "in").string()};
+        o.out_dir = (d / "out").string();
+        o.tokenizer_dir = k.dir;
+        o.threads = 2;
+        PrepareSummary s = prepare_run(o);
+        const Tokenizer tok = tokenizer_load(k.dir);
+        std::vector<int32_t> expect_train;
+        for (const auto& doc : read_documents(o.inputs)) {
+            if (split_bucket(doc) >= 950) continue;
+            expect_train.push_back(k.eot);
+            auto ids = tokenizer_encode(tok, doc);
+            expect_train.insert(expect_train.end(), ids.begin(), ids.end());
+        }
+        CHECK(read_split(o.out_dir, "train") == expect_train);
+        auto m = nlohmann::json::parse(std::ifstream(s.manifest));
+        CHECK(m["tokenizer"]["kind"] == k.kind);
+        CHECK(m["tokenizer"]["eot"] == k.eot);
+        CHECK(m["tokenizer"]["eot_text"] == k.eot_text);
+        CHECK(m["tokenizer"]["vocab_size"] == tok.vocab_size());
+        CHECK(m["tokenizer"]["md5"] == nlohmann::json{{k.main, md5_file(k.dir + "/" + k.main)}});
+        // A model vocabulary smaller than the tokenizer's ids is refused before training.
+        CHECK_THROWS_WITH(token_split_check_manifest(o.out_dir, "eot", tok.vocab_size() - 1, 0.05),
+                          Catch::Contains("set model.vocab_size to at least " + std::to_string(tok.vocab_size())));
+
+        // skew tokenize: the same ids, and --decode gives the text back.
+        const std::string text = "the hello world, it's 2026!\n";
+        std::ofstream(d / "in.txt", std::ios::binary) << text;
+        int status = 0;
+        const std::string ids = run(std::string(SKEW_BINARY) + " tokenize --tokenizer " + k.dir + " < " + (d / "in.txt").string(), status);
+        CHECK(status == 0);
+        std::string expect;
+        for (int32_t id : tokenizer_encode(tok, text)) {
+            if (!expect.empty()) expect += ' ';
+            expect += std::to_string(id);
+        }
+        CHECK(ids == expect + "\n");
+        std::ofstream(d / "ids.txt") << ids;
+        CHECK(run(std::string(SKEW_BINARY) + " tokenize --decode --tokenizer " + k.dir + " < " + (d / "ids.txt").string(), status) == text);
+        CHECK(status == 0);
+        fs::remove_all(d);
+    }
+    // The hand-made tokenizer.json: "the" merges to 257, " the" to 258, "hello" to 262, <think> is 301.
+    CHECK(tokenizer_encode(tokenizer_load(kSource + "/tests/fixtures/data/hf_tiny"), "the<think> the hello") ==
+          std::vector<int32_t>{257, 301, 258, 32, 262});
+}
