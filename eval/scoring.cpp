@@ -20,7 +20,9 @@ TokenRequest encode_request(const data::Tokenizer& tok, const std::string& conte
     TokenRequest r;
     std::vector<int32_t> ctx, cont;
     if (context.empty()) {
-        ctx = {tok.eot};
+        if (tok.eot < 0 && tok.bos < 0)
+            fail("an empty context starts from the end-of-text token, and the tokenizer {} has none", tok.source);
+        ctx = {tok.eot >= 0 ? tok.eot : tok.bos};
         cont = data::tokenizer_encode(tok, continuation);
     } else {
         ctx = data::tokenizer_encode(tok, context);

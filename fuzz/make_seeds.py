@@ -91,4 +91,20 @@ text = read("tests/fixtures/data/sample_english.txt")
 put("tokenizer", "english.txt", text[:2000])
 put("tokenizer", "mixed.txt", "Héllo wörld! 你好，世界 🙂🙃 don't I'll we've  \t\n\n  <|endoftext|> 12345 $%^&*".encode())
 put("tokenizer", "bytes.bin", bytes(range(256)))
+
+# tokenizer_json: the tiny tokenizer.json of the tests (NFC, Qwen's Split pattern, added tokens, both
+# merge forms) and smaller variants: GPT-2's ByteLevel regex with a prefix space and ignore_merges,
+# each Split behavior, a Sequence normalizer. Written compact so that each stays under 8 KiB.
+tiny = json.loads(read("tests/fixtures/data/hf_tiny/tokenizer.json"))
+put("tokenizer_json", "hf_tiny.json", json.dumps(tiny, ensure_ascii=False, separators=(",", ":")).encode())
+byte_level = dict(tiny, normalizer=None,
+                  pre_tokenizer={"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True})
+byte_level["model"] = dict(tiny["model"], ignore_merges=True)
+put("tokenizer_json", "byte_level.json", json.dumps(byte_level, ensure_ascii=False, separators=(",", ":")).encode())
+for behavior in ("Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous"):
+    split = dict(tiny, normalizer={"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "NFD"}]},
+                 pre_tokenizer={"type": "Sequence", "pretokenizers": [
+                     {"type": "Split", "pattern": {"String": " "}, "behavior": behavior, "invert": behavior == "Removed"},
+                     {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]})
+    put("tokenizer_json", "split_%s.json" % behavior.lower(), json.dumps(split, ensure_ascii=False, separators=(",", ":")).encode())
 print(f"seeds written to {out}", file=sys.stderr)

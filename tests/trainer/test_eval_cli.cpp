@@ -201,6 +201,12 @@ TEST_CASE("skew eval and sample refuse a tokenizer, or a dataset tokenized by on
     CHECK(d.output.find("skew: error: --data " + (work / "other-prep").string() +
                         ": its shards were tokenized by another tokenizer than the run's") != std::string::npos);
     CHECK(d.output.find("its vocab.bpe differs by MD5 from the run's") != std::string::npos);
+    // A tokenizer of another kind (a tokenizer.json): refused naming both kinds.
+    Run k = run("sample " + run_dir() + " --prompt hi --max-tokens 2 --tokenizer " + src("tests/fixtures/data/hf_tiny"));
+    INFO(k.output);
+    CHECK(k.status == 1);
+    CHECK(k.output.find("not the tokenizer this run was trained with: it is a hf-byte-level-bpe tokenizer (tokenizer.json), "
+                        "the one " + run_dir() + "/manifest.json records is gpt2-bpe") != std::string::npos);
     // The run's own tokenizer and data still pass.
     CHECK(run("eval " + run_dir() + " --optimizer adamw --no-write --batches 1 --data " + prep_dir()).status == 0);
 }
