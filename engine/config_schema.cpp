@@ -142,9 +142,9 @@ const std::vector<KeySpec>& section_key_specs() {
 
             SKEW_STRING("data.dir", data.dir, {}, "Folder of token shards and manifest written by `skew prepare`"),
             SKEW_STRING("data.tokenizer_dir", data.tokenizer_dir, {},
-                        "Folder with encoder.json + vocab.bpe (or vocab.json + merges.txt)"),
+                        "Tokenizer folder: tokenizer.json, else tokenizer.model, else GPT-2's encoder.json + vocab.bpe (or vocab.json + merges.txt)"),
             SKEW_STRING("data.separator", data.separator, (std::vector<std::string>{"eot", "none"}),
-                        "Between documents: the EOT token 50256, or nothing (the paper's trainer)"),
+                        "Between documents: the tokenizer's end-of-text token (GPT-2: 50256), or nothing (the paper's trainer)"),
             SKEW_FLOAT("data.val_ratio", data.val_ratio, 0, 1, true, "Fraction of documents hashed into validation; must match the `skew prepare --val-ratio` recorded in the data's manifest.json"),
 
             KeySpec{"train.optimizers", KeyType::STRING_LIST, -INF, INF, false, {},
