@@ -1,4 +1,5 @@
-// Batch stream over memory-mapped llm.c shards: a split is one stream of uint16 tokens; batches are
+// Batch stream over memory-mapped llm.c shards: a split is one stream of tokens (uint16 or uint32 in
+// the file, int32 out); batches are
 // fixed windows of B*T + 1 tokens B*T apart (docs/design.md "Data"), read straight from the mapping.
 #include "data/batch_stream.h"
 
@@ -27,15 +28,17 @@ namespace skew::data {
 struct MappedShard {
     void* base = nullptr;
     size_t bytes = 0;
-    const uint16_t* tokens = nullptr;
+    const unsigned char* tokens = nullptr;  // the first token, after the 1024-byte header
+    int token_bytes = 2;                    // 2: uint16, 4: uint32
     ~MappedShard() {
         if (base) munmap(base, bytes);
     }
 };
 
-static std::shared_ptr<MappedShard> map_shard(const std::string& path, int64_t tokens) {
+static std::shared_ptr<MappedShard> map_shard(const std::string& path, const ShardHeader& header) {
     auto m = std::make_shared<MappedShard>();
-    m->bytes = size_t(kShardHeaderInts * 4 + 2 * tokens);
+    m->token_bytes = header.token_bytes;
+    m->bytes = size_t(kShardHeaderInts * 4 + header.token_bytes * header.tokens);
     int fd = open(path.c_str(), O_RDONLY);
     if (fd < 0) fail("shard: cannot open {}: {}", path, std::strerror(errno));
     void* p = mmap(nullptr, m->bytes, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -43,7 +46,7 @@ static std::shared_ptr<MappedShard> map_shard(const std::string& path, int64_t t
     close(fd);
     if (p == MAP_FAILED) fail("shard: cannot map {}: {}", path, std::strerror(err));
     m->base = p;
-    m->tokens = reinterpret_cast<const uint16_t*>(static_cast<const char*>(p) + kShardHeaderInts * 4);
+    m->tokens = static_cast<const unsigned char*>(p) + kShardHeaderInts * 4;
     return m;
 }
 
@@ -53,9 +56,9 @@ TokenSplit token_split_open_files(const std::vector<std::string>& paths, const s
     split.paths = paths;
     split.starts.push_back(0);
     for (const auto& path : paths) {
-        int64_t tokens = shard_check(path);
-        split.shards.push_back(map_shard(path, tokens));
-        split.tokens += tokens;
+        const ShardHeader header = shard_header(path);
+        split.shards.push_back(map_shard(path, header));
+        split.tokens += header.tokens;
         split.starts.push_back(split.tokens);
     }
     return split;
@@ -166,8 +169,22 @@ void token_split_read(const TokenSplit& split, int64_t start, int64_t count, int
     while (count > 0) {
         int64_t offset = start - split.starts[s];
         int64_t n = std::min(count, split.starts[s + 1] - start);
-        const uint16_t* src = split.shards[s]->tokens + offset;
-        for (int64_t i = 0; i < n; i++) out[i] = src[i];
+        const MappedShard& m = *split.shards[s];
+        if (m.token_bytes == 4) {  // ids past INT32_MAX become negative: token_split_check_ids refuses them
+            const unsigned char* src = m.tokens + 4 * offset;
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t v;
+                std::memcpy(&v, src + 4 * i, 4);
+                out[i] = int32_t(v);
+            }
+        } else {
+            const unsigned char* src = m.tokens + 2 * offset;
+            for (int64_t i = 0; i < n; i++) {
+                uint16_t v;
+                std::memcpy(&v, src + 2 * i, 2);
+                out[i] = v;
+            }
+        }
         out += n;
         start += n;
         count -= n;
@@ -180,7 +197,8 @@ ShardPosition token_split_locate(const TokenSplit& split, int64_t position) {
         fail("data: token {} is outside split {} of {} tokens", position, split.name, split.tokens);
     // The last shard starting at or before position that is not empty.
     const size_t s = size_t(std::upper_bound(split.starts.begin(), split.starts.end(), position) - split.starts.begin()) - 1;
-    return ShardPosition{split.paths[s], position - split.starts[s]};
+    const int64_t offset = position - split.starts[s];
+    return ShardPosition{split.paths[s], offset, kShardHeaderInts * 4 + split.shards[s]->token_bytes * offset};
 }
 
 void token_split_check_ids(const TokenSplit& split, int64_t start, const int32_t* tokens, int64_t count,
@@ -190,7 +208,7 @@ void token_split_check_ids(const TokenSplit& split, int64_t start, const int32_t
         const ShardPosition at = token_split_locate(split, start + i);
         fail("data: split {}: token id {} at offset {} of shard {} (byte {}) is outside the model's vocabulary "
              "(model.vocab_size {}); the shard is corrupt or was prepared with a larger tokenizer (re-run `skew prepare`)",
-             split.name, tokens[i], at.offset, at.path, kShardHeaderInts * 4 + 2 * at.offset, vocab_size);
+             split.name, tokens[i], at.offset, at.path, at.byte, vocab_size);
     }
 }
 

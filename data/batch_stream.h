@@ -48,11 +48,13 @@ void token_split_check_listed(const std::string& dir, const TokenSplit& split);
 /// Copy tokens [start, start + count) of the stream into out (int32). Throws on a range past the end.
 void token_split_read(const TokenSplit& split, int64_t start, int64_t count, int32_t* out);
 
-/// Where token `position` of the split's stream lies: its shard file and the token's index in it
-/// (its byte offset in the file is 1024 + 2 * offset). Throws skew::Error on a position past the end.
+/// Where token `position` of the split's stream lies: its shard file, the token's index in it and
+/// its byte offset in the file (1024 + 2 * offset, or 4 * offset in a uint32 shard). Throws
+/// skew::Error on a position past the end.
 struct ShardPosition {
     std::string path;    // the shard file
     int64_t offset = 0;  // token index within the shard
+    int64_t byte = 0;    // byte offset of the token in the file
 };
 ShardPosition token_split_locate(const TokenSplit& split, int64_t position);
 

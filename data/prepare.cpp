@@ -75,6 +75,7 @@ struct SplitOutput {
     std::string name;
     std::string dir;
     int64_t shard_tokens = 0;
+    int token_bytes = 2;                // 2: uint16 shards, 4: uint32 (a vocabulary past 65,536 ids)
     ShardWriter writer;                 // the open shard (its temporary is removed if never finished)
     std::vector<FinishedShard> shards;  // finished shards, in order
     int64_t tokens = 0;
@@ -92,7 +93,7 @@ std::string shard_path(const SplitOutput& s, size_t index) {
     return (fs::path(s.dir) / file).string();
 }
 
-void split_open(SplitOutput& s) { shard_writer_open(s.writer, shard_path(s, s.shards.size())); }
+void split_open(SplitOutput& s) { shard_writer_open(s.writer, shard_path(s, s.shards.size()), s.token_bytes); }
 
 void split_finish(SplitOutput& s) {
     const int64_t tokens = shard_writer_finish(s.writer);
@@ -171,9 +172,6 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
         fail("prepare: shard_tokens must be in [1, {}], got {}", kShardMaxTokens, o.shard_tokens);
     const int train_buckets = split_train_buckets(o.val_ratio);
     Tokenizer tok = tokenizer_load(o.tokenizer_dir);
-    if (tok.vocab_size() > 65536)
-        fail("prepare: {} has {} token ids, more than llm.c's uint16 shards hold (65,536): shards of larger vocabularies "
-             "(Qwen, Llama 3) are not supported yet", tok.source, tok.vocab_size());
     if (o.separator == "eot" && tok.eot < 0)
         fail("prepare: --separator eot needs an end-of-text token, and {} has none (a special token {}); use --separator none",
              tok.source, fmt::join(kEndOfTextNames, ", "));
@@ -203,6 +201,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     for (SplitOutput* s : {&train, &val}) {
         s->dir = o.out_dir;
         s->shard_tokens = o.shard_tokens;
+        s->token_bytes = shard_token_bytes_for(tok.vocab_size());
         split_open(*s);
     }
     std::vector<int64_t> bad_per_source(files.size(), 0), empty_per_source(files.size(), 0);
@@ -346,7 +345,10 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     summary.tokens_val = val.tokens;
 
     nlohmann::json m;
-    m["format"] = {{"layout", "llm.c .bin"}, {"magic", kShardMagic}, {"version", kShardVersion}, {"dtype", "uint16"}, {"header_bytes", 1024}};
+    const bool wide = shard_token_bytes_for(tok.vocab_size()) == 4;
+    m["format"] = {{"layout", "llm.c .bin"}, {"magic", wide ? kShardMagicU32 : kShardMagic},
+                   {"version", wide ? kShardVersionU32 : kShardVersion}, {"dtype", wide ? "uint32" : "uint16"},
+                   {"header_bytes", 1024}};
     const nlohmann::json tok_files = tokenizer_file_md5s(o.tokenizer_dir);
     m["tokenizer"] = {{"kind", tokenizer_kind_name(tok.kind)}, {"dir", o.tokenizer_dir}, {"vocab_size", tok.vocab_size()},
                       {"eot", tok.eot}, {"eot_text", tok.eot_text}, {"md5", tok_files}, {"allow_special", o.allow_special}};

@@ -3,6 +3,7 @@
 #include "data/shard.h"
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <unistd.h>
 
@@ -13,10 +14,10 @@
 
 namespace skew::data {
 
-static void write_header(std::FILE* f, const std::string& path, int64_t tokens) {
+static void write_header(std::FILE* f, const std::string& path, int64_t tokens, int token_bytes) {
     int32_t header[kShardHeaderInts] = {};
-    header[0] = kShardMagic;
-    header[1] = kShardVersion;
+    header[0] = token_bytes == 4 ? kShardMagicU32 : kShardMagic;
+    header[1] = token_bytes == 4 ? kShardVersionU32 : kShardVersion;
     header[2] = static_cast<int32_t>(tokens);
     if (std::fseek(f, 0, SEEK_SET) != 0 || std::fwrite(header, sizeof header, 1, f) != 1)
         fail("shard: cannot write the header of {}: {}", path, std::strerror(errno));
@@ -32,36 +33,46 @@ bool is_prepare_temp_name(const std::string& file_name) {
     return std::regex_match(file_name, temp);
 }
 
-void shard_writer_open(ShardWriter& w, const std::string& path) {
+void shard_writer_open(ShardWriter& w, const std::string& path, int token_bytes) {
+    if (token_bytes != 2 && token_bytes != 4) fail("shard: {}: tokens are 2 or 4 bytes, not {}", path, token_bytes);
     w.path = path;
     w.temp = shard_temp_path(path);
     w.tokens = 0;
+    w.token_bytes = token_bytes;
     w.file = std::fopen(w.temp.c_str(), "wb");
     if (!w.file) fail("shard: cannot create {}: {}", w.temp, std::strerror(errno));
-    write_header(w.file, path, 0);
+    write_header(w.file, path, 0, token_bytes);
+}
+
+// Write n tokens of type T (uint16_t or uint32_t), each checked against T's range.
+template <typename T>
+static void append_as(ShardWriter& w, std::span<const int32_t> tokens) {
+    T buf[4096];
+    for (size_t i = 0; i < tokens.size();) {
+        size_t n = std::min<size_t>(4096, tokens.size() - i);
+        for (size_t k = 0; k < n; k++) {
+            int32_t t = tokens[i + k];
+            if (t < 0 || (sizeof(T) == 2 && t > 65535))
+                fail("shard: token id {} does not fit the uint{} layout of {}", t, 8 * sizeof(T), w.path);
+            buf[k] = static_cast<T>(t);
+        }
+        if (std::fwrite(buf, sizeof(T), n, w.file) != n) fail("shard: cannot write {}: {}", w.temp, std::strerror(errno));
+        i += n;
+    }
 }
 
 void shard_writer_append(ShardWriter& w, std::span<const int32_t> tokens) {
     if (!w.file) fail("shard: {} is not open for writing", w.path);
     if (w.tokens + int64_t(tokens.size()) > kShardMaxTokens)
         fail("shard: {} would exceed llm.c's limit of {} tokens per shard", w.path, kShardMaxTokens);
-    uint16_t buf[4096];
-    for (size_t i = 0; i < tokens.size();) {
-        size_t n = std::min<size_t>(4096, tokens.size() - i);
-        for (size_t k = 0; k < n; k++) {
-            int32_t t = tokens[i + k];
-            if (t < 0 || t > 65535) fail("shard: token id {} does not fit the uint16 layout of {}", t, w.path);
-            buf[k] = static_cast<uint16_t>(t);
-        }
-        if (std::fwrite(buf, sizeof(uint16_t), n, w.file) != n) fail("shard: cannot write {}: {}", w.temp, std::strerror(errno));
-        i += n;
-    }
+    if (w.token_bytes == 4) append_as<uint32_t>(w, tokens);
+    else append_as<uint16_t>(w, tokens);
     w.tokens += int64_t(tokens.size());
 }
 
 int64_t shard_writer_finish(ShardWriter& w) {
     if (!w.file) fail("shard: {} is not open for writing", w.path);
-    write_header(w.file, w.path, w.tokens);
+    write_header(w.file, w.path, w.tokens, w.token_bytes);
     bool ok = std::fflush(w.file) == 0;
     ok = (std::fclose(w.file) == 0) && ok;
     w.file = nullptr;
@@ -100,7 +111,7 @@ void shard_write(const std::string& path, std::span<const uint16_t> tokens) {
     shard_writer_close(w);
 }
 
-int64_t shard_check(const std::string& path) {
+ShardHeader shard_header(const std::string& path) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) fail("shard: cannot open {}: {}", path, std::strerror(errno));
     int32_t header[kShardHeaderInts];
@@ -108,31 +119,64 @@ int64_t shard_check(const std::string& path) {
     std::fclose(f);
     if (got != size_t(kShardHeaderInts))
         fail("shard: {} is truncated: {} bytes, shorter than the 1024-byte header", path, got * sizeof(int32_t));
-    if (header[0] != kShardMagic)
-        fail("shard: {} has magic {}, expected {} (an llm.c GPT-2 token shard); re-run `skew prepare`", path, header[0], kShardMagic);
-    if (header[1] != kShardVersion)
-        fail("shard: {} has version {}, expected {} (uint16 tokens)", path, header[1], kShardVersion);
-    int64_t tokens = header[2];
-    if (tokens < 0) fail("shard: {} declares a negative token count {}", path, tokens);
-    int64_t expected = kShardHeaderInts * 4 + 2 * tokens;
+    ShardHeader h;
+    if (header[0] == kShardMagic) {
+        if (header[1] != kShardVersion) fail("shard: {} has version {}, expected {} (uint16 tokens)", path, header[1], kShardVersion);
+        h.token_bytes = 2;
+    } else if (header[0] == kShardMagicU32) {
+        if (header[1] != kShardVersionU32)
+            fail("shard: {} has magic {} (llm.c's uint32 layout) with version {}, expected {}", path, header[0], header[1],
+                 kShardVersionU32);
+        h.token_bytes = 4;
+    } else {
+        fail("shard: {} has magic {}, expected {} (an llm.c token shard of uint16 tokens) or {} (of uint32 tokens); "
+             "re-run `skew prepare`", path, header[0], kShardMagic, kShardMagicU32);
+    }
+    h.tokens = header[2];
+    if (h.tokens < 0) fail("shard: {} declares a negative token count {}", path, h.tokens);
+    int64_t expected = kShardHeaderInts * 4 + h.token_bytes * h.tokens;
     std::error_code ec;
     int64_t size = int64_t(std::filesystem::file_size(path, ec));
     if (ec) fail("shard: cannot stat {}: {}", path, ec.message());
     if (size != expected)
         fail("shard: {} is {} bytes but its header declares {} tokens ({} bytes); the file is truncated or corrupt",
-             path, size, tokens, expected);
-    return tokens;
+             path, size, h.tokens, expected);
+    return h;
 }
 
-std::vector<uint16_t> shard_read(const std::string& path) {
-    int64_t tokens = shard_check(path);
-    std::vector<uint16_t> out(static_cast<size_t>(tokens));
+int64_t shard_check(const std::string& path) { return shard_header(path).tokens; }
+
+// The tokens of a validated shard as T (its own token type).
+template <typename T>
+static std::vector<T> read_tokens(const std::string& path, int64_t tokens) {
+    std::vector<T> out(static_cast<size_t>(tokens));
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) fail("shard: cannot open {}: {}", path, std::strerror(errno));
     bool ok = std::fseek(f, kShardHeaderInts * 4, SEEK_SET) == 0 &&
-              (tokens == 0 || std::fread(out.data(), sizeof(uint16_t), out.size(), f) == out.size());
+              (tokens == 0 || std::fread(out.data(), sizeof(T), out.size(), f) == out.size());
     std::fclose(f);
     if (!ok) fail("shard: cannot read the {} tokens of {}", tokens, path);
+    return out;
+}
+
+std::vector<uint16_t> shard_read(const std::string& path) {
+    const ShardHeader h = shard_header(path);
+    if (h.token_bytes != 2) fail("shard: {} holds uint32 tokens, not uint16 ones", path);
+    return read_tokens<uint16_t>(path, h.tokens);
+}
+
+std::vector<int32_t> shard_read_ids(const std::string& path) {
+    const ShardHeader h = shard_header(path);
+    std::vector<int32_t> out;
+    if (h.token_bytes == 4) {
+        for (uint32_t t : read_tokens<uint32_t>(path, h.tokens)) {
+            if (t > uint32_t(INT32_MAX)) fail("shard: {} holds token id {}, beyond any vocabulary", path, t);
+            out.push_back(int32_t(t));
+        }
+    } else {
+        const std::vector<uint16_t> t = read_tokens<uint16_t>(path, h.tokens);
+        out.assign(t.begin(), t.end());
+    }
     return out;
 }
 

@@ -1,5 +1,6 @@
-// libFuzzer target: llm.c token shards: the header check and reader (shard_check, shard_read) and
-// the memory-mapped split reader (token_split_open_files, token_split_read, token_split_check_ids).
+// libFuzzer target: llm.c token shards (uint16 and uint32 layouts): the header check and readers
+// (shard_check, shard_read, shard_read_ids) and the memory-mapped split reader
+// (token_split_open_files, token_split_read, token_split_check_ids).
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
@@ -14,8 +15,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int64_t tokens = -1;
     try {
         tokens = skew::data::shard_check(path);
-        const std::vector<uint16_t> all = skew::data::shard_read(path);
+        const std::vector<int32_t> all = skew::data::shard_read_ids(path);
         if (int64_t(all.size()) != tokens) std::abort();
+        if (skew::data::shard_header(path).token_bytes == 2 && skew::data::shard_read(path).size() != all.size()) std::abort();
     } catch (const skew::Error&) {
     }
     try {

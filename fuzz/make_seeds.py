@@ -78,6 +78,7 @@ def shard(tokens):
 
 put("shard", "small.bin", shard([50256, 464, 2068, 7586, 21831, 50256, 0, 65535]))
 put("shard", "empty.bin", shard([]))
+put("shard", "uint32.bin", struct.pack("<256i", *([20240801, 7, 5] + [0] * 253)) + struct.pack("<5I", 151643, 9707, 1879, 65536, 151668))
 put("shard", "llmc.bin", read("tests/fixtures/data/llmc/tiny_val_000000.bin")[:1024 + 2 * 512])
 
 # JSONL / text corpora (the jsonl target writes each input as .jsonl, .jsonl.gz and .txt).

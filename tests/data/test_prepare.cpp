@@ -400,3 +400,36 @@ TEST_CASE("prepare and tokenize with a tokenizer.json or a tokenizer.model put t
     CHECK(tokenizer_encode(tokenizer_load(kSource + "/tests/fixtures/data/hf_tiny"), "the<think> the hello") ==
           std::vector<int32_t>{257, 301, 258, 32, 262});
 }
+
+TEST_CASE("prepare writes uint32 shards for a vocabulary past 65,536 ids and training reads them") {
+    // A tokenizer.json whose end-of-text token has id 70000: 70,001 ids, more than uint16 holds.
+    fs::path d = make_corpus("prepare_uint32");
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(kSource + "/tests/fixtures/data/hf_tiny/tokenizer.json"));
+    j["added_tokens"][0]["id"] = 70000;
+    fs::create_directories(d / "tok");
+    std::ofstream(d / "tok" / "tokenizer.json") << j.dump();
+    PrepareOptions o;
+    o.inputs = {(d / "in").string()};
+    o.out_dir = (d / "out").string();
+    o.tokenizer_dir = (d / "tok").string();
+    o.threads = 2;
+    PrepareSummary s = prepare_run(o);
+    const Tokenizer tok = tokenizer_load(o.tokenizer_dir);
+    REQUIRE(tok.vocab_size() == 70001);
+    REQUIRE(tok.eot == 70000);
+    std::vector<int32_t> expect_train;
+    for (const auto& doc : read_documents(o.inputs)) {
+        if (split_bucket(doc) >= 950) continue;
+        expect_train.push_back(70000);
+        auto ids = tokenizer_encode(tok, doc);
+        expect_train.insert(expect_train.end(), ids.begin(), ids.end());
+    }
+    CHECK(read_split(o.out_dir, "train") == expect_train);
+    CHECK(shard_header(o.out_dir + "/train_000000.bin").token_bytes == 4);
+    auto m = nlohmann::json::parse(std::ifstream(s.manifest));
+    CHECK(m["format"]["dtype"] == "uint32");
+    CHECK(m["format"]["magic"] == 20240801);
+    CHECK(m["format"]["version"] == 7);
+    CHECK(token_split_check_manifest(o.out_dir, "eot", 70001, 0.05));
+    fs::remove_all(d);
+}

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <fstream>
 
+#include "data/batch_stream.h"
 #include "data/shard.h"
 #include "engine/error.h"
 #include "tests/temp_dir.h"
@@ -121,5 +122,49 @@ TEST_CASE("truncated and wrong-magic and wrong-version shards are refused with t
     CHECK_THROWS_WITH(shard_check(version), Catch::Contains("version.bin") && Catch::Contains("version 7"));
 
     CHECK_THROWS_WITH(shard_check((dir / "missing.bin").string()), Catch::Contains("missing.bin"));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("a uint32 shard is llm.c's Llama 3 layout (magic 20240801, version 7) and reads back through every reader") {
+    fs::path dir = temp_dir("shard_u32");
+    const std::string path = (dir / "train_000000.bin").string();
+    const std::vector<int32_t> ids = {151643, 9707, 1879, 0, 65535, 65536, 151668};
+    ShardWriter w;
+    shard_writer_open(w, path, shard_token_bytes_for(151669));
+    shard_writer_append(w, ids);
+    CHECK(shard_writer_close(w) == int64_t(ids.size()));
+    const std::string bytes = file_bytes(path);
+    REQUIRE(bytes.size() == 1024 + 4 * ids.size());
+    int32_t header[3];
+    std::memcpy(header, bytes.data(), sizeof header);
+    CHECK(header[0] == 20240801);
+    CHECK(header[1] == 7);
+    CHECK(header[2] == int32_t(ids.size()));
+    uint32_t sixth;
+    std::memcpy(&sixth, bytes.data() + 1024 + 4 * 5, 4);
+    CHECK(sixth == 65536u);
+    CHECK(shard_header(path).token_bytes == 4);
+    CHECK(shard_check(path) == int64_t(ids.size()));
+    CHECK(shard_read_ids(path) == ids);
+    CHECK_THROWS_WITH(shard_read(path), Catch::Contains("train_000000.bin holds uint32 tokens"));
+    const TokenSplit split = token_split_open_files({path}, "train");
+    std::vector<int32_t> out(ids.size());
+    token_split_read(split, 0, int64_t(ids.size()), out.data());
+    CHECK(out == ids);
+    CHECK(token_split_locate(split, 5).byte == 1024 + 4 * 5);
+    CHECK_THROWS_WITH(token_split_check_ids(split, 0, out.data(), int64_t(out.size()), 151000),
+                      Catch::Contains("token id 151643 at offset 0") && Catch::Contains("(byte 1024)"));
+    // Up to 65,536 ids the shards stay uint16 (GPT-2's layout, as llm.c's GPT-2 scripts write).
+    CHECK(shard_token_bytes_for(50257) == 2);
+    CHECK(shard_token_bytes_for(65536) == 2);
+    CHECK(shard_token_bytes_for(65537) == 4);
+    // The uint32 magic with another version, or the size of a uint16 shard: refused.
+    std::string v = bytes;
+    int32_t one = 1;
+    std::memcpy(v.data() + 4, &one, 4);
+    std::ofstream((dir / "v.bin").string(), std::ios::binary) << v;
+    CHECK_THROWS_WITH(shard_check((dir / "v.bin").string()), Catch::Contains("magic 20240801 (llm.c's uint32 layout) with version 1, expected 7"));
+    std::ofstream((dir / "short.bin").string(), std::ios::binary) << bytes.substr(0, 1024 + 2 * ids.size());
+    CHECK_THROWS_WITH(shard_check((dir / "short.bin").string()), Catch::Contains("truncated or corrupt"));
     fs::remove_all(dir);
 }
