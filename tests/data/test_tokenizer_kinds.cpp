@@ -144,7 +144,7 @@ TEST_CASE("Split pre-tokenizers give Hugging Face's pieces under every behavior"
     CHECK(tokenizer_encode(parse(k), "a\xE3\x80\x80" "b c") == Ids{'a', 'b', 'c'});
 }
 
-TEST_CASE("an NFC normalizer composes before pre-tokenization; bytes that are not UTF-8 pass through") {
+TEST_CASE("an NFC normalizer composes before pre-tokenization, and bytes that are not UTF-8 pass through") {
     json j = tiny({}, {});
     CHECK(tokenizer_encode(parse(j), "e\xCC\x81") == Ids{'e', 0xCC, 0x81});
     j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFC"}}})}};
