@@ -43,6 +43,7 @@ static std::vector<bf16> fill_bf16(int64_t n, float scale, uint32_t seed) {
 }
 
 int main(int argc, char** argv) {
+    skew::cpu::process_env_reexec(argv);  // OMP_WAIT_POLICY and the OpenBLAS core, as skew sets them
     int reps = 5;
     std::string out_path;
     for (int i = 1; i < argc; ++i) {
