@@ -98,6 +98,18 @@ inline f32x4 exp_nonpos_f32x4(f32x4 x) {
     return out;
 }
 
+/// A hot CPU loop compiled three times, for AVX-512, AVX2 and baseline x86-64, one of which the
+/// loader picks for the processor (GCC/Clang function multi-versioning, an ifunc). Only for code
+/// whose results do not depend on the vector width: element-wise operations, and sums in an order
+/// the source fixes (explicit lanes, as the LM head's tiles), never `omp simd reduction`. The
+/// library compiles with -ffp-contract=off (kernels/cpu/CMakeLists.txt), so no clone fuses a
+/// multiply-add the others round twice: every clone gives the same bits. Off under GCC's AddressSanitizer.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_ADDRESS__)
+#define SKEW_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SKEW_CPU_CLONES
+#endif
+
 /// Work (elements touched) below which a loop runs on one thread: an OpenMP fork costs more.
 constexpr int64_t kParallelMinWork = int64_t(1) << 15;
 
@@ -211,5 +223,18 @@ int64_t lm_head_workspace_bytes(const ClassifierShape& s);
 void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
                            ConstTensorRef wte, const int32_t* targets, float dloss, const ClassifierShape& s,
                            void* workspace);
+
+/// The fused head's softmax statistics of one logits tile t (rows x cols fp32, row stride ld; cols
+/// the columns inside the real vocabulary): per row r the running max gmax[r] and fp64 sum of
+/// exp(t - gmax) gsum[r] take in the tile, the sum rescaled by exp(old max - new max) when the max
+/// grows. The same bits on every CPU (kernels/cpu/lm_head.cpp). Called by lm_head_cross_entropy
+/// and bench/bench_ops.cpp.
+void lm_head_tile_softmax_stats(const float* t, int64_t ld, int64_t rows, int64_t cols, float* gmax, double* gsum);
+
+/// The tile t (rows x cols fp32, stride ld; its first column is vocabulary column c0) overwritten by
+/// its logits' gradient: exp(t - row_max[r]) · row_inv[r] for columns < V, 0 for the padding, and
+/// grad_scale subtracted at the row's target column. The same bits on every CPU.
+void lm_head_tile_dlogits(float* t, int64_t ld, int64_t rows, int64_t c0, int64_t cols, int64_t V,
+                          const float* row_max, const float* row_inv, const int32_t* targets, float grad_scale);
 
 }  // namespace skew::cpu

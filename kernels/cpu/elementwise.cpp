@@ -36,6 +36,13 @@ void zero(TensorRef x, int64_t n) {
 
 void convert(TensorRef dst, ConstTensorRef src, int64_t n) {
     check_nonneg("convert n", n);
+    if (dst.type == ScalarType::F32 && src.type == ScalarType::BF16) {  // widening (the LM head's wte): a shift
+        float* d = static_cast<float*>(dst.data);
+        const bf16* s = static_cast<const bf16*>(src.data);
+#pragma omp parallel for simd schedule(static) if (n > kParallelMinWork)
+        for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+        return;
+    }
 #pragma omp parallel for schedule(static) if (n > kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) store_at(dst, i, load_at(src, i));
 }
