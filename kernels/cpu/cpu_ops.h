@@ -103,11 +103,15 @@ inline f32x4 exp_nonpos_f32x4(f32x4 x) {
 /// whose results do not depend on the vector width: element-wise operations, and sums in an order
 /// the source fixes (explicit lanes, as the LM head's tiles), never `omp simd reduction`. The
 /// library compiles with -ffp-contract=off (kernels/cpu/CMakeLists.txt), so no clone fuses a
-/// multiply-add the others round twice: every clone gives the same bits. Off under GCC's AddressSanitizer.
+/// multiply-add the others round twice: every clone gives the same bits for every input but NaN
+/// (which stays NaN; its sign may differ). tests/kernels/clone_bits.cpp checks it. Off under GCC's
+/// AddressSanitizer, and where the includer defines it (that test, to build one width at a time).
+#ifndef SKEW_CPU_CLONES
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_ADDRESS__)
 #define SKEW_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define SKEW_CPU_CLONES
+#endif
 #endif
 
 /// Work (elements touched) below which a loop runs on one thread: an OpenMP fork costs more.
