@@ -66,6 +66,15 @@ inline float exp_nonpos_f32(float x) {
 /// Four fp32 lanes (GCC/Clang vector extension: one SSE2 / NEON register on every 64-bit target).
 typedef float f32x4 __attribute__((vector_size(16)));
 typedef int32_t i32x4 __attribute__((vector_size(16)));
+/// Eight and sixteen lanes: one AVX2 / AVX-512 register, or two / four narrower ones, with the same
+/// results lane by lane. Never passed by value (a vector wider than the baseline ABI's registers
+/// must not cross a call boundary): by reference, or inside always_inline helpers.
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
 
 /// exp_nonpos_f32 on every lane of V (a GCC/Clang vector of fp32, I its int32 twin of the same
 /// lane count): the same operations, the same results lane by lane. out and x by reference, so a

@@ -29,14 +29,6 @@ namespace skew::cpu {
 
 namespace {
 
-/// Eight and sixteen fp32 lanes: one AVX2 / AVX-512 register, two / four SSE2 registers on
-/// baseline x86-64 (same bits). Never passed by value (exp_nonpos_lanes takes references), so no
-/// call changes the baseline ABI.
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef int32_t i32x8 __attribute__((vector_size(32)));
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef int32_t i32x16 __attribute__((vector_size(64)));
-
 /// Tiles [first, last) of vocabulary group g out of n_tiles.
 void group_tiles(int64_t g, int64_t n_tiles, int64_t& first, int64_t& last) {
     first = g * n_tiles / cpu_ws::LM_HEAD_VOCAB_GROUPS;

@@ -15,12 +15,6 @@ namespace skew::cpu {
 
 namespace {
 
-/// Sixteen lanes (one AVX-512 register, two AVX2 or four SSE2 registers: the same bits on each).
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef int32_t i32x16 __attribute__((vector_size(64)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-typedef uint16_t u16x16 __attribute__((vector_size(32)));
-
 /// 1 / (1 + e^-x) from e = e^-|x| <= 1 (exp_nonpos_f32: no libm call, no overflow): 1 / (1 + e)
 /// for x >= 0, e / (1 + e) below; within a few ulp of sigmoid_f32. The scalar and the lane-wise
 /// forms run the same operations, so they give the same results.
