@@ -169,11 +169,10 @@ void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, Tensor
     float* row_inv = row_max + chunk;
 
     const BlasSerialScope serial_blas;  // one single-threaded product per OpenMP thread
-    const float* w = static_cast<const float*>(wte.data);
-    if (wte.type == ScalarType::BF16) {
-        convert(wte32, wte, Vp * C);
-        w = wte32;
-    }
+    // bf16 wte is widened into wte32 tile by tile in the first chunk's pass 1, just before the
+    // tile's product reads it (in cache); later chunks and pass 2 read the widened rows
+    const bool widen_wte = wte.type == ScalarType::BF16;
+    const float* w = widen_wte ? wte32 : static_cast<const float*>(wte.data);
     float* dw = nullptr;  // fp32 (Vp, C) the embedding gradient accumulates into
     if (dwte) dw = dwte.type == ScalarType::F32 ? static_cast<float*>(dwte.data) : dwte_acc;
     const bool backward = dx || dwte;
@@ -201,6 +200,10 @@ void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, Tensor
             for (int64_t t = t0; t < t1; ++t) {
                 const int64_t c0 = t * TB, cw = std::min(TB, Vp - c0);
                 float* tile = logits + c0 * m;  // (m, cw), contiguous
+                if (widen_wte && i0 == 0) {
+                    const bf16* src = static_cast<const bf16*>(wte.data) + c0 * C;
+                    for (int64_t e = 0; e < cw * C; ++e) wte32[c0 * C + e] = bf16_to_f32(src[e]);
+                }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(cw), int(C), 1.0f, xc, int(C),
                             w + c0 * C, int(C), 0.0f, tile, int(cw));
                 lm_head_tile_softmax_stats(tile, cw, m, std::clamp<int64_t>(V - c0, 0, cw), gm, gs);

@@ -1,6 +1,6 @@
 // The multi-versioned CPU loops (SKEW_CPU_CLONES, kernels/cpu/cpu_ops.h) give the same bits at
 // every vector width: this program is built three times from the real sources (lm_head.cpp,
-// swiglu.cpp) with the clones off and -mavx512f, -mavx2 or baseline x86-64, and prints one FNV-1a
+// swiglu.cpp, elementwise.cpp) with the clones off and -mavx512f, -mavx2 or baseline x86-64, and prints one FNV-1a
 // hash per output; check_clone_bits.sh requires the three to print the same line. Inputs: random
 // finite values in a wide range, +-inf, rows and lengths with vector tails (no NaN: its sign may
 // differ, see cpu_ops.h).
@@ -76,5 +76,19 @@ int main() {
     print_hash("swiglu_forward_f32", h.data(), h.size() * sizeof(float));
     print_hash("swiglu_backward_f32", da.data(), da.size() * sizeof(float));
     print_hash("swiglu_backward_f32_db", db.data(), db.size() * sizeof(float));
+
+    // the element-wise ops (elementwise.cpp): residual, accumulate (every type pair), scale
+    std::vector<bf16> rb(un);
+    std::vector<float> rf(un);
+    cpu::residual_forward(rb.data(), ab.data(), bb.data(), n);
+    cpu::residual_forward(rf.data(), a.data(), b.data(), n);
+    cpu::accumulate(TensorRef(rb.data()), ConstTensorRef(gb.data()), n);
+    cpu::accumulate(TensorRef(rb.data()), ConstTensorRef(g.data()), n);
+    cpu::accumulate(TensorRef(rf.data()), ConstTensorRef(gb.data()), n);
+    cpu::accumulate(TensorRef(rf.data()), ConstTensorRef(g.data()), n);
+    cpu::scale(TensorRef(rb.data()), 0.37f, n);
+    cpu::scale(TensorRef(rf.data()), 0.37f, n);
+    print_hash("elementwise_bf16", rb.data(), rb.size() * sizeof(bf16));
+    print_hash("elementwise_f32", rf.data(), rf.size() * sizeof(float));
     return 0;
 }
