@@ -3,7 +3,7 @@
 // does not know the model and falls back to older kernels (Debian's 0.3.21: SSE3 "Prescott" on a
 // Sapphire Rapids Xeon, AVX2 "Haswell" on an AVX-512 Zen 5). skew picks the core from the
 // processor's features instead (cpuid) and sets OPENBLAS_CORETYPE before OpenBLAS loads
-// (kernels/cpu/process_env.h); docs/cpu-performance.md has the measurements.
+// (kernels/cpu/process_env.h; docs/cpu-performance.md).
 #pragma once
 #include <string>
 #include <string_view>
