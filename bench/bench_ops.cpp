@@ -2,8 +2,8 @@
 // shapes of one microbatch of bench_step's moe10m model (d_model 128, 8 experts top-2, GPT-2
 // vocabulary padded to 50,304, batch 8 x 128), and each op against its floor: the bytes it must
 // move over the copy bandwidth measured in the same run at the same working set per thread, or
-// its FLOPs over the rate of OpenBLAS's sgemm (the LM head's tile product, every thread), which
-// ever is larger; fraction = floor / time. Also the fused LM head's two element-wise tile passes
+// its FLOPs over the rate of OpenBLAS's sgemm (the best of the LM head's three product shapes,
+// every thread at once), whichever is larger; fraction = floor / time. Also the fused LM head's two element-wise tile passes
 // and the host parameter initialization. Not a test. Writes JSON with the commit and OpenBLAS core.
 // Usage: bench_ops [--reps N] [--out FILE]
 #include <cblas.h>
@@ -70,23 +70,25 @@ static double copy_gbps(int64_t bytes_per_thread, int reps) {
     return double(threads) * double(copies) * 2.0 * double(half) / (ms * 1e-3) / 1e9;
 }
 
-// OpenBLAS sgemm rate in GFLOP/s with every thread running the fused LM head's tile product
-// (chunk 512 x 256 vocabulary columns x d_model 128, NT) on its own operands, single-threaded.
-static double sgemm_gflops(int64_t C, int reps) {
+// OpenBLAS sgemm rate in GFLOP/s with every thread running one product of the fused LM head's
+// shapes on its own operands, single-threaded: its logits tile (chunk x 256 vocabulary columns x
+// d_model, NT), its input gradient (chunk x d_model x 256, NN) or its embedding gradient
+// (256 x d_model x chunk, TN).
+static double sgemm_gflops(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int reps) {
     const int threads = omp_get_max_threads();
-    const int64_t m = skew::cpu_ws::LM_HEAD_CHUNK_TOKENS, n = skew::cpu_ws::LM_HEAD_BLOCK_COLS;
-    std::vector<std::vector<float>> a(size_t(threads), std::vector<float>(size_t(m * C), 0.01f)),
-        b(size_t(threads), std::vector<float>(size_t(n * C), 0.02f)), c(size_t(threads), std::vector<float>(size_t(m * n)));
+    std::vector<std::vector<float>> a(size_t(threads), std::vector<float>(size_t(m * k), 0.01f)),
+        b(size_t(threads), std::vector<float>(size_t(k * n), 0.02f)), c(size_t(threads), std::vector<float>(size_t(m * n)));
     const skew::cpu::BlasSerialScope serial_blas;
     const double ms = time_ms(reps, [&] {
 #pragma omp parallel num_threads(threads)
         {
             const size_t t = size_t(omp_get_thread_num());
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(C), 1.0f, a[t].data(), int(C),
-                        b[t].data(), int(C), 0.0f, c[t].data(), int(n));
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
+                        int(k), 1.0f, a[t].data(), int(ta ? m : k), b[t].data(), int(tb ? k : n), 0.0f, c[t].data(),
+                        int(n));
         }
     });
-    return double(threads) * 2.0 * double(m * n * C) / (ms * 1e-3) / 1e9;
+    return double(threads) * 2.0 * double(m * n * k) / (ms * 1e-3) / 1e9;
 }
 
 // A bf16 buffer of n values in [-scale, scale), deterministic.
@@ -163,7 +165,14 @@ int main(int argc, char** argv) {
     be->moe_gather_forward(xs.data(), x.data(), s2c.data(), N, K, C);
 
     const int threads = omp_get_max_threads();
-    const double sgemm_rate = sgemm_gflops(C, reps);
+    // the sgemm rate a FLOP floor is held to: the best of the LM head's three product shapes
+    const int64_t chunk = cpu::lm_head_chunk_tokens(ClassifierShape{N, C, V, Vp}), TB = cpu_ws::LM_HEAD_BLOCK_COLS;
+    const nlohmann::json sgemm_shapes = {
+        {"NT chunk x 256 x d_model (logits tile)", sgemm_gflops(false, true, chunk, TB, C, reps)},
+        {"NN chunk x d_model x 256 (input gradient)", sgemm_gflops(false, false, chunk, C, TB, reps)},
+        {"TN 256 x d_model x chunk (embedding gradient)", sgemm_gflops(true, false, TB, C, chunk, reps)}};
+    double sgemm_rate = 0;
+    for (const auto& [shape, rate] : sgemm_shapes.items()) sgemm_rate = std::max(sgemm_rate, rate.get<double>());
     std::map<int64_t, double> copy_rates;  // GB/s by working set per thread (power of two)
     auto copy_rate = [&](int64_t ws) {
         int64_t p2 = 4096;
@@ -171,7 +180,8 @@ int main(int argc, char** argv) {
         if (!copy_rates.count(p2)) copy_rates[p2] = copy_gbps(p2, reps);
         return copy_rates[p2];
     };
-    std::printf("sgemm (NT 512 x 256 x %lld on each of %d threads): %.1f GFLOP/s\n", (long long)C, threads, sgemm_rate);
+    for (const auto& [shape, rate] : sgemm_shapes.items())
+        std::printf("sgemm %s on each of %d threads: %.1f GFLOP/s\n", shape.c_str(), threads, rate.get<double>());
     std::printf("%-36s %9s %9s %8s %s\n", "op", "ms", "floor ms", "fraction", "bound");
 
     nlohmann::json ops = nlohmann::json::array();
@@ -263,7 +273,7 @@ int main(int argc, char** argv) {
     // The head's element-wise passes over all N x Vp logits, as lm_head_cross_entropy runs them:
     // tile by tile (chunk x 256 columns, fresh from its product, so in cache: each thread here
     // reuses one tile), the vocabulary groups spread over the threads.
-    const int64_t chunk = cpu::lm_head_chunk_tokens(cs), TB = cpu_ws::LM_HEAD_BLOCK_COLS, n_tiles = (Vp + TB - 1) / TB;
+    const int64_t n_tiles = (Vp + TB - 1) / TB;
     std::vector<std::vector<float>> tiles(size_t(threads), std::vector<float>(size_t(chunk * TB)));
     for (auto& t : tiles)
         for (size_t i = 0; i < t.size(); ++i) t[i] = float(int64_t(i * 7919) % 2000) * 0.005f - 5.0f;
@@ -310,7 +320,7 @@ int main(int argc, char** argv) {
                        {"d_ff", F},        {"vocab", V},    {"padded_vocab", Vp}};
     result["reps"] = reps;
     result["sgemm_gflop_per_s"] = sgemm_rate;
-    result["sgemm_shape"] = "NT 512 x 256 x d_model, one single-threaded call per thread, all threads at once";
+    result["sgemm_gflop_per_s_by_shape"] = sgemm_shapes;  // one single-threaded call per thread, all at once
     nlohmann::json copies = nlohmann::json::object();
     for (const auto& [bytes, gbps] : copy_rates) copies[std::to_string(bytes)] = gbps;
     result["copy_gb_per_s_by_working_set_bytes_per_thread"] = copies;
