@@ -47,6 +47,9 @@ SKEW_CPU_CLONES void residual_bf16(bf16* o, const bf16* a, const bf16* b, int64_
 SKEW_CPU_CLONES void residual_f32(float* o, const float* a, const float* b, int64_t i0, int64_t i1) {
     add_two(o, a, b, i0, i1);
 }
+SKEW_CPU_CLONES void narrow_f32(bf16* d, const float* s, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) d[i] = narrow(s[i]);
+}
 SKEW_CPU_CLONES void scale_f32(float* x, float f, int64_t i0, int64_t i1) { mul_by(x, f, i0, i1); }
 SKEW_CPU_CLONES void scale_bf16(bf16* x, float f, int64_t i0, int64_t i1) { mul_by(x, f, i0, i1); }
 void residual_any(bf16* o, const bf16* a, const bf16* b, int64_t i0, int64_t i1) { residual_bf16(o, a, b, i0, i1); }
@@ -109,6 +112,12 @@ void convert(TensorRef dst, ConstTensorRef src, int64_t n) {
         const bf16* s = static_cast<const bf16*>(src.data);
 #pragma omp parallel for simd schedule(static) if (n > kParallelMinWork)
         for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+        return;
+    }
+    if (dst.type == ScalarType::BF16 && src.type == ScalarType::F32) {  // narrowing (matmul's bf16 C)
+        bf16* d = static_cast<bf16*>(dst.data);
+        const float* s = static_cast<const float*>(src.data);
+        for_blocks(n, [&](int64_t i0, int64_t i1) { narrow_f32(d, s, i0, i1); });
         return;
     }
 #pragma omp parallel for schedule(static) if (n > kParallelMinWork)

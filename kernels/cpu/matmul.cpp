@@ -173,11 +173,7 @@ void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& 
         sgemm_omp(s.trans_a, s.trans_b, m, n, kw, s.alpha, ap, lda, bp, ldb, beta, cf, n);
     }
 
-    if (c.type == ScalarType::BF16) {
-        bf16* cb = static_cast<bf16*>(c.data);
-#pragma omp parallel for schedule(static) if (m * n > kParallelMinWork)
-        for (int64_t i = 0; i < m * n; ++i) cb[i] = f32_to_bf16(cf[i]);
-    }
+    if (c.type == ScalarType::BF16) convert(c, ConstTensorRef(cf), m * n);
 }
 
 }  // namespace skew::cpu

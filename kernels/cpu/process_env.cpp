@@ -80,6 +80,13 @@ void process_env_reexec(char** argv) {
         }
     }
     if (!again) return;
+    // The executable's own path (not /proc/self/exe), so the process keeps its name in ps and top.
+    char self[4096];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len > 0) {
+        self[len] = '\0';
+        execv(self, argv);
+    }
     execv("/proc/self/exe", argv);
     // Only on failure: carry on with the libraries as they loaded.
     if (o.source == "cpuid" && !same_core(loaded, o.asked)) {

@@ -77,7 +77,7 @@ int main() {
     print_hash("swiglu_backward_f32", da.data(), da.size() * sizeof(float));
     print_hash("swiglu_backward_f32_db", db.data(), db.size() * sizeof(float));
 
-    // the element-wise ops (elementwise.cpp): residual, accumulate (every type pair), scale
+    // the element-wise ops (elementwise.cpp): residual, accumulate (every type pair), scale, narrowing
     std::vector<bf16> rb(un);
     std::vector<float> rf(un);
     cpu::residual_forward(rb.data(), ab.data(), bb.data(), n);
@@ -89,6 +89,8 @@ int main() {
     cpu::scale(TensorRef(rb.data()), 0.37f, n);
     cpu::scale(TensorRef(rf.data()), 0.37f, n);
     print_hash("elementwise_bf16", rb.data(), rb.size() * sizeof(bf16));
+    cpu::convert(TensorRef(rb.data()), ConstTensorRef(rf.data()), n);  // narrowing
+    print_hash("convert_f32_to_bf16", rb.data(), rb.size() * sizeof(bf16));
     print_hash("elementwise_f32", rf.data(), rf.size() * sizeof(float));
     return 0;
 }
