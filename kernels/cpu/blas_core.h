@@ -1,7 +1,7 @@
 // Which OpenBLAS core (kernel set) the CPU matrix products run on. A DYNAMIC_ARCH OpenBLAS picks
 // its core from the processor's model number when it loads; an OpenBLAS older than the processor
-// does not know the model and falls back to older kernels (Debian's 0.3.21: SSE3 "Prescott" on a
-// Sapphire Rapids Xeon, AVX2 "Haswell" on an AVX-512 Zen 5). skew picks the core from the
+// does not know the model and may fall back to older kernels (Debian's 0.3.21: SSE3 "Prescott" on
+// a Xeon with AVX-512 BF16 and FP16, Sapphire Rapids or newer). skew picks the core from the
 // processor's features instead (cpuid) and sets OPENBLAS_CORETYPE before OpenBLAS loads
 // (kernels/cpu/process_env.h; docs/cpu-performance.md).
 #pragma once

@@ -18,7 +18,7 @@ using skew::cpu::CpuVectorFeatures;
 
 namespace {
 
-// The processors of the measurements: a Sapphire Rapids Xeon (AVX-512 with BF16 and FP16), an AMD
+// The processors of the measurements: a Xeon with AVX-512 BF16 and FP16 (Sapphire Rapids or newer), an AMD
 // EPYC Zen 5 (AVX-512 with BF16), an AVX2 machine, an AVX-only one, an SSE-only one.
 constexpr CpuVectorFeatures XEON_SPR{true, true, true, true};
 constexpr CpuVectorFeatures SKYLAKE_SP{true, true, true, false};
@@ -56,7 +56,7 @@ TEST_CASE("the best core for a processor's features: Cooperlake, SkylakeX, Haswe
 }
 
 TEST_CASE("skew replaces OpenBLAS's own core only with a higher-ranked one the library holds") {
-    // Debian's OpenBLAS 0.3.21 on a Sapphire Rapids Xeon picks Prescott (SSE3)
+    // Debian's OpenBLAS 0.3.21 on that Xeon picks Prescott (SSE3)
     CHECK(blas_core_choice(XEON_SPR, "Prescott", every_core) == "Cooperlake");
     CHECK(blas_core_choice(XEON_SPR, "Prescott", no_cooperlake) == "SkylakeX");
     CHECK(blas_core_choice(XEON_SPR, "Haswell", every_core) == "Cooperlake");
