@@ -38,6 +38,7 @@ int32_t argmax(const std::vector<float>& logits, int64_t V) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+    skew::cpu::process_env_reexec(argv);  // OMP_WAIT_POLICY and the OpenBLAS core, as skew sets them
     std::string config = "configs/quickstart.yaml", backend_name = "cpu", out;
     int64_t prompt_tokens = 16, repeats = 3, threads = 0;
     for (int i = 1; i < argc; ++i) {

@@ -29,6 +29,7 @@ using skew::bench::shell;
 using skew::test::make_param;
 
 int main(int argc, char** argv) {
+    skew::cpu::process_env_reexec(argv);  // OMP_WAIT_POLICY and the OpenBLAS core, as skew sets them
     int reps = 5;
     int64_t scale = 1;  // multiplies d (1: d = 1024)
     std::string out_path;

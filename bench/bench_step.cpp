@@ -6,10 +6,11 @@
 //
 // Usage: bench_step [--model tiny|moe10m] [--steps N] [--threads N] [--tiny-config configs/tiny.yaml]
 //                   [--recompute block|attention|none[,...]]   (default block; e.g. block,none)
+//        bench_step --blas-core   prints the OpenBLAS core it runs (kernels/cpu/process_env.h) and exits
 //   tiny:   configs/tiny.yaml (d_model 64, 8 experts, 50,304 vocab, batch 8 x 32 in 2 microbatches)
 //   moe10m: d_model 128, 2 blocks (dense, MoE of 8 experts, d_ff = d_expert = 1024), GQA 4/2,
 //           50,304 vocab, batch 8 x 128 in one microbatch (~10.1M parameters)
-// The PyTorch twin is bench/torch_step.py; bench/step_compare.sh runs both side by side.
+// The PyTorch twin is bench/torch_step.py; its --compare runs both side by side on one OpenBLAS core.
 #include <fmt/format.h>
 #include <omp.h>
 #include <sys/resource.h>
@@ -68,12 +69,17 @@ double peak_rss_mib() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    skew::cpu::process_env_reexec(argv);  // OMP_WAIT_POLICY and the OpenBLAS core, as skew sets them
     std::string model_name = "moe10m";
     std::string tiny_path = "configs/tiny.yaml";  // run from the repository root
     int steps = 3, threads = 2;
     std::vector<std::string> modes = {"block"};
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
+        if (a == "--blas-core") {
+            std::printf("%s\n", cpu::blas_core_name().c_str());
+            return 0;
+        }
         if (a == "--model" && i + 1 < argc) model_name = argv[++i];
         else if (a == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
         else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
@@ -88,7 +94,7 @@ int main(int argc, char** argv) {
             }
         } else {
             std::fprintf(stderr, "usage: bench_step [--model tiny|moe10m] [--steps N] [--threads N] [--tiny-config PATH] "
-                                 "[--recompute block|attention|none[,...]]\n");
+                                 "[--recompute block|attention|none[,...]] | --blas-core\n");
             return 2;
         }
     }
@@ -136,6 +142,7 @@ int main(int argc, char** argv) {
             j["model"] = model_name;
             j["recompute"] = cfg.train.recompute;
             j["commit"] = git_commit();
+            skew::bench::add_blas_core(j);
             j["params"] = table.total_numel();
             j["batch"] = {{"sequences", B}, {"seq_len", T}, {"microbatch", mb}, {"accum_steps", accum}};
             j["threads"] = threads;

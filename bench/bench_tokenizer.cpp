@@ -79,6 +79,7 @@ static Measured measure(const Tokenizer& tok, const std::vector<std::string>& do
 }
 
 int main(int argc, char** argv) {
+    skew::cpu::process_env_reexec(argv);  // OMP_WAIT_POLICY and the OpenBLAS core, as skew sets them
     std::vector<std::string> corpus;
     std::string tokenizer_dir = "data/tokenizer", out_path = "runs/bench_tokenizer.json", js_dir = "bench/tokenizer";
     int passes = 3;

@@ -1,10 +1,13 @@
 // Helpers shared by the benchmarks: run a shell command and capture its output, and the git commit
-// every JSON result is tagged with.
+// and OpenBLAS core every JSON result is tagged with.
 #pragma once
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "kernels/cpu/blas_core.h"
+#include "kernels/cpu/process_env.h"
 
 namespace skew::bench {
 
@@ -27,9 +30,19 @@ inline std::string git_commit() {
     return c.empty() ? "unknown" : c;
 }
 
+/// The OpenBLAS core the host matrix products ran on, set on `result`: "blas_core"
+/// (openblas_get_corename) and "blas_core_source" (kernels/cpu/process_env.h: "cpuid",
+/// "OPENBLAS_CORETYPE" or "openblas"). A benchmark calls cpu::process_env_reexec first in main.
+inline void add_blas_core(nlohmann::json& result) {
+    result["blas_core"] = cpu::blas_core_name();
+    result["blas_core_source"] = cpu::blas_core_source();
+}
+
 /// Provenance of a result: "commit", "dirty" (uncommitted changes under `paths`, a git pathspec
-/// such as "optim kernels bench") and "date" (UTC, ISO 8601), set on `result`.
+/// such as "optim kernels bench"), "date" (UTC, ISO 8601) and the OpenBLAS core (add_blas_core),
+/// set on `result`.
 inline void add_provenance(nlohmann::json& result, const std::string& paths) {
+    add_blas_core(result);
     result["commit"] = shell("git rev-parse HEAD 2>/dev/null");
     result["dirty"] = !shell("git status --porcelain -- " + paths + " 2>/dev/null").empty();
     result["date"] = shell("date -u +%Y-%m-%dT%H:%M:%SZ");

@@ -6,11 +6,17 @@
 #
 # Usage (Debian's torch 1.13): /usr/bin/python3 bench/torch_step.py --model moe10m --threads 2
 # Side by side (benchmark): /usr/bin/python3 bench/torch_step.py --compare build/bench/bench_step
-#   runs --rounds alternating skew / torch processes per model and writes bench/results/step_cpu.json.
+#   runs --rounds rounds of one skew and one torch process per model (alternating) and writes
+#   bench/results/step_cpu.json: per side the median and range of tokens/s, and the median and range of
+#   the per-round ratio skew / torch.
 #   Both sides run with OMP_WAIT_POLICY=passive: with libgomp's default spin-wait, idle OpenMP workers
 #   and OpenBLAS's pthreads fight for the cores (skew and Debian's torch both link libgomp and
 #   openblas-pthread) and both run ~5-10x slower on a 2-core machine.
+#   Both sides run on the same OpenBLAS core (OPENBLAS_CORETYPE): the user's, else the one skew
+#   chooses (`bench_step --blas-core` with the variable unset; kernels/cpu/process_env.h). Each side
+#   records the core it loaded (openblas_get_corename).
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -121,10 +127,46 @@ class Model(torch.nn.Module):
         return lm + aux_total
 
 
+def cpu_model():
+    """The processor as /proc/cpuinfo names it: model name, vendor, family and model number."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        return "unknown"
+    return (f"{info.get('model name', 'unknown')} ({info.get('vendor_id', '?')} family {info.get('cpu family', '?')} "
+            f"model {info.get('model', '?')})")
+
+
+def blas_core():
+    """The OpenBLAS core this process loaded (torch links Debian's OpenBLAS), or "unknown"."""
+    try:
+        f = ctypes.CDLL("libopenblas.so.0").openblas_get_corename
+        f.restype = ctypes.c_char_p
+        return f().decode()
+    except (OSError, AttributeError):
+        return "unknown"
+
+
+def spread(values):
+    """Median, minimum and maximum of a list."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
 def compare(a):
-    """Alternate skew and torch processes per model; medians, peak RSS and ratio to JSON."""
+    """Rounds of one skew and one torch process per model, on one OpenBLAS core; medians and
+    ranges of tokens/s and of the per-round ratio, peak RSS, to JSON."""
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
     env.setdefault("OMP_WAIT_POLICY", "passive")
+    core_source = "OPENBLAS_CORETYPE"
+    if "OPENBLAS_CORETYPE" not in env:  # the core skew chooses, for both sides
+        probe = {k: v for k, v in env.items() if k != "OPENBLAS_CORETYPE"}
+        env["OPENBLAS_CORETYPE"] = subprocess.run([a.compare, "--blas-core"], env=probe, capture_output=True,
+                                                  text=True, check=True).stdout.strip()
+        core_source = "skew's choice (bench_step --blas-core)"
     runs = []
     for model in a.models.split(","):
         for _ in range(a.rounds):
@@ -134,22 +176,29 @@ def compare(a):
                 out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
                 runs.append(json.loads(out.strip().splitlines()[-1]))
     res = {"bench": "step_cpu", "commit": runs[0]["commit"], "threads": a.threads,
-           "omp_wait_policy": env["OMP_WAIT_POLICY"], "rounds": a.rounds, "steps_per_run": a.steps,
+           "omp_wait_policy": env["OMP_WAIT_POLICY"], "openblas_coretype": env["OPENBLAS_CORETYPE"],
+           "openblas_coretype_from": core_source, "cpu": cpu_model(), "rounds": a.rounds, "steps_per_run": a.steps,
            "loadavg_at_end": os.getloadavg(), "cpus": os.cpu_count(), "models": {}}
     for model in a.models.split(","):
         m = {}
         for side in ("skew", "torch"):
             rs = [r for r in runs if r["model"] == model and r["impl"].startswith(side)]
             m[side] = {"impl": rs[0]["impl"], "params": rs[0]["params"], "batch": rs[0]["batch"],
-                       "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in rs),
+                       "blas_cores": sorted({r.get("blas_core", "unknown") for r in rs}),
+                       "tokens_per_s": spread([r["tokens_per_s"] for r in rs]),
                        "tokens_per_s_runs": [r["tokens_per_s"] for r in rs],
+                       "loss": rs[0]["loss"],
                        "peak_rss_mib": max(r["peak_rss_mib"] for r in rs)}
-        m["ratio_skew_over_torch"] = m["skew"]["tokens_per_s_median"] / m["torch"]["tokens_per_s_median"]
+        ratios = [s / t for s, t in zip(m["skew"]["tokens_per_s_runs"], m["torch"]["tokens_per_s_runs"])]
+        m["ratio_skew_over_torch"] = spread(ratios)
+        m["ratio_skew_over_torch_runs"] = ratios
         res["models"][model] = m
-        print(f"{model}: skew {m['skew']['tokens_per_s_median']:.0f} tok/s (peak RSS {m['skew']['peak_rss_mib']:.0f} MiB)"
-              f", torch {m['torch']['tokens_per_s_median']:.0f} tok/s ({m['torch']['peak_rss_mib']:.0f} MiB), "
-              f"ratio {m['ratio_skew_over_torch']:.2f}")
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "step_cpu.json")
+        sk, to, r = m["skew"]["tokens_per_s"], m["torch"]["tokens_per_s"], m["ratio_skew_over_torch"]
+        print(f"{model}: skew {sk['median']:.0f} tok/s ({sk['min']:.0f}-{sk['max']:.0f}; core "
+              f"{','.join(m['skew']['blas_cores'])}), torch {to['median']:.0f} ({to['min']:.0f}-{to['max']:.0f}; core "
+              f"{','.join(m['torch']['blas_cores'])}), ratio {r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f}) over "
+              f"{a.rounds} rounds")
+    path = a.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "step_cpu.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(res, f, indent=2)
@@ -162,7 +211,8 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--compare", metavar="BENCH_STEP", help="path of bench_step: run both side by side")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--out", help="--compare's JSON (default bench/results/step_cpu.json)")
     ap.add_argument("--models", default="tiny,moe10m")
     a = ap.parse_args()
     if a.compare:
@@ -202,7 +252,8 @@ def main():
                           params=sum(p.numel() for p in model.parameters()),
                           batch=dict(sequences=B, seq_len=T, microbatch=mb, accum_steps=accum), threads=a.threads,
                           steps_timed=a.steps, step_seconds_median=med, step_seconds=secs, tokens_per_s=B * T / med,
-                          peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, loss=loss)))
+                          peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, loss=loss,
+                          blas_core=blas_core())))
 
 
 if __name__ == "__main__":

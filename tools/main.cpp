@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include <string>
 
 #include "dist/launch.h"
+#include "kernels/cpu/process_env.h"
 #include "tools/commands.h"
 #include "tools/log_output.h"
 
@@ -32,15 +32,11 @@ int run(int argc, char** argv);
 }  // namespace
 
 int main(int argc, char** argv) {
-    // OpenMP (libgomp) reads OMP_WAIT_POLICY when it loads, before main. Its default spin-wait
-    // fights OpenBLAS's own threads and costs 2-10x on small machines; unless the user chose a
-    // policy, run again once with "passive" (measured in bench/README.md). Under mpirun or srun
-    // this happens before MPI_Init (the same process image, pid and environment), so the
-    // launcher never sees it.
-    if (!std::getenv("OMP_WAIT_POLICY")) {
-        setenv("OMP_WAIT_POLICY", "passive", 1);
-        execv("/proc/self/exe", argv);  // returns only on failure: then carry on as we are
-    }
+    // OMP_WAIT_POLICY and OPENBLAS_CORETYPE are read when libgomp and OpenBLAS load, before main:
+    // unless the user set them, run again once with them set (kernels/cpu/process_env.h). Under
+    // mpirun or srun this happens before MPI_Init (the same process image, pid and environment),
+    // so the launcher never sees it.
+    skew::cpu::process_env_reexec(argv);
     try {
         skew::launch_init(&argc, &argv);
     } catch (const std::exception& e) {

@@ -19,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
+#include "kernels/cpu/blas_core.h"
 
 namespace skew {
 
@@ -119,6 +120,7 @@ RunMetrics make_run_metrics(const Config& cfg, const OptimizerConfig& opt, const
     m.paper_state_bytes = plan.paper_state_bytes;
     m.plan_peak_bytes = plan.peak_bytes;
     m.plan_bytes = plan.peak_bytes;
+    m.blas_core = cpu::blas_core_name();
     return m;
 }
 
@@ -194,6 +196,7 @@ nlohmann::json metrics_to_json(const RunMetrics& m) {
         {"paper_state_gib", double(m.paper_state_bytes) / GIB},
         {"plan_peak_bytes", m.plan_peak_bytes},
         {"plan_bytes", m.plan_bytes},
+        {"blas_core", m.blas_core},
         {"device_overhead_bytes", m.device_overhead_bytes >= 0 ? nlohmann::json(m.device_overhead_bytes) : nlohmann::json()},
         {"device_overhead_constant_bytes",
          m.device_overhead_constant_bytes >= 0 ? nlohmann::json(m.device_overhead_constant_bytes) : nlohmann::json()},
@@ -233,6 +236,7 @@ RunMetrics metrics_from_json(const nlohmann::json& j, const std::string& source)
     m.plan_peak_bytes = f.integer("plan_peak_bytes");
     // written since the start-up measurement (older files lack them)
     m.plan_bytes = j.contains("plan_bytes") ? f.integer("plan_bytes") : m.plan_peak_bytes;
+    if (j.contains("blas_core")) m.blas_core = f.text("blas_core");
     if (j.contains("device_overhead_bytes") && !j["device_overhead_bytes"].is_null())
         m.device_overhead_bytes = f.integer("device_overhead_bytes");
     if (j.contains("device_overhead_constant_bytes") && !j["device_overhead_constant_bytes"].is_null())

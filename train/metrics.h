@@ -82,6 +82,10 @@ struct RunMetrics {
     /// What skew plan predicts the run takes: plan_peak_bytes plus the constant on device backends
     /// (its "expected device total"), plan_peak_bytes on host backends. Compare with peak_memory_bytes.
     int64_t plan_bytes = 0;
+    /// The OpenBLAS core this process's host matrix products ran on (openblas_get_corename, chosen
+    /// at start-up: kernels/cpu/process_env.h); a resumed run: that of its latest part. "" in
+    /// files written before it was recorded.
+    std::string blas_core;
     double unigram_val_ppl = NO_VALUE;  // baseline: validation perplexity of the training split's
                                         // token frequencies (add-one smoothing); null if not computed
     int64_t peak_memory_bytes = 0; // the largest measured peak of any evaluation
@@ -103,7 +107,8 @@ struct RunTotals {
 nlohmann::json config_to_json(const std::string& resolved_yaml);
 
 /// A RunMetrics with the run's identity filled in: optimizer name and type, resolved config,
-/// parameter count, analytic state and predicted peak from the plan. History empty.
+/// parameter count, analytic state and predicted peak from the plan, this process's OpenBLAS core.
+/// History empty.
 RunMetrics make_run_metrics(const Config& cfg, const OptimizerConfig& opt, const MemoryPlan& plan);
 
 /// Append an evaluation and raise peak_memory_bytes to its measured peak.

@@ -37,6 +37,8 @@
 #include "train/signals.h"
 #include "train/status_line.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/blas_core.h"
+#include "kernels/cpu/process_env.h"
 #include "kernels/cuda/nvtx.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
@@ -476,6 +478,7 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
             r.metrics = read_metrics(metrics_path(run_dir, opt.name));
             truncate_history(r.metrics, r.state.step);
             r.metrics.unigram_val_ppl = data.unigram_val_ppl;
+            r.metrics.blas_core = cpu::blas_core_name();  // this part's core
         }
         spdlog::info("{}: resuming from step {} ({})", opt.name, r.state.step, r.last_dir);
     } else {
@@ -893,6 +896,8 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
             batch_stream_make(data.train, B, T, 0);
         }
         backend = make_backend(cfg, opts.device, resume_run);
+        if (writer && !backend->device_memory())
+            spdlog::info("cpu: {} threads, {}", omp_get_max_threads(), cpu::blas_core_summary());
         if (opts.profile_first > 0 && !backend->device_memory())
             fail("--profile-steps {}:{}: profiling brackets steps with cudaProfilerStart/Stop and needs the CUDA backend; "
                  "this run uses the {} backend (runtime.backend: {})", opts.profile_first, opts.profile_last,

@@ -1,9 +1,15 @@
 // CPU causal grouped-query attention (docs/design.md, "The paper's model": 32 query heads share 8 KV
 // heads; query head h reads KV head h / (n_heads / n_kv_heads)), scale 1/sqrt(head_dim). Forward
-// saves the log-sum-exp per query row; backward recomputes the probabilities from it.
+// saves the log-sum-exp per query row; backward recomputes the probabilities from it. The score and
+// value products are OpenBLAS sgemm calls on blocks of query rows (fp32; one task per head, so the
+// results do not depend on the thread count); the softmax's exponentials are exp_nonpos_f32.
+#include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "engine/error.h"
@@ -22,128 +28,180 @@ void check_shape(const char* op, const AttentionShape& s) {
         fail("{}: n_heads {} is not a multiple of n_kv_heads {}", op, s.n_heads, s.n_kv_heads);
 }
 
+void check_blas_dims(const char* op, int64_t seq_len, int64_t head_dim) {
+    if (seq_len * std::max<int64_t>(seq_len, head_dim) > INT_MAX)
+        fail("{}: seq_len {} exceeds the BLAS 32-bit index range", op, seq_len);
+}
+
+/// p[j] = exp(p[j] - mx) for j < n (each <= 0 up to rounding), sixteen lanes at a time; returns
+/// their sum, added in sixteen lanes (lane l: j = l, l + 16, ...) then lane by lane, then the tail.
+float softmax_exp_sum(float* p, int64_t n, float mx) {
+    f32x16 acc = f32x16{};
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        f32x16 x, e;
+        std::memcpy(&x, p + j, sizeof(x));
+        x -= mx;
+        exp_nonpos_lanes<f32x16, i32x16>(e, x);
+        std::memcpy(p + j, &e, sizeof(e));
+        acc += e;
+    }
+    float sum = 0.0f;
+    for (int l = 0; l < 16; ++l) sum += acc[l];
+    for (; j < n; ++j) sum += (p[j] = exp_nonpos_f32(p[j] - mx));
+    return sum;
+}
+
+/// p[j] = exp(p[j] - shift) for j < n, sixteen lanes at a time.
+void softmax_exp(float* p, int64_t n, float shift) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        f32x16 x, e;
+        std::memcpy(&x, p + j, sizeof(x));
+        x -= shift;
+        exp_nonpos_lanes<f32x16, i32x16>(e, x);
+        std::memcpy(p + j, &e, sizeof(e));
+    }
+    for (; j < n; ++j) p[j] = exp_nonpos_f32(p[j] - shift);
+}
+
 }  // namespace
 
 namespace {
 
-// Widen the rows of KV head g of batch b (seq_len rows of head_dim) into dst (seq_len, head_dim).
+/// Query rows per block: the block's scores (QUERY_BLOCK x keys fp32) stay in cache.
+constexpr int64_t QUERY_BLOCK = 64;
+
+// Widen rows [t0, t0 + n) of head `head` (of `heads`) of batch b (each row head_dim) into dst (n, head_dim).
 template <class T>
-void widen_kv(float* dst, const T* src, int64_t b, int64_t g, int64_t Tn, int64_t KV, int64_t D) {
-    for (int64_t j = 0; j < Tn; ++j) {
-        const T* r = src + ((b * Tn + j) * KV + g) * D;
+void widen_rows(float* dst, const T* src, int64_t b, int64_t head, int64_t heads, int64_t t0, int64_t n, int64_t Tn,
+                int64_t D) {
+    for (int64_t j = 0; j < n; ++j) {
+        const T* r = src + ((b * Tn + t0 + j) * heads + head) * D;
         for (int64_t d = 0; d < D; ++d) dst[j * D + d] = load(r[d]);
     }
 }
 
-// Σ_d a[d]·b[d] over fp32 rows (vectorized reduction).
-inline float dot_f32(const float* a, const float* b, int64_t n) {
-    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-    return acc;
+// Store src (n, head_dim) as rows [t0, t0 + n) of head `head` of batch b.
+template <class T>
+void store_rows(T* dst, const float* src, int64_t b, int64_t head, int64_t heads, int64_t t0, int64_t n, int64_t Tn,
+                int64_t D) {
+    for (int64_t j = 0; j < n; ++j) {
+        T* r = dst + ((b * Tn + t0 + j) * heads + head) * D;
+        for (int64_t d = 0; d < D; ++d) store(r + d, src[j * D + d]);
+    }
 }
 
-// y[d] += w·x[d].
-inline void axpy_f32(float* y, float w, const float* x, int64_t n) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) y[i] += w * x[i];
+// C (m x n) = alpha op(A) op(B) + beta C, row-major, single-threaded (inside an OpenMP task).
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+          int64_t ldb, float beta, float* c, int64_t ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
+                alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
 }  // namespace
 
+// Forward, per (batch, query head) and block of QUERY_BLOCK query rows q0..: the block's scores
+// S = scale · Q K^T over keys [0, q0 + rows) (one sgemm), per row the causal softmax (max, then
+// exp_nonpos_f32 lane by lane, the sum in a fixed order; later keys get probability 0), lse, and
+// O = P V (one sgemm).
 template <class T>
 void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, const AttentionShape& s) {
     check_shape("attention_forward", s);
     const int64_t B = s.batch, Tn = s.seq_len, H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
+    if (B == 0 || Tn == 0) return;
+    check_blas_dims("attention_forward", Tn, D);
     const int64_t group = H / KV;
     const float scale = 1.0f / std::sqrt(float(D));
-    // One task per (batch, query head): K and V of its KV head widened to fp32 once.
+    const BlasSerialScope serial_blas;  // one single-threaded product per OpenMP task
 #pragma omp parallel if (B * H * Tn * Tn * D > kParallelMinWork)
     {
+        const int64_t QB = std::min(QUERY_BLOCK, Tn);
         std::vector<float> kf(static_cast<size_t>(Tn * D)), vf(static_cast<size_t>(Tn * D));
-        std::vector<float> p(static_cast<size_t>(Tn)), qf(static_cast<size_t>(D)), acc(static_cast<size_t>(D));
+        std::vector<float> qf(static_cast<size_t>(QB * D)), of(static_cast<size_t>(QB * D));
+        std::vector<float> sc(static_cast<size_t>(QB * Tn));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t bh = 0; bh < B * H; ++bh) {
             const int64_t b = bh / H, h = bh % H, g = h / group;
-            widen_kv(kf.data(), k, b, g, Tn, KV, D);
-            widen_kv(vf.data(), v, b, g, Tn, KV, D);
-            for (int64_t t = 0; t < Tn; ++t) {
-                const T* qr = q + ((b * Tn + t) * H + h) * D;
-                for (int64_t d = 0; d < D; ++d) qf[size_t(d)] = load(qr[d]);
-                float mx = -INFINITY;
-                for (int64_t j = 0; j <= t; ++j) {
-                    p[size_t(j)] = dot_f32(qf.data(), kf.data() + j * D, D) * scale;
-                    mx = std::max(mx, p[size_t(j)]);
+            widen_rows(kf.data(), k, b, g, KV, 0, Tn, Tn, D);
+            widen_rows(vf.data(), v, b, g, KV, 0, Tn, Tn, D);
+            for (int64_t q0 = 0; q0 < Tn; q0 += QB) {
+                const int64_t rows = std::min(QB, Tn - q0), keys = q0 + rows;
+                widen_rows(qf.data(), q, b, h, H, q0, rows, Tn, D);
+                gemm(false, true, rows, keys, D, scale, qf.data(), D, kf.data(), D, 0.0f, sc.data(), keys);
+                for (int64_t i = 0; i < rows; ++i) {
+                    float* p = sc.data() + i * keys;
+                    const int64_t n = q0 + i + 1;  // keys 0..t
+                    float mx = -INFINITY;
+                    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
+                    const float sum = softmax_exp_sum(p, n, mx);
+                    const float inv = 1.0f / sum;
+                    for (int64_t j = 0; j < n; ++j) p[j] *= inv;
+                    std::fill(p + n, p + keys, 0.0f);
+                    if (lse) lse[(b * H + h) * Tn + q0 + i] = mx + std::log(sum);
                 }
-                float sum = 0.0f;
-                for (int64_t j = 0; j <= t; ++j) {
-                    p[size_t(j)] = std::exp(p[size_t(j)] - mx);
-                    sum += p[size_t(j)];
-                }
-                std::fill(acc.begin(), acc.end(), 0.0f);
-                for (int64_t j = 0; j <= t; ++j) axpy_f32(acc.data(), p[size_t(j)], vf.data() + j * D, D);
-                T* o = out + ((b * Tn + t) * H + h) * D;
-                const float inv = 1.0f / sum;
-                for (int64_t d = 0; d < D; ++d) store(o + d, acc[size_t(d)] * inv);
-                if (lse) lse[(b * H + h) * Tn + t] = mx + std::log(sum);
+                gemm(false, false, rows, D, keys, 1.0f, sc.data(), keys, vf.data(), D, 0.0f, of.data(), D);
+                store_rows(out, of.data(), b, h, H, q0, rows, Tn, D);
             }
         }
     }
 }
 
+// Backward, per (batch, KV head), which owns dK and dV of that head and sums them over its query
+// heads: per query head and block, P again from S and the saved lse, dP = dO V^T, the row sums
+// D_i = Σ_j P_ij dP_ij (formed exactly instead of <dO, O>), dS = P ⊙ (dP - D) · scale, then
+// dQ = dS K, dK += dS^T Q, dV += P^T dO (sgemm each).
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                         const float* lse, const AttentionShape& s) {
     check_shape("attention_backward", s);
-    (void)out;  // the CPU reference forms D = Σ_j p_j·dp_j exactly instead of <dout, out>
+    (void)out;
     const int64_t B = s.batch, Tn = s.seq_len, H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
+    if (B == 0 || Tn == 0) return;
+    check_blas_dims("attention_backward", Tn, D);
     const int64_t group = H / KV;
     const float scale = 1.0f / std::sqrt(float(D));
-    // One task per (batch, KV head): it owns dk/dv of that head and sums over its query heads.
+    const BlasSerialScope serial_blas;
 #pragma omp parallel if (B * H * Tn * Tn * D > kParallelMinWork)
     {
+        const int64_t QB = std::min(QUERY_BLOCK, Tn);
         std::vector<float> kf(static_cast<size_t>(Tn * D)), vf(static_cast<size_t>(Tn * D));
         std::vector<float> dkf(static_cast<size_t>(Tn * D)), dvf(static_cast<size_t>(Tn * D));
-        std::vector<float> p(static_cast<size_t>(Tn)), dp(static_cast<size_t>(Tn));
-        std::vector<float> qf(static_cast<size_t>(D)), gf(static_cast<size_t>(D)), dqf(static_cast<size_t>(D));
+        std::vector<float> qf(static_cast<size_t>(QB * D)), gf(static_cast<size_t>(QB * D)), dqf(static_cast<size_t>(QB * D));
+        std::vector<float> pr(static_cast<size_t>(QB * Tn)), dp(static_cast<size_t>(QB * Tn));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t bg = 0; bg < B * KV; ++bg) {
             const int64_t b = bg / KV, g = bg % KV;
-            widen_kv(kf.data(), k, b, g, Tn, KV, D);
-            widen_kv(vf.data(), v, b, g, Tn, KV, D);
+            widen_rows(kf.data(), k, b, g, KV, 0, Tn, Tn, D);
+            widen_rows(vf.data(), v, b, g, KV, 0, Tn, Tn, D);
             std::fill(dkf.begin(), dkf.end(), 0.0f);
             std::fill(dvf.begin(), dvf.end(), 0.0f);
             for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-                for (int64_t t = 0; t < Tn; ++t) {
-                    const int64_t row = (b * Tn + t) * H + h;
-                    for (int64_t d = 0; d < D; ++d) {
-                        qf[size_t(d)] = load(q[row * D + d]);
-                        gf[size_t(d)] = load(dout[row * D + d]);
+                for (int64_t q0 = 0; q0 < Tn; q0 += QB) {
+                    const int64_t rows = std::min(QB, Tn - q0), keys = q0 + rows;
+                    widen_rows(qf.data(), q, b, h, H, q0, rows, Tn, D);
+                    widen_rows(gf.data(), dout, b, h, H, q0, rows, Tn, D);
+                    gemm(false, true, rows, keys, D, scale, qf.data(), D, kf.data(), D, 0.0f, pr.data(), keys);
+                    gemm(false, true, rows, keys, D, 1.0f, gf.data(), D, vf.data(), D, 0.0f, dp.data(), keys);
+                    for (int64_t i = 0; i < rows; ++i) {
+                        float* p = pr.data() + i * keys;
+                        float* ds = dp.data() + i * keys;
+                        const int64_t n = q0 + i + 1;
+                        softmax_exp(p, n, lse[(b * H + h) * Tn + q0 + i]);
+                        float dsum = 0.0f;
+                        for (int64_t j = 0; j < n; ++j) dsum += p[j] * ds[j];
+                        for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - dsum) * scale;
+                        std::fill(p + n, p + keys, 0.0f);
+                        std::fill(ds + n, ds + keys, 0.0f);
                     }
-                    const float l = lse[(b * H + h) * Tn + t];
-                    float dsum = 0.0f;
-                    for (int64_t j = 0; j <= t; ++j) {
-                        p[size_t(j)] = std::exp(dot_f32(qf.data(), kf.data() + j * D, D) * scale - l);
-                        dp[size_t(j)] = dot_f32(gf.data(), vf.data() + j * D, D);
-                        dsum += p[size_t(j)] * dp[size_t(j)];
-                    }
-                    std::fill(dqf.begin(), dqf.end(), 0.0f);
-                    for (int64_t j = 0; j <= t; ++j) {
-                        const float ds = p[size_t(j)] * (dp[size_t(j)] - dsum) * scale;
-                        axpy_f32(dqf.data(), ds, kf.data() + j * D, D);
-                        axpy_f32(dkf.data() + j * D, ds, qf.data(), D);
-                        axpy_f32(dvf.data() + j * D, p[size_t(j)], gf.data(), D);
-                    }
-                    for (int64_t d = 0; d < D; ++d) store(dq + row * D + d, dqf[size_t(d)]);
+                    gemm(false, false, rows, D, keys, 1.0f, dp.data(), keys, kf.data(), D, 0.0f, dqf.data(), D);
+                    store_rows(dq, dqf.data(), b, h, H, q0, rows, Tn, D);
+                    gemm(true, false, keys, D, rows, 1.0f, dp.data(), keys, qf.data(), D, 1.0f, dkf.data(), D);
+                    gemm(true, false, keys, D, rows, 1.0f, pr.data(), keys, gf.data(), D, 1.0f, dvf.data(), D);
                 }
             }
-            for (int64_t j = 0; j < Tn; ++j) {
-                const int64_t row = (b * Tn + j) * KV + g;
-                for (int64_t d = 0; d < D; ++d) {
-                    store(dk + row * D + d, dkf[size_t(j * D + d)]);
-                    store(dv + row * D + d, dvf[size_t(j * D + d)]);
-                }
-            }
+            store_rows(dk, dkf.data(), b, g, KV, 0, Tn, Tn, D);
+            store_rows(dv, dvf.data(), b, g, KV, 0, Tn, Tn, D);
         }
     }
 }

@@ -66,6 +66,15 @@ inline float exp_nonpos_f32(float x) {
 /// Four fp32 lanes (GCC/Clang vector extension: one SSE2 / NEON register on every 64-bit target).
 typedef float f32x4 __attribute__((vector_size(16)));
 typedef int32_t i32x4 __attribute__((vector_size(16)));
+/// Eight and sixteen lanes: one AVX2 / AVX-512 register, or two / four narrower ones, with the same
+/// results lane by lane. Never passed by value (a vector wider than the baseline ABI's registers
+/// must not cross a call boundary): by reference, or inside always_inline helpers.
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
 
 /// exp_nonpos_f32 on every lane of V (a GCC/Clang vector of fp32, I its int32 twin of the same
 /// lane count): the same operations, the same results lane by lane. out and x by reference, so a
@@ -97,6 +106,22 @@ inline f32x4 exp_nonpos_f32x4(f32x4 x) {
     exp_nonpos_lanes<f32x4, i32x4>(out, x);
     return out;
 }
+
+/// A hot CPU loop compiled three times, for AVX-512, AVX2 and baseline x86-64, one of which the
+/// loader picks for the processor (GCC/Clang function multi-versioning, an ifunc). Only for code
+/// whose results do not depend on the vector width: element-wise operations, and sums in an order
+/// the source fixes (explicit lanes, as the LM head's tiles), never `omp simd reduction`. The
+/// library compiles with -ffp-contract=off (kernels/cpu/CMakeLists.txt), so no clone fuses a
+/// multiply-add the others round twice: every clone gives the same bits for every input but NaN
+/// (which stays NaN; its sign may differ). tests/kernels/clone_bits.cpp checks it. Off under GCC's
+/// AddressSanitizer, and where the includer defines it (that test, to build one width at a time).
+#ifndef SKEW_CPU_CLONES
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_ADDRESS__)
+#define SKEW_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SKEW_CPU_CLONES
+#endif
+#endif
 
 /// Work (elements touched) below which a loop runs on one thread: an OpenMP fork costs more.
 constexpr int64_t kParallelMinWork = int64_t(1) << 15;
@@ -211,5 +236,18 @@ int64_t lm_head_workspace_bytes(const ClassifierShape& s);
 void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
                            ConstTensorRef wte, const int32_t* targets, float dloss, const ClassifierShape& s,
                            void* workspace);
+
+/// The fused head's softmax statistics of one logits tile t (rows x cols fp32, row stride ld; cols
+/// the columns inside the real vocabulary): per row r the running max gmax[r] and fp64 sum of
+/// exp(t - gmax) gsum[r] take in the tile, the sum rescaled by exp(old max - new max) when the max
+/// grows. The same bits on every CPU (kernels/cpu/lm_head.cpp). Called by lm_head_cross_entropy
+/// and bench/bench_ops.cpp.
+void lm_head_tile_softmax_stats(const float* t, int64_t ld, int64_t rows, int64_t cols, float* gmax, double* gsum);
+
+/// The tile t (rows x cols fp32, stride ld; its first column is vocabulary column c0) overwritten by
+/// its logits' gradient: exp(t - row_max[r]) · row_inv[r] for columns < V, 0 for the padding, and
+/// grad_scale subtracted at the row's target column. The same bits on every CPU.
+void lm_head_tile_dlogits(float* t, int64_t ld, int64_t rows, int64_t c0, int64_t cols, int64_t V,
+                          const float* row_max, const float* row_inv, const int32_t* targets, float grad_scale);
 
 }  // namespace skew::cpu

@@ -10,8 +10,8 @@
 // The vocabulary is split into LM_HEAD_VOCAB_GROUPS fixed groups of consecutive tiles, the unit
 // of parallel work (OpenMP, one single-threaded product per tile): every sum runs in an order
 // fixed by the shapes alone, so results do not depend on the thread count. The element-wise tile
-// code is compiled for AVX2 and for baseline x86-64 (target_clones) from one source that has no
-// fused multiply-adds (-ffp-contract=off): both give the same bits, so which one a CPU runs changes
+// code is compiled for AVX-512, AVX2 and baseline x86-64 (SKEW_CPU_CLONES) from one source that has
+// no fused multiply-adds (-ffp-contract=off): all give the same bits, so which one a CPU runs changes
 // nothing (the products are OpenBLAS's sgemm, as for every CPU matmul; no bf16 arithmetic).
 // Every buffer is a region of the caller's workspace (engine/cpu_workspace.h).
 #include <cblas.h>
@@ -28,79 +28,6 @@
 namespace skew::cpu {
 
 namespace {
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_ADDRESS__)
-#define SKEW_TILE_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define SKEW_TILE_CLONES
-#endif
-
-/// Eight fp32 lanes: one AVX2 register, two SSE2 registers on baseline x86-64 (same bits). Never
-/// passed by value (exp_nonpos_lanes takes references), so no call changes the baseline ABI.
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef int32_t i32x8 __attribute__((vector_size(32)));
-
-/// Per row r of a tile t (rows x cols, row stride ld; cols the columns of the real vocabulary):
-/// the running max gmax[r] and sum of exp(t - gmax) gsum[r] take in the tile. The sum rescales
-/// by exp(old max - new max) when the max grows; the tile's exponentials are summed in eight fp32
-/// lanes, added to the fp64 sum in lane order, then the tail.
-SKEW_TILE_CLONES void tile_softmax_stats(const float* t, int64_t ld, int64_t rows, int64_t cols, float* gmax,
-                                         double* gsum) {
-    const int64_t c8 = cols - cols % 8;
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* x = t + r * ld;
-        f32x8 mv = f32x8{} - INFINITY;
-        for (int64_t c = 0; c < c8; c += 8) {
-            f32x8 v;
-            std::memcpy(&v, x + c, sizeof(v));
-            mv = v > mv ? v : mv;
-        }
-        float bm = -INFINITY;
-        for (int l = 0; l < 8; ++l) bm = std::max(bm, mv[l]);
-        for (int64_t c = c8; c < cols; ++c) bm = std::max(bm, x[c]);
-        const float old = gmax[r];
-        const float mx = std::max(old, bm);
-        double sum = gsum[r];
-        if (mx > old) sum = old == -INFINITY ? 0.0 : sum * double(exp_nonpos_f32(old - mx));
-        f32x8 acc = f32x8{};
-        for (int64_t c = 0; c < c8; c += 8) {
-            f32x8 v, e;
-            std::memcpy(&v, x + c, sizeof(v));
-            v -= mx;
-            exp_nonpos_lanes<f32x8, i32x8>(e, v);
-            acc += e;
-        }
-        for (int l = 0; l < 8; ++l) sum += double(acc[l]);
-        for (int64_t c = c8; c < cols; ++c) sum += double(exp_nonpos_f32(x[c] - mx));
-        gmax[r] = mx;
-        gsum[r] = sum;
-    }
-}
-
-/// The tile (rows x cols, stride ld; its first column is vocabulary column c0) overwritten by its
-/// gradient: exp(t - row_max[r]) · row_inv[r] for columns < V, 0 for the padding, and grad_scale
-/// subtracted at the row's target column.
-SKEW_TILE_CLONES void tile_dlogits(float* t, int64_t ld, int64_t rows, int64_t c0, int64_t cols, int64_t V,
-                                   const float* row_max, const float* row_inv, const int32_t* targets,
-                                   float grad_scale) {
-    const int64_t real = std::clamp<int64_t>(V - c0, 0, cols), r8 = real - real % 8;
-    for (int64_t r = 0; r < rows; ++r) {
-        float* x = t + r * ld;
-        const float mx = row_max[r], inv = row_inv[r];
-        for (int64_t c = 0; c < r8; c += 8) {
-            f32x8 v, e;
-            std::memcpy(&v, x + c, sizeof(v));
-            v -= mx;
-            exp_nonpos_lanes<f32x8, i32x8>(e, v);
-            e *= inv;
-            std::memcpy(x + c, &e, sizeof(e));
-        }
-        for (int64_t c = r8; c < real; ++c) x[c] = exp_nonpos_f32(x[c] - mx) * inv;
-        for (int64_t c = real; c < cols; ++c) x[c] = 0.0f;
-        const int64_t tc = int64_t(targets[r]) - c0;
-        if (tc >= 0 && tc < cols) x[tc] -= grad_scale;
-    }
-}
 
 /// Tiles [first, last) of vocabulary group g out of n_tiles.
 void group_tiles(int64_t g, int64_t n_tiles, int64_t& first, int64_t& last) {
@@ -120,6 +47,92 @@ struct Carver {
 };
 
 }  // namespace
+
+/// Per row r of a tile t (rows x cols, row stride ld; cols the columns of the real vocabulary):
+/// the running max gmax[r] and sum of exp(t - gmax) gsum[r] take in the tile. The sum rescales
+/// by exp(old max - new max) when the max grows; the tile's exponentials are summed in eight fp32
+/// lanes (lane l: columns l, l + 8, l + 16, ... in order), added to the fp64 sum in lane order,
+/// then the tail.
+SKEW_CPU_CLONES void lm_head_tile_softmax_stats(const float* t, int64_t ld, int64_t rows, int64_t cols, float* gmax,
+                                                 double* gsum) {
+    const int64_t c8 = cols - cols % 8;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* x = t + r * ld;
+        f32x16 mv = f32x16{} - INFINITY;  // a max is exact in any order
+        int64_t c = 0;
+        for (; c + 16 <= c8; c += 16) {
+            f32x16 v;
+            std::memcpy(&v, x + c, sizeof(v));
+            mv = v > mv ? v : mv;
+        }
+        float bm = -INFINITY;
+        for (int l = 0; l < 16; ++l) bm = std::max(bm, mv[l]);
+        for (; c < cols; ++c) bm = std::max(bm, x[c]);
+        const float old = gmax[r];
+        const float mx = std::max(old, bm);
+        double sum = gsum[r];
+        if (mx > old) sum = old == -INFINITY ? 0.0 : sum * double(exp_nonpos_f32(old - mx));
+        // exponentials 16 at a time, added into the eight lanes in column order (the sum's order
+        // is the source's, whatever the clone's vector width)
+        f32x8 acc = f32x8{};
+        for (c = 0; c + 16 <= c8; c += 16) {
+            f32x16 v, e;
+            std::memcpy(&v, x + c, sizeof(v));
+            v -= mx;
+            exp_nonpos_lanes<f32x16, i32x16>(e, v);
+            f32x8 lo, hi;
+            std::memcpy(&lo, &e, sizeof(lo));
+            std::memcpy(&hi, reinterpret_cast<const char*>(&e) + sizeof(lo), sizeof(hi));
+            acc += lo;
+            acc += hi;
+        }
+        for (; c < c8; c += 8) {
+            f32x8 v, e;
+            std::memcpy(&v, x + c, sizeof(v));
+            v -= mx;
+            exp_nonpos_lanes<f32x8, i32x8>(e, v);
+            acc += e;
+        }
+        for (int l = 0; l < 8; ++l) sum += double(acc[l]);
+        for (; c < cols; ++c) sum += double(exp_nonpos_f32(x[c] - mx));
+        gmax[r] = mx;
+        gsum[r] = sum;
+    }
+}
+
+/// The tile (rows x cols, stride ld; its first column is vocabulary column c0) overwritten by its
+/// gradient: exp(t - row_max[r]) · row_inv[r] for columns < V, 0 for the padding, and grad_scale
+/// subtracted at the row's target column.
+SKEW_CPU_CLONES void lm_head_tile_dlogits(float* t, int64_t ld, int64_t rows, int64_t c0, int64_t cols, int64_t V,
+                                           const float* row_max, const float* row_inv, const int32_t* targets,
+                                           float grad_scale) {
+    const int64_t real = std::clamp<int64_t>(V - c0, 0, cols), r8 = real - real % 8;
+    for (int64_t r = 0; r < rows; ++r) {
+        float* x = t + r * ld;
+        const float mx = row_max[r], inv = row_inv[r];
+        int64_t c = 0;
+        for (; c + 16 <= r8; c += 16) {
+            f32x16 v, e;
+            std::memcpy(&v, x + c, sizeof(v));
+            v -= mx;
+            exp_nonpos_lanes<f32x16, i32x16>(e, v);
+            e *= inv;
+            std::memcpy(x + c, &e, sizeof(e));
+        }
+        for (; c < r8; c += 8) {
+            f32x8 v, e;
+            std::memcpy(&v, x + c, sizeof(v));
+            v -= mx;
+            exp_nonpos_lanes<f32x8, i32x8>(e, v);
+            e *= inv;
+            std::memcpy(x + c, &e, sizeof(e));
+        }
+        for (int64_t c = r8; c < real; ++c) x[c] = exp_nonpos_f32(x[c] - mx) * inv;
+        for (int64_t c = real; c < cols; ++c) x[c] = 0.0f;
+        const int64_t tc = int64_t(targets[r]) - c0;
+        if (tc >= 0 && tc < cols) x[tc] -= grad_scale;
+    }
+}
 
 int64_t lm_head_chunk_tokens(const ClassifierShape& s) { return cpu_ws::lm_head_chunk_tokens(s.n_tokens); }
 
@@ -156,11 +169,10 @@ void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, Tensor
     float* row_inv = row_max + chunk;
 
     const BlasSerialScope serial_blas;  // one single-threaded product per OpenMP thread
-    const float* w = static_cast<const float*>(wte.data);
-    if (wte.type == ScalarType::BF16) {
-        convert(wte32, wte, Vp * C);
-        w = wte32;
-    }
+    // bf16 wte is widened into wte32 tile by tile in the first chunk's pass 1, just before the
+    // tile's product reads it (in cache); later chunks and pass 2 read the widened rows
+    const bool widen_wte = wte.type == ScalarType::BF16;
+    const float* w = widen_wte ? wte32 : static_cast<const float*>(wte.data);
     float* dw = nullptr;  // fp32 (Vp, C) the embedding gradient accumulates into
     if (dwte) dw = dwte.type == ScalarType::F32 ? static_cast<float*>(dwte.data) : dwte_acc;
     const bool backward = dx || dwte;
@@ -188,9 +200,13 @@ void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, Tensor
             for (int64_t t = t0; t < t1; ++t) {
                 const int64_t c0 = t * TB, cw = std::min(TB, Vp - c0);
                 float* tile = logits + c0 * m;  // (m, cw), contiguous
+                if (widen_wte && i0 == 0) {
+                    const bf16* src = static_cast<const bf16*>(wte.data) + c0 * C;
+                    for (int64_t e = 0; e < cw * C; ++e) wte32[c0 * C + e] = bf16_to_f32(src[e]);
+                }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(cw), int(C), 1.0f, xc, int(C),
                             w + c0 * C, int(C), 0.0f, tile, int(cw));
-                tile_softmax_stats(tile, cw, m, std::clamp<int64_t>(V - c0, 0, cw), gm, gs);
+                lm_head_tile_softmax_stats(tile, cw, m, std::clamp<int64_t>(V - c0, 0, cw), gm, gs);
                 for (int64_t r = 0; r < m; ++r)
                     if (tg[r] >= c0 && tg[r] < c0 + cw) tgt_logit[i0 + r] = tile[r * cw + (tg[r] - c0)];
             }
@@ -218,7 +234,7 @@ void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, Tensor
             for (int64_t t = t0; t < t1; ++t) {
                 const int64_t c0 = t * TB, cw = std::min(TB, Vp - c0);
                 float* tile = logits + c0 * m;
-                tile_dlogits(tile, cw, m, c0, cw, V, row_max, row_inv, tg, grad_scale);
+                lm_head_tile_dlogits(tile, cw, m, c0, cw, V, row_max, row_inv, tg, grad_scale);
                 if (dx)
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(C), int(cw), 1.0f, tile, int(cw),
                                 w + c0 * C, int(C), t == t0 ? 0.0f : 1.0f, dxg, int(C));

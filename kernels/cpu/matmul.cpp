@@ -10,6 +10,7 @@ extern "C" int openblas_get_num_threads(void);
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 #include <vector>
 
 #include "engine/error.h"
@@ -81,6 +82,24 @@ void sgemm_omp(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
     }
 }
 
+/// fp32 scratch for the widened operands and the accumulator of C: one buffer per role and calling
+/// thread, grown when a product needs more and kept (not zeroed: every use overwrites what it
+/// reads), so products allocate, fault in and clear no memory of their own each call.
+enum ScratchRole { SCRATCH_A, SCRATCH_B, SCRATCH_C, SCRATCH_ROLES };
+float* scratch(ScratchRole role, int64_t n) {
+    struct Buffer {
+        std::unique_ptr<float[]> data;
+        int64_t size = 0;
+    };
+    thread_local Buffer buffers[SCRATCH_ROLES];
+    Buffer& b = buffers[role];
+    if (b.size < n) {
+        b.data.reset(new float[size_t(n)]);
+        b.size = n;
+    }
+    return b.data.get();
+}
+
 void check_blas_dim(int64_t v) {
     if (v > INT_MAX) fail("matmul: dimension {} exceeds the BLAS 32-bit index range", v);
 }
@@ -96,13 +115,11 @@ void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& 
     check_blas_dim(k);
 
     // fp32 accumulator for C: C itself when fp32, else a widened copy rounded back at the end.
-    std::vector<float> c_tmp;
     float* cf = nullptr;
     if (c.type == ScalarType::F32) {
         cf = static_cast<float*>(c.data);
     } else {
-        c_tmp.resize(size_t(m * n));  // k > 0 with beta 0 overwrites it
-        cf = c_tmp.data();
+        cf = scratch(SCRATCH_C, m * n);  // k > 0 with beta 0 overwrites it; k == 0 below
         if (s.beta != 0.0f) widen_block(cf, c, n, 0, m, 0, n);
     }
     if (k == 0) {  // empty reduction: C = beta * C
@@ -114,7 +131,6 @@ void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& 
     int64_t kb = k;
     if ((widen_a || widen_b) && (m + n) * k > (int64_t(1) << 24))
         kb = std::max<int64_t>(64, (int64_t(1) << 24) / (m + n));
-    std::vector<float> a_tmp, b_tmp;
     for (int64_t k0 = 0; k0 < k; k0 += kb) {
         const int64_t k1 = std::min(k, k0 + kb), kw = k1 - k0;
         // op(A)[:, k0:k1]: A stored (m, k) -> columns k0..k1; stored (k, m) -> rows k0..k1.
@@ -125,14 +141,14 @@ void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& 
             ap = s.trans_a ? a32 + k0 * m : a32 + k0;
             lda = s.trans_a ? m : k;
         } else if (s.trans_a) {
-            a_tmp.resize(size_t(kw * m));
-            widen_block(a_tmp.data(), a, m, k0, k1, 0, m);
-            ap = a_tmp.data();
+            float* a_tmp = scratch(SCRATCH_A, kw * m);
+            widen_block(a_tmp, a, m, k0, k1, 0, m);
+            ap = a_tmp;
             lda = m;
         } else {
-            a_tmp.resize(size_t(m * kw));
-            widen_block(a_tmp.data(), a, k, 0, m, k0, k1);
-            ap = a_tmp.data();
+            float* a_tmp = scratch(SCRATCH_A, m * kw);
+            widen_block(a_tmp, a, k, 0, m, k0, k1);
+            ap = a_tmp;
             lda = kw;
         }
         // op(B)[k0:k1, :]: B stored (k, n) -> rows k0..k1; stored (n, k) -> columns k0..k1.
@@ -143,25 +159,21 @@ void matmul(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& 
             bp = s.trans_b ? b32 + k0 : b32 + k0 * n;
             ldb = s.trans_b ? k : n;
         } else if (s.trans_b) {
-            b_tmp.resize(size_t(n * kw));
-            widen_block(b_tmp.data(), b, k, 0, n, k0, k1);
-            bp = b_tmp.data();
+            float* b_tmp = scratch(SCRATCH_B, n * kw);
+            widen_block(b_tmp, b, k, 0, n, k0, k1);
+            bp = b_tmp;
             ldb = kw;
         } else {
-            b_tmp.resize(size_t(kw * n));
-            widen_block(b_tmp.data(), b, n, k0, k1, 0, n);
-            bp = b_tmp.data();
+            float* b_tmp = scratch(SCRATCH_B, kw * n);
+            widen_block(b_tmp, b, n, k0, k1, 0, n);
+            bp = b_tmp;
             ldb = n;
         }
         const float beta = k0 == 0 ? s.beta : 1.0f;
         sgemm_omp(s.trans_a, s.trans_b, m, n, kw, s.alpha, ap, lda, bp, ldb, beta, cf, n);
     }
 
-    if (c.type == ScalarType::BF16) {
-        bf16* cb = static_cast<bf16*>(c.data);
-#pragma omp parallel for schedule(static) if (m * n > kParallelMinWork)
-        for (int64_t i = 0; i < m * n; ++i) cb[i] = f32_to_bf16(cf[i]);
-    }
+    if (c.type == ScalarType::BF16) convert(c, ConstTensorRef(cf), m * n);
 }
 
 }  // namespace skew::cpu

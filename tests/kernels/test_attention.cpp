@@ -1,5 +1,5 @@
 // Tests of causal GQA attention (kernels/cpu/attention.cpp): the forward against a double
-// reference, causality, the grouped (not tiled) KV-head mapping with K/V gradients summed over the
+// reference (within one block of query rows and across blocks), causality, the grouped (not tiled) KV-head mapping with K/V gradients summed over the
 // group, gradients to q, k, v against finite differences, and the bf16 path against fp32.
 #include "kernels/cpu/cpu_ops.h"
 #include "tests/kernels/harness.h"
@@ -53,6 +53,39 @@ TEST_CASE("attention matches a double reference with query head h reading KV hea
     REQUIRE(count_nonfinite<float>(out) == 0);
     REQUIRE(max_err < 1e-5);
     REQUIRE(max_tiled > 1e-2);  // heads 1 and 2 would read the other KV head if tiled
+}
+
+TEST_CASE("attention over more positions than one block of query rows matches the double reference") {
+    // 150 positions: query blocks of 64, 64 and 22 rows, keys up to each block's last row
+    const AttentionShape s{1, 150, 2, 1, 8};
+    const int64_t nq = s.seq_len * s.n_heads * s.head_dim, nkv = s.seq_len * s.head_dim;
+    const auto q = random_vector(nq, 21, -2.0f, 2.0f), k = random_vector(nkv, 22, -2.0f, 2.0f), v = random_vector(nkv, 23);
+    std::vector<float> out(static_cast<size_t>(nq)), lse(size_t(s.n_heads * s.seq_len));
+    cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
+    const double max_err = max_abs_diff<float, double>(out, ref_attention(q, k, v, s, false));
+    INFO("max |out - ref| " << max_err);
+    REQUIRE(max_err < 1e-5);
+}
+
+TEST_CASE("attention gradients across query blocks match finite differences") {
+    const AttentionShape s{1, 70, 2, 1, 2};  // blocks of 64 and 6 rows
+    const int64_t nq = s.seq_len * s.n_heads * s.head_dim, nkv = s.seq_len * s.head_dim;
+    auto q = random_vector(nq, 24), k = random_vector(nkv, 25), v = random_vector(nkv, 26);
+    const auto r = random_vector(nq, 27);
+    auto loss = [&] {
+        std::vector<float> out(static_cast<size_t>(nq));
+        cpu::attention_forward(out.data(), nullptr, q.data(), k.data(), v.data(), s);
+        return dot(out, r);
+    };
+    std::vector<float> out(static_cast<size_t>(nq)), lse(size_t(s.n_heads * s.seq_len));
+    cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
+    std::vector<float> dq(static_cast<size_t>(nq)), dk(static_cast<size_t>(nkv)), dv(static_cast<size_t>(nkv));
+    cpu::attention_backward(dq.data(), dk.data(), dv.data(), r.data(), q.data(), k.data(), v.data(), out.data(),
+                            lse.data(), s);
+    // as above: fp32 forward, eps 1e-2 on O(1) inputs
+    check_gradient("dq", dq, fd_gradient(q, loss, 1e-2f), 5e-4, 1e-2);
+    check_gradient("dk", dk, fd_gradient(k, loss, 1e-2f), 5e-4, 1e-2);
+    check_gradient("dv", dv, fd_gradient(v, loss, 1e-2f), 5e-4, 1e-2);
 }
 
 TEST_CASE("attention is causal: a position never reads later keys or values") {

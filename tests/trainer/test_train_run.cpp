@@ -1,7 +1,8 @@
 // `skew train` end to end on committed real text (tests/fixtures/train/sample.jsonl): the loss
 // falls, metrics are complete, every optimizer starts from the same weights on the same batches,
 // an interrupted-and-resumed run equals an uninterrupted one, a corrupt checkpoint is refused and
-// a NaN in a gradient is caught, reported and skipped.
+// a NaN in a gradient is caught, reported and skipped; the OpenBLAS core skew picks gives the generic
+// core's step.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "kernels/cpu/blas_core.h"
 #include "tests/cli_util.h"
 #include "tests/temp_dir.h"
 
@@ -495,4 +497,40 @@ TEST_CASE("a resumed run already at or past its stop-after step stops at once wi
     Run later = run("train --plain --resume " + d + " --stop-after 4");
     CHECK(later.status == 0);
     CHECK(read_jsonl(d + "/steps_skewadam.jsonl").size() == 4);
+}
+
+// The tolerance: the cores' fp32 products differ only in summation order (and FMA), so an output of
+// a length-k product moves by at most ~2·k·u of Σ|a·b| (Higham's γ_k, u = 2^-24); k <= 256 here
+// (the LM head's input gradient sums 256-column vocabulary tiles; d_model 64, d_ff 128, 64 tokens
+// per microbatch): <= 3.1e-5. Rounding to bf16 (relative step 2^-8) turns a difference δ into a
+// one-step change for at most a fraction δ / 2^-8 of the activations, so a mean (the loss) or a
+// norm (the gradient norm) moves by at most δ again, even with every change in one direction. The
+// step chains a few such products (forward to the loss, backward to the gradients): within 1e-4,
+// relative. (Measured on an AMD EPYC Zen 5: Haswell's kernels 5.4e-7 on the gradient norm,
+// SkylakeX's and Cooperlake's 1e-13, the loss equal.)
+TEST_CASE("the OpenBLAS core skew chooses gives the generic Prescott core's training step within 1e-4") {
+    auto step1 = [&](const std::string& env, const std::string& name) {
+        const std::string out = work_dir() + "/" + name;
+        Run r = skew::test::run_shell("env -u OPENBLAS_CORETYPE -u SKEW_BLAS_CORE_CHOICE " + env + " " +
+                                      std::string(SKEW_BINARY) + " " +
+                                      train_args("--set train.steps=1 --set train.eval_every=1 --optimizers adamw --out " +
+                                                 out));
+        INFO(r.output);
+        REQUIRE(r.status == 0);
+        const auto steps = read_jsonl(out + "/steps_adamw.jsonl");
+        REQUIRE(steps.size() == 1);
+        return std::pair{steps[0], read_json(out + "/metrics_adamw.json")["blas_core"].get<std::string>()};
+    };
+    const auto [generic, generic_core] = step1("OPENBLAS_CORETYPE=Prescott", "core_prescott");
+    const auto [chosen, chosen_core] = step1("", "core_chosen");
+    CHECK(generic_core == "Prescott");  // the user's OPENBLAS_CORETYPE wins
+    // skew's choice: at least the best core this processor's features allow that the library holds
+    const std::string best = skew::cpu::blas_core_for(skew::cpu::cpu_vector_features());
+    INFO("chosen " << chosen_core << ", best for the features " << best);
+    if (!best.empty() && skew::cpu::blas_core_available(best.c_str()))
+        CHECK(skew::cpu::blas_core_rank(chosen_core) >= skew::cpu::blas_core_rank(best));
+    for (const char* key : {"lm_loss", "grad_norm"}) {
+        INFO(key);
+        CHECK(chosen[key].get<double>() == Approx(generic[key].get<double>()).epsilon(1e-4));
+    }
 }
