@@ -16,15 +16,12 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/error.h"
-#include "engine/memory_plan.h"
-#include "plan/plan.h"
-#include "engine/param_table.h"
-#include "eval/load.h"
 #include "model/inference.h"
 #include "model/model.h"
+#include "runtime/backend_registry.h"
+#include "runtime/session.h"
 
 using namespace skew;
 using Clock = std::chrono::steady_clock;
@@ -54,24 +51,18 @@ int main(int argc, char** argv) try {
     if (threads > 0) omp_set_num_threads(int(threads));
     Config cfg = load_config(config, {"runtime.backend=" + backend_name, "train.batch_size=1", "train.microbatch=1",
                                       "train.seq_len=1"});
-    const ParamTable table = build_param_table(cfg.model);
-    MemoryPlan plan = build_memory_plan(cfg, table, builtin_optimizer("adamw"), 1);
-    std::unique_ptr<Backend> be = eval::make_named_backend(backend_name);
-    const bool on_cuda = std::string(be->name()) == "cuda";
-#if defined(SKEW_HAVE_CUDA)
-    Arena arena = on_cuda ? allocate_cuda_arena(plan) : allocate_host_arena(plan);
-#else
-    Arena arena = allocate_host_arena(plan);
-#endif
-    arena.plan = &plan;
-    Model m = model_bind(cfg, table, arena, *be);
+    std::unique_ptr<Backend> be = make_named_backend(backend_name);
+    SessionSpec spec;
+    spec.kind = SessionKind::INFERENCE;  // AdamW's plan without its state, one sequence
+    const std::unique_ptr<Session> session = open_session(cfg, *be, spec);
+    Model& m = session->model;
     model_init(m, 42);
     const int64_t L = cfg.model.max_seq_len, V = cfg.model.vocab_size;
     if (prompt_tokens < 1 || prompt_tokens >= L) fail("--prompt-tokens {}: must be in [1, {})", prompt_tokens, L);
     std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
     for (int64_t i = 0; i < prompt_tokens; ++i) prompt[size_t(i)] = int32_t((i * 7919 + 13) % V);
 
-    KvCache kc = kv_cache_make(m, L);
+    KvCache kc = open_kv_cache(m, L);
     double best_decode = 1e300, best_prefill = 1e300, best_first = 1e300, best_last = 1e300;
     const int64_t steps = L - prompt_tokens, quarter = std::max<int64_t>(1, steps / 4);
     for (int64_t r = 0; r < repeats; ++r) {
@@ -101,7 +92,7 @@ int main(int argc, char** argv) try {
     j["bench"] = "decode";
     j["config"] = config;
     j["backend"] = be->name();
-    j["threads"] = on_cuda ? 0 : omp_get_max_threads();
+    j["threads"] = be->device_memory() ? 0 : omp_get_max_threads();
     j["params"] = table.total_numel();
     j["max_seq_len"] = L;
     j["prompt_tokens"] = prompt_tokens;

@@ -24,13 +24,11 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/error.h"
-#include "plan/plan.h"
-#include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "model/model.h"
+#include "runtime/session.h"
 
 using namespace skew;
 
@@ -103,12 +101,14 @@ int main(int argc, char** argv) {
             Config cfg = model_name == "tiny" ? load_config(tiny_path, {"train.recompute=" + mode})
                                               : load_config_text(MOE10M_YAML, "moe10m", {"train.recompute=" + mode});
             omp_set_num_threads(threads);
-            ParamTable table = build_param_table(cfg.model);
             const int64_t mb = cfg.train.microbatch, accum = cfg.train.grad_accum_steps();
-            MemoryPlan plan = build_memory_plan(cfg, table, builtin_optimizer("skewadam"), mb);
-            Arena arena = allocate_host_arena(plan);
             auto backend = make_cpu_backend();
-            Model m = model_bind(cfg, table, arena, *backend);
+            const OptimizerConfig skewadam = builtin_optimizer("skewadam");
+            SessionSpec spec;
+            spec.optimizer = &skewadam;
+            spec.microbatch = mb;
+            const std::unique_ptr<Session> session = open_session(cfg, *backend, spec);
+            Model& m = session->model;
             model_init(m, uint64_t(cfg.train.seed));
             const int64_t T = cfg.train.seq_len, B = cfg.train.batch_size, V = cfg.model.vocab_size;
             std::vector<int32_t> stream(size_t(B * T + 1));
@@ -151,8 +151,8 @@ int main(int argc, char** argv) {
             j["step_seconds"] = secs;
             j["tokens_per_s"] = double(B * T) / med;
             j["peak_rss_mib"] = peak_rss_mib();
-            j["arena_mib"] = double(plan.peak_bytes) / MIB;
-            j["activation_mib"] = double(plan.activation_bytes) / MIB;
+            j["arena_mib"] = double(session->plan.peak_bytes) / MIB;
+            j["activation_mib"] = double(session->plan.activation_bytes) / MIB;
             j["loss"] = loss;
             std::printf("%s\n", j.dump().c_str());
             std::fflush(stdout);

@@ -3,7 +3,6 @@
 // random values (a refresh is timed separately: it is host work). GEMM floor: the step's projection
 // FLOPs (paper form 4mnr + 4mr^2, reference form 4mnr per matrix) at the fp32 SGEMM rate measured
 // here on an m x r x n product, plus the memory floor of its passes (not added: reported apart).
-#if defined(SKEW_HAVE_CUDA)
 #include "bench/gpu_galore_bench.h"
 
 #include <cublas_v2.h>
@@ -203,4 +202,3 @@ void bench_galore(cudaStream_t st, bool quick, const ReportFn& report) {
 }
 
 }  // namespace skew::bench
-#endif

@@ -1,5 +1,5 @@
-// The flat arena: layout (256-byte aligned offsets, lifetime-aware sharing) and the host
-// allocation. The CUDA allocation is in engine/cuda/arena_cuda.cu.
+// The flat arena: layout (256-byte aligned offsets, lifetime-aware sharing), the host allocation,
+// and adopting memory a backend allocated (runtime/session.cpp).
 #include "engine/arena.h"
 
 #include <algorithm>
@@ -95,6 +95,7 @@ Arena& Arena::operator=(Arena&& o) noexcept {
         std::swap(plan, o.plan);
         std::swap(index, o.index);
         std::swap(guarded, o.guarded);
+        std::swap(release, o.release);
     }
     return *this;
 }
@@ -107,19 +108,10 @@ void* Arena::ptr(const std::string& name) const {
     return ptr(it->second);
 }
 
-#if defined(SKEW_HAVE_CUDA)
-void free_cuda_arena(char* base);
-#endif
-
 Arena::~Arena() {
     if (!base) return;
-    if (device == ArenaDevice::HOST) {
-        std::free(base);
-    } else {
-#if defined(SKEW_HAVE_CUDA)
-        free_cuda_arena(base);
-#endif
-    }
+    if (release) release(base);
+    else std::free(base);
 }
 
 Arena allocate_host_arena(const MemoryPlan& plan) {
@@ -180,13 +172,16 @@ std::vector<std::string> arena_broken_canaries(const Arena& a) {
     return broken;
 }
 
-Arena allocate_arena(const MemoryPlan& plan, const Backend& backend) {
-    if (!backend.device_memory()) return allocate_host_arena(plan);
-#if defined(SKEW_HAVE_CUDA)
-    return allocate_cuda_arena(plan);
-#else
-    fail("arena: backend '{}' keeps device memory but this build has no CUDA", backend.name());
-#endif
+Arena adopt_arena(const MemoryPlan& plan, char* base, int64_t bytes, ArenaDevice device,
+                  std::function<void(char*)> release) {
+    Arena a;
+    a.device = device;
+    a.base = base;
+    a.bytes = bytes;
+    a.plan = &plan;
+    a.release = std::move(release);
+    for (size_t i = 0; i < plan.buffers.size(); ++i) a.index.emplace(plan.buffers[i].name, int(i));
+    return a;
 }
 
 }  // namespace skew

@@ -1,14 +1,14 @@
 // The flat arena: one allocation holding every buffer of the memory plan at its planned offset
-// (256-byte aligned; buffers overlap only where their lifetimes are disjoint). Host memory on the
-// CPU backend; one cudaMalloc on the CUDA backend (engine/cuda/arena_cuda.cu).
+// (256-byte aligned; buffers overlap only where their lifetimes are disjoint). Host memory here;
+// a backend's device memory is adopted (runtime/session.h allocates it through the Backend).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/memory_plan.h"
-#include "kernels/backend.h"
 
 namespace skew {
 
@@ -20,7 +20,8 @@ constexpr int64_t ARENA_ALIGNMENT = 256;
 /// lifetimes). Offsets are multiples of ARENA_ALIGNMENT, 64-bit.
 std::vector<int64_t> layout_arena(const std::vector<BufferSpec>& buffers, int64_t* total_bytes);
 
-enum class ArenaDevice : uint8_t { HOST, CUDA };
+/// Where an arena's (and a tensor's) bytes are: host memory, or a backend's device memory.
+enum class ArenaDevice : uint8_t { HOST, DEVICE };
 
 /// An allocated arena. Pointers come from `ptr(name)`; the arena owns its memory.
 struct Arena {
@@ -30,6 +31,7 @@ struct Arena {
     const MemoryPlan* plan = nullptr;
     std::unordered_map<std::string, int> index;  // buffer name -> plan buffer index
     bool guarded = false;  // test mode: poison-filled, a canary after every buffer (allocate_host_arena_guarded)
+    std::function<void(char*)> release;  // frees `base` of an adopted (device) arena; empty: std::free
 
     Arena() = default;
     Arena(const Arena&) = delete;
@@ -70,27 +72,9 @@ Arena allocate_host_arena_guarded(const MemoryPlan& plan);
 /// the next buffer or the end) is no longer intact: something wrote past the buffer's end. Empty
 /// when all are intact. Throws skew::Error for an arena that is not guarded.
 std::vector<std::string> arena_broken_canaries(const Arena& arena);
-/// The plan's arena where `backend` keeps its memory: host memory, or one device allocation
-/// (allocate_cuda_arena) for a backend with device_memory(). Throws skew::Error as those do.
-Arena allocate_arena(const MemoryPlan& plan, const Backend& backend);
-
-/// The arena's buffers the backend uses for its own work (the plan's backend_workspace: ws.library,
-/// ws.cuda_scratch, ws.cuda_widen), for Backend::bind_workspace; absent ones stay empty.
-BackendWorkspaceMemory backend_workspace_memory(const Arena& arena);
-
-#if defined(SKEW_HAVE_CUDA)
-/// One cudaMalloc of plan.peak_bytes (zeroed). Throws skew::Error with the plan's numbers and the
-/// device's free memory when it does not fit or there is no GPU.
-Arena allocate_cuda_arena(const MemoryPlan& plan);
-
-/// Device memory in use on the current CUDA device, in bytes: total - free from cudaMemGetInfo
-/// (the whole device: this process's arena, library workspaces and context, and any other
-/// process's allocations). 0 when the query fails. The trainer samples it after every step and
-/// reports the maximum as the run's measured peak.
-int64_t cuda_device_used_bytes();
-
-/// Free memory on the current CUDA device in bytes (cudaMemGetInfo), or -1 when the query fails.
-int64_t cuda_device_free_bytes();
-#endif
+/// An arena over `bytes` bytes at `base` allocated elsewhere (a backend's device memory, zeroed by
+/// it), freed by `release` when the arena goes. The plan must outlive the arena.
+Arena adopt_arena(const MemoryPlan& plan, char* base, int64_t bytes, ArenaDevice device,
+                  std::function<void(char*)> release);
 
 }  // namespace skew

@@ -5,13 +5,9 @@
 // fused LM head (engine/cpu_workspace.h); the cuBLASLt workspace of runtime.workspace_gib.
 #include <algorithm>
 
-#include "engine/arena.h"
 #include "engine/cpu_workspace.h"
 #include "engine/cuda_workspace.h"
 #include "engine/memory_plan.h"
-#if SKEW_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 namespace skew {
 
@@ -90,36 +86,16 @@ BackendWorkspace cuda_backend_workspace(const Config& cfg, const ParamTable& tab
     return ws;
 }
 
-BackendWorkspaceMemory backend_workspace_memory(const Arena& arena) {
-    BackendWorkspaceMemory ws;
-    if (!arena.plan) return ws;
-    const MemoryPlan& plan = *arena.plan;
-    if (const int i = plan.find("ws.library"); i >= 0) {
-        ws.library = arena.ptr(i);
-        ws.library_bytes = plan.buffers[size_t(i)].bytes();
-    }
-    if (const int i = plan.find("ws.cuda_scratch"); i >= 0) {
-        ws.scratch = arena.ptr(i);
-        ws.scratch_bytes = plan.buffers[size_t(i)].bytes();
-    }
-    if (const int i = plan.find("ws.cuda_widen"); i >= 0) {
-        ws.widen = static_cast<float*>(arena.ptr(i));
-        ws.widen_elems = plan.buffers[size_t(i)].numel();
-    }
-    return ws;
-}
-
 int64_t cuda_runtime_overhead_bytes(int cuda_major) {
     (void)cuda_major;  // only CUDA 13 is measured (H200, paper model): 0.77 GiB
     return int64_t(0.77 * 1024.0 * 1024.0 * 1024.0);
 }
 
 int cuda_plan_major_version() {
-#if SKEW_HAVE_CUDA && defined(CUDART_VERSION)
-    return CUDART_VERSION / 1000;
-#else
-    return 13;
+#ifndef SKEW_CUDA_MAJOR
+#define SKEW_CUDA_MAJOR 13  // built without the toolkit: the one version measured
 #endif
+    return SKEW_CUDA_MAJOR;
 }
 
 }  // namespace skew

@@ -7,36 +7,16 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "data/tokenizer_identity.h"
+#include "engine/config_schema.h"
+#include "engine/error.h"
+#include "runtime/backend_registry.h"
 #include "train/checkpoint.h"
 #include "train/sharded_checkpoint.h"
-#include "plan/plan.h"
-#include "engine/config_schema.h"
-#include "data/tokenizer_identity.h"
-#include "engine/error.h"
-#if defined(SKEW_HAVE_CUDA)
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/device_info.h"
-#endif
 
 namespace fs = std::filesystem;
 
 namespace skew::eval {
-
-std::unique_ptr<Backend> make_named_backend(const std::string& b) {
-    if (b == "cpu") return make_cpu_backend();
-#if defined(SKEW_HAVE_CUDA)
-    const int n = cuda::device_count();
-    if (b == "cuda") {
-        if (n == 0) fail("--backend cuda: no CUDA device is visible (see nvidia-smi)\n--> HINT: use --backend cpu");
-        return cuda::make_cuda_backend(0);
-    }
-    if (b == "auto") return n > 0 ? cuda::make_cuda_backend(0) : make_cpu_backend();
-#else
-    if (b == "cuda") fail("--backend cuda: this skew was built without the CUDA backend\n--> HINT: use --backend cpu");
-    if (b == "auto") return make_cpu_backend();
-#endif
-    fail("--backend {}: unknown backend (expected cpu, cuda or auto)", b);
-}
 
 data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_cfg, const std::string& flag_dir) {
     const std::string dir = flag_dir.empty() ? run_cfg.data.tokenizer_dir : flag_dir;
@@ -148,46 +128,22 @@ std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::str
     lm->cfg.train.microbatch = microbatch;
     lm->cfg.train.seq_len = seq_len;
     lm->backend = make_named_backend(backend);
-    const bool on_cuda = std::string(lm->backend->name()) == "cuda";
     lm->cfg.runtime.backend = lm->backend->name();
-    lm->table = build_param_table(lm->cfg.model);
-    const OptimizerConfig* opt = lm->cfg.find_optimizer(ref.optimizer);
-    MemoryPlan plan = build_memory_plan(lm->cfg, lm->table, opt ? *opt : builtin_optimizer("adamw"), microbatch);
-    // inference holds no optimizer state
-    std::vector<BufferSpec> kept;
-    for (const BufferSpec& b : plan.buffers)
-        if (b.kind != BufferKind::STATE) kept.push_back(b);
-    plan.buffers = kept;
-    plan.offsets = layout_arena(plan.buffers, &plan.peak_bytes);
-    plan.state_bytes = 0;
-    lm->plan = std::make_unique<MemoryPlan>(std::move(plan));
-#if defined(SKEW_HAVE_CUDA)
-    lm->arena = on_cuda ? allocate_cuda_arena(*lm->plan) : allocate_host_arena(*lm->plan);
-#else
-    (void)on_cuda;
-    lm->arena = allocate_host_arena(*lm->plan);
-#endif
-    lm->arena.plan = lm->plan.get();
-#if defined(SKEW_HAVE_CUDA)
-    if (on_cuda) {  // the backend's scratch, widening buffer and library workspace from the arena, as in training
-        auto& cb = static_cast<cuda::CudaBackend&>(*lm->backend);
-        const MemoryPlan& p = *lm->plan;
-        if (const int i = p.find("ws.cuda_scratch"); i >= 0) cb.set_scratch(lm->arena.ptr(i), p.buffers[size_t(i)].bytes());
-        if (const int i = p.find("ws.cuda_widen"); i >= 0)
-            cb.set_matmul_widen_buffer(static_cast<float*>(lm->arena.ptr(i)), p.buffers[size_t(i)].numel());
-        if (const int i = p.find("ws.library"); i >= 0)
-            cb.set_matmul_workspace(lm->arena.ptr(i), p.buffers[size_t(i)].bytes());
-    }
-#endif
+    SessionSpec spec;
+    spec.kind = SessionKind::INFERENCE;
+    spec.optimizer = lm->cfg.find_optimizer(ref.optimizer);  // activations planned as in its training
+    spec.microbatch = microbatch;
+    lm->session = open_session(lm->cfg, *lm->backend, spec);
+    Session& s = *lm->session;
     if (checkpoint_is_sharded(ref.dir)) {  // a run over several ranks: its shards merged (docs/distributed.md)
-        const std::vector<HostTensor> w = read_checkpoint_weights(ref.dir, lm->table);
-        const std::vector<NamedTensor> dst = weight_tensors(lm->arena, lm->backend.get());
+        const std::vector<HostTensor> w = read_checkpoint_weights(ref.dir, s.table);
+        const std::vector<NamedTensor> dst = weight_tensors(s.arena, lm->backend.get());
         for (size_t i = 0; i < dst.size(); ++i)
             copy_tensor_from_host(dst[i], 0, w[i].data.data(), int64_t(w[i].data.size()));
     } else {
-        read_safetensors_into((fs::path(ref.dir) / "model.safetensors").string(), weight_tensors(lm->arena));
+        read_safetensors_into((fs::path(ref.dir) / "model.safetensors").string(), weight_tensors(s.arena));
     }
-    lm->model = model_bind(lm->cfg, lm->table, lm->arena, *lm->backend);
+    lm->model = &s.model;
     return lm;
 }
 

@@ -8,12 +8,10 @@
 #include <string>
 
 #include "data/tokenizer.h"
-#include "engine/arena.h"
 #include "engine/config.h"
-#include "engine/memory_plan.h"
-#include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "model/model.h"
+#include "runtime/session.h"
 
 namespace skew::eval {
 
@@ -49,15 +47,14 @@ Config load_run_config(const CheckpointRef& ref);
 /// missing or a file, or holds another tokenizer than the run's.
 data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_cfg, const std::string& flag_dir);
 
-/// A model with its weights loaded, owning everything the Model view points into.
+/// A model with its weights loaded: its backend and the inference session bound on it (which owns
+/// everything the model points into; declared after the backend, so it goes first).
 struct LoadedModel {
-    Config cfg;
-    ParamTable table;
-    std::unique_ptr<MemoryPlan> plan;
-    Arena arena;
-    std::unique_ptr<Backend> backend;
-    Model model;
+    Config cfg;  // the run's config with the chosen microbatch and sequence length
     CheckpointRef ref;
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Session> session;
+    Model* model = nullptr;  // session->model
 };
 
 /// Load `ref`'s weights into a model of `microbatch` sequences of `seq_len` tokens (<=
@@ -66,9 +63,5 @@ struct LoadedModel {
 /// file (config.yaml, model.safetensors) on anything missing, corrupt or of another shape.
 std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::string& backend, int64_t microbatch,
                                         int64_t seq_len);
-
-/// The backend of a name: cpu, cuda (device 0) or auto. Throws skew::Error when cuda is asked
-/// for without a CUDA build or a visible GPU.
-std::unique_ptr<Backend> make_named_backend(const std::string& name);
 
 }  // namespace skew::eval

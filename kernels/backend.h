@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "kernels/common/bf16.h"
 
@@ -146,6 +147,26 @@ struct Backend {
     virtual int64_t device_memory_used_bytes() const { return -1; }
     /// Free device memory (bytes), or -1 when the backend has no device or the query fails.
     virtual int64_t device_memory_free_bytes() const { return -1; }
+    /// `bytes` bytes of zeroed device memory for an arena (backends with device_memory()), released
+    /// with free_device_memory. `what` names the memory for the error (e.g. "the 1.25 GiB plan of
+    /// optimizer 'adamw'"). Throws skew::Error with the device's free memory when it does not fit, or
+    /// on a backend without device memory.
+    virtual void* allocate_device_memory(int64_t bytes, const std::string& what);
+    /// Release memory from allocate_device_memory; never throws.
+    virtual void free_device_memory(void* p) noexcept { (void)p; }
+
+    // ---- capabilities (what callers above kernels/ may rely on, instead of the backend's name)
+
+    /// The CUDA stream (a cudaStream_t) every op of this backend is queued on, for CUDA code outside
+    /// kernels/ that works on the backend's memory in order with its ops (the optimizer kernels,
+    /// NCCL); null for a backend that does not run CUDA (runs_cuda() false).
+    virtual void* cuda_stream() const { return nullptr; }
+    /// Whether the backend runs its ops as CUDA kernels on cuda_stream().
+    virtual bool runs_cuda() const { return false; }
+    /// Whether the backend's matmul widens bf16 weights to fp32 at every call (the CPU), so that a
+    /// caller multiplying by the same weights many times (decoding, model/inference.h) gains by
+    /// keeping fp32 copies and passing those.
+    virtual bool matmul_widens_bf16_weights() const { return false; }
 
     // ---- host <-> backend memory
 

@@ -1,8 +1,10 @@
-// The host default of Backend::init_normal: draw on the host in chunks (OpenMP), round, copy to the
-// backend. The CUDA backend overrides it with a kernel (kernels/cuda/init_kernels.cu).
+// The host defaults of Backend: init_normal draws on the host in chunks (OpenMP), rounds and copies
+// to the backend (the CUDA backend overrides it with a kernel, kernels/cuda/init_kernels.cu);
+// allocate_device_memory refuses on a backend without device memory.
 #include <algorithm>
 #include <vector>
 
+#include "engine/error.h"
 #include "kernels/backend.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/init_math.h"
@@ -25,6 +27,11 @@ void Backend::init_normal(TensorRef x, int64_t n, uint64_t seed, uint32_t tensor
         if (bf) copy_to_device(static_cast<bf16*>(x.data) + base, b16.data(), m * int64_t(sizeof(bf16)));
         else copy_to_device(static_cast<float*>(x.data) + base, f32.data(), m * int64_t(sizeof(float)));
     }
+}
+
+void* Backend::allocate_device_memory(int64_t bytes, const std::string& what) {
+    fail("backend {}: {} asks for {} bytes of device memory, but this backend keeps its memory on the host", name(),
+         what, bytes);
 }
 
 }  // namespace skew

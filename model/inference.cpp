@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "engine/error.h"
 
@@ -47,121 +48,78 @@ std::vector<std::vector<float>> model_token_logprobs(Model& m, const std::vector
 
 namespace {
 
-// Buffers of a cache: name, dtype, element count.
-struct CacheBuffer {
-    std::string name;
-    DType dtype;
-    int64_t numel;
+/// The R-row dimension of a KV cache's table rows (kv_cache_buffers).
+struct KvDims {
+    int64_t R, d, qd, kvd, H, E, K, de, ff, Vp;
 };
+
+KvDims kv_dims(const ModelConfig& c, int64_t max_len) {
+    const int64_t hd = c.head_dim();
+    return KvDims{max_len, c.d_model, c.n_heads * hd, c.n_kv_heads * hd, c.n_heads, c.n_experts, c.top_k,
+                  c.d_expert, c.d_ff, c.padded_vocab_size};
+}
+
+enum class KvWhen : uint8_t { ALL, DENSE, MOE };
+
+bool kv_row_held(const ModelConfig& c, KvWhen when) {
+    const bool has_moe = !c.moe_blocks.empty(), has_dense = int64_t(c.moe_blocks.size()) < c.n_blocks;
+    return when == KvWhen::ALL || (when == KvWhen::DENSE && has_dense) || (when == KvWhen::MOE && has_moe);
+}
+
+/// Every row of the cache as (spec, where its pointer goes), in the table's order with each
+/// block's keys and values after the scalars; one list serves the plan and the binding.
+template <typename F>
+void kv_cache_rows(const ModelConfig& c, int64_t max_len, KvCache* kc, F&& row) {
+    const KvDims D = kv_dims(c, max_len);
+#define SKEW_KV_ROW(member, type, name, dtype, when, numel)                                              \
+    if (kv_row_held(c, KvWhen::when)) row(name, DType::dtype, int64_t(numel), kc ? reinterpret_cast<void**>(&kc->member) : nullptr);
+    SKEW_KV_CACHE_HEAD(SKEW_KV_ROW)
+    if (kc) {
+        kc->k.assign(size_t(c.n_blocks), nullptr);
+        kc->v.assign(size_t(c.n_blocks), nullptr);
+    }
+    for (int64_t b = 0; b < c.n_blocks; ++b) {
+        row("kv.k." + std::to_string(b), DType::BF16, D.R * D.kvd, kc ? reinterpret_cast<void**>(&kc->k[size_t(b)]) : nullptr);
+        row("kv.v." + std::to_string(b), DType::BF16, D.R * D.kvd, kc ? reinterpret_cast<void**>(&kc->v[size_t(b)]) : nullptr);
+    }
+    SKEW_KV_CACHE_BODY(SKEW_KV_ROW)
+#undef SKEW_KV_ROW
+}
 
 }  // namespace
 
-KvCache kv_cache_make(const Model& m, int64_t max_len) {
-    const ModelConfig& c = m.cfg->model;
-    if (max_len < 1 || max_len > c.max_seq_len)
-        fail("inference: a KV cache of {} positions; the model has {} (model.max_seq_len)", max_len, c.max_seq_len);
-    const int64_t R = max_len, d = c.d_model, hd = c.head_dim(), qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
-    const int64_t E = c.n_experts, K = c.top_k;
-    std::vector<CacheBuffer> list = {
-        {"kv.tokens", DType::I32, R},           {"kv.x", DType::BF16, R * d},
-        {"kv.y", DType::BF16, R * d},           {"kv.ln_out", DType::BF16, R * d},
-        {"kv.resid1", DType::BF16, R * d},      {"kv.q", DType::BF16, R * qd},
-        {"kv.attn_out", DType::BF16, R * qd},   {"kv.lse", DType::F32, c.n_heads * R},
-        {"kv.logits", DType::F32, R * c.padded_vocab_size}, {"kv.scalars", DType::F32, 8},
-    };
-    for (int64_t b = 0; b < c.n_blocks; ++b) {
-        list.push_back({"kv.k." + std::to_string(b), DType::BF16, R * kvd});
-        list.push_back({"kv.v." + std::to_string(b), DType::BF16, R * kvd});
-    }
-    const bool has_moe = !c.moe_blocks.empty(), has_dense = int64_t(c.moe_blocks.size()) < c.n_blocks;
-    if (has_dense)
-        for (const char* n : {"kv.ffn_h1", "kv.ffn_h2", "kv.ffn_act"}) list.push_back({n, DType::BF16, R * c.d_ff});
-    if (has_moe) {  // int64 buffers as pairs of 4-byte words (the activation plan does the same)
-        list.push_back({"kv.router_logits", DType::F32, R * E});
-        list.push_back({"kv.router_probs", DType::F32, R * E});
-        list.push_back({"kv.topk_idx", DType::I32, R * K});
-        list.push_back({"kv.topk_gate", DType::F32, R * K});
-        list.push_back({"kv.counts", DType::F32, 2 * E});
-        list.push_back({"kv.offsets", DType::F32, 2 * (E + 1)});
-        list.push_back({"kv.sorted_to_copy", DType::F32, 2 * R * K});
-        list.push_back({"kv.copy_to_sorted", DType::F32, 2 * R * K});
-        list.push_back({"kv.moe_in", DType::BF16, R * K * d});
-        list.push_back({"kv.moe_out", DType::BF16, R * K * d});
-        for (const char* n : {"kv.moe_h1", "kv.moe_h2", "kv.moe_act"}) list.push_back({n, DType::BF16, R * K * c.d_expert});
-    }
-    KvCache kc;
-    kc.max_len = max_len;
-    kc.plan = std::make_unique<MemoryPlan>();
-    MemoryPlan& plan = *kc.plan;
-    plan.optimizer = "kv-cache";
-    plan.microbatch = 1;
-    plan.seq_len = max_len;
-    for (const CacheBuffer& b : list) {
+std::vector<BufferSpec> kv_cache_buffers(const ModelConfig& c, int64_t max_len) {
+    std::vector<BufferSpec> out;
+    kv_cache_rows(c, max_len, nullptr, [&](const std::string& name, DType dtype, int64_t numel, void**) {
         BufferSpec s;
-        s.name = b.name;
+        s.name = name;
         s.kind = BufferKind::ACTIVATION;
-        s.dtype = b.dtype;
-        s.shape = {b.numel};
+        s.dtype = dtype;
+        s.shape = {numel};
         s.first = Phase::FORWARD;
         s.last = Phase::OPTIMIZER;  // all live together
-        plan.buffers.push_back(s);
-    }
-    plan.offsets = layout_arena(plan.buffers, &plan.peak_bytes);
-    plan.activation_bytes = plan.peak_bytes;
-#if defined(SKEW_HAVE_CUDA)
-    kc.arena = m.arena->device == ArenaDevice::CUDA ? allocate_cuda_arena(plan) : allocate_host_arena(plan);
-#else
-    kc.arena = allocate_host_arena(plan);
-#endif
-    kc.arena.plan = kc.plan.get();
-    Arena& a = kc.arena;
-    for (int64_t b = 0; b < c.n_blocks; ++b) {
-        kc.k.push_back(a.get<bf16>("kv.k." + std::to_string(b)));
-        kc.v.push_back(a.get<bf16>("kv.v." + std::to_string(b)));
-    }
-    kc.tokens = a.get<int32_t>("kv.tokens");
-    kc.x = a.get<bf16>("kv.x");
-    kc.y = a.get<bf16>("kv.y");
-    kc.ln_out = a.get<bf16>("kv.ln_out");
-    kc.resid1 = a.get<bf16>("kv.resid1");
-    kc.q = a.get<bf16>("kv.q");
-    kc.attn_out = a.get<bf16>("kv.attn_out");
-    kc.lse = a.get<float>("kv.lse");
-    kc.logits = a.get<float>("kv.logits");
-    kc.scalars = a.get<float>("kv.scalars");
-    if (has_dense) {
-        kc.ffn_h1 = a.get<bf16>("kv.ffn_h1");
-        kc.ffn_h2 = a.get<bf16>("kv.ffn_h2");
-        kc.ffn_act = a.get<bf16>("kv.ffn_act");
-    }
-    if (has_moe) {
-        kc.router_logits = a.get<float>("kv.router_logits");
-        kc.router_probs = a.get<float>("kv.router_probs");
-        kc.topk_idx = a.get<int32_t>("kv.topk_idx");
-        kc.topk_gate = a.get<float>("kv.topk_gate");
-        kc.counts = a.get<int64_t>("kv.counts");
-        kc.offsets = a.get<int64_t>("kv.offsets");
-        kc.sorted_to_copy = a.get<int64_t>("kv.sorted_to_copy");
-        kc.copy_to_sorted = a.get<int64_t>("kv.copy_to_sorted");
-        kc.moe_in = a.get<bf16>("kv.moe_in");
-        kc.moe_out = a.get<bf16>("kv.moe_out");
-        kc.moe_h1 = a.get<bf16>("kv.moe_h1");
-        kc.moe_h2 = a.get<bf16>("kv.moe_h2");
-        kc.moe_act = a.get<bf16>("kv.moe_act");
-    }
-    if (std::string(m.backend->name()) == "cpu") {
-        auto widen = [&](const ParamRef& p) {
-            if (p.info->dtype != DType::BF16) return;
-            std::vector<float>& w = kc.widened[p.weight];
-            w.resize(size_t(p.numel()));
-            m.backend->convert(TensorRef(w.data()), p.w(), p.numel());
-        };
-        widen(m.wte);
-        for (const BlockParams& b : m.blocks)
-            for (const ParamRef* p : {&b.wq, &b.wk, &b.wv, &b.wo, &b.ffn_w1, &b.ffn_w2, &b.ffn_w3})
-                if (p->info) widen(*p);
-    }
-    return kc;
+        out.push_back(s);
+    });
+    return out;
+}
+
+void kv_cache_bind(KvCache& kc, const ModelConfig& c) {
+    kv_cache_rows(c, kc.max_len, &kc, [&](const std::string& name, DType, int64_t, void** slot) {
+        *slot = kc.arena.ptr(name);
+    });
+}
+
+void kv_cache_widen_weights(KvCache& kc, const Model& m) {
+    auto widen = [&](const ParamRef& p) {
+        if (p.info->dtype != DType::BF16) return;
+        std::vector<float>& w = kc.widened[p.weight];
+        w.resize(size_t(p.numel()));
+        m.backend->convert(TensorRef(w.data()), p.w(), p.numel());
+    };
+    widen(m.wte);
+    for (const BlockParams& b : m.blocks)
+        for (const ParamRef* p : {&b.wq, &b.wk, &b.wv, &b.wo, &b.ffn_w1, &b.ffn_w2, &b.ffn_w3})
+            if (p->info) widen(*p);
 }
 
 namespace {

@@ -26,7 +26,7 @@ std::vector<std::vector<float>> model_token_logprobs(Model& m, const std::vector
 
 /// A KV cache for one sequence of up to max_len positions (<= model.max_seq_len), with the
 /// scratch of a forward over up to max_len new tokens, in its own arena (host or device like the
-/// model's). Keys and values of block b at position p: k[b] + p * n_kv_heads * head_dim (bf16).
+/// model's; opened by runtime/session.h open_kv_cache). Keys and values of block b at position p: k[b] + p * n_kv_heads * head_dim (bf16).
 struct KvCache {
     std::unique_ptr<MemoryPlan> plan;
     Arena arena;
@@ -49,17 +49,57 @@ struct KvCache {
     bf16 *moe_h1 = nullptr, *moe_h2 = nullptr, *moe_act = nullptr;  // (R * k, d_expert)
     float* logits = nullptr;                // (R, padded_vocab_size) fp32
     float* scalars = nullptr;               // (8) fp32: the router's loss outputs (unused)
-    // CPU backend only: the tied head and the dense layers' bf16 weights widened to fp32 once
+    // a backend whose matmul widens bf16 weights (the CPU): the tied head and the dense layers' weights widened once
     // (exact), so a decode step does not widen them again per token; keyed by the bf16 pointer.
     std::map<const void*, std::vector<float>> widened;
 };
 
-/// Allocate a cache for `m` holding up to max_len positions. On the CPU backend it also keeps
-/// fp32 copies of the LM head and the non-expert linear weights (4 bytes per parameter; the
-/// widening is exact, so results are unchanged; the weights must not change while the cache is
-/// used). Errors: max_len outside [1, model.max_seq_len]
-/// (skew::Error).
-KvCache kv_cache_make(const Model& m, int64_t max_len);
+/// The rows of a KV cache of up to max_len positions (R = max_len), with their KvCache member:
+/// X(member, C++ type, plan name, plan dtype, when, element count); when: ALL, DENSE (the model has a
+/// dense FFN block), MOE (it has a MoE block). int64 index rows are pairs of 4-byte words, as in the
+/// activation table (model/activations.h). Each block's keys and values ("kv.k.<b>", "kv.v.<b>",
+/// (R, kvd) bf16) sit between the two halves.
+// clang-format off
+#define SKEW_KV_CACHE_HEAD(X)                                                  \
+    X(tokens,         int32_t*, "kv.tokens",         I32,  ALL,   D.R)         \
+    X(x,              bf16*,    "kv.x",              BF16, ALL,   D.R * D.d)   \
+    X(y,              bf16*,    "kv.y",              BF16, ALL,   D.R * D.d)   \
+    X(ln_out,         bf16*,    "kv.ln_out",         BF16, ALL,   D.R * D.d)   \
+    X(resid1,         bf16*,    "kv.resid1",         BF16, ALL,   D.R * D.d)   \
+    X(q,              bf16*,    "kv.q",              BF16, ALL,   D.R * D.qd)  \
+    X(attn_out,       bf16*,    "kv.attn_out",       BF16, ALL,   D.R * D.qd)  \
+    X(lse,            float*,   "kv.lse",            F32,  ALL,   D.H * D.R)   \
+    X(logits,         float*,   "kv.logits",         F32,  ALL,   D.R * D.Vp)  \
+    X(scalars,        float*,   "kv.scalars",        F32,  ALL,   8)
+#define SKEW_KV_CACHE_BODY(X)                                                  \
+    X(ffn_h1,         bf16*,    "kv.ffn_h1",         BF16, DENSE, D.R * D.ff)  \
+    X(ffn_h2,         bf16*,    "kv.ffn_h2",         BF16, DENSE, D.R * D.ff)  \
+    X(ffn_act,        bf16*,    "kv.ffn_act",        BF16, DENSE, D.R * D.ff)  \
+    X(router_logits,  float*,   "kv.router_logits",  F32,  MOE,   D.R * D.E)   \
+    X(router_probs,   float*,   "kv.router_probs",   F32,  MOE,   D.R * D.E)   \
+    X(topk_idx,       int32_t*, "kv.topk_idx",       I32,  MOE,   D.R * D.K)   \
+    X(topk_gate,      float*,   "kv.topk_gate",      F32,  MOE,   D.R * D.K)   \
+    X(counts,         int64_t*, "kv.counts",         F32,  MOE,   2 * D.E)     \
+    X(offsets,        int64_t*, "kv.offsets",        F32,  MOE,   2 * (D.E + 1)) \
+    X(sorted_to_copy, int64_t*, "kv.sorted_to_copy", F32,  MOE,   2 * D.R * D.K) \
+    X(copy_to_sorted, int64_t*, "kv.copy_to_sorted", F32,  MOE,   2 * D.R * D.K) \
+    X(moe_in,         bf16*,    "kv.moe_in",         BF16, MOE,   D.R * D.K * D.d) \
+    X(moe_out,        bf16*,    "kv.moe_out",        BF16, MOE,   D.R * D.K * D.d) \
+    X(moe_h1,         bf16*,    "kv.moe_h1",         BF16, MOE,   D.R * D.K * D.de) \
+    X(moe_h2,         bf16*,    "kv.moe_h2",         BF16, MOE,   D.R * D.K * D.de) \
+    X(moe_act,        bf16*,    "kv.moe_act",        BF16, MOE,   D.R * D.K * D.de)
+// clang-format on
+
+/// The buffers of a KV cache of `c` for up to max_len positions (the rows above, all live together).
+std::vector<BufferSpec> kv_cache_buffers(const ModelConfig& c, int64_t max_len);
+
+/// Point every member of `kc` at its row in kc.arena (allocated from kv_cache_buffers(c,
+/// kc.max_len)). Throws skew::Error naming a row the arena's plan lacks.
+void kv_cache_bind(KvCache& kc, const ModelConfig& c);
+
+/// Keep fp32 copies of `m`'s LM head and non-expert linear weights in `kc` (kv_cache_forward uses
+/// them): for a backend whose matmul widens bf16 weights at every call. Exact; 4 bytes per parameter.
+void kv_cache_widen_weights(KvCache& kc, const Model& m);
 
 /// Forward `tokens` (n >= 1, each in [0, padded_vocab_size)) at positions cache.length ..
 /// cache.length + n - 1 against the cached keys and values, appending theirs; a prefill is the

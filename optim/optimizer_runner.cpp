@@ -1,16 +1,14 @@
 // The factory of optimizer steps per backend (optim/optimizer_runner.h).
 #include "optim/optimizer_runner.h"
 
-#include <string_view>
-
 #include <spdlog/spdlog.h>
 
 #include "engine/error.h"
 
 #if defined(SKEW_HAVE_CUDA)
 #include <cublas_v2.h>
+#include <cuda_runtime_api.h>
 
-#include "kernels/cuda/cuda_backend.h"
 #include "optim/galore_cuda.h"
 #include "optim/optimizer_cuda.h"
 #endif
@@ -31,8 +29,8 @@ struct CudaRunner final : OptimizerRunner {
     OptimizerConfig opt;
     CudaOptimContext ctx;
 
-    CudaRunner(const OptimizerConfig& o, cuda::CudaBackend& be, const Arena& arena) : opt(o) {
-        ctx.stream = be.stream();
+    CudaRunner(const OptimizerConfig& o, Backend& be, const Arena& arena) : opt(o) {
+        ctx.stream = static_cast<cudaStream_t>(be.cuda_stream());
         // The plan sized ws.optimizer with cuda_optimizer_scratch_bytes (optim/state_plan.h); the step
         // checks each tensor's need against it and refuses, naming the tensor, a plan sized otherwise.
         const MemoryPlan& plan = *arena.plan;
@@ -64,7 +62,7 @@ struct CudaRunner final : OptimizerRunner {
 
 void require_optimizer_backend(const OptimizerConfig& opt, const Backend& backend) {
     // Every optimizer has a CUDA step; GaLore's reference form computes its projectors on the host.
-    if (std::string_view(backend.name()) == "cuda" && optimizer_kind(opt) == OptimizerKind::GALORE)
+    if (backend.device_memory() && optimizer_kind(opt) == OptimizerKind::GALORE)
         spdlog::warn("{}: GaLore's reference form computes an exact SVD of every projected gradient on the host at "
                      "step 1 and every {} steps (seconds per 4096 x 4096 matrix); those steps are slow",
                      opt.name, opt.update_proj_gap);
@@ -73,12 +71,11 @@ void require_optimizer_backend(const OptimizerConfig& opt, const Backend& backen
 std::unique_ptr<OptimizerRunner> make_optimizer_runner(const OptimizerConfig& opt, Backend& backend, const Arena& arena) {
     if (!arena.plan) fail("{}: the arena has no memory plan", opt.name);
     require_optimizer_backend(opt, backend);
-    const std::string_view name = backend.name();
-    if (name == "cpu") return std::make_unique<CpuRunner>(opt);
+    if (!backend.device_memory()) return std::make_unique<CpuRunner>(opt);
 #if defined(SKEW_HAVE_CUDA)
-    if (name == "cuda") return std::make_unique<CudaRunner>(opt, static_cast<cuda::CudaBackend&>(backend), arena);
+    if (backend.runs_cuda()) return std::make_unique<CudaRunner>(opt, backend, arena);
 #endif
-    fail("{}: no optimizer step for backend '{}'", opt.name, name);
+    fail("{}: no optimizer step for backend '{}'", opt.name, backend.name());
 }
 
 }  // namespace skew

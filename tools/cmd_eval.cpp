@@ -96,7 +96,7 @@ void run_eval(const EvalArgs& a) {
         data::check_run_data_tokenizer(ref.run_dir, a.data_dir, "--data " + a.data_dir);
         auto lm = eval::load_model(ref, a.backend, mb, run_cfg.train.seq_len);
         out["backend"] = lm->backend->name();
-        const eval::PerplexityResult p = eval::evaluate_perplexity(lm->model, a.data_dir, a.split, B, a.batches,
+        const eval::PerplexityResult p = eval::evaluate_perplexity(*lm->model, a.data_dir, a.split, B, a.batches,
                                                                    Progress{live, "perplexity: batch"});
         out["perplexity"] = json{{"data", a.data_dir}, {"split", p.split},   {"batches", p.batches},
                                  {"batch_size", B},    {"seq_len", run_cfg.train.seq_len},
@@ -120,7 +120,7 @@ void run_eval(const EvalArgs& a) {
             try {
                 t = eval::score_task(
                     items[i], formats[i], tok, L + 1, a.batch_size,
-                    [&](const std::vector<std::vector<int32_t>>& seqs) { return model_token_logprobs(lm->model, seqs); },
+                    [&](const std::vector<std::vector<int32_t>>& seqs) { return model_token_logprobs(*lm->model, seqs); },
                     Progress{live, name + ": request"});
             } catch (const Error& e) {
                 fail("{}: {}", a.tasks[i], e.what());

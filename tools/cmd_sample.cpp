@@ -19,6 +19,7 @@
 #include "eval/load.h"
 #include "eval/sampling.h"
 #include "model/inference.h"
+#include "runtime/session.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/log_output.h"
@@ -77,7 +78,7 @@ void run_sample(const SampleArgs& a) {
     const std::string prompt_text = data::tokenizer_decode(tok, ids);  // what the kept prompt ids decode to
     auto lm = eval::load_model(ref, a.backend, 1, L);  // op scratch sized for a prefill of L tokens
     spdlog::info("sample: {} ({} step {}) on {}", ref.dir, ref.optimizer, ref.step, lm->backend->name());
-    KvCache cache = kv_cache_make(lm->model, L);
+    KvCache cache = open_kv_cache(*lm->model, L);
 
     json samples = json::array();
     double decode_seconds = 0;
@@ -89,7 +90,7 @@ void run_sample(const SampleArgs& a) {
             fmt::print("{}", prompt);
             std::fflush(stdout);
         }
-        std::vector<float> logits = kv_cache_forward(lm->model, cache, ids);
+        std::vector<float> logits = kv_cache_forward(*lm->model, cache, ids);
         std::vector<int32_t> gen;
         std::string shown;  // the text of gen printed so far
         // Prints what decoding gen adds to `shown`: the whole text is decoded each time, since a token's
@@ -125,7 +126,7 @@ void run_sample(const SampleArgs& a) {
                 break;
             }
             if (i + 1 < a.max_tokens) {
-                logits = kv_cache_forward(lm->model, cache, std::span<const int32_t>(&gen.back(), 1));
+                logits = kv_cache_forward(*lm->model, cache, std::span<const int32_t>(&gen.back(), 1));
                 ++decode_tokens;
             }
         }

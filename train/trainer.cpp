@@ -16,26 +16,19 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <nlohmann/json.hpp>
 
 #include "data/batch_stream.h"
 #include "data/prepare.h"
 #include "data/resume_check.h"
 #include "data/shard_identity.h"
-#include <nlohmann/json.hpp>
 #include "engine/arena.h"
 #include "engine/config_hint.h"
 #include "engine/config_schema.h"
 #include "engine/dir_lock.h"
-#include "train/checkpoint.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
-#include "train/faults.h"
-#include "plan/plan.h"
-#include "train/metrics.h"
 #include "engine/param_table.h"
-#include "train/schedule.h"
-#include "train/signals.h"
-#include "train/status_line.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/process_env.h"
@@ -43,11 +36,19 @@
 #include "model/model.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_runner.h"
-#include "train/backend_factory.h"
-#include "train/deferred_experts.h"
-#include "train/idle_experts.h"
+#include "plan/plan.h"
+#include "runtime/backend_registry.h"
+#include "runtime/session.h"
+#include "train/checkpoint.h"
 #include "train/data_parallel.h"
+#include "train/deferred_experts.h"
+#include "train/faults.h"
+#include "train/idle_experts.h"
+#include "train/metrics.h"
+#include "train/schedule.h"
 #include "train/sharded_checkpoint.h"
+#include "train/signals.h"
+#include "train/status_line.h"
 #include "train/zero_step.h"
 
 
@@ -333,6 +334,19 @@ struct RunWrites {
 /// trainer state and metrics, the batch streams and the run's files. Built by open_run; the
 /// backend's workspace binding is undone on destruction, so the shared backend never keeps a
 /// pointer into a freed arena.
+/// The session of one optimizer's run: this rank's table bound, the plan sized from the whole
+/// model's under ZeRO-1 (its partition needs every parameter), else from the rank's.
+SessionSpec training_spec(const OptimizerConfig& opt, int64_t microbatch, const ParallelLayout& layout,
+                          const ParamTable& table, const ParamTable& global) {
+    SessionSpec spec;
+    spec.optimizer = &opt;
+    spec.microbatch = microbatch;
+    spec.layout = layout;
+    spec.table = &table;
+    spec.plan_table = layout.zero() ? &global : &table;
+    return spec;
+}
+
 struct OptimizerRun {
     const Config& cfg;
     const OptimizerConfig& opt;
@@ -343,9 +357,10 @@ struct OptimizerRun {
     const ParamTable& table;  // this rank's (expert parallel: its n_experts / M experts of each bank)
     ParamTable global;        // the whole model's (build_param_table(cfg.model)): ZeRO-1 and the checkpoints
     ParallelLayout layout;  // this rank's place: world size, ZeRO stage (docs/distributed.md)
-    MemoryPlan plan;
-    Arena arena;
-    Model model;
+    std::unique_ptr<Session> session;  // the plan, arena, model and the backend's workspace binding
+    MemoryPlan& plan;
+    Arena& arena;
+    Model& model;
     std::vector<ParamSlot> slots;  // every parameter with its state; empty under ZeRO-1 (see zero)
     std::unique_ptr<ZeroOptimizer> zero;  // ZeRO-1 (layout.zero()): this rank's owned ranges and the gather
     ZeroPartition partition;              // who owns what (the sharded checkpoints' manifest)
@@ -375,8 +390,8 @@ struct OptimizerRun {
         : cfg(c), opt(o), opts(to), backend(be), writes(w), mb(microbatch), accum(c.train.batch_size / microbatch),
           table(table), global(build_param_table(c.model)),
           layout(parallel_layout(c, to.comm->world_size(), to.comm->rank())),
-          plan(build_memory_plan(c, layout.zero() ? global : table, o, microbatch, layout)), arena(allocate_arena(plan, be)),
-          model(model_bind(c, table, arena, be)), dp(dp_make(*to.comm, c, microbatch)), writer(dp.rank == 0) {
+          session(open_session(c, be, training_spec(o, microbatch, layout, table, global))), plan(session->plan),
+          arena(session->arena), model(session->model), dp(dp_make(*to.comm, c, microbatch)), writer(dp.rank == 0) {
         // ZeRO-1 and the sharded checkpoints partition the whole model's table under the layout
         // (held_param_table gives this rank's banks); the model and its slots use the rank's table
         partition = zero_partition(global, o, layout);
@@ -388,16 +403,8 @@ struct OptimizerRun {
         dp_plan_buckets(dp, model, c.parallel.bucket_mib);
         dp.overlap = c.parallel.overlap_grad_reduce;
         optimizer = make_optimizer_runner(opt, backend, arena);
-        backend.bind_workspace(backend_workspace_memory(arena));  // last: nothing below throws
     }
-    ~OptimizerRun() {
-        try {
-            optimizer.reset();
-            backend.synchronize();
-            backend.bind_workspace(BackendWorkspaceMemory{});
-        } catch (...) {
-        }
-    }
+    ~OptimizerRun() { optimizer.reset(); }  // before the session: the CUDA step drains the stream
     OptimizerRun(const OptimizerRun&) = delete;
     OptimizerRun& operator=(const OptimizerRun&) = delete;
 

@@ -14,6 +14,8 @@ namespace {
 
 struct CpuBackend final : Backend {
     const char* name() const override { return "cpu"; }
+    // matmul widens bf16 operands tile by tile at every call (kernels/cpu/matmul.cpp)
+    bool matmul_widens_bf16_weights() const override { return true; }
 
     void copy_to_device(void* dst, const void* src, int64_t bytes) override {
         if (bytes < 0) fail("cpu backend: copy_to_device of {} bytes", bytes);

@@ -104,6 +104,27 @@ int64_t CudaBackend::device_memory_free_bytes() const {
     return int64_t(free_b);
 }
 
+void* CudaBackend::allocate_device_memory(int64_t bytes, const std::string& what) {
+    constexpr double gib = 1024.0 * 1024.0 * 1024.0;
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    void* p = nullptr;
+    // the arena itself: not one of the allocations device_alloc counts as outside the plan
+    const cudaError_t err = cudaMalloc(&p, size_t(bytes));
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        fail("arena: cudaMalloc of {:.2f} GiB for {} failed ({}); the device has {:.2f} GiB free of {:.2f} GiB. "
+             "--> HINT: free the device (other processes: nvidia-smi), or see what fits with `skew plan CONFIG --budget GIB`",
+             double(bytes) / gib, what, cudaGetErrorString(err), double(free_b) / gib, double(total_b) / gib);
+    }
+    cudaMemset(p, 0, size_t(bytes));
+    return p;
+}
+
+void CudaBackend::free_device_memory(void* p) noexcept {
+    if (p) cudaFree(p);
+}
+
 void* CudaBackend::scratch(int64_t bytes) {
     bytes = std::max<int64_t>(bytes, 256);
     if (ext_scratch_ && bytes <= ext_scratch_bytes_) return ext_scratch_;

@@ -39,6 +39,13 @@ public:
     /// free of cudaMemGetInfo, -1 when the query fails.
     int64_t device_memory_free_bytes() const override;
 
+    /// One cudaMalloc of `bytes`, zeroed. Throws skew::Error naming `what` with the device's free and
+    /// total memory when it fails.
+    void* allocate_device_memory(int64_t bytes, const std::string& what) override;
+    void free_device_memory(void* p) noexcept override;
+    void* cuda_stream() const override { return stream_; }
+    bool runs_cuda() const override { return true; }
+
     /// The stream every op runs on (blocking with respect to the legacy default stream).
     cudaStream_t stream() const { return stream_; }
     /// Wait for all queued work, then check_errors().

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "runtime/session.h"
 #include "engine/error.h"
 #include "eval/sampling.h"
 #include "model/inference.h"
@@ -57,7 +58,7 @@ runtime:
 // Generate `n` tokens after `prompt` through the KV cache.
 std::vector<int32_t> generate(Model& m, const std::vector<int32_t>& prompt, int64_t n, const SamplingOptions& o,
                               uint32_t sample = 0) {
-    KvCache kc = kv_cache_make(m, m.cfg->model.max_seq_len);
+    KvCache kc = open_kv_cache(m, m.cfg->model.max_seq_len);
     std::vector<float> logits = kv_cache_forward(m, kc, prompt);
     std::vector<int32_t> out;
     for (int64_t i = 0; i < n; ++i) {

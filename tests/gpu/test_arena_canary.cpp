@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/session.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/memory_plan.h"
@@ -59,7 +60,7 @@ TEST_CASE("gpu: one step of every CUDA optimizer on a poisoned, canaried device 
         layout_arena_guarded(plan);
         // the device arena gets the guarded host arena's bytes: canaries, poison, zero state
         Arena ref = allocate_host_arena_guarded(plan);
-        Arena arena = allocate_cuda_arena(plan);
+        Arena arena = allocate_arena(plan, gpu());
         dev.copy_to_device(arena.base, ref.base, plan.peak_bytes);
         Model model = model_bind(cfg, table, arena, dev);
         const int si = plan.find("ws.cuda_scratch"), wi = plan.find("ws.cuda_widen"), oi = plan.find("ws.optimizer");

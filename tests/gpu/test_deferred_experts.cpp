@@ -24,7 +24,8 @@
 #include "plan/plan.h"
 #include "tests/gpu/gpu_harness.h"
 #include "tests/test_paths.h"
-#include "train/backend_factory.h"
+#include "runtime/backend_registry.h"
+#include "runtime/session.h"
 #include "train/deferred_experts.h"
 #include "train/idle_experts.h"
 

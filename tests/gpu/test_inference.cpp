@@ -5,6 +5,7 @@
 // zero, so routing is the tie-break to the lowest experts on both and cannot flip between them).
 #include <filesystem>
 
+#include "runtime/session.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/memory_plan.h"
@@ -51,7 +52,7 @@ std::unique_ptr<Sides> make_sides() {
     s->plan = build_memory_plan(s->cfg, s->table, builtin_optimizer("adamw"), 2);
     s->cpu = make_cpu_backend();
     s->ca = allocate_host_arena(s->plan);
-    s->ga = allocate_cuda_arena(s->plan);
+    s->ga = allocate_arena(s->plan, gpu());
     s->c = model_bind(s->cfg, s->table, s->ca, *s->cpu);
     s->g = model_bind(s->cfg, s->table, s->ga, gpu());
     if (const int i = s->plan.find("ws.cuda_scratch"); i >= 0) gpu().set_scratch(s->ga.ptr(i), s->plan.buffers[size_t(i)].bytes());
@@ -102,8 +103,8 @@ TEST_CASE("gpu KV cache logits equal the uncached forward at every position, and
     for (int64_t r = 0; r < T; ++r) s->g.probe_rows.push_back(r);
     const LossParts full = model_eval(s->g, x.data(), y.data());
 
-    KvCache kg = kv_cache_make(s->g, s->cfg.model.max_seq_len);
-    KvCache kc = kv_cache_make(s->c, s->cfg.model.max_seq_len);
+    KvCache kg = open_kv_cache(s->g, s->cfg.model.max_seq_len);
+    KvCache kc = open_kv_cache(s->c, s->cfg.model.max_seq_len);
     const int64_t prefill = 7;
     std::vector<float> got = kv_cache_forward(s->g, kg, std::span<const int32_t>(x.data(), size_t(prefill)), true);
     std::vector<float> cpu = kv_cache_forward(s->c, kc, std::span<const int32_t>(x.data(), size_t(prefill)), true);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "runtime/session.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/param_table.h"

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/session.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/param_table.h"
@@ -49,7 +50,7 @@ ModeStep cuda_step(const std::string& mode) {
     REQUIRE(accum >= 2);
     cuda::CudaBackend& dev = gpu();
     dev.synchronize();
-    Arena arena = allocate_cuda_arena(plan);
+    Arena arena = allocate_arena(plan, gpu());
     Model m = model_bind(cfg, table, arena, dev);
     REQUIRE(m.act.recompute == parse_recompute(mode));
     const int si = plan.find("ws.cuda_scratch"), wi = plan.find("ws.cuda_widen");

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/session.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "plan/plan.h"
@@ -102,12 +103,12 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
     auto cpu = make_cpu_backend();
     cuda::CudaBackend& dev = gpu();
     dev.synchronize();
-    const int64_t used_before = cuda_device_used_bytes();
+    const int64_t used_before = gpu().device_memory_used_bytes();
 
     Side c{allocate_host_arena(plan), {}, {}};
     c.model = model_bind(cfg, table, c.arena, *cpu);
     c.slots = arena_param_slots(opt, table, c.arena);
-    Side g{allocate_cuda_arena(plan), {}, {}};
+    Side g{allocate_arena(plan, gpu()), {}, {}};
     g.model = model_bind(cfg, table, g.arena, dev);
     g.slots = arena_param_slots(opt, table, g.arena);
     // The backend's scratch and widening buffer from the arena, as the trainer binds them: the
@@ -118,7 +119,7 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
     const int64_t own_scratch_before = dev.scratch_bytes();
     dev.set_scratch(g.arena.ptr(si), plan.buffers[size_t(si)].bytes());
     dev.set_matmul_widen_buffer(static_cast<float*>(g.arena.ptr(wi_widen)), plan.buffers[size_t(wi_widen)].numel());
-    int64_t used_peak = cuda_device_used_bytes();
+    int64_t used_peak = gpu().device_memory_used_bytes();
 
     model_init(c.model, uint64_t(cfg.train.seed));
     model_init(g.model, uint64_t(cfg.train.seed));
@@ -133,7 +134,7 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
         const LossParts lc = model_forward_backward(c.model, x, x + 1, i, step, accum, true);
         const LossParts lg = model_forward_backward(g.model, x, x + 1, i, step, accum, true);
         dev.synchronize();
-        used_peak = std::max(used_peak, cuda_device_used_bytes());
+        used_peak = std::max(used_peak, gpu().device_memory_used_bytes());
         INFO("microbatch " << i << ": lm loss cpu " << lc.lm_loss << " cuda " << lg.lm_loss);
         CHECK(std::abs(lg.lm_loss - lc.lm_loss) <= LM_LOSS_ABS);
         CHECK(lg.balance_loss == Approx(lc.balance_loss).epsilon(AUX_LOSS_REL));
@@ -186,7 +187,7 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
     REQUIRE(optimizer_cuda_scratch_bytes(opt, g.slots) <= ctx.scratch_bytes);
     optimizer_step_cuda(opt, g.slots, os, ctx);
     dev.synchronize();
-    used_peak = std::max(used_peak, cuda_device_used_bytes());
+    used_peak = std::max(used_peak, gpu().device_memory_used_bytes());
     cublasDestroy(ctx.cublas);
 
     // The weight deltas: bf16 weights bit-identical or 1 ulp (counted), fp32 weights to F32_DELTA_REL.
@@ -276,7 +277,7 @@ TEST_CASE("configs/tiny.yaml on the CUDA backend: a training step allocates noth
         cuda::CudaBackend& dev = gpu();
         dev.synchronize();
 
-        Side g{allocate_cuda_arena(plan), {}, {}};
+        Side g{allocate_arena(plan, gpu()), {}, {}};
         g.model = model_bind(cfg, table, g.arena, dev);
         g.slots = arena_param_slots(opt, table, g.arena);
         const int li = plan.find("ws.library"), si = plan.find("ws.cuda_scratch"), wi = plan.find("ws.cuda_widen"),

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "runtime/session.h"
 #include "engine/error.h"
 #include "model/inference.h"
 #include "golden_fixture.h"
@@ -98,7 +99,7 @@ TEST_CASE("the KV cache's logits equal the uncached full forward at every positi
 
     auto t = golden_model(1);
     for (int prefill : {1, 6, 16}) {
-        KvCache kc = kv_cache_make(t->model, 16);
+        KvCache kc = open_kv_cache(t->model, 16);
         std::vector<float> got = kv_cache_forward(t->model, kc, std::span<const int32_t>(tokens.data(), size_t(prefill)), true);
         REQUIRE(int64_t(got.size()) == prefill * Vp);
         for (int64_t p = prefill; p < 16; ++p) {
@@ -117,8 +118,8 @@ TEST_CASE("the KV cache's logits equal the uncached full forward at every positi
 
 TEST_CASE("the KV cache refuses positions beyond max_seq_len and tokens outside the table", "[model][inference]") {
     auto t = golden_model(1);
-    CHECK_THROWS_WITH(kv_cache_make(t->model, 17), Catch::Contains("max_seq_len"));
-    KvCache kc = kv_cache_make(t->model, 16);
+    CHECK_THROWS_WITH(open_kv_cache(t->model, 17), Catch::Contains("max_seq_len"));
+    KvCache kc = open_kv_cache(t->model, 16);
     std::vector<int32_t> toks(16, 3);
     kv_cache_forward(t->model, kc, std::span<const int32_t>(toks.data(), 10));
     CHECK_THROWS_WITH(kv_cache_forward(t->model, kc, std::span<const int32_t>(toks.data(), 7)),

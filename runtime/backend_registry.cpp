@@ -1,5 +1,5 @@
-// Backend selection for `skew train` (train/backend_factory.h).
-#include "train/backend_factory.h"
+// The backends and their device communicators (runtime/backend_registry.h).
+#include "runtime/backend_registry.h"
 
 #include <spdlog/spdlog.h>
 
@@ -7,9 +7,9 @@
 #include "engine/error.h"
 
 #if defined(SKEW_HAVE_CUDA)
+#include "dist/nccl_communicator.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_info.h"
-#include "dist/nccl_communicator.h"
 #endif
 
 namespace skew {
@@ -52,10 +52,26 @@ std::unique_ptr<Backend> make_backend(const Config& cfg, int device, const std::
     fail("{}: runtime.backend: unknown backend '{}' (expected cpu, cuda or auto)", cfg.source, b);
 }
 
+std::unique_ptr<Backend> make_named_backend(const std::string& b) {
+    if (b == "cpu") return make_cpu_backend();
+#if defined(SKEW_HAVE_CUDA)
+    const int n = cuda::device_count();
+    if (b == "cuda") {
+        if (n == 0) fail("--backend cuda: no CUDA device is visible (see nvidia-smi)\n--> HINT: use --backend cpu");
+        return cuda::make_cuda_backend(0);
+    }
+    if (b == "auto") return n > 0 ? cuda::make_cuda_backend(0) : make_cpu_backend();
+#else
+    if (b == "cuda") fail("--backend cuda: this skew was built without the CUDA backend\n--> HINT: use --backend cpu");
+    if (b == "auto") return make_cpu_backend();
+#endif
+    fail("--backend {}: unknown backend (expected cpu, cuda or auto)", b);
+}
+
 std::unique_ptr<Communicator> make_device_communicator(Backend& backend, Communicator& host, int device) {
 #if defined(SKEW_HAVE_CUDA)
-    if (auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend))
-        return make_nccl_communicator(host, device, cuda_backend->stream());
+    if (backend.runs_cuda())
+        return make_nccl_communicator(host, device, backend.cuda_stream());
 #else
     (void)host;
     (void)device;

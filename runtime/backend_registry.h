@@ -1,0 +1,33 @@
+// The backends and their device communicators: the one place above kernels/ that names a backend
+// and knows which are built (docs/architecture.md, "The runtime"). Everything else works through
+// the Backend interface and its capability queries (kernels/backend.h).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "dist/communicator.h"
+#include "engine/config.h"
+#include "kernels/backend.h"
+
+namespace skew {
+
+/// The backend of runtime.backend: `cpu`; `cuda` (CUDA device `device`, the rank's local rank in a
+/// multi-rank run, docs/distributed.md; a clear error when this build has no
+/// CUDA backend or no GPU is visible); `auto`, the CUDA backend when built with CUDA and a GPU is
+/// visible, else the CPU. Throws skew::Error naming the config file and the key; its hint proposes
+/// runtime.backend: cpu as a new run when resume_run is not empty (`skew train --resume RUN` keeps
+/// the run's config: config_change_hint).
+std::unique_ptr<Backend> make_backend(const Config& cfg, int device = 0, const std::string& resume_run = "");
+
+/// The backend of a command-line name (`skew eval/sample --backend`, the benches): cpu, cuda
+/// (device 0) or auto. Throws skew::Error naming `--backend` when cuda is asked for without a CUDA
+/// build or a visible GPU, or the name is none of these.
+std::unique_ptr<Backend> make_named_backend(const std::string& name);
+
+/// The communicator that sums gradients where `backend` keeps them: for a backend that runs CUDA,
+/// NCCL on CUDA device `device` and the backend's stream, bootstrapped over `host`
+/// (docs/distributed.md); null for a host backend (`host` itself serves). Throws skew::Error when
+/// NCCL fails to start, or for a device backend this build has no communicator for.
+std::unique_ptr<Communicator> make_device_communicator(Backend& backend, Communicator& host, int device);
+
+}  // namespace skew
