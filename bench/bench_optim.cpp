@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
         int64_t state_bytes = optimizer_state_bytes(opt, paper);
         nlohmann::json row;
         row["optimizer"] = name;
-        row["type"] = opt.type;
+        row["type"] = choice_name(opt.type);
         row["step_seconds"] = sec;
         row["ns_per_param"] = sec * 1e9 / double(total);
         row["bytes_per_param"] = bytes / double(total);

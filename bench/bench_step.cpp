@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
             j["bench"] = "step";
             j["impl"] = "skew-cpu";
             j["model"] = model_name;
-            j["recompute"] = cfg.train.recompute;
+            j["recompute"] = choice_name(cfg.train.recompute);
             j["commit"] = git_commit();
             skew::bench::add_blas_core(j);
             j["params"] = table.total_numel();

@@ -109,7 +109,7 @@ void bench_galore(cudaStream_t st, bool quick, const ReportFn& report) {
     for (const char* type : {"galore-paper", "galore"}) {
         OptimizerConfig opt = builtin_optimizer(type);
         opt.rank = r;
-        const bool paper = opt.type == "galore-paper";
+        const bool paper = opt.type == OptimizerType::GALORE_PAPER;
         std::vector<ParamInfo> ps;
         uint32_t idx = 0;
         ps.push_back(param("wte", {Vp, C}, Tier::BACKBONE, Role::TOKEN_EMBEDDING, idx++));

@@ -72,31 +72,31 @@ OptimizerConfig builtin_optimizer(const std::string& name) {
     const TierPolicy rt{MomentumKind::NONE, SecondMomentKind::FULL, 0.0};
     o.tiers = {bb, ex, rt};
     if (name == "skewadam") {
-        o.type = "skewadam";
+        o.type = OptimizerType::SKEWADAM;
     } else if (name == "skewadam-expert-momentum") {
-        o.type = "skewadam";
+        o.type = OptimizerType::SKEWADAM;
         o.tiers[int(Tier::EXPERTS)].momentum = MomentumKind::FP32;
     } else if (name == "skewadam-factored-router") {
-        o.type = "skewadam";
+        o.type = OptimizerType::SKEWADAM;
         o.tiers[int(Tier::ROUTER)].second_moment = SecondMomentKind::FACTORED;
     } else if (name == "uniform") {
-        o.type = "skewadam";
+        o.type = OptimizerType::SKEWADAM;
         for (auto& t : o.tiers) {
             t.momentum = MomentumKind::FP32;
             t.second_moment = SecondMomentKind::FACTORED;
         }
     } else if (name == "adamw") {
-        o.type = "adamw";
+        o.type = OptimizerType::ADAMW;
     } else if (name == "lion") {
-        o.type = "lion";
+        o.type = OptimizerType::LION;
         o.lr = 1e-4;
         o.beta2 = 0.99;
     } else if (name == "muon") {
-        o.type = "muon";
+        o.type = OptimizerType::MUON;
         o.lr = 0.02;
         o.weight_decay = 0.0;
     } else if (name == "muon-kj") {
-        o.type = "muon-kj";
+        o.type = OptimizerType::MUON_KJ;
         o.lr = 0.02;
         o.weight_decay = 0.0;
         o.ns_steps = 5;
@@ -108,13 +108,13 @@ OptimizerConfig builtin_optimizer(const std::string& name) {
         o.eps = 1e-10;
         o.adam_lr = 3e-4;
     } else if (name == "adafactor") {
-        o.type = "adafactor";
+        o.type = OptimizerType::ADAFACTOR;
     } else if (name == "galore") {
-        o.type = "galore";
+        o.type = OptimizerType::GALORE;
         o.eps = 1e-6;
         o.weight_decay = 0.0;
     } else if (name == "galore-paper") {
-        o.type = "galore-paper";
+        o.type = OptimizerType::GALORE_PAPER;
         o.weight_decay = 0.0;
     } else {
         fail("unknown optimizer '{}'; built-ins are: {}", name, fmt::join(builtin_optimizer_names(), ", "));
@@ -414,7 +414,7 @@ struct Loader {
         collect_leaves(entry, "", leaves, "optimizers." + name, optimizer_rel_keys());
         for (auto& [rel, node] : leaves) apply_optimizer_key(name, rel, node, Loc{file_loc(source, node.Mark())}, o);
         // An empty `tiers: {}` (or `tiers: {router: {}}`) sets no key for check_optimizer_keys to see.
-        if (entry["tiers"] && o.type != "skewadam" &&
+        if (entry["tiers"] && o.type != OptimizerType::SKEWADAM &&
             std::none_of(leaves.begin(), leaves.end(), [](const auto& l) { return l.first.rfind("tiers.", 0) == 0; }))
             fail("{}: optimizers.{}.tiers: tiers is a SkewAdam setting, but optimizer '{}' has type {}, which ignores it; "
                  "remove the key or set `type: skewadam`", file_loc(source, entry["tiers"].Mark()), name, name, o.type);
@@ -579,7 +579,7 @@ struct Loader {
         for (const auto& n : t.optimizers) rule(names.insert(n).second, "train.optimizers", fmt::format("'{}' is listed twice", n));
         rule(m.n_experts % cfg.parallel.expert == 0, "parallel.expert",
              fmt::format("expert parallelism ({}) must divide model.n_experts ({})", cfg.parallel.expert, m.n_experts));
-        rule(cfg.parallel.expert == 1 || t.recompute == "block", "parallel.expert",
+        rule(cfg.parallel.expert == 1 || t.recompute == Recompute::BLOCK, "parallel.expert",
              fmt::format("expert parallelism ({}) runs with train.recompute: block only (the exchange of a block's "
                          "rows is planned again by its recompute); train.recompute is {}",
                          cfg.parallel.expert, t.recompute));
@@ -592,12 +592,12 @@ struct Loader {
     void check_optimizer_keys() const {
         for (const auto& name : defined_order) {
             const OptimizerConfig& o = defined.at(name);
-            if (o.type == "skewadam") continue;
+            if (o.type == OptimizerType::SKEWADAM) continue;
             const std::string entry = "optimizers." + name + ".", prefix = entry + "tiers.";
             size_t keys_set = 0;
             for (auto it = where.lower_bound(entry); it != where.end() && it->first.rfind(entry, 0) == 0; ++it) keys_set++;
             const bool resolved = keys_set == optimizer_key_specs().size();
-            const OptimizerConfig defaults = builtin_optimizer(o.type);
+            const OptimizerConfig defaults = builtin_optimizer(std::string(choice_name(o.type)));
             for (auto it = where.lower_bound(prefix); it != where.end() && it->first.rfind(prefix, 0) == 0; ++it) {
                 const KeySpec* k = find_spec(optimizer_key_specs(), it->first.substr(entry.size()));
                 if (resolved && k->get_opt(o) == k->get_opt(defaults)) continue;
@@ -623,8 +623,9 @@ struct Loader {
                 fail("{}: train.optimizers: unknown optimizer '{}': not a built-in and not defined under `optimizers:`{}",
                      loc_of("train.optimizers"), name, suggestion(name, all));
             }
-            const std::string& type = cfg.optimizers.back().type;
-            rule(cfg.train.expert_grads != "deferred" || type.rfind("galore", 0) != 0, "train.expert_grads",
+            const OptimizerType type = cfg.optimizers.back().type;
+            const bool galore = type == OptimizerType::GALORE || type == OptimizerType::GALORE_PAPER;
+            rule(cfg.train.expert_grads != ExpertGrads::DEFERRED || !galore, "train.expert_grads",
                  fmt::format("deferred expert gradients are not supported by optimizer '{}' (type {}): its "
                              "projected step is not split into one expert matrix at a time; use "
                              "train.expert_grads: stored",

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/config_choices.h"
 #include "engine/param_table.h"  // Tier indexes OptimizerConfig::tiers
 
 namespace skew {
@@ -51,10 +52,10 @@ struct TierPolicy {
 };
 
 /// One optimizer run: the `optimizers.<name>` section, defaults from its type.
-/// type is one of: skewadam, adamw, lion, muon, muon-kj, adafactor, galore, galore-paper.
+/// type is one of ChoiceNames<OptimizerType> (engine/config_choices.h).
 struct OptimizerConfig {
     std::string name;  // key in the optimizers section, e.g. "skewadam-expert-momentum"
-    std::string type;  // the algorithm
+    OptimizerType type = OptimizerType::SKEWADAM;  // the algorithm
     double lr = 3e-4;
     double beta1 = 0.9;
     double beta2 = 0.999;
@@ -104,18 +105,18 @@ struct TrainConfig {
     int64_t checkpoint_every = 1000;
     int64_t max_skipped_steps = 10;  // NaN/inf steps skipped before the run stops
     int64_t seed = 42;
-    std::string idle_experts = "skip";  // an expert that got no token in a step: skip | step (zero gradient)
-    std::string expert_grads = "stored";  // expert weight gradients: stored (a buffer) | deferred (into the optimizer step)
-    std::string recompute = "block";      // activation recompute in the backward: block | attention | none
+    IdleExperts idle_experts = IdleExperts::SKIP;   // an expert that got no token in a step: skip | step (zero gradient)
+    ExpertGrads expert_grads = ExpertGrads::STORED;  // expert weight gradients: stored (a buffer) | deferred (into the optimizer step)
+    Recompute recompute = Recompute::BLOCK;          // activation recompute in the backward: block | attention | none
 
     int64_t grad_accum_steps() const { return microbatch > 0 ? batch_size / microbatch : 0; }
 };
 
 /// Where and how it runs.
 struct RuntimeConfig {
-    std::string backend = "auto";  // auto | cpu | cuda
-    int64_t threads = 0;           // CPU threads; 0 = all cores
-    std::string grad_dtype = "bf16";  // gradient storage: bf16 (the paper) | fp32
+    BackendChoice backend = BackendChoice::AUTO;  // auto | cpu | cuda
+    int64_t threads = 0;                          // CPU threads; 0 = all cores
+    GradDtype grad_dtype = GradDtype::BF16;       // gradient storage: bf16 (the paper) | fp32
     double workspace_gib = 0.25;   // library workspaces (cuBLASLt) reserved in the plan
     std::string out_dir = "runs/default";
 };

@@ -27,6 +27,13 @@ constexpr double INF = std::numeric_limits<double>::infinity();
     KeySpec{PATH, KeyType::STRING, -INF, INF, false, CHOICES, DOC,                                 \
             [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<std::string>(v); },          \
             [](const Config& c) { return ConfigValue(c.MEMBER); }, nullptr, nullptr}
+// A choice key: an enum with its one name table (engine/config_choices.h).
+#define SKEW_CHOICE(PATH, MEMBER, DOC)                                                              \
+    KeySpec{PATH, KeyType::STRING, -INF, INF, false, choice_names<decltype(Config{}.MEMBER)>(), DOC, \
+            [](Config& c, const ConfigValue& v) {                                                   \
+                c.MEMBER = *parse_choice<decltype(Config{}.MEMBER)>(std::get<std::string>(v));      \
+            },                                                                                      \
+            [](const Config& c) { return ConfigValue(std::string(choice_name(c.MEMBER))); }, nullptr, nullptr}
 #define SKEW_BOOL(PATH, MEMBER, DOC)                                                                 \
     KeySpec{PATH, KeyType::BOOL, -INF, INF, false, {}, DOC,                                        \
             [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<bool>(v); },                 \
@@ -166,17 +173,17 @@ const std::vector<KeySpec>& section_key_specs() {
             SKEW_INT("train.max_skipped_steps", train.max_skipped_steps, 0, 1e12,
                      "Steps with NaN/inf loss or gradient skipped before the run stops"),
             SKEW_INT("train.seed", train.seed, 0, 9.2e18, "Seed of every random stream (init, router noise, rounding)"),
-            SKEW_STRING("train.idle_experts", train.idle_experts, (std::vector<std::string>{"skip", "step"}),
+            SKEW_CHOICE("train.idle_experts", train.idle_experts,
                         "An expert that got no token in a step: skip (weights and state untouched, the paper's trainer) or step it with a zero gradient"),
-            SKEW_STRING("train.expert_grads", train.expert_grads, (std::vector<std::string>{"stored", "deferred"}),
+            SKEW_CHOICE("train.expert_grads", train.expert_grads,
                         "Expert weight gradients: stored (one gradient buffer per expert bank) or deferred (the backward keeps each expert's input rows and output gradients; the optimizer step forms one expert's dW at a time; not GaLore)"),
-            SKEW_STRING("train.recompute", train.recompute, (std::vector<std::string>{"block", "attention", "none"}),
+            SKEW_CHOICE("train.recompute", train.recompute,
                         "Activation recompute in the backward: block (keep each block's input, recompute the whole block; the least memory), attention (keep every linear layer's output, recompute the attention output and its logsumexp from the kept q, k, v) or none (keep everything, recompute nothing; the most memory)"),
 
-            SKEW_STRING("runtime.backend", runtime.backend, (std::vector<std::string>{"auto", "cpu", "cuda"}),
+            SKEW_CHOICE("runtime.backend", runtime.backend,
                         "Where to train: cuda, cpu, or auto (cuda when a GPU is present)"),
             SKEW_INT("runtime.threads", runtime.threads, 0, 4096, "CPU threads; 0 = all cores"),
-            SKEW_STRING("runtime.grad_dtype", runtime.grad_dtype, (std::vector<std::string>{"bf16", "fp32"}),
+            SKEW_CHOICE("runtime.grad_dtype", runtime.grad_dtype,
                         "Gradient storage (bf16 as the paper; fp32 accumulates microbatches exactly)"),
             SKEW_FLOAT("runtime.workspace_gib", runtime.workspace_gib, 0, 1024, false,
                        "Library workspace (cuBLASLt) reserved in the plan, GiB"),
@@ -199,11 +206,12 @@ const std::vector<KeySpec>& section_key_specs() {
 const std::vector<KeySpec>& optimizer_key_specs() {
     static const std::vector<KeySpec> specs = [] {
         std::vector<KeySpec> s = {
-            KeySpec{"type", KeyType::STRING, -INF, INF, false,
-                    {"skewadam", "adamw", "lion", "muon", "muon-kj", "adafactor", "galore", "galore-paper"},
+            KeySpec{"type", KeyType::STRING, -INF, INF, false, choice_names<OptimizerType>(),
                     "Algorithm; needed only when the entry's name is not a built-in", nullptr, nullptr,
-                    [](OptimizerConfig& o, const ConfigValue& v) { o.type = std::get<std::string>(v); },
-                    [](const OptimizerConfig& o) { return ConfigValue(o.type); }},
+                    [](OptimizerConfig& o, const ConfigValue& v) {
+                        o.type = *parse_choice<OptimizerType>(std::get<std::string>(v));
+                    },
+                    [](const OptimizerConfig& o) { return ConfigValue(std::string(choice_name(o.type))); }},
             SKEW_OPT_FLOAT("lr", lr, 0, 10, true, "Peak learning rate (cosine schedule with warmup)"),
             open_max(SKEW_OPT_FLOAT("beta1", beta1, 0, 1, false, "First-moment decay (Lion: interpolation beta1); 1 would freeze the moment and divide by a zero bias correction")),
             open_max(SKEW_OPT_FLOAT("beta2", beta2, 0, 1, false, "Second-moment decay (Lion: momentum beta2); 1 divides by a zero bias correction")),

@@ -11,7 +11,9 @@
 
 namespace skew {
 
-std::string plan_backend(const Config& cfg) { return cfg.runtime.backend == "cpu" ? "cpu" : "cuda"; }
+BackendChoice plan_backend(const Config& cfg) {
+    return cfg.runtime.backend == BackendChoice::CPU ? BackendChoice::CPU : BackendChoice::CUDA;
+}
 
 namespace {
 
@@ -34,7 +36,7 @@ std::vector<BufferSpec> library_workspace(const Config& cfg) {
 }  // namespace
 
 BackendWorkspace backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch) {
-    return plan_backend(cfg) == "cpu" ? cpu_backend_workspace(cfg, table, microbatch)
+    return plan_backend(cfg) == BackendChoice::CPU ? cpu_backend_workspace(cfg, table, microbatch)
                                       : cuda_backend_workspace(cfg, table, microbatch);
 }
 

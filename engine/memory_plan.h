@@ -74,7 +74,7 @@ constexpr int64_t LOGITS_CHUNK_TOKENS = 512;
 
 /// The backend a plan is sized for: "cpu" for runtime.backend cpu, else "cuda" (auto plans for
 /// the GPU; the trainer plans with the backend it resolved).
-std::string plan_backend(const Config& cfg);
+BackendChoice plan_backend(const Config& cfg);
 
 /// What a backend declares to the plan for one microbatch, from its device-free size model:
 /// buffers it holds for the whole step (the cuBLASLt workspace ws.library, runtime.workspace_gib),

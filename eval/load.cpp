@@ -128,7 +128,7 @@ std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::str
     lm->cfg.train.microbatch = microbatch;
     lm->cfg.train.seq_len = seq_len;
     lm->backend = make_named_backend(backend);
-    lm->cfg.runtime.backend = lm->backend->name();
+    lm->cfg.runtime.backend = backend_choice_of(*lm->backend);
     SessionSpec spec;
     spec.kind = SessionKind::INFERENCE;
     spec.optimizer = lm->cfg.find_optimizer(ref.optimizer);  // activations planned as in its training

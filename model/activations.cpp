@@ -18,7 +18,7 @@ bool block_holds(const Config& cfg, const ActDims& D, ActWhen when, int64_t b) {
         case ActWhen::ALL: return true;
         case ActWhen::DENSE: return !m.is_moe_block(b);
         case ActWhen::MOE: return m.is_moe_block(b);
-        case ActWhen::MOE_STORED: return m.is_moe_block(b) && cfg.train.expert_grads != "deferred";
+        case ActWhen::MOE_STORED: return m.is_moe_block(b) && cfg.train.expert_grads != ExpertGrads::DEFERRED;
     }
     return false;
 }
@@ -72,22 +72,6 @@ void bind_slot(std::vector<T*>& member, const Arena& arena, const std::string& n
 
 }  // namespace
 
-Recompute parse_recompute(const std::string& mode) {
-    if (mode == "block") return Recompute::BLOCK;
-    if (mode == "attention") return Recompute::ATTENTION;
-    if (mode == "none") return Recompute::NONE;
-    fail("train.recompute: '{}' is not one of block, attention, none", mode);
-}
-
-const char* recompute_name(Recompute r) {
-    switch (r) {
-        case Recompute::BLOCK: return "block";
-        case Recompute::ATTENTION: return "attention";
-        case Recompute::NONE: return "none";
-    }
-    return "?";
-}
-
 ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int64_t lm_head_workspace_bytes,
                  int64_t expert_parallel) {
     if (expert_parallel < 1 || m.n_experts % expert_parallel != 0)
@@ -120,7 +104,7 @@ int64_t table_expert_parallel(const ParamTable& table, const ModelConfig& m) {
 
 std::vector<BufferSpec> model_activation_buffers(const Config& cfg, const ActDims& D) {
     const ModelConfig& m = cfg.model;
-    const Recompute mode = parse_recompute(cfg.train.recompute);
+    const Recompute mode = cfg.train.recompute;
     // a table phase: the Phase, and for FR that the backward's recompute writes the slot again
     // before reading it (dead during the head unless the mode keeps it per block)
     struct TablePhase {
@@ -229,7 +213,7 @@ ActSlots act_slots_bind(const Config& cfg, const ActDims& dims, const Arena& are
     ActDims D = dims;
     D.logits = m.padded_vocab_size;
     ActSlots a;
-    a.recompute = parse_recompute(cfg.train.recompute);
+    a.recompute = cfg.train.recompute;
 #define SKEW_ACT_BIND(member, type, name, dtype, when, keep, kind, first, last, ...)                               \
     bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), cfg, D, ActWhen::when,                    \
               act_kept_per_block(ActKeep::keep, a.recompute));

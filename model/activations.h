@@ -55,18 +55,6 @@ int64_t table_expert_parallel(const ParamTable& table, const ModelConfig& m);
 /// for each such block. EXPERT_PARALLEL: the MoE blocks under expert parallelism (ActDims::M > 1).
 enum class ActWhen : uint8_t { ALL, DENSE, MOE, MOE_STORED, EXPERT_PARALLEL };
 
-/// train.recompute, ordered by what the forward keeps: BLOCK keeps each block's input and
-/// recomputes the whole block in the backward; ATTENTION keeps every block's working slots but the
-/// attention core (attention output and logsumexp), recomputed from the kept q, k, v; NONE keeps
-/// everything and recomputes nothing.
-enum class Recompute : uint8_t { BLOCK = 0, ATTENTION = 1, NONE = 2 };
-
-/// The Recompute of a train.recompute string ("block", "attention", "none"); throws skew::Error
-/// naming the key for anything else.
-Recompute parse_recompute(const std::string& mode);
-
-/// The train.recompute string of a Recompute.
-const char* recompute_name(Recompute r);
 
 /// How many copies of a slot the plan holds: ONE for the whole step; one per block in EVERY_MODE
 /// (the checkpointed block inputs); one per block UNLESS_BLOCK recompute (a block's working slots:

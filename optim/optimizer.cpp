@@ -11,17 +11,17 @@
 namespace skew {
 
 OptimizerKind optimizer_kind(const OptimizerConfig& opt) {
-    const std::string& t = opt.type;
-    if (t == "skewadam") return OptimizerKind::SKEWADAM;
-    if (t == "adamw") return OptimizerKind::ADAMW;
-    if (t == "lion") return OptimizerKind::LION;
-    if (t == "muon" || t == "muon-kj") return OptimizerKind::MUON;
-    if (t == "adafactor") return OptimizerKind::ADAFACTOR;
-    if (t == "galore") return OptimizerKind::GALORE;
-    if (t == "galore-paper") return OptimizerKind::GALORE_PAPER;
-    fail("optimizer '{}': unknown type '{}' (expected skewadam, adamw, lion, muon, muon-kj, adafactor, galore, "
-         "galore-paper)",
-         opt.name, t);
+    switch (opt.type) {
+        case OptimizerType::SKEWADAM: return OptimizerKind::SKEWADAM;
+        case OptimizerType::ADAMW: return OptimizerKind::ADAMW;
+        case OptimizerType::LION: return OptimizerKind::LION;
+        case OptimizerType::MUON:
+        case OptimizerType::MUON_KJ: return OptimizerKind::MUON;  // muon-kj: the same step, other settings
+        case OptimizerType::ADAFACTOR: return OptimizerKind::ADAFACTOR;
+        case OptimizerType::GALORE: return OptimizerKind::GALORE;
+        case OptimizerType::GALORE_PAPER: return OptimizerKind::GALORE_PAPER;
+    }
+    fail("optimizer '{}': no step for its type", opt.name);
 }
 
 bool muon_uses_adam(const ParamInfo& p) {

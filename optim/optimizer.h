@@ -22,8 +22,8 @@ constexpr int STATE_KIND_COUNT = 10;  // number of StateKind values
 /// The optimizer algorithms (OptimizerConfig::type).
 enum class OptimizerKind : uint8_t { SKEWADAM, ADAMW, LION, MUON, ADAFACTOR, GALORE, GALORE_PAPER };
 
-/// The algorithm of a config type string (skewadam, adamw, lion, muon, muon-kj, adafactor, galore,
-/// galore-paper). Throws skew::Error naming the optimizer and the type when unknown.
+/// The step family of an optimizer's type (OptimizerConfig::type, parsed once with the config):
+/// muon and muon-kj share the Muon step.
 OptimizerKind optimizer_kind(const OptimizerConfig& opt);
 
 /// How one parameter is updated, resolved from the config and the parameter table (tier, role,

@@ -110,7 +110,7 @@ int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTabl
     return need;
 }
 
-BufferSpec optimizer_scratch_buffer(const OptimizerConfig& opt, const ParamTable& table, const std::string& backend) {
+BufferSpec optimizer_scratch_buffer(const OptimizerConfig& opt, const ParamTable& table, BackendChoice backend) {
     const OptimizerKind kind = optimizer_kind(opt);
     const bool muon = kind == OptimizerKind::MUON;
     const bool galore = kind == OptimizerKind::GALORE || kind == OptimizerKind::GALORE_PAPER;
@@ -125,7 +125,7 @@ BufferSpec optimizer_scratch_buffer(const OptimizerConfig& opt, const ParamTable
     ws.kind = BufferKind::WORKSPACE;
     ws.dtype = DType::F32;
     ws.shape = {muon ? 4 * max_matrix : galore ? 2 * max_matrix : std::max<int64_t>(max_rows_cols, 1024)};
-    if (backend == "cuda") ws.shape[0] = std::max(ws.shape[0], (cuda_optimizer_scratch_bytes(opt, table) + 3) / 4);
+    if (backend == BackendChoice::CUDA) ws.shape[0] = std::max(ws.shape[0], (cuda_optimizer_scratch_bytes(opt, table) + 3) / 4);
     ws.first = ws.last = Phase::OPTIMIZER;
     ws.component = "workspace";
     return ws;

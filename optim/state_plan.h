@@ -36,6 +36,6 @@ int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTabl
 /// Newton-Schulz holds <= 4 matrices of its largest shape, GaLore 2 (projected gradient and its
 /// back-projection), the element-wise optimizers per-matrix reductions only (at least 1024 words);
 /// on "cuda" at least cuda_optimizer_scratch_bytes.
-BufferSpec optimizer_scratch_buffer(const OptimizerConfig& opt, const ParamTable& table, const std::string& backend);
+BufferSpec optimizer_scratch_buffer(const OptimizerConfig& opt, const ParamTable& table, BackendChoice backend);
 
 }  // namespace skew

@@ -38,7 +38,7 @@ MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const O
     const ParamTable held = table_m > 1 ? table : held_param_table(table, layout);
     const ParamTable owned = layout.zero() ? owned_param_table(table, zero_partition(table, opt, layout), layout.rank)
                                            : held;
-    const DType grad_dtype = cfg.runtime.grad_dtype == "fp32" ? DType::F32 : DType::BF16;
+    const DType grad_dtype = cfg.runtime.grad_dtype == GradDtype::FP32 ? DType::F32 : DType::BF16;
     const BackendWorkspace backend = backend_workspace(cfg, table, microbatch);
     // expert parallel: the exchange slots of M ranks, from the rank's table (its banks hold E/M
     // experts) or the config when given the whole model's table
@@ -51,7 +51,7 @@ MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const O
     };
     // deferred expert gradients: the expert banks' gradient buffers give way to the kept operands
     // of their weight-gradient products and one expert matrix of scratch (model/activations.h)
-    const bool deferred = cfg.train.expert_grads == "deferred";
+    const bool deferred = cfg.train.expert_grads == ExpertGrads::DEFERRED;
     if (deferred) {
         std::erase_if(buffers, [&](const BufferSpec& b) {
             return b.kind == BufferKind::GRAD && deferred_expert_param(held.params[size_t(b.param)]);

@@ -24,6 +24,9 @@ std::unique_ptr<Backend> make_backend(const Config& cfg, int device = 0, const s
 /// build or a visible GPU, or the name is none of these.
 std::unique_ptr<Backend> make_named_backend(const std::string& name);
 
+/// The runtime.backend value that names `backend` (what a run records after `auto` chose).
+BackendChoice backend_choice_of(const Backend& backend);
+
 /// The communicator that sums gradients where `backend` keeps them: for a backend that runs CUDA,
 /// NCCL on CUDA device `device` and the backend's stream, bootstrapped over `host`
 /// (docs/distributed.md); null for a host backend (`host` itself serves). Throws skew::Error when

@@ -78,7 +78,7 @@ void run_plan(const PlanArgs& a) {
         cfg.parallel.expert = a.expert_parallel;
     }
     const bool distributed = a.world_size > 1 || cfg.parallel.expert > 1;
-    if (distributed && cfg.train.expert_grads == "deferred") cfg.train.expert_grads = "stored";  // one process only
+    if (distributed && cfg.train.expert_grads == ExpertGrads::DEFERRED) cfg.train.expert_grads = ExpertGrads::STORED;  // one process only
     const ParallelLayout layout = parallel_layout(cfg, a.world_size, 0);
     ParamTable table = build_param_table(cfg.model);
     OptimizerConfig opt = pick_optimizer(cfg, a.optimizer);
@@ -86,7 +86,7 @@ void run_plan(const PlanArgs& a) {
     if (a.budget_given) budget = parse_size(a.budget, "--budget");  // '' is refused there, not read as "no budget"
     // A budget is the device's memory: on CUDA the context and libraries take their share first
     // (cuda_runtime_overhead_bytes), the arena gets the rest.
-    const bool cuda = plan_backend(cfg) == "cuda";
+    const bool cuda = plan_backend(cfg) == BackendChoice::CUDA;
     const int cuda_major = cuda_plan_major_version();
     const int64_t overhead = cuda ? cuda_runtime_overhead_bytes(cuda_major) : 0;
     const int64_t arena_budget = budget ? budget->bytes - overhead : 0;
@@ -134,11 +134,11 @@ void run_plan(const PlanArgs& a) {
         int64_t largest = -1;
     };
     std::vector<ModeRow> modes;
-    for (const char* mode : {"stored", "deferred"}) {
-        if (distributed && std::string(mode) == "deferred") continue;  // one process only
+    for (const ExpertGrads mode : {ExpertGrads::STORED, ExpertGrads::DEFERRED}) {
+        if (distributed && mode == ExpertGrads::DEFERRED) continue;  // one process only
         Config mc = cfg;
         mc.train.expert_grads = mode;
-        ModeRow r{mode, build_largest_rank_plan(mc, table, opt, mb, layout)};
+        ModeRow r{std::string(choice_name(mode)), build_largest_rank_plan(mc, table, opt, mb, layout)};
         if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, arena_budget, layout);
         modes.push_back(std::move(r));
     }
@@ -158,10 +158,10 @@ void run_plan(const PlanArgs& a) {
 
     // every mode of train.recompute side by side (docs/design.md "Activation recompute")
     std::vector<ModeRow> recompute_modes;
-    for (const char* mode : {"block", "attention", "none"}) {
+    for (const Recompute mode : {Recompute::BLOCK, Recompute::ATTENTION, Recompute::NONE}) {
         Config mc = cfg;
         mc.train.recompute = mode;
-        ModeRow r{mode, build_largest_rank_plan(mc, table, opt, mb, layout)};
+        ModeRow r{std::string(choice_name(mode)), build_largest_rank_plan(mc, table, opt, mb, layout)};
         if (budget) r.largest = largest_fitting_microbatch(mc, table, opt, arena_budget, layout);
         recompute_modes.push_back(std::move(r));
     }
@@ -170,10 +170,10 @@ void run_plan(const PlanArgs& a) {
         nlohmann::json j;
         j["config"] = a.config;
         j["optimizer"] = opt.name;
-        j["optimizer_type"] = opt.type;
+        j["optimizer_type"] = choice_name(opt.type);
         j["microbatch"] = mb;
         if (!mb_note.empty()) j["microbatch_note"] = mb_note;
-        j["backend"] = plan_backend(cfg);
+        j["backend"] = choice_name(plan_backend(cfg));
         j["seq_len"] = cfg.train.seq_len;
         j["grad_accum_steps"] = rank_batch / mb;
         j["layout"] = {{"world_size", layout.world_size}, {"expert_parallel", layout.expert_parallel},
@@ -208,7 +208,7 @@ void run_plan(const PlanArgs& a) {
         }
         nlohmann::json others = nlohmann::json::array();
         for (size_t i = 0; i < all.size(); ++i)
-            others.push_back({{"name", all[i].name}, {"type", all[i].type}, {"state_bytes", plans[i].state_bytes},
+            others.push_back({{"name", all[i].name}, {"type", choice_name(all[i].type)}, {"state_bytes", plans[i].state_bytes},
                               {"state_gib", gib(plans[i].state_bytes)}, {"paper_state_gib", gib(plans[i].paper_state_bytes)},
                               {"peak_gib", gib(plans[i].peak_bytes)}});
         j["optimizers"] = others;
@@ -222,14 +222,14 @@ void run_plan(const PlanArgs& a) {
                           {"activations", entry(r.plan.activation_bytes)}, {"peak", entry(r.plan.peak_bytes)},
                           {"device_total", entry(r.plan.peak_bytes + overhead)},
                           {"largest_microbatch", budget ? nlohmann::json(r.largest) : nlohmann::json(nullptr)}});
-        j["expert_grads"] = cfg.train.expert_grads;
+        j["expert_grads"] = choice_name(cfg.train.expert_grads);
         j["expert_grad_modes"] = mj;
         nlohmann::json rj = nlohmann::json::array();
         for (const ModeRow& r : recompute_modes)
             rj.push_back({{"recompute", r.mode}, {"activations", entry(r.plan.activation_bytes)},
                           {"peak", entry(r.plan.peak_bytes)},
                           {"largest_microbatch", budget ? nlohmann::json(r.largest) : nlohmann::json(nullptr)}});
-        j["recompute"] = cfg.train.recompute;
+        j["recompute"] = choice_name(cfg.train.recompute);
         j["recompute_modes"] = rj;
         std::cout << json_text(j) << "\n";
         return;

@@ -113,7 +113,7 @@ nlohmann::json config_to_json(const std::string& resolved_yaml) {
 RunMetrics make_run_metrics(const Config& cfg, const OptimizerConfig& opt, const MemoryPlan& plan) {
     RunMetrics m;
     m.optimizer = opt.name;
-    m.type = opt.type;
+    m.type = choice_name(opt.type);
     m.config = cfg.resolved_yaml.empty() ? nlohmann::json::object() : config_to_json(cfg.resolved_yaml);
     m.param_count = plan.param_count;
     m.state_bytes = plan.state_bytes;

@@ -663,12 +663,12 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
         at_step(opt, step, "optimizer", [&] {
             if (r.zero) {  // ZeRO-1: this rank's ranges, then the all-gather of the updated weights
                 zero_optimizer_step(*r.zero, *r.optimizer, os, r.backend, opt,
-                                    tc.idle_experts == "skip" ? idle_experts(expert_tokens) : std::vector<IdleExpert>{},
+                                    tc.idle_experts == IdleExperts::SKIP ? idle_experts(expert_tokens) : std::vector<IdleExpert>{},
                                     r.opts.device_comm ? *r.opts.device_comm : *r.opts.comm);
                 return;
             }
             // experts that got no token keep weights and state (train.idle_experts: skip)
-            const IdleExpertSnapshot idle = tc.idle_experts == "skip"
+            const IdleExpertSnapshot idle = tc.idle_experts == IdleExperts::SKIP
                                                 ? save_idle_experts(r.backend, opt, r.slots,
                                                                     held_idle_experts(idle_experts(expert_tokens), r.model))
                                                 : IdleExpertSnapshot{};
@@ -881,7 +881,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
             data::check_resume_data(cfg.data.dir, opts.run_dir);
             check_resume_world_size(cfg, opts.run_dir, world);
         }
-        if (world > 1 && cfg.train.expert_grads == "deferred")
+        if (world > 1 && cfg.train.expert_grads == ExpertGrads::DEFERRED)
             fail("train.expert_grads: deferred cannot run on {} ranks: its expert gradients are formed one expert at a "
                  "time inside the optimizer step and never exist as a whole to be summed over the ranks; {}", world,
                  opts.resume ? fmt::format("resume it with one process (skew train --resume {}, without mpirun), or {}",
@@ -911,7 +911,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
                  backend->name(), cfg.runtime.backend);
         // Plan for the backend actually used (auto resolved); the run's identity (config.yaml, the
         // checkpoints' config hash) stays the config as written.
-        run_cfg.runtime.backend = backend->name();
+        run_cfg.runtime.backend = backend_choice_of(*backend);
         // train.microbatch 0 on N ranks: the largest that fits among the divisors of batch_size / N,
         // planned for this rank's layout (its ZeRO-1 share of the optimizer state)
         if (cfg.train.microbatch > 0) dp_make(comm, cfg, cfg.train.microbatch, resume_run);  // its message names all three

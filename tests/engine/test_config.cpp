@@ -156,7 +156,7 @@ TEST_CASE("a custom optimizer needs a type, and unknown optimizer names are refu
     Config c = load_config_text(
         "optimizers:\n  my-adam:\n    type: adamw\n    lr: 1e-4\ntrain:\n  optimizers: [my-adam, skewadam]\n", "t.yaml");
     REQUIRE(c.optimizers.size() == 2);
-    CHECK(c.optimizers[0].type == "adamw");
+    CHECK(c.optimizers[0].type == OptimizerType::ADAMW);
     CHECK(c.optimizers[0].lr == Approx(1e-4));
     CHECK(error_of("optimizers:\n  mine:\n    lr: 1e-4\n").find("needs a `type:`") != std::string::npos);
     CHECK(error_of("train:\n  optimizers: [adamw, skewadamm]\n").find("did you mean 'skewadam'") != std::string::npos);
@@ -185,7 +185,7 @@ TEST_CASE("tiers under an optimizer that is not SkewAdam is an error naming the 
     // but not with a tier changed.
     const std::string resolved = load_config_text("train:\n  optimizers: [adamw]\n", "t.yaml").resolved_yaml;
     REQUIRE(resolved.find("tiers.router.momentum: none") != std::string::npos);
-    CHECK(load_config_text(resolved, "resolved.yaml").optimizers[0].type == "adamw");
+    CHECK(load_config_text(resolved, "resolved.yaml").optimizers[0].type == OptimizerType::ADAMW);
     std::string changed = resolved;
     changed.replace(changed.find("tiers.router.momentum: none"), 27, "tiers.router.momentum: fp32");
     CHECK(error_of(changed).find("optimizers.adamw.tiers.router.momentum: tiers.* is a SkewAdam setting") != std::string::npos);

@@ -106,7 +106,7 @@ TEST_CASE("buffers overlap only where their lifetimes are disjoint") {
     ParamTable t = build_param_table(paper().model);
     const std::string mode = GENERATE("stored", "deferred");
     Config cfg = paper();
-    cfg.train.expert_grads = mode;
+    cfg.train.expert_grads = *parse_choice<ExpertGrads>(mode);
     MemoryPlan p = build_memory_plan(cfg, t, builtin_optimizer("muon"), 8);
     int shared = 0, with_logits = 0;
     for (size_t i = 0; i < p.buffers.size(); ++i) {
@@ -190,9 +190,9 @@ TEST_CASE("a host arena gives every buffer its planned bytes") {
 
 TEST_CASE("a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head, the router's widening, the optimizer") {
     Config cuda = paper();
-    cuda.runtime.backend = "cuda";
+    cuda.runtime.backend = BackendChoice::CUDA;
     Config cpu = paper();
-    cpu.runtime.backend = "cpu";
+    cpu.runtime.backend = BackendChoice::CPU;
     ParamTable t = build_param_table(paper().model);
     const int64_t mb = 8, T = paper().train.seq_len, N = mb * T;
     const ModelConfig& m = paper().model;
@@ -276,8 +276,8 @@ TEST_CASE("a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head,
           cuda_ws::galore_scratch_bytes(1, 50304, 4096, 128, true));
     CHECK(cuda_ws::galore_chunk_matrices(128, 4096, 4096, 128, false) == 3);
     // auto plans for the GPU; the trainer replans with the backend it resolved.
-    CHECK(plan_backend(paper()) == "cuda");
-    CHECK(plan_backend(cpu) == "cpu");
+    CHECK(plan_backend(paper()) == BackendChoice::CUDA);
+    CHECK(plan_backend(cpu) == BackendChoice::CPU);
 }
 
 TEST_CASE("the arena layout is first fit over every conflicting buffer, checked against the direct search") {

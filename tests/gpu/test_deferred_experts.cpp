@@ -111,7 +111,7 @@ struct Trial {
         os.lr = opt.lr;
         os.seed = uint64_t(tc.seed);
         os.grad_scale = grad_scale;
-        const IdleExpertSnapshot snap = tc.idle_experts == "skip"
+        const IdleExpertSnapshot snap = tc.idle_experts == IdleExperts::SKIP
                                             ? save_idle_experts(*backend, opt, slots, idle_experts(tokens))
                                             : IdleExpertSnapshot{};
         runner->step(slots, os);
@@ -143,8 +143,8 @@ struct Trial {
 /// checks losses, grad norms, every weight and every state tensor.
 void compare_modes(const Config& base, const std::string& optimizer, int steps) {
     Config cs = base, cd = base;
-    cs.train.expert_grads = "stored";
-    cd.train.expert_grads = "deferred";
+    cs.train.expert_grads = ExpertGrads::STORED;
+    cd.train.expert_grads = ExpertGrads::DEFERRED;
     Trial s(cs, optimizer), d(cd, optimizer);
     REQUIRE(d.model.deferred.on);
     REQUIRE_FALSE(s.model.deferred.on);
@@ -210,7 +210,7 @@ TEST_CASE("configs/tiny.yaml on the CUDA backend: a deferred training step alloc
     const std::string mb = GENERATE("8", "2");
     INFO(optimizer << " microbatch " << mb);
     Config cfg = tiny({"train.microbatch=" + mb, "train.grad_clip=0.05"});
-    cfg.train.expert_grads = "deferred";
+    cfg.train.expert_grads = ExpertGrads::DEFERRED;
     Trial d(cfg, optimizer);
     REQUIRE(d.model.deferred.on);
     const int64_t n = cfg.train.batch_size * cfg.train.seq_len;

@@ -52,7 +52,7 @@ ModeStep cuda_step(const std::string& mode) {
     dev.synchronize();
     Arena arena = allocate_arena(plan, gpu());
     Model m = model_bind(cfg, table, arena, dev);
-    REQUIRE(m.act.recompute == parse_recompute(mode));
+    REQUIRE(m.act.recompute == *parse_choice<Recompute>(mode));
     const int si = plan.find("ws.cuda_scratch"), wi = plan.find("ws.cuda_widen");
     REQUIRE(si >= 0);
     dev.set_scratch(arena.ptr(si), plan.buffers[size_t(si)].bytes());

@@ -67,7 +67,7 @@ StepResult run_step(const std::string& yaml, const std::string& mode, int64_t n_
     const int64_t mb = 8 / n_micro;
     auto t = make_test_model(yaml, {"train.recompute=" + mode, "train.batch_size=8"}, mb);
     Model& m = t->model;
-    REQUIRE(m.act.recompute == parse_recompute(mode));
+    REQUIRE(m.act.recompute == *parse_choice<Recompute>(mode));
     model_init(m, 42);
     for (const BlockParams& b : m.blocks) {
         if (!b.moe) continue;
@@ -278,7 +278,8 @@ TEST_CASE("a model bound to a plan of another train.recompute mode is refused, n
     Arena arena = allocate_host_arena(plan);
     arena.plan = &plan;
     auto be = make_cpu_backend();
-    cfg.train.recompute = "none";
+    cfg.train.recompute = Recompute::NONE;
     CHECK_THROWS_WITH(model_bind(cfg, table, arena, *be), Catch::Contains("act.ln1_out.0"));
-    CHECK_THROWS_WITH(parse_recompute("selective"), Catch::Contains("train.recompute"));
+    CHECK_THROWS_WITH(load_config_text(MOE_YAML, "test.yaml", {"train.recompute=selective"}),
+                      Catch::Contains("train.recompute") && Catch::Contains("block"));
 }

@@ -55,7 +55,7 @@ const char* kind_key(StateKind k) {
 OptimizerConfig config_from(const std::string& name, const json& c) {
     OptimizerConfig o;
     o.name = name;
-    o.type = c["type"];
+    o.type = *parse_choice<OptimizerType>(c["type"].get<std::string>());
     o.lr = c["lr"];
     o.beta1 = c["beta1"];
     o.beta2 = c["beta2"];

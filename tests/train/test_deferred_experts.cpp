@@ -92,7 +92,7 @@ struct Trial {
         const std::vector<IdleExpert> idle = idle_experts(tokens);
         out.idle = idle.size();
         const IdleExpertSnapshot snap =
-            tc.idle_experts == "skip" ? save_idle_experts(*backend, opt, slots, idle) : IdleExpertSnapshot{};
+            tc.idle_experts == IdleExperts::SKIP ? save_idle_experts(*backend, opt, slots, idle) : IdleExpertSnapshot{};
         runner->step(slots, os);
         step_deferred_experts(model, opt, *runner, slots, os);
         restore_idle_experts(*backend, snap);
@@ -208,8 +208,8 @@ void compare_weights_and_state(const Trial& d, const Trial& s, const std::string
 /// norms, every weight and every state tensor. Returns the idle experts seen over the run.
 size_t compare_modes(const Config& base, const std::string& optimizer, int steps, ModeTolerance tol = {}) {
     Config cs = base, cd = base;
-    cs.train.expert_grads = "stored";
-    cd.train.expert_grads = "deferred";
+    cs.train.expert_grads = ExpertGrads::STORED;
+    cd.train.expert_grads = ExpertGrads::DEFERRED;
     Trial s(cs, optimizer), d(cd, optimizer);
     REQUIRE(d.model.deferred.on);
     REQUIRE_FALSE(s.model.deferred.on);
@@ -339,7 +339,7 @@ TEST_CASE("the deferred plan drops the expert gradient buffers for the kept oper
     for (const std::string mb : {"8", "2"}) {
         Config cs = tiny({"train.microbatch=" + mb});
         Config cd = cs;
-        cd.train.expert_grads = "deferred";
+        cd.train.expert_grads = ExpertGrads::DEFERRED;
         const ParamTable table = build_param_table(cs.model);
         const OptimizerConfig opt = builtin_optimizer("skewadam");
         const MemoryPlan ps = build_memory_plan(cs, table, opt, cs.train.microbatch);

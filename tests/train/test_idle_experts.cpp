@@ -63,7 +63,7 @@ TEST_CASE("an expert with no token in any microbatch of the step is idle, one to
     REQUIRE(idle.size() == 2);
     CHECK((idle[0].block == 1 && idle[0].expert == 1));
     CHECK((idle[1].block == 3 && idle[1].expert == 0));
-    CHECK(Config{}.train.idle_experts == "skip");  // the paper's trainer's behaviour is the default
+    CHECK(Config{}.train.idle_experts == IdleExperts::SKIP);  // the paper's trainer's behaviour is the default
 }
 
 TEST_CASE("skip leaves an idle expert's weights and state bit-identical, step decays them, other experts move") {

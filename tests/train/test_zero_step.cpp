@@ -38,7 +38,7 @@ Config small_config() {
     cfg.train.seq_len = 16;
     cfg.train.batch_size = 4;
     cfg.train.microbatch = 1;
-    cfg.runtime.backend = "cpu";
+    cfg.runtime.backend = BackendChoice::CPU;
     cfg.runtime.workspace_gib = 1.0 / 1024;
     return cfg;
 }
