@@ -42,13 +42,19 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/deferred_experts.h"
+#include "train/evaluation.h"
 #include "train/faults.h"
 #include "train/idle_experts.h"
 #include "train/metrics.h"
+#include "train/optimizer_phase.h"
+#include "train/preflight.h"
+#include "train/process_groups.h"
+#include "train/run_writes.h"
 #include "train/schedule.h"
 #include "train/sharded_checkpoint.h"
 #include "train/signals.h"
 #include "train/status_line.h"
+#include "train/step_checks.h"
 #include "train/zero_step.h"
 
 
@@ -73,21 +79,6 @@ constexpr const char* RUN_LOCK_FILE = ".skew-train.lock";
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-/// Testing hook (--debug-inject-nan): element 0 of the last MoE block's router gradient (or the
-/// last parameter's gradient in a dense model) becomes NaN, as a numerical fault would leave it.
-void inject_nan_gradient(Model& m) {
-    const ParamRef* target = &m.params.back();
-    for (const ParamRef& p : m.params)
-        if (p.info->role == Role::ROUTER) target = &p;
-    if (target->grad.type == ScalarType::F32) {
-        const float nan = std::nanf("");
-        m.backend->copy_to_device(target->grad.data, &nan, sizeof(nan));
-    } else {
-        const bf16 nan = f32_to_bf16(std::nanf(""));
-        m.backend->copy_to_device(target->grad.data, &nan, sizeof(nan));
-    }
-}
-
 /// Reset the process's resident-memory high-water mark (Linux: "5" into /proc/self/clear_refs), so
 /// that each optimizer's measured CPU peak is its own, not the largest of the runs before it.
 void reset_peak_rss() {
@@ -95,66 +86,6 @@ void reset_peak_rss() {
         std::fputs("5", f);
         std::fclose(f);
     }
-}
-
-/// Bytes of memory the host can still give (MemAvailable of /proc/meminfo), or -1 if unknown.
-int64_t host_available_bytes() {
-    std::ifstream in("/proc/meminfo");
-    std::string key;
-    int64_t kib = 0;
-    std::string unit;
-    while (in >> key >> kib >> unit)
-        if (key == "MemAvailable:") return kib * 1024;
-    return -1;
-}
-
-/// What to do when the plan does not fit: a smaller microbatch or model (see `skew plan`) in a new
-/// run; under --resume (resume_run not empty), which keeps the config, a machine with more memory.
-std::string smaller_plan_hint(const std::string& resume_run) {
-    if (resume_run.empty()) return "see `skew plan` for a smaller microbatch or model";
-    return fmt::format("resume on a machine with more memory (a smaller microbatch or model needs a new run: skew "
-                       "train {}/config.yaml --set ... --out NEW_FOLDER, sized with `skew plan`; --resume keeps the run's "
-                       "config)", resume_run);
-}
-
-/// Out-of-budget on the CPU backend: refuse before allocating when the plan's arena exceeds the
-/// host's available memory, saying what the plan holds (the CUDA arena checks the device's free
-/// memory itself).
-void refuse_if_host_too_small(const MemoryPlan& plan, const OptimizerConfig& opt, const std::string& resume_run) {
-    const int64_t avail = host_available_bytes();
-    if (avail < 0 || plan.peak_bytes <= avail) return;
-    fail("{}: the plan needs {:.2f} GiB (weights {:.2f}, gradients {:.2f}, optimizer state {:.2f}, activations "
-         "{:.2f}, workspace {:.2f}) but this host has {:.2f} GiB available; {}", opt.name, double(plan.peak_bytes) / GIB,
-         double(plan.weights_bytes) / GIB, double(plan.grads_bytes) / GIB, double(plan.state_bytes) / GIB,
-         double(plan.activation_bytes) / GIB, double(plan.workspace_bytes) / GIB, double(avail) / GIB,
-         smaller_plan_hint(resume_run));
-}
-
-/// What a non-finite step scans for its first culprit: the weights first (a NaN weight makes every
-/// gradient NaN, and the weight is the cause), then the gradients, each named as the plan names it.
-std::vector<NamedTensor> fault_scan_tensors(const Arena& arena, Backend& backend) {
-    std::vector<NamedTensor> t = buffer_tensors(arena, BufferKind::WEIGHT, &backend);
-    for (NamedTensor& g : buffer_tensors(arena, BufferKind::GRAD, &backend)) t.push_back(std::move(g));
-    return t;
-}
-
-/// After a run's first step: warn naming every trainable tensor whose gradient is identically zero
-/// (no gradient path: the loss does not depend on it, so training never changes it).
-void warn_zero_gradients(const OptimizerConfig& opt, const Arena& arena, Backend& backend) {
-    const std::vector<std::string> zero = all_zero_tensors(buffer_tensors(arena, BufferKind::GRAD, &backend));
-    if (!zero.empty())
-        spdlog::warn("{}: after step 1 the gradient of {} is identically zero: no gradient path reaches {} (check the "
-                     "model settings, e.g. top_k, or the loss coefficients)", opt.name, fmt::join(zero, ", "),
-                     zero.size() == 1 ? "it" : "them");
-}
-
-/// A run whose last step(s) were skipped for non-finite values did not train to its end: throws
-/// skew::Error naming the optimizer and the skipped steps (the checkpoint and metrics are written).
-void refuse_trailing_skipped(const OptimizerConfig& opt, int64_t last_step, int64_t trailing_skipped) {
-    if (trailing_skipped == 0) return;
-    fail("{}: the run ended with {} step(s) skipped for non-finite values (steps {} to {}), so its last updates never "
-         "happened; see the step log for the first non-finite tensor (lower the learning rate, or resume from the best "
-         "checkpoint)", opt.name, trailing_skipped, last_step - trailing_skipped + 1, last_step);
 }
 
 /// Run one phase of a training step; an error inside it (a kernel's error word, a CUDA or shape
@@ -168,108 +99,6 @@ void at_step(const OptimizerConfig& opt, int64_t step, const char* phase, F&& f)
     }
 }
 
-/// Memory left out of a device's free memory when train.microbatch is 0: what library handles
-/// (cuBLAS/cuBLASLt), kernel modules and the allocator take after the arena (not in the plan).
-constexpr int64_t DEVICE_AUTO_RESERVE_BYTES = int64_t(512) << 20;
-
-/// train.microbatch 0: the largest divisor of train.batch_size whose plan fits the backend: a
-/// device's free memory less DEVICE_AUTO_RESERVE_BYTES, or the host's available memory for a host
-/// backend (the whole batch when that is unknown). Throws skew::Error naming the memory at
-/// microbatch 1 when nothing fits.
-int64_t auto_microbatch(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, const Backend& backend,
-                        const ParallelLayout& layout, const std::string& resume_run) {
-    int64_t budget = -1;
-    const char* where = "the host's available memory";
-    if (backend.device_memory()) {
-        budget = backend.device_memory_free_bytes();
-        if (budget >= 0) budget = std::max<int64_t>(0, budget - DEVICE_AUTO_RESERVE_BYTES);
-        where = "the device's free memory less 0.5 GiB";
-    } else {
-        budget = host_available_bytes();
-    }
-    if (budget < 0) return cfg.train.batch_size / layout.world_size;
-    const int64_t mb = largest_fitting_microbatch(cfg, table, opt, budget, layout);
-    if (mb == 0)
-        fail("{}: train.microbatch 0 (the largest that fits): even microbatch 1 needs {:.2f} GiB but {} is {:.2f} GiB; "
-             "{}", opt.name, double(build_memory_plan(cfg, table, opt, 1, layout).peak_bytes) / GIB, where,
-             double(budget) / GIB, smaller_plan_hint(resume_run));
-    spdlog::info("{}: train.microbatch 0: {} sequences, the largest divisor of batch_size {} whose plan fits {} "
-                 "({:.2f} GiB)", opt.name, mb, cfg.train.batch_size, where, double(budget) / GIB);
-    return mb;
-}
-
-struct Batches {
-    TokenSplit train;
-    TokenSplit val;
-    double unigram_val_ppl = std::nan("");
-};
-
-/// The unigram baseline: perplexity on the validation split of the training split's token
-/// frequencies with add-one smoothing over vocab_size tokens. Counts at most the first 100M
-/// training tokens and scores at most the first 10M validation tokens (a baseline, not a metric
-/// of the model), reading in 1M-token chunks. Every token it reads is checked against vocab_size:
-/// throws skew::Error naming the split, the shard file and the token's offset in it
-/// (token_split_check_ids) on an id the model cannot hold.
-double unigram_val_perplexity(const TokenSplit& train, const TokenSplit& val, int64_t vocab_size) {
-    const int64_t chunk = int64_t(1) << 20;
-    std::vector<int32_t> buf(static_cast<size_t>(chunk));
-    std::vector<double> counts(size_t(vocab_size), 1.0);
-    double total = double(vocab_size);
-    const int64_t n_train = std::min<int64_t>(train.starts.back(), 100'000'000);
-    for (int64_t at = 0; at < n_train; at += chunk) {
-        const int64_t n = std::min(chunk, n_train - at);
-        token_split_read(train, at, n, buf.data());
-        token_split_check_ids(train, at, buf.data(), n, vocab_size);
-        for (int64_t i = 0; i < n; ++i) counts[size_t(buf[size_t(i)])] += 1.0, total += 1.0;
-    }
-    const int64_t n_val = std::min<int64_t>(val.starts.back(), 10'000'000);
-    double nll = 0;
-    int64_t scored = 0;
-    for (int64_t at = 0; at < n_val; at += chunk) {
-        const int64_t n = std::min(chunk, n_val - at);
-        token_split_read(val, at, n, buf.data());
-        token_split_check_ids(val, at, buf.data(), n, vocab_size);
-        for (int64_t i = 0; i < n; ++i) {
-            nll -= std::log(counts[size_t(buf[size_t(i)])] / total);
-            ++scored;
-        }
-    }
-    return scored > 0 ? std::exp(nll / double(scored)) : std::nan("");
-}
-
-/// Validation loss over the fixed validation batches: mean over batches of each batch's mean LM
-/// loss (docs/design.md, "Training protocol"), and the mean balance loss (no router noise).
-struct EvalResult {
-    double val_loss = 0;
-    double val_balance_loss = 0;
-};
-
-/// Data parallel: rank r evaluates its microbatches of every validation batch (the slice it trains
-/// on, dp_global_microbatch) and the ranks' shares are summed.
-EvalResult evaluate(Model& model, DataParallel& dp, const BatchStream& val, int64_t eval_batches, int64_t batch_size,
-                    int64_t mb, int64_t seq_len, int64_t vocab_size, std::vector<int32_t>& x, std::vector<int32_t>& y) {
-    EvalResult r;
-    const int64_t accum = batch_size / mb;
-    for (int64_t i = 0; i < eval_batches; ++i) {
-        batch_stream_get(val, i, x.data(), y.data());
-        batch_stream_check_ids(val, i, x.data(), y.data(), vocab_size);
-        double lm = 0, bal = 0;
-        for (int64_t m = 0; m < dp.accum_steps; ++m) {
-            const int64_t g = dp_global_microbatch(dp, m);
-            LossParts p = model_eval(model, x.data() + g * mb * seq_len, y.data() + g * mb * seq_len);
-            lm += p.lm_loss / double(accum);
-            bal += p.balance_loss / double(accum);
-        }
-        r.val_loss += lm / double(eval_batches);
-        r.val_balance_loss += bal / double(eval_batches);
-    }
-    double sums[2] = {r.val_loss, r.val_balance_loss};
-    dp_sum(dp, sums, 2);
-    r.val_loss = sums[0];
-    r.val_balance_loss = sums[1];
-    return r;
-}
-
 /// Device backends: the start-up measurement of what the process holds outside the arena into the
 /// run's metrics (device_overhead_bytes), with skew plan's constant and its expected device total.
 template <class Run>
@@ -280,60 +109,6 @@ void synchronize_and_measure_overhead(Run& r) {
     r.metrics.plan_bytes = r.plan.peak_bytes + r.metrics.device_overhead_constant_bytes;
 }
 
-/// The checks of one optimizer's run that need no allocation, made for every optimizer before the
-/// run folder is created: an optimizer the backend cannot run, the microbatch
-/// (train.microbatch, or the largest that fits when 0) and, on a host backend, the plan against
-/// the host's available memory. Returns
-/// the microbatch; throws skew::Error naming the optimizer.
-int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
-                            const Backend& backend, const ParallelLayout& layout, const std::string& resume_run) {
-    require_optimizer_backend(opt, backend);
-    const int64_t mb =
-        cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, backend, layout, resume_run);
-    if (!backend.device_memory())
-        refuse_if_host_too_small(build_memory_plan(cfg, table, opt, mb, layout), opt, resume_run);
-    return mb;
-}
-
-/// What this invocation of `skew train` created in the run folder (files and folders that did not
-/// exist before it), so that a run failing before any checkpoint can be taken back whole and the
-/// same --out (or --resume) works again once the command is fixed. `committed` turns true with the
-/// first checkpoint written; from then on the folder is a run to resume and nothing is removed.
-struct RunWrites {
-    std::vector<fs::path> files;
-    std::vector<fs::path> dirs;  // outermost first
-    bool committed = false;
-
-    /// Note `path` as this invocation's unless it exists already; call before creating it.
-    void file(const fs::path& path) {
-        std::error_code ec;
-        if (!fs::exists(path, ec)) files.push_back(path);
-    }
-    /// Note `dir` and its parents that do not exist yet as this invocation's (it creates them next,
-    /// or save_checkpoint does).
-    void dir(const fs::path& dir) {
-        std::vector<fs::path> missing;
-        std::error_code ec;
-        fs::path start = dir.lexically_normal();
-        if (start.filename().empty()) start = start.parent_path();  // "runs/x/"
-        for (fs::path p = start; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
-            missing.push_back(p);
-            if (p == p.parent_path()) break;
-        }
-        dirs.insert(dirs.end(), missing.rbegin(), missing.rend());
-    }
-    /// Remove the noted files, then the noted folders innermost first, each only if empty.
-    void undo() {
-        std::error_code ec;
-        for (const fs::path& f : files) fs::remove(f, ec);
-        for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) fs::remove(*it, ec);  // fails (kept) when not empty
-    }
-};
-
-/// One optimizer's run in progress: its plan and arena, the model and optimizer over them, the
-/// trainer state and metrics, the batch streams and the run's files. Built by open_run; the
-/// backend's workspace binding is undone on destruction, so the shared backend never keeps a
-/// pointer into a freed arena.
 /// The session of one optimizer's run: this rank's table bound, the plan sized from the whole
 /// model's under ZeRO-1 (its partition needs every parameter), else from the rank's.
 SessionSpec training_spec(const OptimizerConfig& opt, int64_t microbatch, const ParallelLayout& layout,
@@ -347,6 +122,10 @@ SessionSpec training_spec(const OptimizerConfig& opt, int64_t microbatch, const 
     return spec;
 }
 
+/// One optimizer's run in progress: its session (plan, arena, model; the backend's workspace binding
+/// is undone when it goes, so the shared backend never keeps a pointer into a freed arena), the
+/// optimizer over them, the trainer state and metrics, the batch streams and the run's files.
+/// Built by open_run.
 struct OptimizerRun {
     const Config& cfg;
     const OptimizerConfig& opt;
@@ -367,6 +146,7 @@ struct OptimizerRun {
     DataParallel dp;     // this rank's share of each step and the collectives
     bool writer = true;  // rank 0: writes the run folder, logs, draws the status line
     std::unique_ptr<OptimizerRunner> optimizer;
+    std::vector<OptimizerStage> stages;  // the optimizer phase (train/optimizer_phase.h)
     TrainerState state;
     RunMetrics metrics;
     std::string last_dir, best_dir;
@@ -403,6 +183,9 @@ struct OptimizerRun {
         dp_plan_buckets(dp, model, c.parallel.bucket_mib);
         dp.overlap = c.parallel.overlap_grad_reduce;
         optimizer = make_optimizer_runner(opt, backend, arena);
+        OptimizerPhaseParts parts{&opt, &backend, &model, optimizer.get(), &slots, zero.get(),
+                                  to.device_comm ? to.device_comm : to.comm, &dp};
+        stages = optimizer_stages(c, parts);
     }
     ~OptimizerRun() { optimizer.reset(); }  // before the session: the CUDA step drains the stream
     OptimizerRun(const OptimizerRun&) = delete;
@@ -452,7 +235,7 @@ TrainResult train_result(const OptimizerConfig& opt, const OptimizerRun& r, bool
 /// the optimizer has nothing left to do (already finished, or --stop-after reached), with its result.
 /// Otherwise opens the step log and batch streams for training from state.step + 1.
 std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
-                                       const Batches& data, const TrainOptions& opts, Backend& backend, int64_t mb,
+                                       const TrainingData& data, const TrainOptions& opts, Backend& backend, int64_t mb,
                                        RunWrites& writes, std::optional<TrainResult>& done) {
     const TrainConfig& tc = cfg.train;
     const int64_t B = tc.batch_size, T = tc.seq_len;
@@ -660,23 +443,7 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
         os.seed = uint64_t(tc.seed);
         os.grad_scale = grad_scale;
         SKEW_NVTX_RANGE("optimizer");
-        at_step(opt, step, "optimizer", [&] {
-            if (r.zero) {  // ZeRO-1: this rank's ranges, then the all-gather of the updated weights
-                zero_optimizer_step(*r.zero, *r.optimizer, os, r.backend, opt,
-                                    tc.idle_experts == IdleExperts::SKIP ? idle_experts(expert_tokens) : std::vector<IdleExpert>{},
-                                    r.opts.device_comm ? *r.opts.device_comm : *r.opts.comm);
-                return;
-            }
-            // experts that got no token keep weights and state (train.idle_experts: skip)
-            const IdleExpertSnapshot idle = tc.idle_experts == IdleExperts::SKIP
-                                                ? save_idle_experts(r.backend, opt, r.slots,
-                                                                    held_idle_experts(idle_experts(expert_tokens), r.model))
-                                                : IdleExpertSnapshot{};
-            r.optimizer->step(r.slots, os);
-            step_deferred_experts(r.model, opt, *r.optimizer, r.slots, os);  // train.expert_grads: deferred
-            restore_idle_experts(r.backend, idle);
-            dp_after_optimizer_step(r.dp, r.model, r.backend);
-        });
+        at_step(opt, step, "optimizer", [&] { run_optimizer_stages(r.stages, OptimizerStepInput{os, &expert_tokens}); });
     }
     // the step's time is its device time; kernel errors surface here
     at_step(opt, step, "optimizer", [&] { r.backend.synchronize(); });
@@ -735,7 +502,7 @@ void evaluate_step(OptimizerRun& r, const StepRecord& rec) {
 /// Train one optimizer of the run from its checkpoint (or step 1) to train.steps, a stop signal
 /// or --stop-after: open_run, then per step train_step, evaluate_step when due, the status line,
 /// the profiler window and the last checkpoint.
-TrainResult train_one(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, const Batches& data,
+TrainResult train_one(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, const TrainingData& data,
                       const TrainOptions& opts, Backend& backend, int64_t mb, RunWrites& writes) {
     const TrainConfig& tc = cfg.train;
     std::optional<TrainResult> done;
@@ -805,66 +572,25 @@ std::string read_text(const fs::path& path) {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-/// --resume on a world size other than the one its checkpoints were written with: refused first,
-/// naming the command that resumes (the world size is the one layout setting a resume can change;
-/// the batch and microbatch checks after it would otherwise propose config changes).
-void check_resume_world_size(const Config& cfg, const std::string& run_dir, int world) {
-    for (const OptimizerConfig& opt : cfg.optimizers) {
-        const std::string dir = checkpoint_dir(run_dir, opt.name, "last");
-        const int64_t was = checkpoint_world_size(dir);
-        if (was == 0 || was == world) continue;
-        if (was == 1)
-            fail("--resume {}: {} was written by one process (world size 1); this run is world size {}: resume it with "
-                 "one process (skew train --resume {}, without mpirun), or `skew export` its weights", run_dir, dir,
-                 world, run_dir);
-        fail("--resume {}: {} is a sharded checkpoint of world size {}; this run is world size {}: resume it with the "
-             "same world size (mpirun -np {} skew train --resume {}), or `skew export` its weights", run_dir, dir, was,
-             world, was, run_dir);
-    }
-}
-
-/// Whether `flag` holds on any rank of `comm`, and which ranks it holds on.
-std::vector<int> ranks_where(Communicator& comm, bool flag) {
-    std::vector<int32_t> all(size_t(comm.world_size()), 0);
-    const int32_t mine = flag ? 1 : 0;
-    comm.allgather(&mine, all.data(), 1, CommDType::I32);
-    std::vector<int> out;
-    for (int r = 0; r < comm.world_size(); ++r)
-        if (all[size_t(r)]) out.push_back(r);
-    return out;
-}
-
 }  // namespace
 
 std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_in) {
     TrainOptions opts = opts_in;
-    std::unique_ptr<Communicator> self;
-    if (!opts.comm) {
-        self = make_self_communicator();
-        opts.comm = self.get();
-    }
+    std::unique_ptr<Backend> backend;  // declared first: it outlives the device communicators
+    ProcessGroups groups = make_process_groups(opts.comm, cfg);
+    opts.comm = groups.world;
+    opts.expert_comm = groups.expert_group.get();
+    opts.expert_holders = groups.expert_holders.get();
     Communicator& comm = *opts.comm;
     const int world = comm.world_size();
     const bool writer = comm.rank() == 0;  // rank 0 alone writes the run folder
     const std::string resume_run = opts.resume ? opts.run_dir : "";  // hints: a resume cannot change the config
     if (cfg.runtime.threads > 0) omp_set_num_threads(int(cfg.runtime.threads));
-    // expert parallel: rank r holds experts [(r % M) E/M, (r % M + 1) E/M) of every bank; its group
-    // is the M consecutive ranks r - r % M ..., the holders of the same experts every M-th rank
     const int64_t M = cfg.parallel.expert;
-    if (world % M != 0)
-        fail("parallel.expert {} needs a multiple of {} ranks (mpirun -np); this run has {}", M, M, world);
-    std::unique_ptr<Communicator> expert_group, expert_holders;
-    if (M > 1) {
-        expert_group = comm.split(int(comm.rank() / M), comm.rank());
-        expert_holders = comm.split(int(comm.rank() % M), comm.rank());
-        opts.expert_comm = expert_group.get();
-        opts.expert_holders = expert_holders.get();
-    }
     ParamTable table = build_param_table(cfg.model, ExpertShard{M, comm.rank() % M});
     const fs::path config_path = fs::path(opts.run_dir) / "config.yaml";
     DirLock run_lock;
-    Batches data;
-    std::unique_ptr<Backend> backend;
+    TrainingData data;
     Config run_cfg = cfg;
     std::vector<int64_t> microbatch;
     // Every check that can be made before training, before the run folder is touched: the data
@@ -881,27 +607,8 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
             data::check_resume_data(cfg.data.dir, opts.run_dir);
             check_resume_world_size(cfg, opts.run_dir, world);
         }
-        if (world > 1 && cfg.train.expert_grads == ExpertGrads::DEFERRED)
-            fail("train.expert_grads: deferred cannot run on {} ranks: its expert gradients are formed one expert at a "
-                 "time inside the optimizer step and never exist as a whole to be summed over the ranks; {}", world,
-                 opts.resume ? fmt::format("resume it with one process (skew train --resume {}, without mpirun), or {}",
-                                           opts.run_dir, config_change_hint(cfg, "train.expert_grads", "stored", resume_run))
-                             : config_change_hint(cfg, "train.expert_grads", "stored", resume_run));
-        token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size, cfg.data.val_ratio);
-        data = Batches{token_split_open(cfg.data.dir, "train"), token_split_open(cfg.data.dir, "val")};
-        for (const data::TokenSplit* split : {&data.train, &data.val}) data::token_split_check_listed(cfg.data.dir, *split);
-        if (opts.resume) data::shard_identity_check(opts.run_dir, cfg.data.dir, {&data.train, &data.val});
-        if (writer) {  // a figure of rank 0's metrics file
-            data.unigram_val_ppl = unigram_val_perplexity(data.train, data.val, cfg.model.vocab_size);
-            spdlog::info("data: unigram baseline (training-split token frequencies) has validation perplexity {:.1f}",
-                         data.unigram_val_ppl);
-        }
-        {
-            const int64_t B = cfg.train.batch_size, T = cfg.train.seq_len;
-            batch_stream_require(batch_stream_make(data.val, B, T, 0), cfg.train.eval_batches,
-                                 "train.eval_batches validation batches");
-            batch_stream_make(data.train, B, T, 0);
-        }
+        refuse_deferred_on_ranks(cfg, world, resume_run);
+        data = open_training_data(cfg, opts.resume ? opts.run_dir : "", writer);
         backend = make_backend(cfg, opts.device, resume_run);
         if (writer && !backend->device_memory())
             spdlog::info("cpu: {} threads, {}", omp_get_max_threads(), cpu::blas_core_summary());
@@ -928,32 +635,13 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         if (world == 1) throw;
         failed = e.what();
     }
-    if (world > 1) {
-        const std::vector<int> bad = ranks_where(comm, !failed.empty());
-        if (!failed.empty()) throw Error(failed);
-        if (!bad.empty())
-            fail("stopped before training: rank(s) {} failed the checks before training (see their error); nothing was "
-                 "written", fmt::join(bad, ", "));
-        // The same microbatch on every rank (train.microbatch 0 may find different free memory):
-        // the smallest any rank chose, a divisor of batch_size / N as each is.
-        for (int64_t& mb : microbatch) {
-            std::vector<int64_t> all(static_cast<size_t>(world));
-            comm.allgather(&mb, all.data(), 1, CommDType::I64);
-            mb = *std::min_element(all.begin(), all.end());
-        }
-    }
+    if (world > 1) agree_before_training(comm, failed, microbatch);
     // CUDA under mpirun/srun: gradients summed by NCCL in device memory, on the backend's stream
-    std::unique_ptr<Communicator> device_comm;
     if (opts.nccl && backend->device_memory()) {
-        device_comm = make_device_communicator(*backend, comm, opts.device);
-        opts.device_comm = device_comm.get();
-        spdlog::info("data parallel: {} ranks, gradients summed over NCCL ({})", world, device_comm->describe());
-        if (M > 1) {  // the expert exchange and the expert gradients move device memory too
-            expert_group = device_comm->split(int(comm.rank() / M), comm.rank());
-            expert_holders = device_comm->split(int(comm.rank() % M), comm.rank());
-            opts.expert_comm = expert_group.get();
-            opts.expert_holders = expert_holders.get();
-        }
+        process_groups_to_device(groups, cfg, *backend, opts.device);
+        opts.device_comm = groups.device.get();
+        opts.expert_comm = groups.expert_group.get();
+        opts.expert_holders = groups.expert_holders.get();
     }
 
     RunWrites writes;
