@@ -93,7 +93,7 @@ int main(int argc, char** argv) try {
     j["config"] = config;
     j["backend"] = be->name();
     j["threads"] = be->device_memory() ? 0 : omp_get_max_threads();
-    j["params"] = table.total_numel();
+    j["params"] = session->table.total_numel();
     j["max_seq_len"] = L;
     j["prompt_tokens"] = prompt_tokens;
     j["decode_steps"] = steps;

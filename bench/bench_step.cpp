@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
             j["recompute"] = choice_name(cfg.train.recompute);
             j["commit"] = git_commit();
             skew::bench::add_blas_core(j);
-            j["params"] = table.total_numel();
+            j["params"] = session->table.total_numel();
             j["batch"] = {{"sequences", B}, {"seq_len", T}, {"microbatch", mb}, {"accum_steps", accum}};
             j["threads"] = threads;
             j["steps_timed"] = steps;

@@ -127,7 +127,7 @@ namespace {
 // ---- helpers: locations, suggestions
 
 struct Loc {
-    std::string where;  // "configs/x.yaml:12:3" or "--set model.d_model=..."
+    std::string where;  // "configs/tiny.yaml:12:3" or "--set model.d_model=..."
 };
 
 std::string file_loc(const std::string& source, const YAML::Mark& m) {
@@ -698,7 +698,7 @@ int64_t document_marker_line(const std::string& text, int mark_line) {
 
 // The start marks of the YAML text's first documents (at most 3), through yaml-cpp's event parser.
 // Not YAML::LoadAll: on some invalid text (a stray ',' at the top level, found by fuzzing) it
-// returns the same empty document forever and never ends (jbeder/yaml-cpp#1040); here a document
+// returns the same empty document forever and never ends (docs/sources.md, yaml-cpp empty documents); here a document
 // that starts where the previous one did is a syntax error at that mark.
 // It also follows how deeply lists and mappings nest, to name the line where a text nested past
 // yaml-cpp's depth limit (YAML::DeepRecursion, whose own message is "bad file") goes too deep.

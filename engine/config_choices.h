@@ -1,10 +1,8 @@
 // The config's choices as types: each key whose value is one of a few names (train.expert_grads,
 // train.idle_experts, train.recompute, runtime.backend, runtime.grad_dtype, an optimizer's type) is
 // parsed once into an enum. One name table per enum serves the schema's allowed values, the parser,
-// the resolved config and every message (docs/configuration.md).
+// the resolved config and every message (README.md, "Config reference": `skew config --reference`).
 #pragma once
-#include <fmt/format.h>
-
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -115,6 +113,9 @@ concept ConfigChoice = requires { ChoiceNames<E>::items; };
 
 }  // namespace skew
 
+#ifndef __CUDACC__  // fmt is not for nvcc; the CUDA sources print no choice
+#include <fmt/format.h>
+
 /// A choice formats as its config name, so messages spell it as the config does.
 template <skew::ConfigChoice E>
 struct fmt::formatter<E> : fmt::formatter<std::string_view> {
@@ -123,3 +124,4 @@ struct fmt::formatter<E> : fmt::formatter<std::string_view> {
         return fmt::formatter<std::string_view>::format(skew::choice_name(e), ctx);
     }
 };
+#endif

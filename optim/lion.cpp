@@ -1,4 +1,4 @@
-// Lion on the CPU (Chen et al. 2023 Alg. 2; lucidrains/automl semantics, docs/optimizers.md §3):
+// Lion on the CPU (docs/sources.md, Lion: Chen et al. 2023 Alg. 2; docs/optimizers.md §3):
 // U = sign(b1 m + (1-b1) g), m <- b2 m + (1-b2) g, decay fused in fp32 into the value rounded.
 #include "optim/optim_internal.h"
 

@@ -1,6 +1,6 @@
 // Checkpoint I/O: durable (temp + fsync + rename) writers, a safetensors writer and a validating
 // reader, and the checkpoint folder {model,optimizer}.safetensors + trainer_state.json swapped in
-// atomically. Format: https://github.com/huggingface/safetensors (8-byte LE header length, JSON).
+// atomically. Format: safetensors (docs/sources.md; an 8-byte LE header length, then JSON).
 #include "train/checkpoint.h"
 
 #include <fcntl.h>

@@ -13,6 +13,7 @@
 
 #include "engine/arena.h"
 #include "engine/param_table.h"
+#include "kernels/backend.h"
 
 namespace skew {
 

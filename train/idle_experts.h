@@ -1,5 +1,5 @@
-// Experts that received no token in a step. The SkewAdam paper's released trainer (train.py of
-// github.com/nuemaan/skewadam) calls an expert only for the tokens routed to it and zeroes gradients
+// Experts that received no token in a step. The SkewAdam paper's released trainer (train.py;
+// docs/sources.md, the paper's trainer) calls an expert only for the tokens routed to it and zeroes gradients
 // with set_to_none, so an expert that got no token in any microbatch of a step keeps grad None and
 // every optimizer there `continue`s past it: its weights and state stay exactly as they were. skew
 // follows this by default (`train.idle_experts: skip`); `step` applies the update with the zero

@@ -1,6 +1,6 @@
 // The learning-rate schedule of the training protocol: linear warmup from 0 then cosine decay,
-// exactly as the paper's trainer computes it (docs/optimizers.md §8, `cosine_lr` of nuemaan
-// train.py; docs/design.md "Training protocol"). Steps are 1-based: step 1 is the first update.
+// exactly as the paper's trainer computes it (docs/optimizers.md §8, `cosine_lr` of its train.py,
+// docs/sources.md; docs/design.md "Training protocol"). Steps are 1-based: step 1 is the first update.
 #pragma once
 #include <cstdint>
 

@@ -58,7 +58,7 @@ SKEW_HD bf16 bf16_round_stochastic(float x, uint32_t r) {
     return bf16{h};
 }
 
-/// The paper's dithered rounding (nuemaan `SkewAdam.step`, Algorithm 1 line 13):
+/// The paper's dithered rounding (its trainer's `SkewAdam.step`, docs/sources.md; Algorithm 1 line 13):
 /// y = RNE(x + xi), xi = (u - 0.5) * |x| * 2^-7 with u uniform in [0, 1) from the 32-bit word r
 /// (top 24 bits). Biased toward zero by about u_bf16/8 just above a power of two and u_bf16/4
 /// just below the next (docs/optimizers.md §9.2); a representable value with a zero update moves.

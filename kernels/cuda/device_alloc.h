@@ -1,5 +1,5 @@
 // Every device (and pinned host) allocation the CUDA backend makes for itself, through one counter:
-// the arena (engine/cuda/arena_cuda.cpp) holds everything a training step needs, so a step must not
+// the arena (CudaBackend::allocate_device_memory, kernels/cuda/cuda_backend.cpp) holds everything a training step needs, so a step must not
 // add to these counts (tests/gpu/test_train_step.cpp asserts it). Usable from .cu and .cpp files.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Run under `mpirun -np N` (tests/dist/CMakeLists.txt): every collective of the MPI communicator
+// Run under `mpirun -np N` (tests/CMakeLists.txt): every collective of the MPI communicator
 // against hand-computed values, at the world size it was started with. Argument: the chunk limit
 // (elements per MPI call; a small one sends every large-count branch through its chunks).
 // The non-blocking sums are checked against the blocking ones bit for bit (test_nonblocking).

@@ -1,4 +1,4 @@
-// The one op-test harness (conventions.md, "one op, one place, one harness"): seeded random inputs,
+// The one op-test harness (docs/architecture.md, "Tests"): seeded random inputs,
 // bf16 helpers, central finite-difference gradients with a stated tolerance, and the normalized
 // mean squared error used to compare a backend's output with the CPU reference (GPU tests reuse it).
 #pragma once

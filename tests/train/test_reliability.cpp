@@ -208,7 +208,7 @@ TEST_CASE("all_zero_tensors names exactly the tensors whose every element is +0 
 TEST_CASE("an overflowed perplexity is written as \"inf\", not as null, and read back as inf") {
     RunMetrics m;
     m.optimizer = "adamw";
-    m.type = OptimizerType::ADAMW;
+    m.type = "adamw";
     EvalRecord e;
     e.step = 2;
     e.val_loss = 987.0;

@@ -1,6 +1,6 @@
 // The trainer's cosine schedule (docs/optimizers.md §8): warmup = max(1, int(steps*frac)),
 // lr*s/warmup up to the warmup, then cosine to lr*min_lr_frac; values checked to the bit against
-// the Python expression of the paper's trainer (float.hex() of nuemaan's cosine_lr).
+// the Python expression of the paper's trainer (float.hex() of its cosine_lr; docs/sources.md).
 #include <catch2/catch.hpp>
 
 #include <cmath>
