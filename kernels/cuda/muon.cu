@@ -137,25 +137,6 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
-/// The rounding target of weight w32 after update u (the CPU's bf16_update_target).
-__device__ __forceinline__ float update_target(float w32, float u, const OptimWrite& wb) {
-    if (!wb.premultiply) return optim_decayed_target(w32, wb.keep, wb.lr, u);
-    const float decayed = wb.keep == 1.0f ? w32 : bf16_to_f32(f32_to_bf16(rn_mul(w32, wb.keep)));
-    return rn_sub(decayed, rn_mul(wb.lr, u));
-}
-
-__device__ __forceinline__ bf16 round_with(float x, uint32_t r, uint8_t mode) {
-    return mode == ROUNDING_STOCHASTIC ? bf16_round_stochastic(x, r)
-           : mode == ROUNDING_DITHERED ? bf16_round_dithered(x, r)
-                                       : f32_to_bf16(x);
-}
-
-/// Word (element & 3) of a Philox block without a runtime-indexed array (no local memory).
-__device__ __forceinline__ uint32_t pick_word(const Philox4& p, uint64_t element) {
-    const uint32_t j = uint32_t(element & 3u);
-    return j == 0 ? p.v[0] : j == 1 ? p.v[1] : j == 2 ? p.v[2] : p.v[3];
-}
-
 /// Pass 3 over `count` matrices starting at tensor matrix e0: W <- round(W*keep - lr*scale*O),
 /// O = X (bf16, stride per matrix), noise keyed by the tensor's element index. VEC: 8 elements per
 /// thread step (two Philox blocks), n % 8 == 0.
@@ -163,26 +144,19 @@ template <bool VEC>
 __global__ void __launch_bounds__(THREADS)
     muon_write_kernel(bf16* __restrict__ weight, const bf16* __restrict__ X, int64_t e0, int64_t count, int64_t n,
                       int64_t stride, float scale, OptimWrite wb) {
-    const PhiloxKey key{wb.seed, PHILOX_STREAM_ROUNDING};
-    const bool draw = wb.rounding != ROUNDING_NEAREST;
     if (VEC) {
         const int64_t groups = count * (n / 8), per = n / 8;
         for (int64_t q = thread_index(); q < groups; q += grid_stride()) {
             const int64_t e = q / per, k = (q - e * per) * 8;
-            const int64_t el = (e0 + e) * n + k;  // tensor element, a multiple of 8
-            const uint64_t noise_el = wb.element_base + uint64_t(el);  // a multiple of 4 (the host checks)
+            const int64_t el = (e0 + e) * n + k;  // tensor element, a multiple of 8 (element_base: of 4, the host checks)
             const Bf16x8 xo = load8(X + e * stride + k);
             Bf16x8 w = load8(weight + el);
-            Philox4 r0{{0, 0, 0, 0}}, r1{{0, 0, 0, 0}};
-            if (draw) {
-                r0 = philox_block(key, wb.step, wb.tensor, noise_el >> 2);
-                r1 = philox_block(key, wb.step, wb.tensor, (noise_el >> 2) + 1);
-            }
-            const uint32_t rw[8] = {r0.v[0], r0.v[1], r0.v[2], r0.v[3], r1.v[0], r1.v[1], r1.v[2], r1.v[3]};
+            uint32_t rw[8];
+            optim_write_words8(wb, uint64_t(el), rw);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const float u = rn_mul(bf16_to_f32(xo.v[j]), scale);
-                w.v[j] = round_with(update_target(bf16_to_f32(w.v[j]), u, wb), rw[j], wb.rounding);
+                w.v[j] = optim_write_bf16(wb, bf16_to_f32(w.v[j]), u, rw[j]);
             }
             store8(weight + el, w);
         }
@@ -191,10 +165,7 @@ __global__ void __launch_bounds__(THREADS)
         for (int64_t q = thread_index(); q < total; q += grid_stride()) {
             const int64_t e = q / n, k = q - e * n, el = (e0 + e) * n + k;
             const float u = rn_mul(bf16_to_f32(X[e * stride + k]), scale);
-            const float x = update_target(bf16_to_f32(weight[el]), u, wb);
-            const uint64_t noise_el = wb.element_base + uint64_t(el);
-            const uint32_t r = draw ? pick_word(philox_block(key, wb.step, wb.tensor, noise_el >> 2), noise_el) : 0u;
-            weight[el] = round_with(x, r, wb.rounding);
+            weight[el] = optim_write_bf16(wb, bf16_to_f32(weight[el]), u, optim_write_word(wb, uint64_t(el)));
         }
     }
 }
