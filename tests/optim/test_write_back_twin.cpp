@@ -1,8 +1,8 @@
 // The CPU write-back (optim/optim_internal.h store_update, for_each_write) and the CUDA kernels'
-// (kernels/cuda/optim_kernels.h optim_write_bf16 with optim_write_word / optim_write_words8) are one
-// rule: evaluated on the host, both write the same bf16 bits for every rounding mode, fused or
-// premultiplied decay, and a slot whose noise index starts past element 0. CUDA builds only (the
-// GPU side's header); the kernels themselves are compared in tests/gpu.
+// (kernels/cuda/optim_kernels.h optim_write_bf16 with optim_write_word / optim_write_words8, fed by
+// optim/device_write.h) are one rule: evaluated on the host, both write the same bf16 bits for every
+// rounding mode, fused or premultiplied decay, and a slot whose noise index starts past element 0.
+// CUDA builds only (the GPU side's header); the kernels themselves are compared in tests/gpu.
 #include <catch2/catch.hpp>
 
 #if defined(SKEW_HAVE_CUDA)
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cuda/optim_kernels.h"
+#include "optim/device_write.h"
 #include "optim/optim_internal.h"
 #include "tests/optim/optim_test_util.h"
 
@@ -41,15 +42,7 @@ TEST_CASE("CPU and CUDA write-back give the same bf16 bits for every rounding an
             s.weight = cpu_one.data();
             for (int64_t i = 0; i < n; ++i) optim_detail::store_update(s, wb, i, u[size_t(i)]);
 
-            cuda::OptimWrite dw;
-            dw.rounding = uint8_t(wb.mode);
-            dw.premultiply = wb.premultiply;
-            dw.keep = wb.keep;
-            dw.lr = wb.lr;
-            dw.seed = wb.seed;
-            dw.step = wb.step;
-            dw.tensor = wb.tensor;
-            dw.element_base = uint64_t(wb.element_base);
+            const cuda::OptimWrite dw = device_write(wb);  // what optimizer_cuda.cpp and galore_cuda.cpp pass
             INFO("rounding " << rounding_name(mode) << ", premultiply " << (wdm == WeightDecayMode::BF16_PREMULTIPLY));
             int differ_loop = 0, differ_one = 0, differ_vec = 0;
             for (int64_t i = 0; i < n; ++i) {
@@ -76,5 +69,29 @@ TEST_CASE("CPU and CUDA write-back give the same bf16 bits for every rounding an
             CHECK(moved > n / 2);
         }
     }
+}
+TEST_CASE("device_write carries every write-back field, the element base as a 64-bit index") {
+    ParamInfo p =
+        test::make_param("blocks.1.moe.experts.w2", {2, 4, 8}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W2, 9);
+    p.expert_offset = int64_t(1) << 30;  // a rank's first expert far into a huge bank: offset 2^35 elements
+    ParamSlot s;
+    s.info = &p;
+    s.element_base = 32;
+    OptimizerConfig opt = builtin_optimizer("adamw");
+    opt.rounding = Rounding::DITHERED;
+    opt.weight_decay_mode = WeightDecayMode::BF16_PREMULTIPLY;
+    const OptimStep step{7, 0.02, 1234, 1.0f};
+    const optim_detail::WriteBack wb = optim_detail::make_write_back(opt, s, step, 0.5, 0.02, 0.1);
+    const cuda::OptimWrite w = device_write(wb);
+    CHECK(w.rounding == uint8_t(ROUNDING_DITHERED));
+    CHECK(w.premultiply);
+    CHECK(w.keep == wb.keep);
+    CHECK(w.lr == wb.lr);
+    CHECK(w.lr == 0.5f);
+    CHECK(w.seed == 1234);
+    CHECK(w.step == 7);
+    CHECK(w.tensor == 9);
+    CHECK(w.element_base == (uint64_t(1) << 35) + 32);
+    CHECK(w.element_base == uint64_t(wb.element_base));
 }
 #endif
