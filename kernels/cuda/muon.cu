@@ -15,6 +15,7 @@
 #include "kernels/common/optim_math.h"
 #include "kernels/common/rounding.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublaslt_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/muon.h"
 
@@ -190,12 +191,6 @@ struct LtKey {
     bool operator<(const LtKey& o) const { return tie() < o.tie(); }
 };
 
-struct LtPlan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-};
-
 /// The process's cuBLASLt handle and per-shape plans (descriptors and the heuristic's first algorithm
 /// for a MUON_LT_WORKSPACE_BYTES workspace). Kept for the process's lifetime.
 struct LtState {
@@ -209,13 +204,13 @@ LtState& lt_state() {
     return *s;
 }
 
-cublasLtMatrixLayout_t lt_layout(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
-    cublasLtMatrixLayout_t l = nullptr;
-    cublas_check(cublasLtMatrixLayoutCreate(&l, CUDA_R_16BF, uint64_t(rows), uint64_t(cols), ld));
+/// A column-major bf16 layout of `batch` matrices `stride` elements apart.
+LtMatrixLayout lt_layout(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+    LtMatrixLayout l = lt_matrix_layout(CUDA_R_16BF, rows, cols, ld);
     const int32_t b = int32_t(batch);
-    cublas_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof(b)));
+    cublas_check(cublasLtMatrixLayoutSetAttribute(l.get(), CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof(b)));
     cublas_check(
-        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+        cublasLtMatrixLayoutSetAttribute(l.get(), CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
     return l;
 }
 
@@ -231,45 +226,21 @@ const LtPlan& lt_plan(LtState& s, const LtKey& key) {
     if (it != s.plans.end()) return it->second;
     if (!s.handle) cublas_check(cublasLtCreate(&s.handle));
     LtPlan p;
-    cublas_check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t oa = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof(oa)));
-    cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof(ob)));
+    p.desc = lt_matmul_desc(key.ta, key.tb);
     // Stored shapes: op(A) is m x k, so A is (ta ? k x m : m x k); B likewise k x n.
-    p.la = key.ta ? lt_layout(key.k, key.m, key.lda, key.sa, key.batch)
-                  : lt_layout(key.m, key.k, key.lda, key.sa, key.batch);
-    p.lb = key.tb ? lt_layout(key.n, key.k, key.ldb, key.sb, key.batch)
-                  : lt_layout(key.k, key.n, key.ldb, key.sb, key.batch);
-    p.lc = lt_layout(key.m, key.n, key.ldc, key.sc, key.batch);
-    cublasLtMatmulPreference_t pref = nullptr;
-    cublas_check(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = uint64_t(cuda_ws::MUON_LT_WORKSPACE_BYTES);
-    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    p.a = key.ta ? lt_layout(key.k, key.m, key.lda, key.sa, key.batch)
+                 : lt_layout(key.m, key.k, key.lda, key.sa, key.batch);
+    p.b = key.tb ? lt_layout(key.n, key.k, key.ldb, key.sb, key.batch)
+                 : lt_layout(key.k, key.n, key.ldb, key.sb, key.batch);
+    p.c = lt_layout(key.m, key.n, key.ldc, key.sc, key.batch);
     // Every matrix of a batch starts at base (256-byte aligned) + i * stride * 2 bytes: tell the
     // heuristic the alignment that holds for all of them (the default assumes 256 bytes).
-    const uint32_t al_a = batch_alignment(key.sa), al_b = batch_alignment(key.sb), al_c = batch_alignment(key.sc);
-    cublas_check(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-    cublas_check(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-    cublas_check(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-    cublas_check(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-        cublasLtMatrixLayoutDestroy(p.la);
-        cublasLtMatrixLayoutDestroy(p.lb);
-        cublasLtMatrixLayoutDestroy(p.lc);
-        cublasLtMatmulDescDestroy(p.desc);
+    const uint32_t al_c = batch_alignment(key.sc);
+    const LtAlignment al{batch_alignment(key.sa), batch_alignment(key.sb), al_c, al_c};
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (!lt_choose_algo(s.handle, p, uint64_t(cuda_ws::MUON_LT_WORKSPACE_BYTES), al, st))
         throw_op_error("muon_step", "cuBLASLt has no algorithm for a batched bf16 Newton-Schulz product");
-    }
-    p.algo = result.algo;
-    return s.plans.emplace(key, p).first->second;
+    return s.plans.emplace(key, std::move(p)).first->second;
 }
 
 /// D = alpha op(A) op(B) + beta C over `batch` matrices (column-major bf16, fp32 accumulation and
@@ -280,8 +251,8 @@ void lt_gemm(const LtKey& key, float alpha, const bf16* A, const bf16* B, float 
     std::lock_guard<std::mutex> lock(s.mu);
     const LtPlan& p = lt_plan(s, key);
     const float b = C ? beta : 0.0f;
-    cublas_check(cublasLtMatmul(s.handle, p.desc, &alpha, A, p.la, B, p.lb, &b, C ? C : D, p.lc, D, p.lc, &p.algo,
-                                workspace, size_t(cuda_ws::MUON_LT_WORKSPACE_BYTES), stream));
+    cublas_check(cublasLtMatmul(s.handle, p.desc.get(), &alpha, A, p.a.get(), B, p.b.get(), &b, C ? C : D, p.c.get(), D,
+                                p.c.get(), &p.algo, workspace, size_t(cuda_ws::MUON_LT_WORKSPACE_BYTES), stream));
 }
 
 template <class F>
