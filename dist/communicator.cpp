@@ -20,6 +20,20 @@ int64_t comm_dtype_bytes(CommDType t) {
     return 1;
 }
 
+void require_per_rank(const char* who, int rank, int world_size, std::span<const int64_t> v, const char* what) {
+    if (int64_t(v.size()) != world_size)
+        fail("{} {}: {} has {} entries for {} ranks", who, rank, what, v.size(), world_size);
+}
+
+void check_alltoallv_args(const char* who, int rank, int world_size, std::span<const int64_t> send_counts,
+                          std::span<const int64_t> send_displs, std::span<const int64_t> recv_counts,
+                          std::span<const int64_t> recv_displs) {
+    require_per_rank(who, rank, world_size, send_counts, "alltoallv send_counts");
+    require_per_rank(who, rank, world_size, send_displs, "alltoallv send_displs");
+    require_per_rank(who, rank, world_size, recv_counts, "alltoallv recv_counts");
+    require_per_rank(who, rank, world_size, recv_displs, "alltoallv recv_displs");
+}
+
 namespace {
 
 /// World size 1: sums are the data itself; gathers and exchanges copy send to recv.

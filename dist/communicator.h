@@ -75,6 +75,18 @@ struct Communicator {
     virtual std::string describe() const = 0;
 };
 
+/// Throw skew::Error unless `v` has world_size entries (one per rank):
+/// "<who> <rank>: <what> has <n> entries for <world_size> ranks", who naming the communicator in
+/// its messages ("rank" for MPI, "nccl rank" for NCCL).
+void require_per_rank(const char* who, int rank, int world_size, std::span<const int64_t> v, const char* what);
+
+/// The argument checks of Communicator::alltoallv, the one set every multi-rank implementation runs
+/// before moving a byte: send_counts, send_displs, recv_counts and recv_displs each one entry per
+/// rank, checked in that order (require_per_rank, named "alltoallv send_counts" and so on).
+void check_alltoallv_args(const char* who, int rank, int world_size, std::span<const int64_t> send_counts,
+                          std::span<const int64_t> send_displs, std::span<const int64_t> recv_counts,
+                          std::span<const int64_t> recv_displs);
+
 /// The group of one process (world size 1): every collective copies send to recv or does nothing.
 /// Host or device memory per `device_memory`; device copies are not supported (use the backend).
 std::unique_ptr<Communicator> make_self_communicator();

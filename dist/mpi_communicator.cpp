@@ -142,8 +142,8 @@ struct MpiCommunicator final : Communicator {
 
     void allgatherv(const void* send, void* recv, std::span<const int64_t> counts, std::span<const int64_t> displs,
                     CommDType t) override {
-        require_per_rank(counts, "allgatherv counts");
-        require_per_rank(displs, "allgatherv displs");
+        require_per_rank("rank", rank_, size_, counts, "allgatherv counts");
+        require_per_rank("rank", rank_, size_, displs, "allgatherv displs");
         const int64_t es = comm_dtype_bytes(t);
         char* out = static_cast<char*>(recv);
         const bool small = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c <= max_chunk_; }) &&
@@ -168,10 +168,7 @@ struct MpiCommunicator final : Communicator {
     void alltoallv(const void* send, std::span<const int64_t> send_counts, std::span<const int64_t> send_displs,
                    void* recv, std::span<const int64_t> recv_counts, std::span<const int64_t> recv_displs,
                    CommDType t) override {
-        require_per_rank(send_counts, "alltoallv send_counts");
-        require_per_rank(send_displs, "alltoallv send_displs");
-        require_per_rank(recv_counts, "alltoallv recv_counts");
-        require_per_rank(recv_displs, "alltoallv recv_displs");
+        check_alltoallv_args("rank", rank_, size_, send_counts, send_displs, recv_counts, recv_displs);
         auto fits = [&](std::span<const int64_t> v) {
             return std::all_of(v.begin(), v.end(), [&](int64_t x) { return x <= max_chunk_; });
         };
@@ -230,11 +227,6 @@ struct MpiCommunicator final : Communicator {
     }
 
     std::string describe() const override { return fmt::format("mpi rank {} of {}", rank_, size_); }
-
-    void require_per_rank(std::span<const int64_t> v, const char* what) const {
-        if (int64_t(v.size()) != size_)
-            fail("rank {}: {} has {} entries for {} ranks", rank_, what, v.size(), size_);
-    }
 };
 
 }  // namespace

@@ -126,11 +126,6 @@ struct NcclCommunicator final : Communicator {
     void sum_allowed(CommDType t) const {
         if (t == CommDType::BYTE) fail("nccl rank {}: a sum of raw bytes is not defined (CommDType::BYTE)", rank_);
     }
-    void require_per_rank(std::span<const int64_t> v, const char* what) const {
-        if (int64_t(v.size()) != size_)
-            fail("nccl rank {}: {} has {} entries for {} ranks", rank_, what, v.size(), size_);
-    }
-
     int rank() const override { return rank_; }
     int world_size() const override { return size_; }
     bool device_memory() const override { return true; }
@@ -179,8 +174,8 @@ struct NcclCommunicator final : Communicator {
     }
     void allgatherv(const void* send, void* recv, std::span<const int64_t> counts, std::span<const int64_t> displs,
                     CommDType t) override {
-        require_per_rank(counts, "allgatherv counts");
-        require_per_rank(displs, "allgatherv displs");
+        require_per_rank("nccl rank", rank_, size_, counts, "allgatherv counts");
+        require_per_rank("nccl rank", rank_, size_, displs, "allgatherv displs");
         const int64_t es = comm_dtype_bytes(t);
         char* out = static_cast<char*>(recv);
         NcclGroup group(rank_);
@@ -194,10 +189,7 @@ struct NcclCommunicator final : Communicator {
     void alltoallv(const void* send, std::span<const int64_t> send_counts, std::span<const int64_t> send_displs,
                    void* recv, std::span<const int64_t> recv_counts, std::span<const int64_t> recv_displs,
                    CommDType t) override {
-        require_per_rank(send_counts, "alltoallv send_counts");
-        require_per_rank(send_displs, "alltoallv send_displs");
-        require_per_rank(recv_counts, "alltoallv recv_counts");
-        require_per_rank(recv_displs, "alltoallv recv_displs");
+        check_alltoallv_args("nccl rank", rank_, size_, send_counts, send_displs, recv_counts, recv_displs);
         const int64_t es = comm_dtype_bytes(t);
         const char* s = static_cast<const char*>(send);
         char* d = static_cast<char*>(recv);

@@ -78,6 +78,10 @@ int64_t ParamTable::total_numel() const {
     return n;
 }
 
+bool is_expert_bank(const ParamInfo& p) {
+    return p.role == Role::EXPERT_W1 || p.role == Role::EXPERT_W2 || p.role == Role::EXPERT_W3;
+}
+
 int64_t ParamTable::tier_numel(Tier t) const {
     int64_t n = 0;
     for (const auto& p : params)

@@ -66,6 +66,11 @@ struct ParamInfo {
     int64_t element_offset() const { return shape.size() == 3 ? expert_offset * rows() * cols() : 0; }
 };
 
+/// Whether `p` is a stacked expert bank (Role EXPERT_W1/W2/W3, shape (n_experts, rows, cols)): the
+/// one test of it for ZeRO ownership by whole experts, expert-parallel sharding, deferred expert
+/// gradients (no stored gradient buffer) and idle-expert skipping (docs/design.md "One parameter table").
+bool is_expert_bank(const ParamInfo& p);
+
 /// The parameter table of a model config, in a fixed order (embeddings, blocks, final norm).
 struct ParamTable {
     std::vector<ParamInfo> params;

@@ -197,10 +197,6 @@ int64_t deferred_gram_chunk_rows(const ActDims& D) { return std::max<int64_t>(1,
 
 int64_t deferred_gram_partials_words(const ActDims& D) { return (3 * D.E + 63) / 64 * 64; }
 
-bool deferred_expert_param(const ParamInfo& p) {
-    return p.role == Role::EXPERT_W1 || p.role == Role::EXPERT_W2 || p.role == Role::EXPERT_W3;
-}
-
 std::string deferred_expert_prefix(int64_t block, int64_t microbatch) {
     return "kept." + std::to_string(block) + "." + std::to_string(microbatch) + ".";
 }

@@ -224,9 +224,6 @@ int64_t deferred_gram_partials_words(const ActDims& D);
 /// "kept.<block>.<microbatch>.": the name prefix of deferred_expert_buffers.
 std::string deferred_expert_prefix(int64_t block, int64_t microbatch);
 
-/// True for the parameters whose gradient deferred mode does not store (the expert banks).
-bool deferred_expert_param(const ParamInfo& p);
-
 /// Bind every slot of the table that `cfg.model` holds under cfg.train.recompute to the arena's
 /// buffer of the same name. Throws skew::Error naming the slot when the plan lacks it (e.g. a plan
 /// built for another recompute mode) or holds fewer bytes than the table says.

@@ -40,7 +40,7 @@ ParamRef bind_param(const ParamTable& table, Arena& arena, const std::string& na
     r.info = p;
     r.weight = arena.ptr("weight." + name);
     const int gi = arena.plan->find("grad." + name);
-    if (gi < 0 && deferred_expert_param(*p) && arena.plan->find("ws.expert_grad") >= 0) return r;  // deferred: no buffer
+    if (gi < 0 && is_expert_bank(*p) && arena.plan->find("ws.expert_grad") >= 0) return r;  // deferred: no buffer
     if (gi < 0) fail("model: the memory plan has no gradient buffer 'grad.{}'", name);
     r.grad = TensorRef(arena.ptr(gi), scalar_of(arena.plan->buffers[size_t(gi)].dtype));
     return r;

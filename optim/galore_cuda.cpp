@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/galore.h"
+#include "optim/device_write.h"
 #include "optim/optim_internal.h"
 
 namespace skew {
@@ -32,19 +33,6 @@ void gemm_rm_batched(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, i
     cublas_check(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(n),
                                            int(m), int(k), &one, B, tb ? int(k) : int(n), sB, A, ta ? int(m) : int(k),
                                            sA, &zero, C, int(n), sC, int(batch)));
-}
-
-cuda::OptimWrite device_write(const optim_detail::WriteBack& wb) {
-    cuda::OptimWrite w;
-    w.rounding = uint8_t(wb.mode);
-    w.premultiply = wb.premultiply;
-    w.keep = wb.keep;
-    w.lr = wb.lr;
-    w.seed = wb.seed;
-    w.step = wb.step;
-    w.tensor = wb.tensor;
-    w.element_base = wb.element_base;
-    return w;
 }
 
 }  // namespace

@@ -71,18 +71,10 @@ inline WriteBack make_write_back(const OptimizerConfig& opt, const ParamSlot& s,
     return wb;
 }
 
-/// The fp32 value a bf16 weight w32 is rounded to after update u: fused decay and update
-/// (optim_decayed_target), or with premultiply the trainer's separate RNE decay first.
-inline float bf16_update_target(const WriteBack& wb, float w32, float u) {
-    if (!wb.premultiply) return optim_decayed_target(w32, wb.keep, wb.lr, u);
-    const float decayed = wb.keep == 1.0f ? w32 : bf16_to_f32(f32_to_bf16(w32 * wb.keep));
-    return decayed - wb.lr * u;
-}
-
 /// Store W <- round(W*keep - lr*u) for element i of the view. fp32 parameters are written exactly
 /// (no rounding); bf16 ones through the configured rounding, noise keyed by the 64-bit element
 /// index element_base + i. With premultiply the bf16 weight is first decayed and rounded to
-/// nearest on its own (the trainer's `p.mul_(1 - lr*wd)`), then updated.
+/// nearest on its own (the trainer's `p.mul_(1 - lr*wd)`), then updated (optim_bf16_target).
 inline void store_update(const ParamSlot& s, const WriteBack& wb, int64_t i, float u) {
     if (s.info->dtype == DType::F32) {
         float* w = static_cast<float*>(s.weight);
@@ -90,7 +82,7 @@ inline void store_update(const ParamSlot& s, const WriteBack& wb, int64_t i, flo
         return;
     }
     bf16* w = static_cast<bf16*>(s.weight);
-    const float x = bf16_update_target(wb, bf16_to_f32(w[i]), u);
+    const float x = optim_bf16_target(bf16_to_f32(w[i]), wb.keep, wb.lr, u, wb.premultiply);
     w[i] = bf16_write_back(x, wb.mode, wb.seed, wb.step, wb.tensor, uint64_t(wb.element_base + i));
 }
 
@@ -102,8 +94,7 @@ inline void store_update_bits(const ParamSlot& s, const WriteBack& wb, int64_t i
         return;
     }
     bf16* w = static_cast<bf16*>(s.weight);
-    const float x = bf16_update_target(wb, bf16_to_f32(w[i]), u);
-    w[i] = wb.mode == ROUNDING_STOCHASTIC ? bf16_round_stochastic(x, r) : bf16_round_dithered(x, r);
+    w[i] = optim_bf16_write(bf16_to_f32(w[i]), wb.keep, wb.lr, u, wb.premultiply, wb.mode, r);
 }
 
 /// For i in [begin, end) (view-relative): u = body(i), then W[i] <- round(W*keep - lr*u). OpenMP over

@@ -13,6 +13,7 @@
 #include "optim/galore_cuda.h"
 #include "kernels/cuda/nvtx.h"
 #include "kernels/cuda/optim_kernels.h"
+#include "optim/device_write.h"
 #include "optim/optim_internal.h"
 #include "optim/state_plan.h"
 
@@ -32,19 +33,6 @@ cuda::OptimTensor device_tensor(const ParamSlot& s) {
     t.rows = ms.rows;
     t.cols = ms.cols;
     return t;
-}
-
-cuda::OptimWrite device_write(const optim_detail::WriteBack& wb) {
-    cuda::OptimWrite w;
-    w.rounding = uint8_t(wb.mode);
-    w.premultiply = wb.premultiply;
-    w.keep = wb.keep;
-    w.lr = wb.lr;
-    w.seed = wb.seed;
-    w.step = wb.step;
-    w.tensor = wb.tensor;
-    w.element_base = uint64_t(wb.element_base);  // a one-matrix slot of a bank (deferred expert gradients)
-    return w;
 }
 
 int64_t slot_scratch(const OptimizerConfig& opt, const ParamSlot& s) {

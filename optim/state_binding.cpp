@@ -43,8 +43,7 @@ std::vector<ParamSlot> arena_weight_grad_slots(const OptimizerConfig& opt, const
     for (size_t i = 0; i < slots.size(); ++i) {
         const ParamInfo& p = table.params[i];
         const int g = arena.plan->find("grad." + p.name);
-        const bool expert = p.role == Role::EXPERT_W1 || p.role == Role::EXPERT_W2 || p.role == Role::EXPERT_W3;
-        if (g < 0 && expert && arena.plan->find("ws.expert_grad") >= 0) {  // deferred expert gradients
+        if (g < 0 && is_expert_bank(p) && arena.plan->find("ws.expert_grad") >= 0) {  // deferred expert gradients
             slots[i].info = &p;
             slots[i].weight = arena.ptr("weight." + p.name);
             slots[i].grad = nullptr;

@@ -52,10 +52,6 @@ void cut(const std::vector<Unit>& units, int64_t ranks, RankOf rank_of, ZeroPart
 
 }  // namespace
 
-bool is_expert_bank(const ParamInfo& p) {
-    return p.role == Role::EXPERT_W1 || p.role == Role::EXPERT_W2 || p.role == Role::EXPERT_W3;
-}
-
 int64_t ZeroPartition::largest_rank() const {
     int64_t best = 0;
     for (size_t r = 1; r < state_bytes.size(); ++r)

@@ -16,10 +16,6 @@ namespace skew {
 
 struct Arena;
 
-/// Whether `p` is a stacked expert bank (Role EXPERT_W1/W2/W3): partitioned by whole experts and,
-/// with expert parallelism, split across the expert-parallel ranks.
-bool is_expert_bank(const ParamInfo& p);
-
 /// A contiguous part of one parameter a rank owns: matrices (experts) [matrix_begin, matrix_end)
 /// of a bank in the model's global expert numbering, or [0, 1) for any other tensor (the whole of
 /// it). A bank whose update is not per expert (SkewAdam with a full or no second moment on the

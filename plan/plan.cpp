@@ -54,7 +54,7 @@ MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const O
     const bool deferred = cfg.train.expert_grads == ExpertGrads::DEFERRED;
     if (deferred) {
         std::erase_if(buffers, [&](const BufferSpec& b) {
-            return b.kind == BufferKind::GRAD && deferred_expert_param(held.params[size_t(b.param)]);
+            return b.kind == BufferKind::GRAD && is_expert_bank(held.params[size_t(b.param)]);
         });
         append(deferred_expert_buffers(cfg, dims, rank_batch / microbatch, grad_dtype));
     }

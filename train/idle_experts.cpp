@@ -28,9 +28,6 @@ std::vector<IdleExpert> idle_experts(const ExpertTokenCounts& c) {
 }
 
 namespace {
-bool is_expert_bank(const ParamInfo& p) {
-    return p.role == Role::EXPERT_W1 || p.role == Role::EXPERT_W2 || p.role == Role::EXPERT_W3;
-}
 
 void save_slice(Backend& backend, IdleExpertSnapshot& snap, void* base, int64_t slice_bytes, int64_t expert) {
     IdleExpertSnapshot::Piece piece;

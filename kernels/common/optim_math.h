@@ -31,6 +31,23 @@ SKEW_HD float optim_ema(float s, float x, float beta, float one_minus_beta) {
 /// w * keep - lr * u, keep = 1 - lr*wd (docs/design.md "Weight decay"). With keep = 1 it is plain w - lr*u.
 SKEW_HD float optim_decayed_target(float w, float keep, float lr, float u) { return rn_sub(rn_mul(w, keep), rn_mul(lr, u)); }
 
+/// The fp32 value a bf16 weight w32 is rounded to after update u (docs/optimizers.md §9): the fused
+/// target optim_decayed_target, or with `premultiply` (weight_decay_mode bf16_premultiply, the paper's
+/// trainer `p.mul_(1 - lr*wd)`) w32*keep rounded to nearest bf16 on its own first (skipped when
+/// keep == 1), then minus lr*u. The one rule of the CPU loops and every CUDA write kernel.
+SKEW_HD float optim_bf16_target(float w32, float keep, float lr, float u, bool premultiply) {
+    if (!premultiply) return optim_decayed_target(w32, keep, lr, u);
+    const float decayed = keep == 1.0f ? w32 : bf16_to_f32(f32_to_bf16(rn_mul(w32, keep)));
+    return rn_sub(decayed, rn_mul(lr, u));
+}
+
+/// The bf16 a weight w32 becomes after update u: optim_bf16_target rounded with `mode` and its
+/// random word r (bf16_round_bits; r is ignored for nearest rounding).
+SKEW_HD bf16 optim_bf16_write(float w32, float keep, float lr, float u, bool premultiply, RoundingMode mode,
+                              uint32_t r) {
+    return bf16_round_bits(optim_bf16_target(w32, keep, lr, u, premultiply), mode, r);
+}
+
 /// Position (matrix, row, col) of flat element i of a stack of (rows x cols) matrices, 64-bit.
 struct MatrixCoord {
     int64_t matrix, row, col;

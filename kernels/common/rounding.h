@@ -80,12 +80,18 @@ SKEW_HD uint32_t rounding_bits(uint64_t seed, uint32_t step, uint32_t tensor, ui
     return philox_u32(PhiloxKey{seed, PHILOX_STREAM_ROUNDING}, step, tensor, element);
 }
 
+/// Round fp32 x to bf16 with `mode` given its random word r (rounding_bits; ignored for nearest):
+/// the one choice between the three roundings, for loops that draw one Philox block per four elements.
+SKEW_HD bf16 bf16_round_bits(float x, RoundingMode mode, uint32_t r) {
+    if (mode == ROUNDING_NEAREST) return bf16_round_nearest(x);
+    return mode == ROUNDING_STOCHASTIC ? bf16_round_stochastic(x, r) : bf16_round_dithered(x, r);
+}
+
 /// Write fp32 x back to bf16 with `mode`; the random word is drawn only for the modes that use it.
 SKEW_HD bf16 bf16_write_back(float x, RoundingMode mode, uint64_t seed, uint32_t step, uint32_t tensor,
                              uint64_t element) {
     if (mode == ROUNDING_NEAREST) return bf16_round_nearest(x);
-    uint32_t r = rounding_bits(seed, step, tensor, element);
-    return mode == ROUNDING_STOCHASTIC ? bf16_round_stochastic(x, r) : bf16_round_dithered(x, r);
+    return bf16_round_bits(x, mode, rounding_bits(seed, step, tensor, element));
 }
 
 }  // namespace skew

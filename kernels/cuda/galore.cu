@@ -33,37 +33,19 @@ __global__ void __launch_bounds__(THREADS)
     if (threadIdx.x == 0) flags[e] = any != 0;
 }
 
-__device__ __forceinline__ float update_target(float w32, float u, const OptimWrite& wb) {
-    if (!wb.premultiply) return optim_decayed_target(w32, wb.keep, wb.lr, u);
-    const float decayed = wb.keep == 1.0f ? w32 : bf16_to_f32(f32_to_bf16(rn_mul(w32, wb.keep)));
-    return rn_sub(decayed, rn_mul(wb.lr, u));
-}
-
-__device__ __forceinline__ bf16 round_with(float x, uint32_t r, uint8_t mode) {
-    return mode == ROUNDING_STOCHASTIC ? bf16_round_stochastic(x, r)
-           : mode == ROUNDING_DITHERED ? bf16_round_dithered(x, r)
-                                       : f32_to_bf16(x);
-}
-
 /// bf16 weights, 8 elements per step (begin and count multiples of 8).
 __global__ void __launch_bounds__(THREADS) write_vec_kernel(bf16* __restrict__ weight, const float* __restrict__ U,
                                                             int64_t begin, int64_t count, OptimWrite wb) {
-    const PhiloxKey key{wb.seed, PHILOX_STREAM_ROUNDING};
-    const bool draw = wb.rounding != ROUNDING_NEAREST;
     for (int64_t q = thread_index(); q < count / 8; q += grid_stride()) {
         const int64_t k = q * 8, el = begin + k;
         const float4 u0 = reinterpret_cast<const float4*>(U + k)[0], u1 = reinterpret_cast<const float4*>(U + k)[1];
         const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
         Bf16x8 w = load8(weight + el);
-        Philox4 r0{{0, 0, 0, 0}}, r1{{0, 0, 0, 0}};
-        if (draw) {
-            r0 = philox_block(key, wb.step, wb.tensor, uint64_t(wb.element_base + el) >> 2);
-            r1 = philox_block(key, wb.step, wb.tensor, (uint64_t(wb.element_base + el) >> 2) + 1);
-        }
-        const uint32_t rw[8] = {r0.v[0], r0.v[1], r0.v[2], r0.v[3], r1.v[0], r1.v[1], r1.v[2], r1.v[3]};
+        uint32_t rw[8];
+        optim_write_words8(wb, uint64_t(el), rw);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
-            w.v[j] = round_with(update_target(bf16_to_f32(w.v[j]), u[j], wb), rw[j], wb.rounding);
+            w.v[j] = optim_write_bf16(wb, bf16_to_f32(w.v[j]), u[j], rw[j]);
         store8(weight + el, w);
     }
 }
@@ -71,16 +53,9 @@ __global__ void __launch_bounds__(THREADS) write_vec_kernel(bf16* __restrict__ w
 /// bf16 weights, any range.
 __global__ void __launch_bounds__(THREADS) write_scalar_kernel(bf16* __restrict__ weight, const float* __restrict__ U,
                                                                int64_t begin, int64_t count, OptimWrite wb) {
-    const PhiloxKey key{wb.seed, PHILOX_STREAM_ROUNDING};
     for (int64_t k = thread_index(); k < count; k += grid_stride()) {
         const int64_t el = begin + k;
-        uint32_t r = 0;
-        if (wb.rounding != ROUNDING_NEAREST) {
-            const Philox4 p = philox_block(key, wb.step, wb.tensor, uint64_t(wb.element_base + el) >> 2);
-            const uint32_t j = uint32_t((wb.element_base + el) & 3);
-            r = j == 0 ? p.v[0] : j == 1 ? p.v[1] : j == 2 ? p.v[2] : p.v[3];
-        }
-        weight[el] = round_with(update_target(bf16_to_f32(weight[el]), U[k], wb), r, wb.rounding);
+        weight[el] = optim_write_bf16(wb, bf16_to_f32(weight[el]), U[k], optim_write_word(wb, uint64_t(el)));
     }
 }
 

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "engine/error.h"
+#include "kernels/cuda/cublaslt_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_alloc.h"
 #include "kernels/cuda/elementwise.h"
@@ -43,13 +44,6 @@ struct Key {
     bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
-// Descriptors and the chosen algorithm of one cached shape.
-struct Plan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-};
-
 }  // namespace
 
 struct Matmul::Impl {
@@ -57,7 +51,7 @@ struct Matmul::Impl {
     void* workspace = nullptr;
     int64_t workspace_bytes = 0;
     bool owns_workspace = false;
-    std::map<Key, Plan> plans;
+    std::map<Key, LtPlan> plans;  // descriptors and the chosen algorithm of each cached shape
     // fp32 widening buffers for dtype combinations cuBLASLt does not take
     float* widen = nullptr;  // own
     int64_t widen_elems = 0;
@@ -66,12 +60,7 @@ struct Matmul::Impl {
     bool warned_widen = false;  // the first widening outside the caller's buffer is logged
 
     ~Impl() {
-        for (auto& [k, p] : plans) {
-            cublasLtMatrixLayoutDestroy(p.la);
-            cublasLtMatrixLayoutDestroy(p.lb);
-            cublasLtMatrixLayoutDestroy(p.lc);
-            cublasLtMatmulDescDestroy(p.desc);
-        }
+        plans.clear();  // the descriptors before the handle
         if (owns_workspace) device_free(workspace);
         device_free(widen);
         if (handle) cublasLtDestroy(handle);
@@ -97,60 +86,28 @@ struct Matmul::Impl {
         return widen;
     }
 
-    const Plan& plan_for(const Key& key) {
+    const LtPlan& plan_for(const Key& key) {
         auto it = plans.find(key);
         if (it != plans.end()) return it->second;
-        Plan p;
+        LtPlan p;
         // Row-major C (m, n) is column-major C^T (n, m) = op(B)^T · op(A)^T: cuBLASLt's "A" is our B
         // and its "B" is our A, each with the transpose flag of the row-major operand.
         const cudaDataType_t at = cudaDataType_t(key.at), bt = cudaDataType_t(key.bt), ct = cudaDataType_t(key.ct);
-        cublas_check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-        const cublasOperation_t op_lt_a = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // our B
-        const cublasOperation_t op_lt_b = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // our A
-        cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof(op_lt_a)));
-        cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof(op_lt_b)));
+        p.desc = lt_matmul_desc(key.tb, key.ta);
         // Stored column-major shapes: our B row-major (k, n) -> col-major (n, k), ld n; (n, k) -> (k, n), ld k.
-        if (key.tb)
-            cublas_check(cublasLtMatrixLayoutCreate(&p.la, bt, uint64_t(key.k), uint64_t(key.n), key.k));
-        else
-            cublas_check(cublasLtMatrixLayoutCreate(&p.la, bt, uint64_t(key.n), uint64_t(key.k), key.n));
+        p.a = key.tb ? lt_matrix_layout(bt, key.k, key.n, key.k) : lt_matrix_layout(bt, key.n, key.k, key.n);
         // our A row-major (m, k) -> col-major (k, m), ld k; (k, m) -> (m, k), ld m.
-        if (key.ta)
-            cublas_check(cublasLtMatrixLayoutCreate(&p.lb, at, uint64_t(key.m), uint64_t(key.k), key.m));
-        else
-            cublas_check(cublasLtMatrixLayoutCreate(&p.lb, at, uint64_t(key.k), uint64_t(key.m), key.k));
-        cublas_check(cublasLtMatrixLayoutCreate(&p.lc, ct, uint64_t(key.n), uint64_t(key.m), key.n));
-
-        cublasLtMatmulPreference_t pref = nullptr;
-        cublas_check(cublasLtMatmulPreferenceCreate(&pref));
-        const uint64_t ws = uint64_t(workspace_bytes);
-        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_b,
-                                                          sizeof(uint32_t)));
-        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_a,
-                                                          sizeof(uint32_t)));
-        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c,
-                                                          sizeof(uint32_t)));
-        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c,
-                                                          sizeof(uint32_t)));
-        cublasLtMatmulHeuristicResult_t result{};
-        int found = 0;
-        const cublasStatus_t st =
-            cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &result, &found);
-        cublasLtMatmulPreferenceDestroy(pref);
-        if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-            cublasLtMatrixLayoutDestroy(p.la);
-            cublasLtMatrixLayoutDestroy(p.lb);
-            cublasLtMatrixLayoutDestroy(p.lc);
-            cublasLtMatmulDescDestroy(p.desc);
+        p.b = key.ta ? lt_matrix_layout(at, key.m, key.k, key.m) : lt_matrix_layout(at, key.k, key.m, key.k);
+        p.c = lt_matrix_layout(ct, key.n, key.m, key.n);
+        const LtAlignment al{key.align_b, key.align_a, key.align_c, key.align_c};  // cuBLASLt's A is our B
+        cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+        if (!lt_choose_algo(handle, p, uint64_t(workspace_bytes), al, st))
             fail("matmul: cuBLASLt has no algorithm for m {} n {} k {} trans_a {} trans_b {} (A {}, B {}, C {}; "
                  "alignment {}/{}/{} bytes; status {})",
                  key.m, key.n, key.k, key.ta, key.tb, key.at == CUDA_R_16BF ? "bf16" : "fp32",
                  key.bt == CUDA_R_16BF ? "bf16" : "fp32", key.ct == CUDA_R_16BF ? "bf16" : "fp32", key.align_a,
                  key.align_b, key.align_c, int(st));
-        }
-        p.algo = result.algo;
-        return plans.emplace(key, p).first->second;
+        return plans.emplace(key, std::move(p)).first->second;
     }
 
     // Run one product whose dtypes cuBLASLt takes: (bf16, bf16) -> bf16|fp32, or (fp32, fp32) -> fp32.
@@ -158,10 +115,10 @@ struct Matmul::Impl {
         const Key key{s.m, s.n, s.k, s.trans_a, s.trans_b, s.beta != 0.0f, int(cuda_type(a.type)), int(cuda_type(b.type)),
                       int(cuda_type(c.type)), pointer_alignment(a.data), pointer_alignment(b.data),
                       pointer_alignment(c.data)};
-        const Plan& p = plan_for(key);
+        const LtPlan& p = plan_for(key);
         const float alpha = s.alpha, beta = s.beta;
-        cublas_check(cublasLtMatmul(handle, p.desc, &alpha, b.data, p.la, a.data, p.lb, &beta, c.data, p.lc, c.data, p.lc,
-                                    &p.algo, workspace, size_t(workspace_bytes), stream));
+        cublas_check(cublasLtMatmul(handle, p.desc.get(), &alpha, b.data, p.a.get(), a.data, p.b.get(), &beta, c.data,
+                                    p.c.get(), c.data, p.c.get(), &p.algo, workspace, size_t(workspace_bytes), stream));
     }
 };
 
@@ -189,14 +146,7 @@ void Matmul::set_workspace(void* workspace, int64_t bytes) {
     impl_->workspace = workspace;
     impl_->workspace_bytes = workspace ? bytes : 0;
     impl_->owns_workspace = false;
-    // Algorithms were chosen for the old workspace size: choose again.
-    for (auto& [k, p] : impl_->plans) {
-        cublasLtMatrixLayoutDestroy(p.la);
-        cublasLtMatrixLayoutDestroy(p.lb);
-        cublasLtMatrixLayoutDestroy(p.lc);
-        cublasLtMatmulDescDestroy(p.desc);
-    }
-    impl_->plans.clear();
+    impl_->plans.clear();  // algorithms were chosen for the old workspace size: choose again
 }
 
 int64_t Matmul::cached_shapes() const { return int64_t(impl_->plans.size()); }

@@ -15,6 +15,7 @@
 #include "kernels/common/optim_math.h"
 #include "kernels/common/rounding.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublaslt_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/muon.h"
 
@@ -137,25 +138,6 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
-/// The rounding target of weight w32 after update u (the CPU's bf16_update_target).
-__device__ __forceinline__ float update_target(float w32, float u, const OptimWrite& wb) {
-    if (!wb.premultiply) return optim_decayed_target(w32, wb.keep, wb.lr, u);
-    const float decayed = wb.keep == 1.0f ? w32 : bf16_to_f32(f32_to_bf16(rn_mul(w32, wb.keep)));
-    return rn_sub(decayed, rn_mul(wb.lr, u));
-}
-
-__device__ __forceinline__ bf16 round_with(float x, uint32_t r, uint8_t mode) {
-    return mode == ROUNDING_STOCHASTIC ? bf16_round_stochastic(x, r)
-           : mode == ROUNDING_DITHERED ? bf16_round_dithered(x, r)
-                                       : f32_to_bf16(x);
-}
-
-/// Word (element & 3) of a Philox block without a runtime-indexed array (no local memory).
-__device__ __forceinline__ uint32_t pick_word(const Philox4& p, uint64_t element) {
-    const uint32_t j = uint32_t(element & 3u);
-    return j == 0 ? p.v[0] : j == 1 ? p.v[1] : j == 2 ? p.v[2] : p.v[3];
-}
-
 /// Pass 3 over `count` matrices starting at tensor matrix e0: W <- round(W*keep - lr*scale*O),
 /// O = X (bf16, stride per matrix), noise keyed by the tensor's element index. VEC: 8 elements per
 /// thread step (two Philox blocks), n % 8 == 0.
@@ -163,26 +145,19 @@ template <bool VEC>
 __global__ void __launch_bounds__(THREADS)
     muon_write_kernel(bf16* __restrict__ weight, const bf16* __restrict__ X, int64_t e0, int64_t count, int64_t n,
                       int64_t stride, float scale, OptimWrite wb) {
-    const PhiloxKey key{wb.seed, PHILOX_STREAM_ROUNDING};
-    const bool draw = wb.rounding != ROUNDING_NEAREST;
     if (VEC) {
         const int64_t groups = count * (n / 8), per = n / 8;
         for (int64_t q = thread_index(); q < groups; q += grid_stride()) {
             const int64_t e = q / per, k = (q - e * per) * 8;
-            const int64_t el = (e0 + e) * n + k;  // tensor element, a multiple of 8
-            const uint64_t noise_el = wb.element_base + uint64_t(el);  // a multiple of 4 (the host checks)
+            const int64_t el = (e0 + e) * n + k;  // tensor element, a multiple of 8 (element_base: of 4, the host checks)
             const Bf16x8 xo = load8(X + e * stride + k);
             Bf16x8 w = load8(weight + el);
-            Philox4 r0{{0, 0, 0, 0}}, r1{{0, 0, 0, 0}};
-            if (draw) {
-                r0 = philox_block(key, wb.step, wb.tensor, noise_el >> 2);
-                r1 = philox_block(key, wb.step, wb.tensor, (noise_el >> 2) + 1);
-            }
-            const uint32_t rw[8] = {r0.v[0], r0.v[1], r0.v[2], r0.v[3], r1.v[0], r1.v[1], r1.v[2], r1.v[3]};
+            uint32_t rw[8];
+            optim_write_words8(wb, uint64_t(el), rw);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const float u = rn_mul(bf16_to_f32(xo.v[j]), scale);
-                w.v[j] = round_with(update_target(bf16_to_f32(w.v[j]), u, wb), rw[j], wb.rounding);
+                w.v[j] = optim_write_bf16(wb, bf16_to_f32(w.v[j]), u, rw[j]);
             }
             store8(weight + el, w);
         }
@@ -191,10 +166,7 @@ __global__ void __launch_bounds__(THREADS)
         for (int64_t q = thread_index(); q < total; q += grid_stride()) {
             const int64_t e = q / n, k = q - e * n, el = (e0 + e) * n + k;
             const float u = rn_mul(bf16_to_f32(X[e * stride + k]), scale);
-            const float x = update_target(bf16_to_f32(weight[el]), u, wb);
-            const uint64_t noise_el = wb.element_base + uint64_t(el);
-            const uint32_t r = draw ? pick_word(philox_block(key, wb.step, wb.tensor, noise_el >> 2), noise_el) : 0u;
-            weight[el] = round_with(x, r, wb.rounding);
+            weight[el] = optim_write_bf16(wb, bf16_to_f32(weight[el]), u, optim_write_word(wb, uint64_t(el)));
         }
     }
 }
@@ -219,12 +191,6 @@ struct LtKey {
     bool operator<(const LtKey& o) const { return tie() < o.tie(); }
 };
 
-struct LtPlan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-};
-
 /// The process's cuBLASLt handle and per-shape plans (descriptors and the heuristic's first algorithm
 /// for a MUON_LT_WORKSPACE_BYTES workspace). Kept for the process's lifetime.
 struct LtState {
@@ -238,13 +204,13 @@ LtState& lt_state() {
     return *s;
 }
 
-cublasLtMatrixLayout_t lt_layout(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
-    cublasLtMatrixLayout_t l = nullptr;
-    cublas_check(cublasLtMatrixLayoutCreate(&l, CUDA_R_16BF, uint64_t(rows), uint64_t(cols), ld));
+/// A column-major bf16 layout of `batch` matrices `stride` elements apart.
+LtMatrixLayout lt_layout(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+    LtMatrixLayout l = lt_matrix_layout(CUDA_R_16BF, rows, cols, ld);
     const int32_t b = int32_t(batch);
-    cublas_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof(b)));
+    cublas_check(cublasLtMatrixLayoutSetAttribute(l.get(), CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof(b)));
     cublas_check(
-        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+        cublasLtMatrixLayoutSetAttribute(l.get(), CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
     return l;
 }
 
@@ -260,45 +226,21 @@ const LtPlan& lt_plan(LtState& s, const LtKey& key) {
     if (it != s.plans.end()) return it->second;
     if (!s.handle) cublas_check(cublasLtCreate(&s.handle));
     LtPlan p;
-    cublas_check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t oa = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof(oa)));
-    cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof(ob)));
+    p.desc = lt_matmul_desc(key.ta, key.tb);
     // Stored shapes: op(A) is m x k, so A is (ta ? k x m : m x k); B likewise k x n.
-    p.la = key.ta ? lt_layout(key.k, key.m, key.lda, key.sa, key.batch)
-                  : lt_layout(key.m, key.k, key.lda, key.sa, key.batch);
-    p.lb = key.tb ? lt_layout(key.n, key.k, key.ldb, key.sb, key.batch)
-                  : lt_layout(key.k, key.n, key.ldb, key.sb, key.batch);
-    p.lc = lt_layout(key.m, key.n, key.ldc, key.sc, key.batch);
-    cublasLtMatmulPreference_t pref = nullptr;
-    cublas_check(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = uint64_t(cuda_ws::MUON_LT_WORKSPACE_BYTES);
-    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    p.a = key.ta ? lt_layout(key.k, key.m, key.lda, key.sa, key.batch)
+                 : lt_layout(key.m, key.k, key.lda, key.sa, key.batch);
+    p.b = key.tb ? lt_layout(key.n, key.k, key.ldb, key.sb, key.batch)
+                 : lt_layout(key.k, key.n, key.ldb, key.sb, key.batch);
+    p.c = lt_layout(key.m, key.n, key.ldc, key.sc, key.batch);
     // Every matrix of a batch starts at base (256-byte aligned) + i * stride * 2 bytes: tell the
     // heuristic the alignment that holds for all of them (the default assumes 256 bytes).
-    const uint32_t al_a = batch_alignment(key.sa), al_b = batch_alignment(key.sb), al_c = batch_alignment(key.sc);
-    cublas_check(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-    cublas_check(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-    cublas_check(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-    cublas_check(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-        cublasLtMatrixLayoutDestroy(p.la);
-        cublasLtMatrixLayoutDestroy(p.lb);
-        cublasLtMatrixLayoutDestroy(p.lc);
-        cublasLtMatmulDescDestroy(p.desc);
+    const uint32_t al_c = batch_alignment(key.sc);
+    const LtAlignment al{batch_alignment(key.sa), batch_alignment(key.sb), al_c, al_c};
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (!lt_choose_algo(s.handle, p, uint64_t(cuda_ws::MUON_LT_WORKSPACE_BYTES), al, st))
         throw_op_error("muon_step", "cuBLASLt has no algorithm for a batched bf16 Newton-Schulz product");
-    }
-    p.algo = result.algo;
-    return s.plans.emplace(key, p).first->second;
+    return s.plans.emplace(key, std::move(p)).first->second;
 }
 
 /// D = alpha op(A) op(B) + beta C over `batch` matrices (column-major bf16, fp32 accumulation and
@@ -309,8 +251,8 @@ void lt_gemm(const LtKey& key, float alpha, const bf16* A, const bf16* B, float 
     std::lock_guard<std::mutex> lock(s.mu);
     const LtPlan& p = lt_plan(s, key);
     const float b = C ? beta : 0.0f;
-    cublas_check(cublasLtMatmul(s.handle, p.desc, &alpha, A, p.la, B, p.lb, &b, C ? C : D, p.lc, D, p.lc, &p.algo,
-                                workspace, size_t(cuda_ws::MUON_LT_WORKSPACE_BYTES), stream));
+    cublas_check(cublasLtMatmul(s.handle, p.desc.get(), &alpha, A, p.a.get(), B, p.b.get(), &b, C ? C : D, p.c.get(), D,
+                                p.c.get(), &p.algo, workspace, size_t(cuda_ws::MUON_LT_WORKSPACE_BYTES), stream));
 }
 
 template <class F>

@@ -64,25 +64,12 @@ __device__ __forceinline__ void ld8_grad(const G* g, float gs, float (&x)[8]) {
 
 // ---- write-back (the CPU's optim_detail::store_update)
 
-/// The fp32 value a bf16 weight w32 is rounded to after update u (bf16_update_target on the CPU).
-__device__ __forceinline__ float bf16_target(float w32, float u, const OptimWrite& wb) {
-    if (!wb.premultiply) return optim_decayed_target(w32, wb.keep, wb.lr, u);
-    const float decayed = wb.keep == 1.0f ? w32 : bf16_to_f32(f32_to_bf16(rn_mul(w32, wb.keep)));
-    return rn_sub(decayed, rn_mul(wb.lr, u));
-}
-__device__ __forceinline__ bf16 round_bf16(float x, uint32_t r, const OptimWrite& wb) {
-    if (wb.rounding == ROUNDING_NEAREST) return f32_to_bf16(x);
-    return wb.rounding == ROUNDING_STOCHASTIC ? bf16_round_stochastic(x, r) : bf16_round_dithered(x, r);
-}
-
 /// One element: W[i] <- round(W*keep - lr*u) (fp32 weights exactly).
 __device__ __forceinline__ void write1(float* w, int64_t i, float u, const OptimWrite& wb) {
     w[i] = optim_decayed_target(w[i], wb.keep, wb.lr, u);
 }
 __device__ __forceinline__ void write1(bf16* w, int64_t i, float u, const OptimWrite& wb) {
-    const float x = bf16_target(bf16_to_f32(w[i]), u, wb);
-    const uint32_t r = wb.rounding == ROUNDING_NEAREST ? 0u : rounding_bits(wb.seed, wb.step, wb.tensor, wb.element_base + uint64_t(i));
-    w[i] = round_bf16(x, r, wb);
+    w[i] = optim_write_bf16(wb, bf16_to_f32(w[i]), u, optim_write_word(wb, uint64_t(i)));
 }
 
 /// Eight elements at i0 (a multiple of 4, 16-byte aligned; wb.element_base a multiple of 4 too):
@@ -97,16 +84,11 @@ __device__ __forceinline__ void write8(float* w, int64_t i0, const float (&u)[8]
 __device__ __forceinline__ void write8(bf16* w, int64_t i0, const float (&u)[8], const OptimWrite& wb) {
     float x[8];
     ld8(w + i0, x);
-    Philox4 b0{{0, 0, 0, 0}}, b1{{0, 0, 0, 0}};
-    if (wb.rounding != ROUNDING_NEAREST) {
-        const PhiloxKey key{wb.seed, PHILOX_STREAM_ROUNDING};
-        const uint64_t el = wb.element_base + uint64_t(i0);
-        b0 = philox_block(key, wb.step, wb.tensor, el >> 2);
-        b1 = philox_block(key, wb.step, wb.tensor, (el >> 2) + 1);
-    }
+    uint32_t r[8];
+    optim_write_words8(wb, uint64_t(i0), r);
     bf16 h[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) h[k] = round_bf16(bf16_target(x[k], u[k], wb), k < 4 ? b0.v[k] : b1.v[k - 4], wb);
+    for (int k = 0; k < 8; ++k) h[k] = optim_write_bf16(wb, x[k], u[k], r[k]);
     st8(w + i0, h);
 }
 

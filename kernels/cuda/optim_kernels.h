@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/optim_math.h"
+
 namespace skew::cuda {
 
 /// How a tensor is written back (the CPU's optim_detail::WriteBack): W <- round(W*keep - lr*U) for
@@ -28,6 +30,32 @@ struct OptimWrite {
     uint32_t tensor = 0;
     uint64_t element_base = 0;
 };
+
+/// The bf16 a weight w32 becomes under `wb` after update u with rounding word r (ignored for
+/// nearest): optim_bf16_write (kernels/common/optim_math.h), the CPU's store_update. Host and device.
+SKEW_HD bf16 optim_write_bf16(const OptimWrite& wb, float w32, float u, uint32_t r) {
+    return optim_bf16_write(w32, wb.keep, wb.lr, u, wb.premultiply, RoundingMode(wb.rounding), r);
+}
+
+/// The rounding word of tensor element `element` under `wb`: rounding_bits of element_base + element,
+/// 0 for nearest rounding (nothing drawn).
+SKEW_HD uint32_t optim_write_word(const OptimWrite& wb, uint64_t element) {
+    return wb.rounding == ROUNDING_NEAREST ? 0u : rounding_bits(wb.seed, wb.step, wb.tensor, wb.element_base + element);
+}
+
+/// The rounding words of the eight tensor elements from `element` (element_base + element a multiple of
+/// 4): the two Philox blocks that serve them, word k of r for element + k, all 0 for nearest rounding.
+SKEW_HD void optim_write_words8(const OptimWrite& wb, uint64_t element, uint32_t (&r)[8]) {
+    Philox4 b0{{0, 0, 0, 0}}, b1{{0, 0, 0, 0}};
+    if (wb.rounding != ROUNDING_NEAREST) {
+        const PhiloxKey key{wb.seed, PHILOX_STREAM_ROUNDING};
+        const uint64_t group = (wb.element_base + element) >> 2;
+        b0 = philox_block(key, wb.step, wb.tensor, group);
+        b1 = philox_block(key, wb.step, wb.tensor, group + 1);
+    }
+    r[0] = b0.v[0], r[1] = b0.v[1], r[2] = b0.v[2], r[3] = b0.v[3];
+    r[4] = b1.v[0], r[5] = b1.v[1], r[6] = b1.v[2], r[7] = b1.v[3];
+}
 
 /// A parameter tensor on the device: weight (bf16 or fp32) and gradient (bf16 or fp32), numel
 /// elements as n_mat matrices of rows x cols (a vector: n_mat 1, rows 1, cols numel).

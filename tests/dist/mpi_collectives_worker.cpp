@@ -150,6 +150,27 @@ void test_alltoallv(Communicator& c, int64_t n, bool one_large_pair) {
     check(equal(recv, e), std::string("alltoallv") + (one_large_pair ? " (one large pair)" : ""));
 }
 
+/// A list without one entry per rank is refused on every rank before any transfer, with the message
+/// of the shared check (dist/communicator.h check_alltoallv_args; tests/dist/test_collective_args.cpp).
+void test_alltoallv_refused(Communicator& c) {
+    const int R = c.rank(), N = c.world_size();
+    const std::vector<int64_t> ok(static_cast<size_t>(N), 0), bad(static_cast<size_t>(N + 1), 0);
+    std::string expected, got;
+    try {
+        check_alltoallv_args("rank", R, N, ok, ok, ok, bad);
+    } catch (const Error& e) {
+        expected = e.what();
+    }
+    int64_t x = 0;
+    try {
+        c.alltoallv(&x, ok, ok, &x, ok, bad, CommDType::I64);
+    } catch (const Error& e) {
+        got = e.what();
+    }
+    check(!expected.empty() && got == expected, "alltoallv refuses a short recv_displs with the shared message (got '" +
+                                                    got + "', expected '" + expected + "')");
+}
+
 void test_broadcast_split(Communicator& c, int64_t n) {
     const int R = c.rank(), N = c.world_size();
     std::vector<double> b(static_cast<size_t>(n)), e(static_cast<size_t>(n));
@@ -289,6 +310,7 @@ int main(int argc, char** argv) {
             test_broadcast_split(*c, n);
             test_nonblocking(*c, n);
         }
+        test_alltoallv_refused(*c);
         // large buckets (Open MPI's blocking all-reduce takes another algorithm there); with the small
         // chunk limit that would be ~10^5 requests in flight, so only with the large one
         if (chunk >= 1000) test_nonblocking(*c, 100000);

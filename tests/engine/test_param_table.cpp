@@ -1,4 +1,4 @@
-// The parameter table reproduces the paper's counts (Appendix B) and tiers.
+// The parameter table reproduces the paper's counts (Appendix B) and tiers; is_expert_bank is the one test of a bank.
 #include <catch2/catch.hpp>
 
 #include "engine/config.h"
@@ -75,4 +75,30 @@ TEST_CASE("an expert-parallel rank's table holds n_experts / M experts of each b
     CHECK_THROWS_WITH(build_param_table(c.model, ExpertShard{3, 0}), Catch::Contains("does not divide model.n_experts 128"));
     CHECK_THROWS_WITH(build_param_table(c.model, ExpertShard{8, 8}), Catch::Contains("outside the expert-parallel group"));
     CHECK_THROWS_WITH(build_param_table(c.model, ExpertShard{0, 0}), Catch::Contains("parallel.expert"));
+}
+
+TEST_CASE("is_expert_bank: exactly the three stacked expert roles, the experts tier's 3-D tensors") {
+    // every role, by its value: only EXPERT_W1, EXPERT_W2 and EXPERT_W3 are banks
+    for (int r = int(Role::TOKEN_EMBEDDING); r <= int(Role::EXPERT_W3); ++r) {
+        ParamInfo p;
+        p.role = Role(r);
+        INFO(role_name(p.role));
+        const bool expert_role = p.role == Role::EXPERT_W1 || p.role == Role::EXPERT_W2 || p.role == Role::EXPERT_W3;
+        CHECK(is_expert_bank(p) == expert_role);
+    }
+    // in the paper's table (whole and one expert-parallel rank's): a bank is an experts-tier tensor,
+    // stacked (n_experts, rows, cols), three per MoE block
+    Config c = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/paper-6.78b.yaml");
+    for (const ParamTable& t : {build_param_table(c.model), build_param_table(c.model, ExpertShard{8, 3})}) {
+        int banks = 0;
+        for (const ParamInfo& p : t.params) {
+            INFO(p.name);
+            CHECK(is_expert_bank(p) == (p.tier == Tier::EXPERTS));
+            CHECK(is_expert_bank(p) == (p.shape.size() == 3));
+            banks += is_expert_bank(p);
+        }
+        CHECK(banks == 3);  // the paper's model has one MoE block
+    }
+    CHECK(is_expert_bank(*build_param_table(c.model).find("blocks.1.moe.experts.w3")));
+    CHECK_FALSE(is_expert_bank(*build_param_table(c.model).find("blocks.1.moe.router.weight")));
 }

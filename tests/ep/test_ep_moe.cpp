@@ -103,8 +103,6 @@ bool bits_equal(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-bool is_expert_bank(const ParamInfo& p) { return p.tier == Tier::EXPERTS; }
-
 /// The expert-parallel groups of the world: consecutive blocks of M ranks (color world_rank / M).
 std::unique_ptr<Communicator> group_of(Communicator& world, int64_t M) {
     return world.split(world.rank() / int(M), world.rank());

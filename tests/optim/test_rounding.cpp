@@ -1,11 +1,13 @@
 // The bf16 write-back (kernels/common/rounding.h): exact stochastic rounding is unbiased and
 // idempotent (docs/optimizers.md §9.1); the paper's dithered rounding is biased toward zero at
-// binade edges and that bias is asserted (§9.2); the noise streams are distinct per tensor and step.
+// binade edges and that bias is asserted (§9.2); the noise streams are distinct per tensor and step;
+// the one write-back target and rounding choice (kernels/common/optim_math.h) every optimizer uses.
 #include <catch2/catch.hpp>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 
+#include "kernels/common/optim_math.h"
 #include "kernels/common/rounding.h"
 
 using namespace skew;
@@ -161,4 +163,35 @@ TEST_CASE("nearest rounding is the plain RNE cast") {
     CHECK(bf16_round_nearest(1.0f + 0.51f * ulp_bf16(1.0f)).bits == uint16_t(f32_to_bf16(1.0f).bits + 1));
     CHECK(bf16_write_back(1.0f + 0.51f * ulp_bf16(1.0f), ROUNDING_NEAREST, 1, 1, 1, 1).bits ==
           uint16_t(f32_to_bf16(1.0f).bits + 1));
+}
+
+TEST_CASE("the bf16 write-back target: decay fused in fp32, or with premultiply rounded to nearest first") {
+    // fused: w*keep - lr*u, each product and the difference rounded once in fp32
+    const float w = 1.0f, keep = 0.997f, lr = 0.01f, u = 0.5f;
+    const float wk = w * keep, lu = lr * u;
+    CHECK(optim_bf16_target(w, keep, lr, u, false) == wk - lu);
+    CHECK(optim_bf16_target(w, keep, lr, 0.0f, false) == 0.997f);
+    // premultiply (the paper's trainer `p.mul_(1 - lr*wd)`): 0.997 rounds to the bf16 0.99609375 first
+    CHECK(optim_bf16_target(w, keep, lr, 0.0f, true) == 0.99609375f);
+    CHECK(optim_bf16_target(w, keep, lr, u, true) == 0.99609375f - lu);
+    // keep == 1: no decay, so no rounding of w (exact even when w is not a bf16 value)
+    const float w_fine = 1.0f + 1.0f / 1024.0f;
+    CHECK(optim_bf16_target(w_fine, 1.0f, lr, u, true) == w_fine - lu);
+    CHECK(optim_bf16_target(w_fine, 1.0f, lr, u, false) == w_fine - lu);
+}
+
+TEST_CASE("bf16_round_bits picks the rounding by mode, optim_bf16_write rounds the target with it") {
+    for (int i = 0; i < 4096; ++i) {
+        const float x = from_bits(0x3F800000u + uint32_t(i) * 37u) * (i % 2 ? -1.0f : 1.0f);
+        const uint32_t r = rounding_bits(7, 3, 5, uint64_t(i));
+        CHECK(bf16_round_bits(x, ROUNDING_STOCHASTIC, r).bits == bf16_round_stochastic(x, r).bits);
+        CHECK(bf16_round_bits(x, ROUNDING_DITHERED, r).bits == bf16_round_dithered(x, r).bits);
+        CHECK(bf16_round_bits(x, ROUNDING_NEAREST, r).bits == bf16_round_nearest(x).bits);  // r ignored
+        for (RoundingMode m : {ROUNDING_STOCHASTIC, ROUNDING_DITHERED, ROUNDING_NEAREST}) {
+            CHECK(bf16_write_back(x, m, 7, 3, 5, uint64_t(i)).bits == bf16_round_bits(x, m, r).bits);
+            for (bool pre : {false, true})
+                CHECK(optim_bf16_write(x, 0.999f, 0.01f, 0.25f, pre, m, r).bits ==
+                      bf16_round_bits(optim_bf16_target(x, 0.999f, 0.01f, 0.25f, pre), m, r).bits);
+        }
+    }
 }

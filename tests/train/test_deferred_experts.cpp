@@ -350,7 +350,7 @@ TEST_CASE("the deferred plan drops the expert gradient buffers for the kept oper
         const int64_t NK = cs.train.microbatch * cs.train.seq_len * m.top_k;
         int64_t expert_grad_bytes = 0;
         for (const ParamInfo& p : table.params)
-            if (deferred_expert_param(p)) {
+            if (is_expert_bank(p)) {
                 CHECK(ps.find("grad." + p.name) >= 0);
                 CHECK(pd.find("grad." + p.name) < 0);
                 expert_grad_bytes += p.numel() * 2;  // bf16 gradients
