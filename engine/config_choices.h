@@ -109,7 +109,9 @@ std::string choice_list() {
 
 /// The enums that have a name table.
 template <typename E>
-concept ConfigChoice = requires { ChoiceNames<E>::items; };
+concept ConfigChoice = requires {
+    ChoiceNames<E>::items;
+};
 
 }  // namespace skew
 

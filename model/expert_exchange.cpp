@@ -36,11 +36,10 @@ void ep_plan_exchange(Model& m, int64_t bi) {
     Backend& be = *m.backend;
     ActSlots& a = m.act;
     const ModelConfig& mc = m.cfg->model;
-    const struct {
-        int64_t E, NK;
-    } x{mc.n_experts, m.microbatch * m.seq_len * mc.top_k};
+    const struct { int64_t E, NK; } x{mc.n_experts, m.microbatch * m.seq_len * mc.top_k};
     const int64_t M = m.ep.M, El = m.ep.El;
-    if (!m.ep.comm) fail("model: parallel.expert is {} but no expert-parallel group was attached (model_set_expert_comm)", M);
+    if (!m.ep.comm)
+        fail("model: parallel.expert is {} but no expert-parallel group was attached (model_set_expert_comm)", M);
     std::vector<int64_t> offsets(static_cast<size_t>(x.E + 1)), counts(static_cast<size_t>(2 * x.E));
     be.copy_to_host(offsets.data(), a.expert_offsets[size_t(bi)], int64_t(offsets.size() * sizeof(int64_t)));
     for (int64_t e = 0; e < x.E; ++e) counts[size_t(e)] = offsets[size_t(e + 1)] - offsets[size_t(e)];
@@ -70,11 +69,11 @@ void ep_plan_exchange(Model& m, int64_t bi) {
         }
         R += s.recv_rows[size_t(i)];
     }
-    if (R > M * x.NK)
-        fail("model: expert parallel: {} rows received, beyond the {} the plan holds", R, M * x.NK);
+    if (R > M * x.NK) fail("model: expert parallel: {} rows received, beyond the {} the plan holds", R, M * x.NK);
     s.recv_total = R;
     // expert-major position p <- source-major position q
-    std::vector<int64_t> perm(static_cast<size_t>(R)), inv(static_cast<size_t>(R)), local_offsets(static_cast<size_t>(El + 1));
+    std::vector<int64_t> perm(static_cast<size_t>(R)), inv(static_cast<size_t>(R)),
+        local_offsets(static_cast<size_t>(El + 1));
     std::vector<int64_t> src_at(static_cast<size_t>(M * El));  // source-major start of block (i, e)
     for (int64_t i = 0; i < M; ++i) {
         int64_t q = s.recv_row_displs[size_t(i)];

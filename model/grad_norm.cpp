@@ -31,7 +31,8 @@ double gram_grad_sq_norm(const float* X, const float* dY, int64_t rows, int64_t 
 }
 
 RowWindow gram_row_window(int64_t first, int64_t rows, int64_t max_rows, int64_t total_rows, int64_t granularity) {
-    if (rows < 0 || first < 0 || first + rows > total_rows || rows > max_rows || max_rows > total_rows || granularity < 1)
+    if (rows < 0 || first < 0 || first + rows > total_rows || rows > max_rows || max_rows > total_rows ||
+        granularity < 1)
         fail("gram_row_window: rows [{}, {}) of {} (at most {} at a time, granularity {})", first, first + rows,
              total_rows, max_rows, granularity);
     const int64_t want = std::min(max_rows, (rows + granularity - 1) / granularity * granularity);
@@ -47,9 +48,7 @@ double deferred_expert_grad_sq_norm(Model& m, int64_t granularity) {
     if (!m.deferred.on) return 0.0;
     Backend& be = *m.backend;
     const ModelConfig& c = m.cfg->model;
-    const struct {
-        int64_t E, NK, d, de;
-    } x{c.n_experts, m.microbatch * m.seq_len * c.top_k, c.d_model, c.d_expert};
+    const struct { int64_t E, NK, d, de; } x{c.n_experts, m.microbatch * m.seq_len * c.top_k, c.d_model, c.d_expert};
     const DeferredExperts& df = m.deferred;
     float* partials = df.gram;  // (3 E): w1, w2, w3 of expert e at 3 e + bank
     float* gx = df.gram + df.gram_partials;
@@ -113,7 +112,9 @@ double model_grad_norm(Model& m) {
     std::vector<BufferRef> bufs, expert_bufs;
     bufs.reserve(m.params.size());
     for (const ParamRef& p : m.params)
-        if (p.grad) (m.ep.on() && p.info->tier == Tier::EXPERTS ? expert_bufs : bufs).push_back(BufferRef{ConstTensorRef(p.grad), p.numel()});
+        if (p.grad)
+            (m.ep.on() && p.info->tier == Tier::EXPERTS ? expert_bufs : bufs)
+                .push_back(BufferRef{ConstTensorRef(p.grad), p.numel()});
     double sq = m.backend->sum_squares(bufs) + deferred_expert_grad_sq_norm(m);
     if (m.ep.on()) {  // each rank of the group holds other experts: their squares sum over the group
         double e2 = m.backend->sum_squares(expert_bufs);

@@ -28,26 +28,34 @@ std::unique_ptr<Backend> make_backend(const Config& cfg, int device, const std::
     const int n_devices = cuda::device_count();
     if (b == BackendChoice::CUDA) {
         if (n_devices == 0)
-            fail("{}: runtime.backend: cuda, but no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
-                 "hides it; see nvidia-smi)\n--> HINT: {}{}", cfg.source,
-                 resume_run.empty() ? "" : "resume where a CUDA device is visible, or ", cpu());
+            fail(
+                "{}: runtime.backend: cuda, but no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
+                "hides it; see nvidia-smi)\n--> HINT: {}{}",
+                cfg.source, resume_run.empty() ? "" : "resume where a CUDA device is visible, or ", cpu());
         if (device >= n_devices)
-            fail("{}: runtime.backend: cuda: this rank needs CUDA device {} (its local rank) but {} device(s) are visible; "
-                 "start at most as many ranks per node as GPUs", cfg.source, device, n_devices);
+            fail(
+                "{}: runtime.backend: cuda: this rank needs CUDA device {} (its local rank) but {} device(s) are "
+                "visible; "
+                "start at most as many ranks per node as GPUs",
+                cfg.source, device, n_devices);
         return cuda::make_cuda_backend(device);
     }
     if (b == BackendChoice::AUTO) {
         if (n_devices > device) return cuda::make_cuda_backend(device);
         if (n_devices > 0)
-            fail("{}: runtime.backend: auto: this rank needs CUDA device {} (its local rank) but {} device(s) are "
-                 "visible; start at most as many ranks per node as GPUs", cfg.source, device, n_devices);
+            fail(
+                "{}: runtime.backend: auto: this rank needs CUDA device {} (its local rank) but {} device(s) are "
+                "visible; start at most as many ranks per node as GPUs",
+                cfg.source, device, n_devices);
         spdlog::info("runtime.backend: auto: no CUDA device visible, training on the CPU backend");
         return make_cpu_backend();
     }
 #else
     if (b == BackendChoice::CUDA)
-        fail("{}: runtime.backend: cuda, but this skew was built without the CUDA backend (-DSKEW_CUDA=OFF or no nvcc)"
-             "\n--> HINT: rebuild with -DSKEW_CUDA=ON, or {}", cfg.source, cpu());
+        fail(
+            "{}: runtime.backend: cuda, but this skew was built without the CUDA backend (-DSKEW_CUDA=OFF or no nvcc)"
+            "\n--> HINT: rebuild with -DSKEW_CUDA=ON, or {}",
+            cfg.source, cpu());
     if (b == BackendChoice::AUTO) return make_cpu_backend();
     (void)device;
 #endif
@@ -78,8 +86,7 @@ BackendChoice backend_choice_of(const Backend& backend) {
 
 std::unique_ptr<Communicator> make_device_communicator(Backend& backend, Communicator& host, int device) {
 #if defined(SKEW_HAVE_CUDA)
-    if (backend.runs_cuda())
-        return make_nccl_communicator(host, device, backend.cuda_stream());
+    if (backend.runs_cuda()) return make_nccl_communicator(host, device, backend.cuda_stream());
 #else
     (void)host;
     (void)device;

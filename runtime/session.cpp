@@ -13,14 +13,13 @@ Session::~Session() {
     try {
         backend->synchronize();
         backend->bind_workspace(BackendWorkspaceMemory{});
-    } catch (...) {
-    }
+    } catch (...) {}
 }
 
 Arena allocate_arena(const MemoryPlan& plan, Backend& backend) {
     if (!backend.device_memory()) return allocate_host_arena(plan);
-    const std::string what = fmt::format("the {:.2f} GiB plan of optimizer '{}'", double(plan.peak_bytes) / GIB,
-                                         plan.optimizer);
+    const std::string what =
+        fmt::format("the {:.2f} GiB plan of optimizer '{}'", double(plan.peak_bytes) / GIB, plan.optimizer);
     char* base = static_cast<char*>(backend.allocate_device_memory(plan.peak_bytes, what));
     Backend* owner = &backend;
     return adopt_arena(plan, base, plan.peak_bytes, ArenaDevice::DEVICE,

@@ -41,12 +41,12 @@ struct SessionSpec {
 /// A bound model and everything it points into. Not copyable or movable (the model, the arena and
 /// the backend's binding point into it); held by unique_ptr.
 struct Session {
-    Config cfg;            // the config the model was bound with (its pointer target)
-    ParamTable table;      // the parameters this session holds
-    MemoryPlan plan;       // the arena's plan (arena.plan points here)
-    Arena arena;           // weights, gradients, state, activations, workspaces
+    Config cfg;                  // the config the model was bound with (its pointer target)
+    ParamTable table;            // the parameters this session holds
+    MemoryPlan plan;             // the arena's plan (arena.plan points here)
+    Arena arena;                 // weights, gradients, state, activations, workspaces
     Backend* backend = nullptr;  // not owned: outlives the session
-    Model model;           // bound to arena on backend
+    Model model;                 // bound to arena on backend
 
     Session() = default;
     Session(const Session&) = delete;

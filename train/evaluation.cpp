@@ -46,7 +46,6 @@ double unigram_val_perplexity(const TokenSplit& train, const TokenSplit& val, in
     return scored > 0 ? std::exp(nll / double(scored)) : std::nan("");
 }
 
-
 /// Data parallel: rank r evaluates its microbatches of every validation batch (the slice it trains
 /// on, dp_global_microbatch) and the ranks' shares are summed.
 EvalResult evaluate(Model& model, DataParallel& dp, const BatchStream& val, int64_t eval_batches, int64_t batch_size,

@@ -27,7 +27,8 @@ struct EvalResult {
 
 /// Data parallel: rank r evaluates its microbatches of every validation batch (the slice it trains
 /// on, dp_global_microbatch) and the ranks' shares are summed.
-EvalResult evaluate(Model& model, DataParallel& dp, const data::BatchStream& val, int64_t eval_batches, int64_t batch_size,
-                    int64_t mb, int64_t seq_len, int64_t vocab_size, std::vector<int32_t>& x, std::vector<int32_t>& y);
+EvalResult evaluate(Model& model, DataParallel& dp, const data::BatchStream& val, int64_t eval_batches,
+                    int64_t batch_size, int64_t mb, int64_t seq_len, int64_t vocab_size, std::vector<int32_t>& x,
+                    std::vector<int32_t>& y);
 
 }  // namespace skew

@@ -13,9 +13,10 @@ std::vector<OptimizerStage> optimizer_stages(const Config& cfg, const OptimizerP
     const bool skip_idle = cfg.train.idle_experts == IdleExperts::SKIP;
     if (p.zero) {  // ZeRO-1: this rank's owned ranges (idle experts kept inside), then the all-gather
         stages.push_back({"zero step", [p, skip_idle](const OptimizerStepInput& in) {
-                              zero_optimizer_step(*p.zero, *p.optimizer, in.step, *p.backend, *p.opt,
-                                                  skip_idle ? idle_experts(*in.expert_tokens) : std::vector<IdleExpert>{},
-                                                  *p.zero_comm);
+                              zero_optimizer_step(
+                                  *p.zero, *p.optimizer, in.step, *p.backend, *p.opt,
+                                  skip_idle ? idle_experts(*in.expert_tokens) : std::vector<IdleExpert>{},
+                                  *p.zero_comm);
                           }});
         return stages;
     }
@@ -37,9 +38,8 @@ std::vector<OptimizerStage> optimizer_stages(const Config& cfg, const OptimizerP
                               *idle = IdleExpertSnapshot{};
                           }});
     if (p.dp->world_size > 1)
-        stages.push_back({"data-parallel weights", [p](const OptimizerStepInput&) {
-                              dp_after_optimizer_step(*p.dp, *p.model, *p.backend);
-                          }});
+        stages.push_back({"data-parallel weights",
+                          [p](const OptimizerStepInput&) { dp_after_optimizer_step(*p.dp, *p.model, *p.backend); }});
     return stages;
 }
 

@@ -34,7 +34,7 @@ struct OptimizerPhaseParts {
 
 /// One step's inputs to the stages.
 struct OptimizerStepInput {
-    OptimStep step;                             // t, lr, seed, grad_scale
+    OptimStep step;                                    // t, lr, seed, grad_scale
     const ExpertTokenCounts* expert_tokens = nullptr;  // the step's tokens per expert, summed over the ranks
 };
 

@@ -34,9 +34,11 @@ int64_t host_available_bytes() {
 /// run; under --resume (resume_run not empty), which keeps the config, a machine with more memory.
 std::string smaller_plan_hint(const std::string& resume_run) {
     if (resume_run.empty()) return "see `skew plan` for a smaller microbatch or model";
-    return fmt::format("resume on a machine with more memory (a smaller microbatch or model needs a new run: skew "
-                       "train {}/config.yaml --set ... --out NEW_FOLDER, sized with `skew plan`; --resume keeps the run's "
-                       "config)", resume_run);
+    return fmt::format(
+        "resume on a machine with more memory (a smaller microbatch or model needs a new run: skew "
+        "train {}/config.yaml --set ... --out NEW_FOLDER, sized with `skew plan`; --resume keeps the run's "
+        "config)",
+        resume_run);
 }
 
 /// Out-of-budget on the CPU backend: refuse before allocating when the plan's arena exceeds the
@@ -45,13 +47,13 @@ std::string smaller_plan_hint(const std::string& resume_run) {
 void refuse_if_host_too_small(const MemoryPlan& plan, const OptimizerConfig& opt, const std::string& resume_run) {
     const int64_t avail = host_available_bytes();
     if (avail < 0 || plan.peak_bytes <= avail) return;
-    fail("{}: the plan needs {:.2f} GiB (weights {:.2f}, gradients {:.2f}, optimizer state {:.2f}, activations "
-         "{:.2f}, workspace {:.2f}) but this host has {:.2f} GiB available; {}", opt.name, double(plan.peak_bytes) / GIB,
-         double(plan.weights_bytes) / GIB, double(plan.grads_bytes) / GIB, double(plan.state_bytes) / GIB,
-         double(plan.activation_bytes) / GIB, double(plan.workspace_bytes) / GIB, double(avail) / GIB,
-         smaller_plan_hint(resume_run));
+    fail(
+        "{}: the plan needs {:.2f} GiB (weights {:.2f}, gradients {:.2f}, optimizer state {:.2f}, activations "
+        "{:.2f}, workspace {:.2f}) but this host has {:.2f} GiB available; {}",
+        opt.name, double(plan.peak_bytes) / GIB, double(plan.weights_bytes) / GIB, double(plan.grads_bytes) / GIB,
+        double(plan.state_bytes) / GIB, double(plan.activation_bytes) / GIB, double(plan.workspace_bytes) / GIB,
+        double(avail) / GIB, smaller_plan_hint(resume_run));
 }
-
 
 /// train.microbatch 0: the largest divisor of train.batch_size whose plan fits the backend: a
 /// device's free memory less DEVICE_AUTO_RESERVE_BYTES, or the host's available memory for a host
@@ -71,11 +73,15 @@ int64_t auto_microbatch(const Config& cfg, const ParamTable& table, const Optimi
     if (budget < 0) return cfg.train.batch_size / layout.world_size;
     const int64_t mb = largest_fitting_microbatch(cfg, table, opt, budget, layout);
     if (mb == 0)
-        fail("{}: train.microbatch 0 (the largest that fits): even microbatch 1 needs {:.2f} GiB but {} is {:.2f} GiB; "
-             "{}", opt.name, double(build_memory_plan(cfg, table, opt, 1, layout).peak_bytes) / GIB, where,
-             double(budget) / GIB, smaller_plan_hint(resume_run));
-    spdlog::info("{}: train.microbatch 0: {} sequences, the largest divisor of batch_size {} whose plan fits {} "
-                 "({:.2f} GiB)", opt.name, mb, cfg.train.batch_size, where, double(budget) / GIB);
+        fail(
+            "{}: train.microbatch 0 (the largest that fits): even microbatch 1 needs {:.2f} GiB but {} is {:.2f} GiB; "
+            "{}",
+            opt.name, double(build_memory_plan(cfg, table, opt, 1, layout).peak_bytes) / GIB, where,
+            double(budget) / GIB, smaller_plan_hint(resume_run));
+    spdlog::info(
+        "{}: train.microbatch 0: {} sequences, the largest divisor of batch_size {} whose plan fits {} "
+        "({:.2f} GiB)",
+        opt.name, mb, cfg.train.batch_size, where, double(budget) / GIB);
     return mb;
 }
 
@@ -103,12 +109,14 @@ void check_resume_world_size(const Config& cfg, const std::string& run_dir, int 
         const int64_t was = checkpoint_world_size(dir);
         if (was == 0 || was == world) continue;
         if (was == 1)
-            fail("--resume {}: {} was written by one process (world size 1); this run is world size {}: resume it with "
-                 "one process (skew train --resume {}, without mpirun), or `skew export` its weights", run_dir, dir,
-                 world, run_dir);
-        fail("--resume {}: {} is a sharded checkpoint of world size {}; this run is world size {}: resume it with the "
-             "same world size (mpirun -np {} skew train --resume {}), or `skew export` its weights", run_dir, dir, was,
-             world, was, run_dir);
+            fail(
+                "--resume {}: {} was written by one process (world size 1); this run is world size {}: resume it with "
+                "one process (skew train --resume {}, without mpirun), or `skew export` its weights",
+                run_dir, dir, world, run_dir);
+        fail(
+            "--resume {}: {} is a sharded checkpoint of world size {}; this run is world size {}: resume it with the "
+            "same world size (mpirun -np {} skew train --resume {}), or `skew export` its weights",
+            run_dir, dir, was, world, was, run_dir);
     }
 }
 
@@ -125,19 +133,24 @@ std::vector<int> ranks_where(Communicator& comm, bool flag) {
 
 void refuse_deferred_on_ranks(const Config& cfg, int world, const std::string& resume_run) {
     if (world == 1 || cfg.train.expert_grads != ExpertGrads::DEFERRED) return;
-    fail("train.expert_grads: deferred cannot run on {} ranks: its expert gradients are formed one expert at a "
-         "time inside the optimizer step and never exist as a whole to be summed over the ranks; {}", world,
-         !resume_run.empty() ? fmt::format("resume it with one process (skew train --resume {}, without mpirun), or {}",
-                                           resume_run, config_change_hint(cfg, "train.expert_grads", "stored", resume_run))
-                             : config_change_hint(cfg, "train.expert_grads", "stored", resume_run));
+    fail(
+        "train.expert_grads: deferred cannot run on {} ranks: its expert gradients are formed one expert at a "
+        "time inside the optimizer step and never exist as a whole to be summed over the ranks; {}",
+        world,
+        !resume_run.empty()
+            ? fmt::format("resume it with one process (skew train --resume {}, without mpirun), or {}", resume_run,
+                          config_change_hint(cfg, "train.expert_grads", "stored", resume_run))
+            : config_change_hint(cfg, "train.expert_grads", "stored", resume_run));
 }
 
 void agree_before_training(Communicator& comm, const std::string& failed, std::vector<int64_t>& microbatch) {
     const std::vector<int> bad = ranks_where(comm, !failed.empty());
     if (!failed.empty()) throw Error(failed);
     if (!bad.empty())
-        fail("stopped before training: rank(s) {} failed the checks before training (see their error); nothing was "
-             "written", fmt::join(bad, ", "));
+        fail(
+            "stopped before training: rank(s) {} failed the checks before training (see their error); nothing was "
+            "written",
+            fmt::join(bad, ", "));
     for (int64_t& mb : microbatch) {
         std::vector<int64_t> all(static_cast<size_t>(comm.world_size()));
         comm.allgather(&mb, all.data(), 1, CommDType::I64);

@@ -29,14 +29,16 @@ ProcessGroups make_process_groups(Communicator* world, const Config& cfg) {
     g.world = world;
     const int64_t M = cfg.parallel.expert;
     if (world->world_size() % M != 0)
-        fail("parallel.expert {} needs a multiple of {} ranks (mpirun -np); this run has {}", M, M, world->world_size());
+        fail("parallel.expert {} needs a multiple of {} ranks (mpirun -np); this run has {}", M, M,
+             world->world_size());
     split_expert_groups(g, *world, M);
     return g;
 }
 
 void process_groups_to_device(ProcessGroups& g, const Config& cfg, Backend& backend, int device) {
     g.device = make_device_communicator(backend, *g.world, device);
-    spdlog::info("data parallel: {} ranks, gradients summed over NCCL ({})", g.world->world_size(), g.device->describe());
+    spdlog::info("data parallel: {} ranks, gradients summed over NCCL ({})", g.world->world_size(),
+                 g.device->describe());
     split_expert_groups(g, *g.device, cfg.parallel.expert);  // the expert exchange moves device memory too
 }
 

@@ -14,9 +14,9 @@ namespace skew {
 
 /// The groups of one rank (owned, except the world).
 struct ProcessGroups {
-    Communicator* world = nullptr;       // every rank (host memory)
-    std::unique_ptr<Communicator> self;  // the one-process world when no launcher gave one
-    std::unique_ptr<Communicator> device;  // NCCL over the same ranks (CUDA runs under a launcher), or null
+    Communicator* world = nullptr;                 // every rank (host memory)
+    std::unique_ptr<Communicator> self;            // the one-process world when no launcher gave one
+    std::unique_ptr<Communicator> device;          // NCCL over the same ranks (CUDA runs under a launcher), or null
     std::unique_ptr<Communicator> expert_group;    // world ranks [g M, (g + 1) M) of this rank's group g
     std::unique_ptr<Communicator> expert_holders;  // the ranks with this rank's experts (rank % M equal)
 };

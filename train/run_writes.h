@@ -1,8 +1,9 @@
 // What one `skew train` invocation created in its run folder, so that a run failing before its
 // first checkpoint is taken back whole (docs/training.md, "Run folders").
 #pragma once
-#include <filesystem>
 #include <system_error>
+
+#include <filesystem>
 #include <vector>
 
 namespace skew {
@@ -38,7 +39,8 @@ struct RunWrites {
     void undo() {
         std::error_code ec;
         for (const std::filesystem::path& f : files) std::filesystem::remove(f, ec);
-        for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) std::filesystem::remove(*it, ec);  // fails (kept) when not empty
+        for (auto it = dirs.rbegin(); it != dirs.rend(); ++it)
+            std::filesystem::remove(*it, ec);  // fails (kept) when not empty
     }
 };
 

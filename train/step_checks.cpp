@@ -40,18 +40,21 @@ std::vector<NamedTensor> fault_scan_tensors(const Arena& arena, Backend& backend
 void warn_zero_gradients(const OptimizerConfig& opt, const Arena& arena, Backend& backend) {
     const std::vector<std::string> zero = all_zero_tensors(buffer_tensors(arena, BufferKind::GRAD, &backend));
     if (!zero.empty())
-        spdlog::warn("{}: after step 1 the gradient of {} is identically zero: no gradient path reaches {} (check the "
-                     "model settings, e.g. top_k, or the loss coefficients)", opt.name, fmt::join(zero, ", "),
-                     zero.size() == 1 ? "it" : "them");
+        spdlog::warn(
+            "{}: after step 1 the gradient of {} is identically zero: no gradient path reaches {} (check the "
+            "model settings, e.g. top_k, or the loss coefficients)",
+            opt.name, fmt::join(zero, ", "), zero.size() == 1 ? "it" : "them");
 }
 
 /// A run whose last step(s) were skipped for non-finite values did not train to its end: throws
 /// skew::Error naming the optimizer and the skipped steps (the checkpoint and metrics are written).
 void refuse_trailing_skipped(const OptimizerConfig& opt, int64_t last_step, int64_t trailing_skipped) {
     if (trailing_skipped == 0) return;
-    fail("{}: the run ended with {} step(s) skipped for non-finite values (steps {} to {}), so its last updates never "
-         "happened; see the step log for the first non-finite tensor (lower the learning rate, or resume from the best "
-         "checkpoint)", opt.name, trailing_skipped, last_step - trailing_skipped + 1, last_step);
+    fail(
+        "{}: the run ended with {} step(s) skipped for non-finite values (steps {} to {}), so its last updates never "
+        "happened; see the step log for the first non-finite tensor (lower the learning rate, or resume from the best "
+        "checkpoint)",
+        opt.name, trailing_skipped, last_step - trailing_skipped + 1, last_step);
 }
 
 }  // namespace skew
