@@ -13,8 +13,7 @@ if [ -z "$base" ] || ! git cat-file -e "$base^{commit}" 2>/dev/null; then
   echo "check_format: the commit that added .clang-format is not in this checkout's history; nothing to compare"
   exit 0
 fi
-mapfile -t changed < <( (git diff --name-only --diff-filter=d "$base" HEAD; git diff --name-only --diff-filter=d;
-                         git ls-files --others --exclude-standard) | sort -u)
+mapfile -t changed < <( (git diff --name-only --diff-filter=d "$base" HEAD; git diff --name-only --diff-filter=d) | sort -u)
 fail=0
 sources=()
 for f in "${changed[@]}"; do
