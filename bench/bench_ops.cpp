@@ -7,6 +7,7 @@
 // and the host parameter initialization. Not a test. Writes JSON with the commit and OpenBLAS core.
 // Usage: bench_ops [--reps N] [--out FILE]
 #include <cblas.h>
+#include <nlohmann/json.hpp>
 #include <omp.h>
 
 #include <algorithm>
@@ -17,14 +18,13 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "engine/cpu_workspace.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/workspace_sizes.h"
 
 using namespace skew;
 
@@ -77,7 +77,8 @@ static double copy_gbps(int64_t bytes_per_thread, int reps) {
 static double sgemm_gflops(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int reps) {
     const int threads = omp_get_max_threads();
     std::vector<std::vector<float>> a(size_t(threads), std::vector<float>(size_t(m * k), 0.01f)),
-        b(size_t(threads), std::vector<float>(size_t(k * n), 0.02f)), c(size_t(threads), std::vector<float>(size_t(m * n)));
+        b(size_t(threads), std::vector<float>(size_t(k * n), 0.02f)),
+        c(size_t(threads), std::vector<float>(size_t(m * n)));
     const skew::cpu::BlasSerialScope serial_blas;
     const double ms = time_ms(reps, [&] {
 #pragma omp parallel num_threads(threads)
@@ -108,10 +109,8 @@ int main(int argc, char** argv) {
     std::string out_path;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
-        if (a == "--reps" && i + 1 < argc)
-            reps = std::stoi(argv[++i]);
-        else if (a == "--out" && i + 1 < argc)
-            out_path = argv[++i];
+        if (a == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
+        else if (a == "--out" && i + 1 < argc) out_path = argv[++i];
         else {
             std::fprintf(stderr, "usage: bench_ops [--reps N] [--out FILE]\n");
             return 2;
@@ -228,10 +227,11 @@ int main(int argc, char** argv) {
     const double att_fwd_flop = 2.0 * B * H * T * T * D, att_bytes = double(N * (2 * H + 2 * KV) * D) * b16;
     run("attention_forward", att_fwd_flop, att_bytes + double(B * H * T) * f32,
         [&] { be->attention_forward(att.data(), lse.data(), q.data(), k.data(), v.data(), as); });
-    run("attention_backward", 2.5 * att_fwd_flop, 2 * att_bytes + double(N * H * D) * b16 + double(B * H * T) * f32, [&] {
-        be->attention_backward(dq.data(), dk.data(), dv.data(), att.data(), q.data(), k.data(), v.data(), att.data(),
-                               lse.data(), as);
-    });
+    run("attention_backward", 2.5 * att_fwd_flop, 2 * att_bytes + double(N * H * D) * b16 + double(B * H * T) * f32,
+        [&] {
+            be->attention_backward(dq.data(), dk.data(), dv.data(), att.data(), q.data(), k.data(), v.data(),
+                                   att.data(), lse.data(), as);
+        });
     run("swiglu_forward", 0, NF * 3 * b16, [&] { be->swiglu_forward(h.data(), a1.data(), a2.data(), N * F); });
     run("swiglu_backward", 0, NF * 5 * b16,
         [&] { be->swiglu_backward(da1.data(), da2.data(), h.data(), a1.data(), a2.data(), N * F); });
@@ -280,29 +280,35 @@ int main(int argc, char** argv) {
     std::vector<float> tmax(size_t(threads * chunk)), tinv(size_t(chunk), 1e-5f), rmax(size_t(chunk), 5.0f);
     std::vector<double> tsum(size_t(threads * chunk));
     const double tile_bytes = double(chunk * TB) * f32, logits_elems = double(N) * double(Vp);
-    run("lm_head tile softmax stats (N x Vp)", 0, logits_elems * f32, [&] {
-        for (int64_t c0 = 0; c0 < N; c0 += chunk) {
+    run(
+        "lm_head tile softmax stats (N x Vp)", 0, logits_elems * f32,
+        [&] {
+            for (int64_t c0 = 0; c0 < N; c0 += chunk) {
 #pragma omp parallel for schedule(dynamic, 1)
-            for (int64_t t = 0; t < n_tiles; ++t) {
-                const size_t me = size_t(omp_get_thread_num());
-                const int64_t cw = std::min(TB, Vp - t * TB);
-                std::fill(tmax.begin() + int64_t(me) * chunk, tmax.begin() + int64_t(me + 1) * chunk, -INFINITY);
-                cpu::lm_head_tile_softmax_stats(tiles[me].data(), cw, chunk, std::clamp<int64_t>(V - t * TB, 0, cw),
-                                                tmax.data() + me * chunk, tsum.data() + me * chunk);
+                for (int64_t t = 0; t < n_tiles; ++t) {
+                    const size_t me = size_t(omp_get_thread_num());
+                    const int64_t cw = std::min(TB, Vp - t * TB);
+                    std::fill(tmax.begin() + int64_t(me) * chunk, tmax.begin() + int64_t(me + 1) * chunk, -INFINITY);
+                    cpu::lm_head_tile_softmax_stats(tiles[me].data(), cw, chunk, std::clamp<int64_t>(V - t * TB, 0, cw),
+                                                    tmax.data() + me * chunk, tsum.data() + me * chunk);
+                }
             }
-        }
-    }, tile_bytes);
-    run("lm_head tile dlogits (N x Vp)", 0, logits_elems * 2 * f32, [&] {
-        for (int64_t c0 = 0; c0 < N; c0 += chunk) {
+        },
+        tile_bytes);
+    run(
+        "lm_head tile dlogits (N x Vp)", 0, logits_elems * 2 * f32,
+        [&] {
+            for (int64_t c0 = 0; c0 < N; c0 += chunk) {
 #pragma omp parallel for schedule(dynamic, 1)
-            for (int64_t t = 0; t < n_tiles; ++t) {
-                const size_t me = size_t(omp_get_thread_num());
-                const int64_t cw = std::min(TB, Vp - t * TB);
-                cpu::lm_head_tile_dlogits(tiles[me].data(), cw, chunk, t * TB, cw, V, rmax.data(), tinv.data(),
-                                          tokens.data() + c0, 0.0f);
+                for (int64_t t = 0; t < n_tiles; ++t) {
+                    const size_t me = size_t(omp_get_thread_num());
+                    const int64_t cw = std::min(TB, Vp - t * TB);
+                    cpu::lm_head_tile_dlogits(tiles[me].data(), cw, chunk, t * TB, cw, V, rmax.data(), tinv.data(),
+                                              tokens.data() + c0, 0.0f);
+                }
             }
-        }
-    }, 2 * tile_bytes);
+        },
+        2 * tile_bytes);
 
     // Parameter initialization (the host draw every CPU run starts with): moe10m's 10.1M weights, bf16.
     const int64_t n_init = 10'090'000;

@@ -1,13 +1,13 @@
 // Each backend's own memory in the plan, from its device-free size model: the CUDA backend's op
 // scratch (sorts, reduction partials), the fp32 widening buffer of mixed-dtype products (the fp32
-// router) and its fused LM head's workspace, sized from engine/cuda_workspace.h so a CUDA run
+// router) and its fused LM head's workspace, sized from kernels/cuda/workspace_sizes.h so a CUDA run
 // allocates nothing outside the arena (docs/design.md, "One memory plan"); the CPU backend's
-// fused LM head (engine/cpu_workspace.h); the cuBLASLt workspace of runtime.workspace_gib.
+// fused LM head (kernels/cpu/workspace_sizes.h); the cuBLASLt workspace of runtime.workspace_gib.
 #include <algorithm>
 
-#include "engine/cpu_workspace.h"
-#include "engine/cuda_workspace.h"
 #include "engine/memory_plan.h"
+#include "kernels/cpu/workspace_sizes.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew {
 
@@ -22,7 +22,7 @@ std::vector<BufferSpec> library_workspace(const Config& cfg) {
     std::vector<BufferSpec> out;
     if (cfg.runtime.workspace_gib <= 0) return out;
     BufferSpec b;
-    b.name = "ws.library";
+    b.name = ws_buffer::LIBRARY;
     b.kind = BufferKind::WORKSPACE;
     b.dtype = DType::U16;
     b.shape = {int64_t(cfg.runtime.workspace_gib * GIB / 2.0)};
@@ -37,7 +37,7 @@ std::vector<BufferSpec> library_workspace(const Config& cfg) {
 
 BackendWorkspace backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch) {
     return plan_backend(cfg) == BackendChoice::CPU ? cpu_backend_workspace(cfg, table, microbatch)
-                                      : cuda_backend_workspace(cfg, table, microbatch);
+                                                   : cuda_backend_workspace(cfg, table, microbatch);
 }
 
 BackendWorkspace cpu_backend_workspace(const Config& cfg, const ParamTable&, int64_t microbatch) {
@@ -76,11 +76,11 @@ BackendWorkspace cuda_backend_workspace(const Config& cfg, const ParamTable& tab
         b.component = "workspace";
         out.push_back(std::move(b));
     };
-    add("ws.cuda_scratch", DType::F32, (scratch + 3) / 4);  // bytes, held as fp32 words
+    add(ws_buffer::CUDA_SCRATCH, DType::F32, (scratch + 3) / 4);  // bytes, held as fp32 words
     // The router multiplies bf16 activations (N, d) by fp32 weights: cuBLASLt has no bf16 x fp32
     // product, so the bf16 operand (forward: the LN output; backward: the LN output for the weight
     // gradient, the bf16 input gradient it accumulates into) is widened to fp32 once per product.
-    if (has_moe) add("ws.cuda_widen", DType::F32, N * d + int64_t(m.n_experts) * d);
+    if (has_moe) add(ws_buffer::CUDA_WIDEN, DType::F32, N * d + int64_t(m.n_experts) * d);
     BackendWorkspace ws;
     ws.whole_step = library_workspace(cfg);
     ws.ops = std::move(out);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "engine/arena.h"
 #include "engine/error.h"
@@ -27,6 +28,43 @@ int MemoryPlan::find(const std::string& name) const {
     for (size_t i = 0; i < buffers.size(); ++i)
         if (buffers[i].name == name) return int(i);
     return -1;
+}
+
+namespace {
+
+int find_param_buffer(const std::vector<BufferSpec>& buffers, BufferKind kind, int64_t param, StateKind state) {
+    for (size_t i = 0; i < buffers.size(); ++i) {
+        const BufferSpec& b = buffers[i];
+        if (b.kind == kind && b.param == param && (kind != BufferKind::STATE || b.state == state)) return int(i);
+    }
+    return -1;
+}
+
+}  // namespace
+
+namespace {
+constexpr std::string_view WEIGHT_PREFIX = "weight.";
+}
+
+std::string weight_buffer_name(const std::string& param) { return std::string(WEIGHT_PREFIX) + param; }
+std::string grad_buffer_name(const std::string& param) { return "grad." + param; }
+std::string state_buffer_name(const std::string& param, StateKind kind) {
+    return "state." + param + "." + state_kind_name(kind);
+}
+std::string param_of_weight_buffer(const std::string& buffer_name) {
+    return buffer_name.rfind(WEIGHT_PREFIX, 0) == 0 ? buffer_name.substr(WEIGHT_PREFIX.size()) : buffer_name;
+}
+
+int MemoryPlan::weight_of(int64_t param) const {
+    return find_param_buffer(buffers, BufferKind::WEIGHT, param, StateKind::MOMENTUM);
+}
+
+int MemoryPlan::grad_of(int64_t param) const {
+    return find_param_buffer(buffers, BufferKind::GRAD, param, StateKind::MOMENTUM);
+}
+
+int MemoryPlan::state_of(int64_t param, StateKind kind) const {
+    return find_param_buffer(buffers, BufferKind::STATE, param, kind);
 }
 
 namespace {
@@ -69,7 +107,7 @@ std::vector<BufferSpec> parameter_buffers(const ParamTable& table, DType grad_dt
     std::vector<BufferSpec> out;
     for (const ParamInfo& p : table.params) {
         BufferSpec w;
-        w.name = "weight." + p.name;
+        w.name = weight_buffer_name(p.name);
         w.kind = BufferKind::WEIGHT;
         w.dtype = p.dtype;
         w.shape = p.shape;
@@ -79,7 +117,7 @@ std::vector<BufferSpec> parameter_buffers(const ParamTable& table, DType grad_dt
     }
     for (const ParamInfo& p : table.params) {
         BufferSpec g;
-        g.name = "grad." + p.name;
+        g.name = grad_buffer_name(p.name);
         g.kind = BufferKind::GRAD;
         g.dtype = p.dtype == DType::BF16 ? grad_dtype : DType::F32;
         g.shape = p.shape;
@@ -122,13 +160,16 @@ MemoryPlan lay_out_memory_plan(const std::string& optimizer, int64_t microbatch,
                 break;
             }
             case BufferKind::WORKSPACE:
-                if (b.name == "ws.library" || b.name.rfind("ws.cuda_", 0) == 0) plan.workspace_bytes += b.bytes();
+                if (b.name == ws_buffer::LIBRARY || b.name == ws_buffer::CUDA_SCRATCH ||
+                    b.name == ws_buffer::CUDA_WIDEN)
+                    plan.workspace_bytes += b.bytes();
                 break;
             case BufferKind::ACTIVATION: break;
         }
     }
     // Rows in tier order (backbone, experts, router), as paper Appendix B lists them.
-    std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) { return comp_tier[a] < comp_tier[b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](const std::string& a, const std::string& b) { return comp_tier[a] < comp_tier[b]; });
     for (const auto& n : order) plan.state_components.push_back(comps[n]);
     plan.buffers = std::move(buffers);
 
@@ -139,8 +180,11 @@ MemoryPlan lay_out_memory_plan(const std::string& optimizer, int64_t microbatch,
         for (int64_t d : b.shape) bytes *= double(d);
         total += bytes;
         if (bytes > 4e18 || total > 4e18)
-            fail("plan: buffer '{}' alone or the plan in total exceeds 4 EiB ({:.3g} bytes); the config is too large for "
-                 "any device", b.name, std::max(bytes, total));
+            fail(
+                "plan: buffer '{}' alone or the plan in total exceeds 4 EiB ({:.3g} bytes); the config is too large "
+                "for "
+                "any device",
+                b.name, std::max(bytes, total));
     }
     plan.offsets = layout_arena(plan.buffers, &plan.peak_bytes);
     int64_t persistent_end = 0;

@@ -25,22 +25,22 @@ enum class Phase : uint8_t { FORWARD = 0, HEAD = 1, BACKWARD = 2, OPTIMIZER = 3 
 
 /// Kinds of optimizer state tensors (all fp32).
 enum class StateKind : uint8_t {
-    MOMENTUM,      // M, numel (SkewAdam backbone; AdamW m; Lion m; Muon buffer)
-    SECOND_FULL,   // V, numel (SkewAdam router/vectors; AdamW v; Adafactor vectors)
-    SECOND_ROW,    // R, (n_matrices, rows): EMA of row means of G^2
-    SECOND_COL,    // C, (n_matrices, cols): EMA of column means of G^2
-    ADAM_M,        // Muon's internal Adam first moment, numel
-    ADAM_V,        // Muon's internal Adam second moment, numel
-    GALORE_P,      // GaLore projector(s): reference P (r x cols or rows x r); paper U (rows x r)
-    GALORE_Q,      // paper form only: V^T (r x cols)
-    GALORE_M,      // Adam m in the projected space
-    GALORE_V,      // Adam v in the projected space
+    MOMENTUM,     // M, numel (SkewAdam backbone; AdamW m; Lion m; Muon buffer)
+    SECOND_FULL,  // V, numel (SkewAdam router/vectors; AdamW v; Adafactor vectors)
+    SECOND_ROW,   // R, (n_matrices, rows): EMA of row means of G^2
+    SECOND_COL,   // C, (n_matrices, cols): EMA of column means of G^2
+    ADAM_M,       // Muon's internal Adam first moment, numel
+    ADAM_V,       // Muon's internal Adam second moment, numel
+    GALORE_P,     // GaLore projector(s): reference P (r x cols or rows x r); paper U (rows x r)
+    GALORE_Q,     // paper form only: V^T (r x cols)
+    GALORE_M,     // Adam m in the projected space
+    GALORE_V,     // Adam v in the projected space
 };
 const char* state_kind_name(StateKind k);
 
 /// One buffer of the plan.
 struct BufferSpec {
-    std::string name;            // "weight.<param>", "grad.<param>", "state.<param>.<kind>", "act.<slot>", "ws.<name>"
+    std::string name;  // "weight.<param>", "grad.<param>", "state.<param>.<kind>", "act.<slot>", "ws.<name>"
     BufferKind kind;
     DType dtype;
     std::vector<int64_t> shape;
@@ -50,9 +50,9 @@ struct BufferSpec {
     /// reading it: it holds nothing live during HEAD, so the arena lends its bytes to the head's
     /// buffers (the LM head's logits) in that phase.
     bool dead_in_head = false;
-    int param = -1;              // index into the ParamTable (weights, grads, state), else -1
+    int param = -1;                         // index into the ParamTable (weights, grads, state), else -1
     StateKind state = StateKind::MOMENTUM;  // meaningful for kind == STATE
-    std::string component;       // the plan-table row this buffer is counted in
+    std::string component;                  // the plan-table row this buffer is counted in
 
     int64_t numel() const;
     int64_t bytes() const;
@@ -69,7 +69,7 @@ struct PlanComponent {
 
 /// Tokens per chunk of the model's unfused LM head: its act.logits slot holds at least
 /// min(N, LOGITS_CHUNK_TOKENS) x padded_vocab_size fp32 logits (model/activations.h); the CPU
-/// backend's fused head works in chunks of at most as many tokens (engine/cpu_workspace.h).
+/// backend's fused head works in chunks of at most as many tokens (kernels/cpu/workspace_sizes.h).
 constexpr int64_t LOGITS_CHUNK_TOKENS = 512;
 
 /// The backend a plan is sized for: "cpu" for runtime.backend cpu, else "cuda" (auto plans for
@@ -90,13 +90,13 @@ struct BackendWorkspace {
 /// cuda_backend_workspace.
 BackendWorkspace backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
 
-/// The CPU backend's: its fused LM head's workspace (engine/cpu_workspace.h: a chunk of at most
+/// The CPU backend's: its fused LM head's workspace (kernels/cpu/workspace_sizes.h: a chunk of at most
 /// 512 tokens of fp32 logits, the embedding widened to fp32 and an fp32 accumulator for its
 /// gradient, per-group input-gradient partials and softmax statistics; kernels/cpu/lm_head.cpp);
 /// no op scratch.
 BackendWorkspace cpu_backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
 
-/// The CUDA backend's (formulas: engine/cuda_workspace.h): ws.cuda_scratch (fp32 words holding the
+/// The CUDA backend's (formulas: kernels/cuda/workspace_sizes.h): ws.cuda_scratch (fp32 words holding the
 /// largest op scratch: embedding/LayerNorm/attention backward, router, dispatch sort, grad-norm
 /// partials), with MoE blocks ws.cuda_widen (fp32, the router's bf16 operands widened), and the
 /// fused LM head's chunk logits, dlogits, losses and dwte accumulator.
@@ -119,11 +119,11 @@ int cuda_plan_major_version();
 std::vector<BufferSpec> parameter_buffers(const ParamTable& table, DType grad_dtype);
 
 struct MemoryPlan {
-    std::string optimizer;        // OptimizerConfig::name
-    int64_t microbatch = 0;       // sequences per forward/backward
+    std::string optimizer;   // OptimizerConfig::name
+    int64_t microbatch = 0;  // sequences per forward/backward
     int64_t seq_len = 0;
-    std::vector<BufferSpec> buffers;       // weights, grads, state, activations, workspace
-    std::vector<int64_t> offsets;          // arena offset of each buffer (bytes, 256-aligned)
+    std::vector<BufferSpec> buffers;              // weights, grads, state, activations, workspace
+    std::vector<int64_t> offsets;                 // arena offset of each buffer (bytes, 256-aligned)
     std::vector<PlanComponent> state_components;  // Appendix B rows for this optimizer
     int64_t param_count = 0;
     int64_t weights_bytes = 0;
@@ -132,11 +132,39 @@ struct MemoryPlan {
     int64_t paper_state_bytes = 0;
     int64_t activation_bytes = 0;  // peak bytes of the activation region (after lifetime sharing)
     int64_t workspace_bytes = 0;
-    int64_t peak_bytes = 0;        // the arena total: what the run allocates
+    int64_t peak_bytes = 0;  // the arena total: what the run allocates
 
-    /// Index of the buffer with this name, or -1.
+    /// Index of the buffer with this name, or -1. Names of workspace buffers: `ws_buffer`.
     int find(const std::string& name) const;
+    /// Index of parameter `param`'s (ParamInfo::index) weight buffer, or -1.
+    int weight_of(int64_t param) const;
+    /// Index of its gradient buffer, or -1 (the deferred expert banks have none).
+    int grad_of(int64_t param) const;
+    /// Index of its optimizer state of `kind`, or -1 (another optimizer, or a ZeRO-1 rank that
+    /// does not own the parameter).
+    int state_of(int64_t param, StateKind kind) const;
 };
+
+/// A parameter's buffer names in the plan, spelled here once (`skew plan --json` and the
+/// checkpoint's tensor names show them): "weight.<param>", "grad.<param>", "state.<param>.<kind>".
+/// Binders find these buffers by parameter index (MemoryPlan::weight_of, grad_of, state_of).
+std::string weight_buffer_name(const std::string& param);
+std::string grad_buffer_name(const std::string& param);
+std::string state_buffer_name(const std::string& param, StateKind kind);
+/// The parameter of a weight buffer's name (weight_buffer_name's inverse); other names unchanged.
+std::string param_of_weight_buffer(const std::string& buffer_name);
+
+/// The names of the plan's workspace buffers, each spelled once here: declared by their owners
+/// (engine/cuda_plan.cpp, optim/state_plan.cpp, model/activations.cpp) and found by the session,
+/// the model and the optimizer with MemoryPlan::find.
+namespace ws_buffer {
+inline constexpr const char* LIBRARY = "ws.library";            // cuBLASLt workspace (runtime.workspace_gib)
+inline constexpr const char* CUDA_SCRATCH = "ws.cuda_scratch";  // the CUDA ops' scratch
+inline constexpr const char* CUDA_WIDEN = "ws.cuda_widen";      // fp32 widening of bf16 matmul weights
+inline constexpr const char* OPTIMIZER = "ws.optimizer";        // the optimizer step's scratch
+inline constexpr const char* EXPERT_GRAD = "ws.expert_grad";    // one expert's gradient (deferred mode)
+inline constexpr const char* EXPERT_GRAM = "ws.expert_gram";    // Gram blocks of the deferred norm
+}  // namespace ws_buffer
 
 /// Lay out declared buffers as one plan (the arithmetic of paper Eq. 2 / Appendix B): totals per
 /// kind (workspace: the backends' ws.library and ws.cuda_*; activations: the peak of the rest

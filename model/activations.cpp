@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <string_view>
 
 #include "engine/error.h"
 
@@ -59,8 +60,8 @@ void bind_slot(T*& member, const Arena& arena, const std::string& name, int64_t 
 // One pointer per block: each block of the slot's kind gets its own buffer ("<name>.<block>") when
 // `per_block`, else the one shared buffer; blocks of another kind get null.
 template <class T>
-void bind_slot(std::vector<T*>& member, const Arena& arena, const std::string& name, int64_t bytes,
-               const Config& cfg, const ActDims& D, ActWhen when, bool per_block) {
+void bind_slot(std::vector<T*>& member, const Arena& arena, const std::string& name, int64_t bytes, const Config& cfg,
+               const ActDims& D, ActWhen when, bool per_block) {
     const ModelConfig& m = cfg.model;
     member.assign(size_t(m.n_blocks), nullptr);
     if (!holds(cfg, D, when)) return;
@@ -186,9 +187,9 @@ std::vector<BufferSpec> deferred_expert_buffers(const Config& cfg, const ActDims
             s.component = "workspace";
             out.push_back(std::move(s));
         };
-        scratch("ws.expert_grad", grad_dtype, D.de * D.d);
+        scratch(ws_buffer::EXPERT_GRAD, grad_dtype, D.de * D.d);
         const int64_t c = deferred_gram_chunk_rows(D);
-        scratch("ws.expert_gram", DType::F32, deferred_gram_partials_words(D) + 2 * c * c);
+        scratch(ws_buffer::EXPERT_GRAM, DType::F32, deferred_gram_partials_words(D) + 2 * c * c);
     }
     return out;
 }
@@ -210,13 +211,21 @@ ActSlots act_slots_bind(const Config& cfg, const ActDims& dims, const Arena& are
     D.logits = m.padded_vocab_size;
     ActSlots a;
     a.recompute = cfg.train.recompute;
-#define SKEW_ACT_BIND(member, type, name, dtype, when, keep, kind, first, last, ...)                               \
-    bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), cfg, D, ActWhen::when,                    \
+#define SKEW_ACT_BIND(member, type, name, dtype, when, keep, kind, first, last, ...)                  \
+    bind_slot(a.member, arena, name, shape_bytes(DType::dtype, {__VA_ARGS__}), cfg, D, ActWhen::when, \
               act_kept_per_block(ActKeep::keep, a.recompute));
     SKEW_ACTIVATIONS(SKEW_ACT_BIND)
 #undef SKEW_ACT_BIND
-    a.logits_bytes = arena.plan->buffers[size_t(arena.plan->find("act.logits"))].bytes();
+    a.logits_bytes = arena.plan->buffers[size_t(lm_head_logits_buffer(*arena.plan))].bytes();
     return a;
+}
+
+int lm_head_logits_buffer(const MemoryPlan& plan) {
+#define SKEW_ACT_FIND_LOGITS(member, type, name, ...) \
+    if (std::string_view(#member) == "logits") return plan.find(name);
+    SKEW_ACTIVATIONS(SKEW_ACT_FIND_LOGITS)
+#undef SKEW_ACT_FIND_LOGITS
+    return -1;
 }
 
 }  // namespace skew

@@ -25,11 +25,11 @@ namespace skew {
 
 /// The sizes the activation shapes are written in, for one microbatch of B sequences of T tokens.
 struct ActDims {
-    int64_t B = 0, T = 0, N = 0;  // sequences, tokens per sequence, N = B*T tokens
+    int64_t B = 0, T = 0, N = 0;            // sequences, tokens per sequence, N = B*T tokens
     int64_t d = 0, qd = 0, kvd = 0, H = 0;  // d_model, n_heads*head_dim, n_kv_heads*head_dim, n_heads
-    int64_t ff = 0, de = 0;        // d_ff, d_expert
-    int64_t E = 0, k = 0, NK = 0;  // n_experts, top_k, N*top_k token copies
-    int64_t logits = 0;            // fp32 words of act.logits (LM head chunk, or the backend's fused head)
+    int64_t ff = 0, de = 0;                 // d_ff, d_expert
+    int64_t E = 0, k = 0, NK = 0;           // n_experts, top_k, N*top_k token copies
+    int64_t logits = 0;                     // fp32 words of act.logits (LM head chunk, or the backend's fused head)
     /// Expert parallelism (docs/distributed.md, "Expert parallel"): M ranks share each expert bank,
     /// El = E / M experts per rank; NKr = M * NK, the most token rows a rank's experts can receive
     /// per microbatch (every rank of the group routing every copy to this rank's experts). M = 1:
@@ -54,7 +54,6 @@ int64_t table_expert_parallel(const ParamTable& table, const ModelConfig& m);
 /// microbatch). A slot kept once exists when the model has such a block; one kept per block exists
 /// for each such block. EXPERT_PARALLEL: the MoE blocks under expert parallelism (ActDims::M > 1).
 enum class ActWhen : uint8_t { ALL, DENSE, MOE, MOE_STORED, EXPERT_PARALLEL };
-
 
 /// How many copies of a slot the plan holds: ONE for the whole step; one per block in EVERY_MODE
 /// (the checkpointed block inputs); one per block UNLESS_BLOCK recompute (a block's working slots:
@@ -83,7 +82,8 @@ enum ActScalar : int {
     ACT_SCALAR_LM_LOSS = 0,       // mean cross-entropy of the microbatch (lm_head)
     ACT_SCALAR_BALANCE_LOSS = 2,  // balance loss of the MoE block being run
     ACT_SCALAR_Z_LOSS = 3,        // z-loss of the MoE block being run
-    ACT_SCALAR_EP_SQ_NORM = 4,    // words 4-5: one fp64, the expert banks' squared gradient norm summed over the expert-parallel group
+    ACT_SCALAR_EP_SQ_NORM =
+        4,  // words 4-5: one fp64, the expert banks' squared gradient norm summed over the expert-parallel group
 };
 constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scalars)
 
@@ -179,8 +179,8 @@ struct ActSlots {
 #define SKEW_ACT_MEMBER(member, type, name, dtype, when, keep, ...) ActMember<ActKeep::keep, type> member{};
     SKEW_ACTIVATIONS(SKEW_ACT_MEMBER)
 #undef SKEW_ACT_MEMBER
-    int64_t logits_bytes = 0;  // bytes of act.logits
-    bool fused_head = false;   // the backend's fused LM head fits act.logits
+    int64_t logits_bytes = 0;                // bytes of act.logits
+    bool fused_head = false;                 // the backend's fused LM head fits act.logits
     Recompute recompute = Recompute::BLOCK;  // the mode the slots were bound for (train.recompute)
 
     float* scalar(ActScalar s) const { return scalars + int(s); }
@@ -228,5 +228,9 @@ std::string deferred_expert_prefix(int64_t block, int64_t microbatch);
 /// buffer of the same name. Throws skew::Error naming the slot when the plan lacks it (e.g. a plan
 /// built for another recompute mode) or holds fewer bytes than the table says.
 ActSlots act_slots_bind(const Config& cfg, const ActDims& D, const Arena& arena);
+
+/// Index of the LM head's fp32 logits slot in `plan` (ActSlots::logits, named by its
+/// SKEW_ACTIVATIONS line), or -1.
+int lm_head_logits_buffer(const MemoryPlan& plan);
 
 }  // namespace skew

@@ -38,9 +38,10 @@ ParamRef bind_param(const ParamTable& table, Arena& arena, const std::string& na
     if (!p) fail("model: parameter '{}' is not in the parameter table", name);
     ParamRef r;
     r.info = p;
-    r.weight = arena.ptr("weight." + name);
-    const int gi = arena.plan->find("grad." + name);
-    if (gi < 0 && is_expert_bank(*p) && arena.plan->find("ws.expert_grad") >= 0) return r;  // deferred: no buffer
+    const int wi = arena.plan->weight_of(p->index), gi = arena.plan->grad_of(p->index);
+    if (wi < 0) fail("model: the memory plan has no weight buffer for '{}'", name);
+    r.weight = arena.ptr(wi);
+    if (gi < 0 && is_expert_bank(*p) && arena.plan->find(ws_buffer::EXPERT_GRAD) >= 0) return r;  // deferred: no buffer
     if (gi < 0) fail("model: the memory plan has no gradient buffer 'grad.{}'", name);
     r.grad = TensorRef(arena.ptr(gi), scalar_of(arena.plan->buffers[size_t(gi)].dtype));
     return r;
@@ -343,7 +344,8 @@ void lm_head(Model& m, float* mean_loss, bool backward, float loss_weight) {
         be.cross_entropy_forward(a.losses + i0, a.logits, a.targets + i0, n, x.V, x.Vp);
         if (!backward) continue;
         // per-token weight loss_weight / N: the op divides by its own n
-        be.cross_entropy_backward(a.logits, a.logits, a.targets + i0, loss_weight * float(n) / float(x.N), n, x.V, x.Vp);
+        be.cross_entropy_backward(a.logits, a.logits, a.targets + i0, loss_weight * float(n) / float(x.N), n, x.V,
+                                  x.Vp);
         be.matmul(a.d_final_ln_out + i0 * x.d, a.logits, m.wte.w(), MatmulShape{n, x.d, x.Vp});
         be.matmul(m.wte.grad, a.logits, xc, MatmulShape{x.Vp, x.d, n, true, false, 1.0f, 1.0f});
     }
@@ -490,7 +492,7 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
     const ClassifierShape cs{x.N, x.d, x.V, x.Vp};
     m.act.fused_head = backend.lm_head_workspace_bytes(cs) <= m.act.logits_bytes;
 
-    const int si = arena.plan->find("ws.expert_grad");
+    const int si = arena.plan->find(ws_buffer::EXPERT_GRAD);
     if (si >= 0 && m.ep.on())
         fail("model: train.expert_grads: deferred is not supported with parallel.expert {} (use stored)", m.ep.M);
     if (si >= 0) {  // deferred expert gradients: bind the kept operands of every MoE block and microbatch
@@ -499,10 +501,12 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
         const ActDims D = act_dims(c, m.microbatch, m.seq_len, 0);
         m.deferred.gram_rows = deferred_gram_chunk_rows(D);
         m.deferred.gram_partials = deferred_gram_partials_words(D);
-        m.deferred.gram = static_cast<float*>(arena.ptr("ws.expert_gram"));
-        const int gi = arena.plan->find("ws.expert_gram");
-        if (arena.plan->buffers[size_t(gi)].numel() < m.deferred.gram_partials + 2 * m.deferred.gram_rows * m.deferred.gram_rows)
-            fail("model: ws.expert_gram holds {} words, deferred expert gradients need {}",
+        const int gi = arena.plan->find(ws_buffer::EXPERT_GRAM);
+        if (gi < 0) fail("model: the memory plan has deferred expert gradients without {}", ws_buffer::EXPERT_GRAM);
+        m.deferred.gram = static_cast<float*>(arena.ptr(gi));
+        if (arena.plan->buffers[size_t(gi)].numel() <
+            m.deferred.gram_partials + 2 * m.deferred.gram_rows * m.deferred.gram_rows)
+            fail("model: {} holds {} words, deferred expert gradients need {}", ws_buffer::EXPERT_GRAM,
                  arena.plan->buffers[size_t(gi)].numel(),
                  m.deferred.gram_partials + 2 * m.deferred.gram_rows * m.deferred.gram_rows);
         const int64_t accum = cfg.train.batch_size / m.microbatch;
@@ -532,7 +536,8 @@ void model_set_expert_comm(Model& m, Communicator* comm) {
         m.ep.comm = comm;
         return;
     }
-    if (!comm) fail("model: the parameter table holds 1/{} of the experts but no expert-parallel group was given", m.ep.M);
+    if (!comm)
+        fail("model: the parameter table holds 1/{} of the experts but no expert-parallel group was given", m.ep.M);
     if (comm->device_memory() != m.backend->device_memory())
         fail("model: the expert-parallel group ({}) moves {} memory but the {} backend's activations are in {} memory",
              comm->describe(), comm->device_memory() ? "device" : "host", m.backend->name(),
@@ -561,8 +566,8 @@ void model_init(Model& m, uint64_t seed) {
         if (normal && info.element_offset() == 0) {
             // Drawn where the weights live (the CUDA backend: a kernel; the CPU: host loops); no host
             // buffer of the tensor's size is made (an expert bank of the paper's model is 8.6 GB in fp32).
-            m.backend->init_normal(TensorRef(p.weight, info.dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32), n,
-                                   seed, info.index, std);
+            m.backend->init_normal(TensorRef(p.weight, info.dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32),
+                                   n, seed, info.index, std);
             continue;
         }
         host.assign(size_t(n), 0.0f);
@@ -574,7 +579,8 @@ void model_init(Model& m, uint64_t seed) {
                 const int64_t offset = info.element_offset();
                 // An expert-parallel shard of a bank: the global elements [offset, offset + n), on the host.
 #pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
-                for (int64_t i = 0; i < n; ++i) host[size_t(i)] = init_normal_value(seed, info.index, uint64_t(offset + i), std);
+                for (int64_t i = 0; i < n; ++i)
+                    host[size_t(i)] = init_normal_value(seed, info.index, uint64_t(offset + i), std);
                 break;
             }
         }

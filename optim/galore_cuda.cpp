@@ -12,11 +12,11 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/cuda_workspace.h"
 #include "engine/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/galore.h"
+#include "kernels/cuda/workspace_sizes.h"
 #include "optim/device_write.h"
 #include "optim/optim_internal.h"
 

@@ -34,7 +34,7 @@ struct CudaRunner final : OptimizerRunner {
         // The plan sized ws.optimizer with cuda_optimizer_scratch_bytes (optim/state_plan.h); the step
         // checks each tensor's need against it and refuses, naming the tensor, a plan sized otherwise.
         const MemoryPlan& plan = *arena.plan;
-        if (const int wi = plan.find("ws.optimizer"); wi >= 0) {
+        if (const int wi = plan.find(ws_buffer::OPTIMIZER); wi >= 0) {
             ctx.scratch = arena.ptr(wi);
             ctx.scratch_bytes = plan.buffers[size_t(wi)].bytes();
         }
@@ -63,12 +63,14 @@ struct CudaRunner final : OptimizerRunner {
 void require_optimizer_backend(const OptimizerConfig& opt, const Backend& backend) {
     // Every optimizer has a CUDA step; GaLore's reference form computes its projectors on the host.
     if (backend.device_memory() && optimizer_kind(opt) == OptimizerKind::GALORE)
-        spdlog::warn("{}: GaLore's reference form computes an exact SVD of every projected gradient on the host at "
-                     "step 1 and every {} steps (seconds per 4096 x 4096 matrix); those steps are slow",
-                     opt.name, opt.update_proj_gap);
+        spdlog::warn(
+            "{}: GaLore's reference form computes an exact SVD of every projected gradient on the host at "
+            "step 1 and every {} steps (seconds per 4096 x 4096 matrix); those steps are slow",
+            opt.name, opt.update_proj_gap);
 }
 
-std::unique_ptr<OptimizerRunner> make_optimizer_runner(const OptimizerConfig& opt, Backend& backend, const Arena& arena) {
+std::unique_ptr<OptimizerRunner> make_optimizer_runner(const OptimizerConfig& opt, Backend& backend,
+                                                       const Arena& arena) {
     if (!arena.plan) fail("{}: the arena has no memory plan", opt.name);
     require_optimizer_backend(opt, backend);
     if (!backend.device_memory()) return std::make_unique<CpuRunner>(opt);

@@ -21,8 +21,7 @@ void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const
                  params[i].info ? params[i].info->name : std::string("?"), p.name);
         params[i].state.fill(nullptr);
         for (const StateSlotSpec& spec : optimizer_param_state(opt, p)) {
-            const std::string name = "state." + p.name + "." + state_kind_name(spec.kind);
-            const int b = arena.plan->find(name);
+            const int b = arena.plan->state_of(p.index, spec.kind);
             if (b < 0)
                 fail("optimizer '{}': the memory plan has no {} state for '{}' (a plan built for optimizer '{}')",
                      opt.name, state_kind_name(spec.kind), p.name, arena.plan->optimizer);
@@ -33,26 +32,31 @@ void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const
     size_t planned = 0;
     for (const BufferSpec& b : arena.plan->buffers) planned += b.kind == BufferKind::STATE ? 1 : 0;
     if (planned != bound)
-        fail("optimizer '{}': the memory plan holds {} state tensors, the optimizer uses {} (a plan built for "
-             "optimizer '{}')", opt.name, planned, bound, arena.plan->optimizer);
+        fail(
+            "optimizer '{}': the memory plan holds {} state tensors, the optimizer uses {} (a plan built for "
+            "optimizer '{}')",
+            opt.name, planned, bound, arena.plan->optimizer);
 }
 
-std::vector<ParamSlot> arena_weight_grad_slots(const OptimizerConfig& opt, const ParamTable& table, const Arena& arena) {
+std::vector<ParamSlot> arena_weight_grad_slots(const OptimizerConfig& opt, const ParamTable& table,
+                                               const Arena& arena) {
     if (!arena.plan) fail("optimizer '{}': the arena has no memory plan", opt.name);
     std::vector<ParamSlot> slots(table.params.size());
     for (size_t i = 0; i < slots.size(); ++i) {
         const ParamInfo& p = table.params[i];
-        const int g = arena.plan->find("grad." + p.name);
-        if (g < 0 && is_expert_bank(p) && arena.plan->find("ws.expert_grad") >= 0) {  // deferred expert gradients
+        const int w = arena.plan->weight_of(p.index), g = arena.plan->grad_of(p.index);
+        if (w < 0) fail("optimizer '{}': the memory plan has no weight buffer for '{}'", opt.name, p.name);
+        const int deferred = arena.plan->find(ws_buffer::EXPERT_GRAD);
+        if (g < 0 && is_expert_bank(p) && deferred >= 0) {  // deferred expert gradients
             slots[i].info = &p;
-            slots[i].weight = arena.ptr("weight." + p.name);
+            slots[i].weight = arena.ptr(w);
             slots[i].grad = nullptr;
-            slots[i].grad_dtype = arena.plan->buffers[size_t(arena.plan->find("ws.expert_grad"))].dtype;
+            slots[i].grad_dtype = arena.plan->buffers[size_t(deferred)].dtype;
             continue;
         }
         if (g < 0) fail("optimizer '{}': the memory plan has no gradient buffer for '{}'", opt.name, p.name);
         slots[i].info = &p;
-        slots[i].weight = arena.ptr("weight." + p.name);
+        slots[i].weight = arena.ptr(w);
         slots[i].grad = arena.ptr(g);
         slots[i].grad_dtype = arena.plan->buffers[size_t(g)].dtype;
     }

@@ -5,14 +5,13 @@
 // "Optimizers").
 #include "optim/state_plan.h"
 
-#include "optim/optim_internal.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "engine/cuda_workspace.h"
 #include "engine/error.h"
+#include "kernels/cuda/workspace_sizes.h"
+#include "optim/optim_internal.h"
 
 namespace skew {
 namespace {
@@ -61,7 +60,7 @@ std::vector<BufferSpec> optimizer_state_buffers(const OptimizerConfig& opt, cons
         const ParamPolicy pol = param_policy(opt, p);
         for (StateSlotSpec& s : optimizer_param_state(opt, p)) {
             BufferSpec b;
-            b.name = fmt::format("state.{}.{}", p.name, state_kind_name(s.kind));
+            b.name = state_buffer_name(p.name, s.kind);
             b.kind = BufferKind::STATE;
             b.dtype = DType::F32;
             b.shape = std::move(s.shape);
@@ -99,8 +98,7 @@ int64_t cuda_optimizer_tensor_scratch_bytes(const OptimizerConfig& opt, const Pa
             return cuda_ws::galore_scratch_bytes(ms.count, ms.rows, ms.cols, pol.galore_rank,
                                                  pol.kind == OptimizerKind::GALORE_PAPER);
         }
-        default:
-            return 0;
+        default: return 0;
     }
 }
 
@@ -121,11 +119,12 @@ BufferSpec optimizer_scratch_buffer(const OptimizerConfig& opt, const ParamTable
         max_rows_cols = std::max(max_rows_cols, p.n_matrices() * (p.rows() + p.cols()));
     }
     BufferSpec ws;
-    ws.name = "ws.optimizer";
+    ws.name = ws_buffer::OPTIMIZER;
     ws.kind = BufferKind::WORKSPACE;
     ws.dtype = DType::F32;
     ws.shape = {muon ? 4 * max_matrix : galore ? 2 * max_matrix : std::max<int64_t>(max_rows_cols, 1024)};
-    if (backend == BackendChoice::CUDA) ws.shape[0] = std::max(ws.shape[0], (cuda_optimizer_scratch_bytes(opt, table) + 3) / 4);
+    if (backend == BackendChoice::CUDA)
+        ws.shape[0] = std::max(ws.shape[0], (cuda_optimizer_scratch_bytes(opt, table) + 3) / 4);
     ws.first = ws.last = Phase::OPTIMIZER;
     ws.component = "workspace";
     return ws;

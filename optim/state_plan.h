@@ -23,7 +23,7 @@ std::vector<BufferSpec> optimizer_state_buffers(const OptimizerConfig& opt, cons
 int64_t paper_state_bytes(const OptimizerConfig& opt, const ParamTable& table);
 
 /// Device scratch bytes the CUDA step needs for parameter `p` (kernels/cuda/optim_kernels.h lays
-/// it out by the formulas of engine/cuda_workspace.h): the fused SkewAdam/Adafactor update's
+/// it out by the formulas of kernels/cuda/workspace_sizes.h): the fused SkewAdam/Adafactor update's
 /// reductions (per matrix when the second moment is factored, else one 1 x numel matrix), Muon's
 /// Newton-Schulz matrices; 0 for the element-wise optimizers. Device-free.
 int64_t cuda_optimizer_tensor_scratch_bytes(const OptimizerConfig& opt, const ParamInfo& p);

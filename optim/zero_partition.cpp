@@ -61,8 +61,7 @@ int64_t ZeroPartition::largest_rank() const {
 
 ZeroPartition zero_partition(const ParamTable& table, const OptimizerConfig& opt, const ParallelLayout& layout) {
     const int64_t N = layout.world_size, M = layout.expert_parallel;
-    if (N < 1 || M < 1 || N % M != 0)
-        fail("ZeRO partition: expert parallelism {} must divide the world size {}", M, N);
+    if (N < 1 || M < 1 || N % M != 0) fail("ZeRO partition: expert parallelism {} must divide the world size {}", M, N);
     ZeroPartition part;
     part.world_size = N;
     part.expert_parallel = M;
@@ -85,9 +84,11 @@ ZeroPartition zero_partition(const ParamTable& table, const OptimizerConfig& opt
         const int64_t per_shard = E / M;
         if (!per_expert_update(opt, p)) {
             if (M > 1)
-                fail("optimizer '{}': expert parallelism needs a per-expert update, but '{}' is updated as one W (a "
-                     "full or no second moment on the experts tier clips the whole bank); use a factored second "
-                     "moment there or parallel.expert: 1", opt.name, p.name);
+                fail(
+                    "optimizer '{}': expert parallelism needs a per-expert update, but '{}' is updated as one W (a "
+                    "full or no second moment on the experts tier clips the whole bank); use a factored second "
+                    "moment there or parallel.expert: 1",
+                    opt.name, p.name);
             dense.push_back({p.index, 0, E, optimizer_state_bytes(opt, ParamTable{{p}})});  // the whole bank, one unit
             continue;
         }
@@ -96,8 +97,11 @@ ZeroPartition zero_partition(const ParamTable& table, const OptimizerConfig& opt
         for (int64_t e = 0; e < E; ++e) shards[size_t(e / per_shard)].push_back({p.index, e, e + 1, bytes});
     }
     if (zero) {
-        cut(dense, N, [](int64_t r) { return r; }, part);
-        for (int64_t er = 0; er < M; ++er) cut(shards[size_t(er)], D, [&](int64_t rep) { return rep * M + er; }, part);
+        cut(
+            dense, N, [](int64_t r) { return r; }, part);
+        for (int64_t er = 0; er < M; ++er)
+            cut(
+                shards[size_t(er)], D, [&](int64_t rep) { return rep * M + er; }, part);
         // keep each rank's list in table order (dense and expert ranges interleave in the table)
         for (auto& mine : part.owned)
             std::stable_sort(mine.begin(), mine.end(), [](const OwnedRange& a, const OwnedRange& b) {
@@ -105,8 +109,10 @@ ZeroPartition zero_partition(const ParamTable& table, const OptimizerConfig& opt
             });
     } else {
         for (int64_t r = 0; r < N; ++r) {
-            cut(dense, 1, [&](int64_t) { return r; }, part);
-            cut(shards[size_t(r % M)], 1, [&](int64_t) { return r; }, part);
+            cut(
+                dense, 1, [&](int64_t) { return r; }, part);
+            cut(
+                shards[size_t(r % M)], 1, [&](int64_t) { return r; }, part);
             std::stable_sort(part.owned[size_t(r)].begin(), part.owned[size_t(r)].end(),
                              [](const OwnedRange& a, const OwnedRange& b) { return a.param < b.param; });
         }
@@ -186,11 +192,12 @@ ZeroSlots zero_arena_slots(const OptimizerConfig& opt, const ParamTable& held_ta
         const int64_t first = held_first_expert(global_table.params[r.param], held_table.params[r.param], layout);
         ParamSlot s = owned_slot(out.whole[r.param], owned, r, first);
         for (const StateSlotSpec& spec : optimizer_param_state(opt, owned)) {
-            const std::string name = "state." + owned.name + "." + state_kind_name(spec.kind);
-            const int b = arena.plan->find(name);
+            const int b = arena.plan->state_of(owned.index, spec.kind);
             if (b < 0 || arena.plan->buffers[size_t(b)].numel() != spec.numel())
-                fail("optimizer '{}': the memory plan has no {} state of {} values for '{}' (a plan for another "
-                     "optimizer or layout)", opt.name, state_kind_name(spec.kind), spec.numel(), owned.name);
+                fail(
+                    "optimizer '{}': the memory plan has no {} state of {} values for '{}' (a plan for another "
+                    "optimizer or layout)",
+                    opt.name, state_kind_name(spec.kind), spec.numel(), owned.name);
             s.state[size_t(spec.kind)] = static_cast<float*>(arena.ptr(b));
             ++bound;
         }
@@ -199,8 +206,10 @@ ZeroSlots zero_arena_slots(const OptimizerConfig& opt, const ParamTable& held_ta
     size_t planned = 0;
     for (const BufferSpec& b : arena.plan->buffers) planned += b.kind == BufferKind::STATE ? 1 : 0;
     if (planned != bound)
-        fail("optimizer '{}': the memory plan holds {} state tensors, this rank's ranges use {} (a plan for another "
-             "optimizer or layout)", opt.name, planned, bound);
+        fail(
+            "optimizer '{}': the memory plan holds {} state tensors, this rank's ranges use {} (a plan for another "
+            "optimizer or layout)",
+            opt.name, planned, bound);
     return out;
 }
 

@@ -1,9 +1,11 @@
 // Sessions: a model stood up on a backend (runtime/session.h).
 #include "runtime/session.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "engine/error.h"
+#include "model/activations.h"
 #include "plan/plan.h"
 
 namespace skew {
@@ -30,15 +32,15 @@ BackendWorkspaceMemory backend_workspace_memory(const Arena& arena) {
     BackendWorkspaceMemory ws;
     if (!arena.plan) return ws;
     const MemoryPlan& plan = *arena.plan;
-    if (const int i = plan.find("ws.library"); i >= 0) {
+    if (const int i = plan.find(ws_buffer::LIBRARY); i >= 0) {
         ws.library = arena.ptr(i);
         ws.library_bytes = plan.buffers[size_t(i)].bytes();
     }
-    if (const int i = plan.find("ws.cuda_scratch"); i >= 0) {
+    if (const int i = plan.find(ws_buffer::CUDA_SCRATCH); i >= 0) {
         ws.scratch = arena.ptr(i);
         ws.scratch_bytes = plan.buffers[size_t(i)].bytes();
     }
-    if (const int i = plan.find("ws.cuda_widen"); i >= 0) {
+    if (const int i = plan.find(ws_buffer::CUDA_WIDEN); i >= 0) {
         ws.widen = static_cast<float*>(arena.ptr(i));
         ws.widen_elems = plan.buffers[size_t(i)].numel();
     }
@@ -72,6 +74,12 @@ std::unique_ptr<Session> open_session(const Config& cfg, Backend& backend, const
     } else {
         const OptimizerConfig adamw = builtin_optimizer("adamw");
         s->plan = inference_plan(s->cfg, plan_table, spec.optimizer ? *spec.optimizer : adamw, spec.microbatch);
+    }
+    if (spec.lm_head_chunk_tokens > 0) {
+        BufferSpec& logits = s->plan.buffers[size_t(lm_head_logits_buffer(s->plan))];
+        logits.shape = {std::min(spec.microbatch * cfg.train.seq_len, spec.lm_head_chunk_tokens) *
+                        cfg.model.padded_vocab_size};
+        s->plan.offsets = layout_arena(s->plan.buffers, &s->plan.peak_bytes);
     }
     s->arena = allocate_arena(s->plan, backend);
     s->model = model_bind(s->cfg, s->table, s->arena, backend);

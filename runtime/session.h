@@ -36,6 +36,9 @@ struct SessionSpec {
     /// The table the plan is sized from where it is not `table` (ZeRO-1 partitions the whole
     /// model's: build_memory_plan); null: `table`.
     const ParamTable* plan_table = nullptr;
+    /// > 0: the LM head unfused, act.logits one chunk of at most this many tokens' fp32 logits (the
+    /// chunked matmul + cross-entropy path, for its tests and benches); 0: the plan's slot.
+    int64_t lm_head_chunk_tokens = 0;
 };
 
 /// A bound model and everything it points into. Not copyable or movable (the model, the arena and

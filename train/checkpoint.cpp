@@ -4,8 +4,8 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <openssl/evp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,21 +19,21 @@
 #include <optional>
 #include <sstream>
 
-
 #include "engine/error.h"
-#include "train/faults.h"
 #include "engine/json_strict.h"
+#include "train/faults.h"
 
 namespace fs = std::filesystem;
 
 namespace skew {
 
-static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; skew assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; skew assumes a little-endian host");
 
 namespace {
 
-constexpr int64_t CHUNK_BYTES = int64_t(64) << 20;         // staging / write granularity
-constexpr int64_t MAX_HEADER_BYTES = int64_t(100) << 20;   // the safetensors reference limit
+constexpr int64_t CHUNK_BYTES = int64_t(64) << 20;        // staging / write granularity
+constexpr int64_t MAX_HEADER_BYTES = int64_t(100) << 20;  // the safetensors reference limit
 const char* const MODEL_FILE = "model.safetensors";
 const char* const OPTIMIZER_FILE = "optimizer.safetensors";
 const char* const STATE_FILE = "trainer_state.json";
@@ -80,10 +80,15 @@ public:
         // replaced, never a device (skew export --out /dev/full), a pipe, a directory or a link.
         struct stat st {};
         if (::lstat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-            fail("{}: exists and is not an ordinary file ({}); skew replaces a file whole: give a new path or an "
-                 "ordinary file", path_,
-                 S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link"
-                 : S_ISFIFO(st.st_mode) ? "a named pipe" : S_ISSOCK(st.st_mode) ? "a socket" : "a device");
+            fail(
+                "{}: exists and is not an ordinary file ({}); skew replaces a file whole: give a new path or an "
+                "ordinary file",
+                path_,
+                S_ISDIR(st.st_mode)    ? "a directory"
+                : S_ISLNK(st.st_mode)  ? "a symbolic link"
+                : S_ISFIFO(st.st_mode) ? "a named pipe"
+                : S_ISSOCK(st.st_mode) ? "a socket"
+                                       : "a device");
         make_dirs(parent_of(path_), path_);
         fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd_ < 0) fail("{}: cannot create temporary file {}: {}", path_, temp_, os_error());
@@ -122,7 +127,8 @@ public:
             fail("{}: close failed: {}", path_, os_error());
         }
         fd_ = -1;
-        if (::rename(temp_.c_str(), path_.c_str()) != 0) fail("{}: cannot rename {} over it: {}", path_, temp_, os_error());
+        if (::rename(temp_.c_str(), path_.c_str()) != 0)
+            fail("{}: cannot rename {} over it: {}", path_, temp_, os_error());
         committed_ = true;
         fsync_directory(parent_of(path_));
     }
@@ -179,10 +185,6 @@ void check_range(const NamedTensor& t, int64_t offset, int64_t bytes) {
         fail("tensor '{}': byte range [{}, {}) outside its {} bytes", t.name, offset, offset + bytes, t.bytes());
 }
 
-std::string strip_prefix(const std::string& s, const std::string& prefix) {
-    return s.rfind(prefix, 0) == 0 ? s.substr(prefix.size()) : s;
-}
-
 // Weights and optimizer state as loaded must be finite: a NaN or inf would make every later step
 // non-finite (and be blamed on a gradient). Names the file, tensor and element.
 void refuse_non_finite(const std::string& path, const std::vector<NamedTensor>& tensors) {
@@ -190,9 +192,14 @@ void refuse_non_finite(const std::string& path, const std::vector<NamedTensor>& 
     if (!bad) return;
     std::string at;
     for (size_t i = 0; i < bad->coords.size(); ++i) at += (i ? ", " : "") + std::to_string(bad->coords[i]);
-    fail("{}: tensor '{}' holds a non-finite value ({}) at [{}]: the checkpoint is corrupt or was saved after a "
-         "numerical fault; resume from another checkpoint (e.g. best/) or start a new run",
-         path, bad->tensor, std::isnan(bad->value) ? "nan" : bad->value > 0 ? "inf" : "-inf", at);
+    fail(
+        "{}: tensor '{}' holds a non-finite value ({}) at [{}]: the checkpoint is corrupt or was saved after a "
+        "numerical fault; resume from another checkpoint (e.g. best/) or start a new run",
+        path, bad->tensor,
+        std::isnan(bad->value) ? "nan"
+        : bad->value > 0       ? "inf"
+                               : "-inf",
+        at);
 }
 
 }  // namespace
@@ -207,14 +214,15 @@ std::vector<NamedTensor> buffer_tensors(const Arena& arena, BufferKind kind, Bac
     const auto& bufs = arena.plan->buffers;
     for (size_t i = 0; i < bufs.size(); ++i) {
         if (bufs[i].kind != kind) continue;
-        out.push_back(NamedTensor{bufs[i].name, bufs[i].dtype, bufs[i].shape, arena.ptr(int(i)), arena.device, backend});
+        out.push_back(
+            NamedTensor{bufs[i].name, bufs[i].dtype, bufs[i].shape, arena.ptr(int(i)), arena.device, backend});
     }
     return out;
 }
 
 std::vector<NamedTensor> weight_tensors(const Arena& arena, Backend* backend) {
     std::vector<NamedTensor> out = buffer_tensors(arena, BufferKind::WEIGHT, backend);
-    for (auto& t : out) t.name = strip_prefix(t.name, "weight.");
+    for (auto& t : out) t.name = param_of_weight_buffer(t.name);
     return out;
 }
 
@@ -293,7 +301,8 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     for (const auto& t : tensors) {
         if (t.name.empty() || t.name == "__metadata__") fail("{}: invalid tensor name '{}'", path, t.name);
         if (header.contains(t.name)) fail("{}: tensor name '{}' appears twice", path, t.name);
-        header[t.name] = {{"dtype", safetensors_dtype(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes()}}};
+        header[t.name] = {
+            {"dtype", safetensors_dtype(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes()}}};
         offset += t.bytes();
     }
     std::string text = header.dump();
@@ -331,9 +340,13 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
     f.read_at(len, 0, 8);
     uint64_t n = 0;
     for (int i = 0; i < 8; ++i) n |= uint64_t(len[i]) << (8 * i);
-    if (n > uint64_t(MAX_HEADER_BYTES)) fail("{}: bad header length {} (limit {} bytes): not a safetensors file", path, n, MAX_HEADER_BYTES);
+    if (n > uint64_t(MAX_HEADER_BYTES))
+        fail("{}: bad header length {} (limit {} bytes): not a safetensors file", path, n, MAX_HEADER_BYTES);
     if (int64_t(n) > f.size - 8)
-        fail("{}: bad header length {}: the file has only {} bytes after the length: truncated or not a safetensors file", path, n, f.size - 8);
+        fail(
+            "{}: bad header length {}: the file has only {} bytes after the length: truncated or not a safetensors "
+            "file",
+            path, n, f.size - 8);
     std::string text(size_t(n), '\0');
     f.read_at(text.data(), 8, int64_t(n));
     h.data_start = 8 + int64_t(n);
@@ -359,10 +372,12 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
         e.name = name;
         if (!v.contains("dtype") || !v["dtype"].is_string()) fail("{}: tensor '{}': missing dtype", path, name);
         if (!parse_dtype(v["dtype"].get<std::string>(), &e.dtype))
-            fail("{}: tensor '{}': unsupported dtype '{}' (skew reads BF16, F32, I32, U16)", path, name, v["dtype"].get<std::string>());
+            fail("{}: tensor '{}': unsupported dtype '{}' (skew reads BF16, F32, I32, U16)", path, name,
+                 v["dtype"].get<std::string>());
         if (!v.contains("shape") || !v["shape"].is_array()) fail("{}: tensor '{}': missing shape", path, name);
         for (const auto& d : v["shape"]) {
-            if (!d.is_number_integer() || d.get<int64_t>() < 0) fail("{}: tensor '{}': shape {} is not a list of sizes", path, name, v["shape"].dump());
+            if (!d.is_number_integer() || d.get<int64_t>() < 0)
+                fail("{}: tensor '{}': shape {} is not a list of sizes", path, name, v["shape"].dump());
             e.shape.push_back(d.get<int64_t>());
         }
         const auto& off = v.contains("data_offsets") ? v["data_offsets"] : nlohmann::json();
@@ -372,14 +387,16 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
         e.begin = off[0].get<int64_t>();
         e.end = off[1].get<int64_t>();
         if (e.end > data_bytes)
-            fail("{}: tensor '{}': data_offsets [{}, {}) lie outside the file's data region of {} bytes: the file is truncated",
-                 path, name, e.begin, e.end, data_bytes);
+            fail(
+                "{}: tensor '{}': data_offsets [{}, {}) lie outside the file's data region of {} bytes: the file is "
+                "truncated",
+                path, name, e.begin, e.end, data_bytes);
         // The shape's byte count, refused where it overflows int64 (a crafted header) before it is compared.
         int64_t need = dtype_bytes(e.dtype);
         for (const int64_t d : e.shape)
             if (__builtin_mul_overflow(need, d, &need))
-                fail("{}: tensor '{}': shape {} of {} holds more bytes than a file can", path, name, shape_text(e.shape),
-                     safetensors_dtype(e.dtype));
+                fail("{}: tensor '{}': shape {} of {} holds more bytes than a file can", path, name,
+                     shape_text(e.shape), safetensors_dtype(e.dtype));
         if (e.end - e.begin != need)
             fail("{}: tensor '{}': data_offsets span {} bytes but shape {} of {} needs {}", path, name, e.end - e.begin,
                  shape_text(e.shape), safetensors_dtype(e.dtype), need);
@@ -389,27 +406,32 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
     int64_t expect = 0;
     for (const auto& e : h.tensors) {
         if (e.begin != expect)
-            fail("{}: tensor '{}': data starts at byte {} but the previous tensor ends at {}: {} in the data region", path,
-                 e.name, e.begin, expect, e.begin < expect ? "overlap" : "gap");
+            fail("{}: tensor '{}': data starts at byte {} but the previous tensor ends at {}: {} in the data region",
+                 path, e.name, e.begin, expect, e.begin < expect ? "overlap" : "gap");
         expect = e.end;
     }
-    if (expect != data_bytes) fail("{}: {} bytes after the last tensor's data: corrupt file", path, data_bytes - expect);
+    if (expect != data_bytes)
+        fail("{}: {} bytes after the last tensor's data: corrupt file", path, data_bytes - expect);
     return h;
 }
 
-std::map<std::string, std::string> read_safetensors_into(const std::string& path, const std::vector<NamedTensor>& tensors) {
+std::map<std::string, std::string> read_safetensors_into(const std::string& path,
+                                                         const std::vector<NamedTensor>& tensors) {
     SafetensorsHeader h = read_safetensors_header(path);
     std::map<std::string, const NamedTensor*> want;
     for (const auto& t : tensors) want[t.name] = &t;
     for (const auto& e : h.tensors)
-        if (!want.count(e.name)) fail("{}: holds tensor '{}' that the plan does not have (another model or optimizer?)", path, e.name);
+        if (!want.count(e.name))
+            fail("{}: holds tensor '{}' that the plan does not have (another model or optimizer?)", path, e.name);
     for (const auto& t : tensors) {
         const SafetensorsEntry* e = h.find(t.name);
         if (!e) fail("{}: missing tensor '{}' ({} {})", path, t.name, safetensors_dtype(t.dtype), shape_text(t.shape));
         if (e->dtype != t.dtype)
-            fail("{}: tensor '{}' is {} in the file but {} in the plan", path, t.name, safetensors_dtype(e->dtype), safetensors_dtype(t.dtype));
+            fail("{}: tensor '{}' is {} in the file but {} in the plan", path, t.name, safetensors_dtype(e->dtype),
+                 safetensors_dtype(t.dtype));
         if (e->shape != t.shape)
-            fail("{}: tensor '{}' has shape {} in the file but {} in the plan", path, t.name, shape_text(e->shape), shape_text(t.shape));
+            fail("{}: tensor '{}' has shape {} in the file but {} in the plan", path, t.name, shape_text(e->shape),
+                 shape_text(t.shape));
     }
     ReadFile f(path);
     if (f.size != h.file_bytes) fail("{}: the file changed size while being read", path);
@@ -509,24 +531,30 @@ TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string&
         fail("{}: step, data_position, skipped_steps and tokens_seen must be >= 0", source);
     // Counters a run only ever increments: 2^53 is beyond any run and leaves them far from overflow.
     constexpr int64_t MAX_COUNT = int64_t(1) << 53;
-    for (const auto& [key, v] : {std::pair<const char*, int64_t>{"step", s.step}, {"data_position", s.data_position},
-                                 {"skipped_steps", s.skipped_steps}, {"tokens_seen", s.tokens_seen}})
+    for (const auto& [key, v] : {std::pair<const char*, int64_t>{"step", s.step},
+                                 {"data_position", s.data_position},
+                                 {"skipped_steps", s.skipped_steps},
+                                 {"tokens_seen", s.tokens_seen}})
         if (v > MAX_COUNT) fail("{}: '{}' is {}, beyond any run (at most 2^53)", source, key, v);
     return s;
 }
 
 void check_trainer_state_counters(const TrainerState& s, int64_t config_seed, const std::string& source) {
     if (s.data_position != s.step)
-        fail("{}: data_position {} but step {}: each step takes one batch, so a checkpoint of step {} resumes at batch "
-             "{} (was the file edited?)", source, s.data_position, s.step, s.step, s.step);
+        fail(
+            "{}: data_position {} but step {}: each step takes one batch, so a checkpoint of step {} resumes at batch "
+            "{} (was the file edited?)",
+            source, s.data_position, s.step, s.step, s.step);
     const int64_t taken = s.step - s.skipped_steps;
     if (s.skipped_steps > s.step + 1)
         fail("{}: skipped_steps {} but step {}: more steps skipped than run", source, s.skipped_steps, s.step);
     if (s.extra.is_object() && s.extra.contains("optimizer_t")) {
         const int64_t t = s.extra["optimizer_t"].get<int64_t>();
         if (t != taken && t != taken + 1)
-            fail("{}: extra.optimizer_t {} but step {} with {} skipped: the optimizer took {} updates (was the file "
-                 "edited?)", source, t, s.step, s.skipped_steps, taken);
+            fail(
+                "{}: extra.optimizer_t {} but step {} with {} skipped: the optimizer took {} updates (was the file "
+                "edited?)",
+                source, t, s.step, s.skipped_steps, taken);
     }
     if (s.seed != config_seed)
         fail("{}: seed {} but the run's config says train.seed {} (was the file edited?)", source, s.seed, config_seed);
@@ -559,7 +587,8 @@ std::string begin_checkpoint_folder(const std::string& dir, const std::string& t
     std::error_code ec;
     const std::string old_dir = target.string() + ".old";
     if (!fs::exists(target) && fs::exists(fs::path(old_dir) / STATE_FILE)) {
-        if (::rename(old_dir.c_str(), target.c_str()) != 0) fail("{}: cannot restore {}: {}", target.string(), old_dir, os_error());
+        if (::rename(old_dir.c_str(), target.c_str()) != 0)
+            fail("{}: cannot restore {}: {}", target.string(), old_dir, os_error());
         fsync_directory(parent);
     }
     // Remove what a crashed save left behind (hidden temporaries, a superseded .old; never read).
@@ -588,8 +617,10 @@ void commit_checkpoint_folder(const std::string& temp_dir, const std::string& di
                     fail("{}: cannot swap in the new checkpoint: {}", target.string(), os_error());
                 // File system without RENAME_EXCHANGE: two renames; load_checkpoint falls back to .old.
                 const std::string& old = old_dir;
-                if (::rename(target.c_str(), old.c_str()) != 0) fail("{}: cannot move the old checkpoint aside: {}", target.string(), os_error());
-                if (::rename(temp.c_str(), target.c_str()) != 0) fail("{}: cannot move the new checkpoint in: {}", target.string(), os_error());
+                if (::rename(target.c_str(), old.c_str()) != 0)
+                    fail("{}: cannot move the old checkpoint aside: {}", target.string(), os_error());
+                if (::rename(temp.c_str(), target.c_str()) != 0)
+                    fail("{}: cannot move the new checkpoint in: {}", target.string(), os_error());
                 fsync_directory(parent);
                 fs::remove_all(old, ec);
             } else {
@@ -597,7 +628,8 @@ void commit_checkpoint_folder(const std::string& temp_dir, const std::string& di
                 fs::remove_all(temp, ec);
             }
         } else {
-            if (::rename(temp.c_str(), target.c_str()) != 0) fail("{}: cannot move the new checkpoint in: {}", target.string(), os_error());
+            if (::rename(temp.c_str(), target.c_str()) != 0)
+                fail("{}: cannot move the new checkpoint in: {}", target.string(), os_error());
             fsync_directory(parent);
         }
     } catch (...) {
@@ -642,10 +674,13 @@ TrainerState load_checkpoint(const std::string& dir, const Arena& arena, Backend
     if (!json_try_parse_strict(ss.str(), j, json_error)) fail("{}: not valid JSON: {}", state_path, json_error);
     TrainerState s = trainer_state_from_json(j, state_path);
     if (fs::exists(d / "layout.json"))
-        fail("{}: a sharded checkpoint (written by several ranks, see its layout.json); this run is one process: resume "
-             "it with mpirun and the same layout, or `skew export` its weights", d.string());
+        fail(
+            "{}: a sharded checkpoint (written by several ranks, see its layout.json); this run is one process: resume "
+            "it with mpirun and the same layout, or `skew export` its weights",
+            d.string());
     if (s.optimizer != arena.plan->optimizer)
-        fail("{}: checkpoint of optimizer '{}' cannot be loaded into a run of optimizer '{}'", state_path, s.optimizer, arena.plan->optimizer);
+        fail("{}: checkpoint of optimizer '{}' cannot be loaded into a run of optimizer '{}'", state_path, s.optimizer,
+             arena.plan->optimizer);
     for (const char* file : {MODEL_FILE, OPTIMIZER_FILE}) {
         const std::string path = (d / file).string();
         const std::vector<NamedTensor> tensors = std::string_view(file) == MODEL_FILE
@@ -655,7 +690,8 @@ TrainerState load_checkpoint(const std::string& dir, const Arena& arena, Backend
         auto it = meta.find("step");
         if (it == meta.end()) fail("{}: metadata has no 'step'", path);
         if (it->second != std::to_string(s.step))
-            fail("{}: written at step {} but {} says step {}: the folder mixes two saves", path, it->second, state_path, s.step);
+            fail("{}: written at step {} but {} says step {}: the folder mixes two saves", path, it->second, state_path,
+                 s.step);
         refuse_non_finite(path, tensors);
     }
     return s;

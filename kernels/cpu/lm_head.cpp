@@ -13,7 +13,7 @@
 // code is compiled for AVX-512, AVX2 and baseline x86-64 (SKEW_CPU_CLONES) from one source that has
 // no fused multiply-adds (-ffp-contract=off): all give the same bits, so which one a CPU runs changes
 // nothing (the products are OpenBLAS's sgemm, as for every CPU matmul; no bf16 arithmetic).
-// Every buffer is a region of the caller's workspace (engine/cpu_workspace.h).
+// Every buffer is a region of the caller's workspace (kernels/cpu/workspace_sizes.h).
 #include <cblas.h>
 #include <omp.h>
 
@@ -21,9 +21,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/cpu_workspace.h"
 #include "engine/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/workspace_sizes.h"
 
 namespace skew::cpu {
 
@@ -35,7 +35,7 @@ void group_tiles(int64_t g, int64_t n_tiles, int64_t& first, int64_t& last) {
     last = (g + 1) * n_tiles / cpu_ws::LM_HEAD_VOCAB_GROUPS;
 }
 
-/// Carves consecutive 64-byte-aligned regions out of the workspace (engine/cpu_workspace.h order).
+/// Carves consecutive 64-byte-aligned regions out of the workspace (kernels/cpu/workspace_sizes.h order).
 struct Carver {
     char* p;
     template <class T>
@@ -54,7 +54,7 @@ struct Carver {
 /// lanes (lane l: columns l, l + 8, l + 16, ... in order), added to the fp64 sum in lane order,
 /// then the tail.
 SKEW_CPU_CLONES void lm_head_tile_softmax_stats(const float* t, int64_t ld, int64_t rows, int64_t cols, float* gmax,
-                                                 double* gsum) {
+                                                double* gsum) {
     const int64_t c8 = cols - cols % 8;
     for (int64_t r = 0; r < rows; ++r) {
         const float* x = t + r * ld;
@@ -104,8 +104,8 @@ SKEW_CPU_CLONES void lm_head_tile_softmax_stats(const float* t, int64_t ld, int6
 /// gradient: exp(t - row_max[r]) · row_inv[r] for columns < V, 0 for the padding, and grad_scale
 /// subtracted at the row's target column.
 SKEW_CPU_CLONES void lm_head_tile_dlogits(float* t, int64_t ld, int64_t rows, int64_t c0, int64_t cols, int64_t V,
-                                           const float* row_max, const float* row_inv, const int32_t* targets,
-                                           float grad_scale) {
+                                          const float* row_max, const float* row_inv, const int32_t* targets,
+                                          float grad_scale) {
     const int64_t real = std::clamp<int64_t>(V - c0, 0, cols), r8 = real - real % 8;
     for (int64_t r = 0; r < rows; ++r) {
         float* x = t + r * ld;
@@ -155,13 +155,13 @@ void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, Tensor
     constexpr int64_t G = cpu_ws::LM_HEAD_VOCAB_GROUPS, TB = cpu_ws::LM_HEAD_BLOCK_COLS;
     const int64_t chunk = cpu_ws::lm_head_chunk_tokens(n);
     Carver ws{static_cast<char*>(workspace)};
-    float* logits = ws.take<float>(chunk * Vp);  // tile t: (m, cw) at column offset c0 times m
-    float* wte32 = ws.take<float>(Vp * C);       // (Vp, C): wte widened once, when bf16
-    float* dwte_acc = ws.take<float>(Vp * C);    // (Vp, C): fp32 accumulator, when dwte is bf16
-    float* x32 = ws.take<float>(chunk * C);      // (chunk, C): the chunk's x widened, when bf16
+    float* logits = ws.take<float>(chunk * Vp);      // tile t: (m, cw) at column offset c0 times m
+    float* wte32 = ws.take<float>(Vp * C);           // (Vp, C): wte widened once, when bf16
+    float* dwte_acc = ws.take<float>(Vp * C);        // (Vp, C): fp32 accumulator, when dwte is bf16
+    float* x32 = ws.take<float>(chunk * C);          // (chunk, C): the chunk's x widened, when bf16
     float* dx_part = ws.take<float>(G * chunk * C);  // (G, chunk, C): per-group dx partials
     float* gmax = ws.take<float>((G + 2) * chunk);   // (G, chunk) running max, then row max, 1/sum
-    double* gsum = ws.take<double>(G * chunk);        // (G, chunk)
+    double* gsum = ws.take<double>(G * chunk);       // (G, chunk)
     float* tgt_logit = ws.take<float>(n);
     float* local_losses = ws.take<float>(n);
     if (!losses) losses = local_losses;
@@ -218,14 +218,15 @@ void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, Tensor
             for (int64_t g = 0; g < G; ++g) mx = std::max(mx, gmax[g * chunk + r]);
             double sum = 0.0;
             for (int64_t g = 0; g < G; ++g)
-                if (gsum[g * chunk + r] > 0.0) sum += gsum[g * chunk + r] * double(exp_nonpos_f32(gmax[g * chunk + r] - mx));
+                if (gsum[g * chunk + r] > 0.0)
+                    sum += gsum[g * chunk + r] * double(exp_nonpos_f32(gmax[g * chunk + r] - mx));
             losses[i0 + r] = float(double(mx) + std::log(sum) - double(tgt_logit[i0 + r]));
             row_max[r] = mx;
             row_inv[r] = float(double(grad_scale) / sum);
         }
         if (!backward) continue;
 
-        // pass 2: tile gradients in place, then their products for dx (per-group partial) and dwte
+            // pass 2: tile gradients in place, then their products for dx (per-group partial) and dwte
 #pragma omp parallel for schedule(dynamic, 1)
         for (int64_t g = 0; g < G; ++g) {
             int64_t t0, t1;

@@ -3,11 +3,10 @@
 // back to the CUDA-core kernels (attention_simt.cu) when a pointer is not 16-byte aligned or the
 // shape is past the tensor-core kernels' grid limits; the backward's D = <dout, out> is formed here.
 #include "kernels/cuda/attention.h"
-
-#include "engine/cuda_workspace.h"
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew::cuda {
 
@@ -95,10 +94,8 @@ void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, cons
                        cudaStream_t stream) {
     check_shape("attention_forward", s);
     if (s.batch == 0 || s.seq_len == 0) return;
-    if (attention_uses_tensor_cores(q, k, v, out, s))
-        attention_forward_mma(out, lse, q, k, v, s, stream);
-    else
-        attention_forward_simt(out, lse, q, k, v, s, stream);
+    if (attention_uses_tensor_cores(q, k, v, out, s)) attention_forward_mma(out, lse, q, k, v, s, stream);
+    else attention_forward_simt(out, lse, q, k, v, s, stream);
 }
 
 int64_t attention_backward_scratch_bytes(const AttentionShape& s) {
@@ -115,8 +112,7 @@ void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf
     attention_dvec(dvec, dout, out, B, T, H, D, stream);
     if (attention_uses_tensor_cores(q, k, v, dout, s) && aligned16(dq, dk, dv))
         attention_backward_mma(dq, dk, dv, dout, q, k, v, lse, dvec, s, stream);
-    else
-        attention_backward_simt(dq, dk, dv, dout, q, k, v, lse, dvec, s, stream);
+    else attention_backward_simt(dq, dk, dv, dout, q, k, v, lse, dvec, s, stream);
 }
 
 }  // namespace skew::cuda

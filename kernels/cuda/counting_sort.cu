@@ -4,13 +4,14 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/counting_sort.h"
 #include "kernels/cuda/cuda_check.h"
-#include "engine/cuda_workspace.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew::cuda {
 
 namespace {
 
-constexpr int kChunk = cuda_ws::COUNTING_SORT_CHUNK;  // keys per chunk (= threads per block of the histogram and place kernels)
+constexpr int kChunk =
+    cuda_ws::COUNTING_SORT_CHUNK;  // keys per chunk (= threads per block of the histogram and place kernels)
 constexpr int kScanThreads = 1024;
 
 int64_t n_chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }

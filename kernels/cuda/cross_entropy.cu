@@ -8,7 +8,7 @@
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
-#include "engine/cuda_workspace.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew::cuda {
 
@@ -107,7 +107,7 @@ void cross_entropy_forward(float* losses, const float* logits, const int32_t* ta
     check_vocab("cross_entropy_forward", n_tokens, vocab_size, padded_vocab_size);
     if (n_tokens == 0) return;
     cross_entropy_forward_kernel<<<unsigned(n_tokens), kThreads, 0, stream>>>(losses, logits, targets, vocab_size,
-                                                                             padded_vocab_size, error_word);
+                                                                              padded_vocab_size, error_word);
     cuda_check_kernel("cross_entropy_forward_kernel");
 }
 
@@ -138,7 +138,8 @@ void lm_head_cross_entropy(Matmul& mm, float* mean_loss, float* losses, TensorRe
     const bool use_bf16 = bf16_path(x, wte);
     if (use_bf16 != s.bf16_operands || (!use_bf16 && (x.type != ScalarType::F32 || wte.type != ScalarType::F32)))
         throw_op_error("lm_head_cross_entropy",
-                       "x and wte must both be bf16 or both fp32, as ClassifierShape::bf16_operands says (it sizes the workspace)");
+                       "x and wte must both be bf16 or both fp32, as ClassifierShape::bf16_operands says (it sizes the "
+                       "workspace)");
     if (n == 0) {
         if (mean_loss) cuda_check(cudaMemsetAsync(mean_loss, 0, sizeof(float), stream));
         return;
@@ -153,7 +154,7 @@ void lm_head_cross_entropy(Matmul& mm, float* mean_loss, float* losses, TensorRe
     char* base = static_cast<char*>(workspace);
     float* logits = reinterpret_cast<float*>(base);  // (chunk, Vp)
     base += align256(chunk * Vp * 4);
-    char* region = base;  // the dlogits region (engine/cuda_workspace.h)
+    char* region = base;  // the dlogits region (kernels/cuda/workspace_sizes.h)
     base += layout.dlogits_region_bytes;
     float* local_losses = reinterpret_cast<float*>(base);  // (n)
     if (!losses) losses = local_losses;
@@ -178,7 +179,7 @@ void lm_head_cross_entropy(Matmul& mm, float* mean_loss, float* losses, TensorRe
         mm.run(TensorRef(logits), xc, wte, MatmulShape{m, Vp, C, false, true}, stream);
         if (!backward) {
             cross_entropy_forward_kernel<<<unsigned(m), kThreads, 0, stream>>>(losses + i0, logits, targets + i0, V, Vp,
-                                                                              error_word);
+                                                                               error_word);
             cuda_check_kernel("cross_entropy_forward_kernel");
             continue;
         }

@@ -6,7 +6,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
-#include "engine/cuda_workspace.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew::cuda {
 
@@ -44,7 +44,8 @@ struct SumSqDesc {
     int32_t is_f32;
     int32_t pad;
 };
-static_assert(sizeof(SumSqDesc) == cuda_ws::SUM_SQUARES_DESC_BYTES, "engine/cuda_workspace.h sizes the descriptors");
+static_assert(sizeof(SumSqDesc) == cuda_ws::SUM_SQUARES_DESC_BYTES,
+              "kernels/cuda/workspace_sizes.h sizes the descriptors");
 
 // Block b finds its buffer by binary search over first_block, sums the squares of its chunk in
 // double and writes partials[b].
@@ -55,7 +56,8 @@ __global__ void sum_squares_blocks_kernel(double* __restrict__ partials, const S
     int lo = 0, hi = n_descs - 1;
     while (lo < hi) {  // last desc with first_block <= b
         const int mid = (lo + hi + 1) / 2;
-        if (descs[mid].first_block <= b) lo = mid; else hi = mid - 1;
+        if (descs[mid].first_block <= b) lo = mid;
+        else hi = mid - 1;
     }
     const SumSqDesc d = descs[lo];
     const int64_t begin = (b - d.first_block) * kSumSquaresChunk;
@@ -139,13 +141,17 @@ void accumulate(TensorRef dst, ConstTensorRef src, int64_t n, cudaStream_t strea
     const unsigned g = grid_for(n, kThreads);
     const bool d32 = dst.type == ScalarType::F32, s32 = src.type == ScalarType::F32;
     if (d32 && s32)
-        accumulate_kernel<<<g, kThreads, 0, stream>>>(static_cast<float*>(dst.data), static_cast<const float*>(src.data), n);
+        accumulate_kernel<<<g, kThreads, 0, stream>>>(static_cast<float*>(dst.data),
+                                                      static_cast<const float*>(src.data), n);
     else if (d32)
-        accumulate_kernel<<<g, kThreads, 0, stream>>>(static_cast<float*>(dst.data), static_cast<const bf16*>(src.data), n);
+        accumulate_kernel<<<g, kThreads, 0, stream>>>(static_cast<float*>(dst.data), static_cast<const bf16*>(src.data),
+                                                      n);
     else if (s32)
-        accumulate_kernel<<<g, kThreads, 0, stream>>>(static_cast<bf16*>(dst.data), static_cast<const float*>(src.data), n);
+        accumulate_kernel<<<g, kThreads, 0, stream>>>(static_cast<bf16*>(dst.data), static_cast<const float*>(src.data),
+                                                      n);
     else
-        accumulate_kernel<<<g, kThreads, 0, stream>>>(static_cast<bf16*>(dst.data), static_cast<const bf16*>(src.data), n);
+        accumulate_kernel<<<g, kThreads, 0, stream>>>(static_cast<bf16*>(dst.data), static_cast<const bf16*>(src.data),
+                                                      n);
     cuda_check_kernel("accumulate_kernel");
 }
 
@@ -153,10 +159,8 @@ void scale(TensorRef x, float factor, int64_t n, cudaStream_t stream) {
     check_nonneg("scale n", n);
     if (n == 0) return;
     const unsigned g = grid_for(n, kThreads);
-    if (x.type == ScalarType::F32)
-        scale_kernel<<<g, kThreads, 0, stream>>>(static_cast<float*>(x.data), factor, n);
-    else
-        scale_kernel<<<g, kThreads, 0, stream>>>(static_cast<bf16*>(x.data), factor, n);
+    if (x.type == ScalarType::F32) scale_kernel<<<g, kThreads, 0, stream>>>(static_cast<float*>(x.data), factor, n);
+    else scale_kernel<<<g, kThreads, 0, stream>>>(static_cast<bf16*>(x.data), factor, n);
     cuda_check_kernel("scale_kernel");
 }
 
@@ -172,14 +176,16 @@ void convert(TensorRef dst, ConstTensorRef src, int64_t n, cudaStream_t stream) 
     const unsigned g = grid_for(n, kThreads);
     const bool d32 = dst.type == ScalarType::F32, s32 = src.type == ScalarType::F32;
     if (d32 == s32) {
-        cuda_check(cudaMemcpyAsync(dst.data, src.data, size_t(n * scalar_type_bytes(dst.type)), cudaMemcpyDeviceToDevice,
-                                   stream));
+        cuda_check(cudaMemcpyAsync(dst.data, src.data, size_t(n * scalar_type_bytes(dst.type)),
+                                   cudaMemcpyDeviceToDevice, stream));
         return;
     }
     if (d32)
-        convert_kernel<<<g, kThreads, 0, stream>>>(static_cast<float*>(dst.data), static_cast<const bf16*>(src.data), n);
+        convert_kernel<<<g, kThreads, 0, stream>>>(static_cast<float*>(dst.data), static_cast<const bf16*>(src.data),
+                                                   n);
     else
-        convert_kernel<<<g, kThreads, 0, stream>>>(static_cast<bf16*>(dst.data), static_cast<const float*>(src.data), n);
+        convert_kernel<<<g, kThreads, 0, stream>>>(static_cast<bf16*>(dst.data), static_cast<const float*>(src.data),
+                                                   n);
     cuda_check_kernel("convert_kernel");
 }
 
@@ -203,7 +209,8 @@ double sum_squares(std::span<const BufferRef> buffers, void* scratch, cudaStream
     auto* partials = reinterpret_cast<double*>(base + align16(int64_t(buffers.size()) * int64_t(sizeof(SumSqDesc))));
     double* d_total = partials + blocks;
     // Pageable source: the call returns once the host vector has been staged, so it may go out of scope.
-    cuda_check(cudaMemcpyAsync(d_descs, descs.data(), descs.size() * sizeof(SumSqDesc), cudaMemcpyHostToDevice, stream));
+    cuda_check(
+        cudaMemcpyAsync(d_descs, descs.data(), descs.size() * sizeof(SumSqDesc), cudaMemcpyHostToDevice, stream));
     sum_squares_blocks_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(partials, d_descs, int(descs.size()));
     cuda_check_kernel("sum_squares_blocks_kernel");
     sum_partials_kernel<<<1, kFinalThreads, 0, stream>>>(d_total, partials, blocks);

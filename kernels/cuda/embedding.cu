@@ -5,7 +5,7 @@
 #include "kernels/cuda/counting_sort.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.h"
-#include "engine/cuda_workspace.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew::cuda {
 
@@ -32,8 +32,8 @@ __global__ void embedding_forward_kernel(bf16* __restrict__ out, const int32_t* 
 // Block per vocabulary row v: sum the rows of its positions (sorted order = increasing position).
 template <class TG>
 __global__ void embedding_backward_wte_kernel(TG* __restrict__ dwte, const bf16* __restrict__ dout,
-                                              const int64_t* __restrict__ sorted_pos, const int64_t* __restrict__ offsets,
-                                              int64_t C) {
+                                              const int64_t* __restrict__ sorted_pos,
+                                              const int64_t* __restrict__ offsets, int64_t C) {
     const int64_t v = blockIdx.x;
     const int64_t s0 = offsets[v], s1 = offsets[v + 1];
     if (s0 == s1) return;

@@ -4,16 +4,16 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/layernorm.h"
-#include "engine/cuda_workspace.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew::cuda {
 
 namespace {
 
-constexpr int kRowsPerBlock = 8;  // warps per block, one row each
+constexpr int kRowsPerBlock = 8;                                    // warps per block, one row each
 constexpr int kParamRowChunk = cuda_ws::LAYERNORM_PARAM_ROW_CHUNK;  // rows per partial sum of dweight / dbias
-constexpr int kParamCols = 32;       // columns per block of the partial-sum kernel
-constexpr int kParamRowLanes = 8;    // row lanes per block of the partial-sum kernel
+constexpr int kParamCols = 32;                                      // columns per block of the partial-sum kernel
+constexpr int kParamRowLanes = 8;                                   // row lanes per block of the partial-sum kernel
 
 __global__ void layernorm_forward_kernel(bf16* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                                          const bf16* __restrict__ inp, const float* __restrict__ weight,
@@ -135,9 +135,9 @@ int64_t layernorm_backward_scratch_bytes(int64_t n_rows, int64_t channels) {
     return cuda_ws::layernorm_backward_scratch_bytes(n_rows, channels);
 }
 
-void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp, const float* weight,
-                        const float* mean, const float* rstd, int64_t n_rows, int64_t channels, bool accumulate_dinp,
-                        void* scratch, cudaStream_t stream) {
+void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t n_rows, int64_t channels,
+                        bool accumulate_dinp, void* scratch, cudaStream_t stream) {
     check_nonneg("layernorm_backward n_rows", n_rows);
     check_nonneg("layernorm_backward channels", channels);
     if (n_rows == 0 || channels == 0) return;

@@ -5,7 +5,7 @@
 #include "kernels/cuda/counting_sort.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_dispatch.h"
-#include "engine/cuda_workspace.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew::cuda {
 
@@ -54,7 +54,8 @@ __global__ void combine_backward_dys_kernel(bf16* __restrict__ dys, const bf16* 
 
 // 8 channels per thread with 16-byte accesses (C % 8 == 0, pointers 16-byte aligned); same math.
 __global__ void gather_forward_vec_kernel(bf16* __restrict__ xs, const bf16* __restrict__ x,
-                                          const int64_t* __restrict__ sorted_to_copy, int64_t nk, int64_t K, int64_t C8) {
+                                          const int64_t* __restrict__ sorted_to_copy, int64_t nk, int64_t K,
+                                          int64_t C8) {
     for (int64_t e = thread_index(); e < nk * C8; e += grid_stride()) {
         const int64_t p = e / C8, c8 = e - p * C8;
         store8(xs + 8 * e, load8(x + ((sorted_to_copy[p] / K) * C8 + c8) * 8));

@@ -9,10 +9,10 @@
 
 #include <limits>
 
-#include "engine/cuda_workspace.h"
 #include "engine/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_alloc.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew::cuda {
 
@@ -62,7 +62,8 @@ void GroupedMatmul::ensure_capacity(int64_t entries, cudaStream_t stream) {
     (void)stream;  // the copy at the call synchronizes before it returns: nothing writes pinned_ now
     pinned_host_free(pinned_);
     pinned_ = nullptr;
-    pinned_ = static_cast<int64_t*>(pinned_host_alloc(entries * int64_t(sizeof(int64_t)), "moe_matmul: pinned offsets"));
+    pinned_ =
+        static_cast<int64_t*>(pinned_host_alloc(entries * int64_t(sizeof(int64_t)), "moe_matmul: pinned offsets"));
     capacity_ = entries;
 }
 
@@ -101,8 +102,8 @@ void GroupedMatmul::prefetch_offsets(const int64_t* offsets, int64_t n_experts, 
         slot->capacity = n_experts + 1;
     }
     // the copy is ordered after the previous one into this buffer on the same stream
-    cuda_check(cudaMemcpyAsync(slot->host, offsets, size_t(n_experts + 1) * sizeof(int64_t), cudaMemcpyDeviceToHost,
-                               stream));
+    cuda_check(
+        cudaMemcpyAsync(slot->host, offsets, size_t(n_experts + 1) * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
     cuda_check(cudaEventRecord(slot->done, stream));
     slot->device = offsets;
     slot->n_experts = n_experts;
@@ -179,19 +180,19 @@ bool GroupedMatmul::run_grouped(int pass, TensorRef c, ConstTensorRef act, Const
     cc.elem_bytes = scalar_type_bytes(c.type);
     switch (pass) {
         case 0:
-            a = GroupedOperand{other.data, out_f * in_f, ab, true};   // W[e]
-            b = GroupedOperand{act.data, in_f, ab, false};            // inp rows
-            cc.stride_elems = out_f;                                  // out rows
+            a = GroupedOperand{other.data, out_f * in_f, ab, true};  // W[e]
+            b = GroupedOperand{act.data, in_f, ab, false};           // inp rows
+            cc.stride_elems = out_f;                                 // out rows
             break;
         case 1:
-            a = GroupedOperand{other.data, out_f * in_f, ab, true};   // W[e]
-            b = GroupedOperand{act.data, out_f, ab, false};           // dout rows
-            cc.stride_elems = in_f;                                   // dinp rows
+            a = GroupedOperand{other.data, out_f * in_f, ab, true};  // W[e]
+            b = GroupedOperand{act.data, out_f, ab, false};          // dout rows
+            cc.stride_elems = in_f;                                  // dinp rows
             break;
         default:
-            a = GroupedOperand{other.data, in_f, ab, false};          // inp rows
-            b = GroupedOperand{act.data, out_f, ab, false};           // dout rows
-            cc.stride_elems = out_f * in_f;                           // dW[e]
+            a = GroupedOperand{other.data, in_f, ab, false};  // inp rows
+            b = GroupedOperand{act.data, out_f, ab, false};   // dout rows
+            cc.stride_elems = out_f * in_f;                   // dW[e]
             cc.per_expert = true;
             break;
     }
@@ -200,14 +201,16 @@ bool GroupedMatmul::run_grouped(int pass, TensorRef c, ConstTensorRef act, Const
     cublas_check(cublasSetStream(cublas_, stream));  // resets the workspace: give it the Matmul's again
     cublas_check(cublasSetWorkspace(cublas_, mm_.workspace(), size_t(mm_.workspace_bytes())));
     const cublasStatus_t st = cublasGemmGroupedBatchedEx(
-        cublas_, ta_.data(), tb_.data(), m_.data(), n_.data(), k_.data(), alpha_.data(), ptrs, CUDA_R_16BF,
-        lda_.data(), ptrs + E, CUDA_R_16BF, ldb_.data(), beta_.data(), ptrs + 2 * E, cuda_type(c.type), ldc_.data(),
-        groups, group_size_.data(), CUBLAS_COMPUTE_32F);
+        cublas_, ta_.data(), tb_.data(), m_.data(), n_.data(), k_.data(), alpha_.data(), ptrs, CUDA_R_16BF, lda_.data(),
+        ptrs + E, CUDA_R_16BF, ldb_.data(), beta_.data(), ptrs + 2 * E, cuda_type(c.type), ldc_.data(), groups,
+        group_size_.data(), CUBLAS_COMPUTE_32F);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
         if (!warned_fallback_) {
             warned_fallback_ = true;
-            spdlog::warn("moe_matmul: cublasGemmGroupedBatchedEx refused bf16 x bf16 -> {} (status {}); using the "
-                         "per-expert loop", c.type == ScalarType::BF16 ? "bf16" : "fp32", int(st));
+            spdlog::warn(
+                "moe_matmul: cublasGemmGroupedBatchedEx refused bf16 x bf16 -> {} (status {}); using the "
+                "per-expert loop",
+                c.type == ScalarType::BF16 ? "bf16" : "fp32", int(st));
         }
         return false;
     }
@@ -238,9 +241,9 @@ void GroupedMatmul::backward(TensorRef dinp, TensorRef dweight, ConstTensorRef d
     const bool dinp_done = dinp && grouped &&
                            run_grouped(1, dinp, dout, weight, offsets, off, n_experts, in_features, out_features,
                                        accumulate_dinp ? 1.0f : 0.0f, scratch, stream);
-    const bool dw_done = dweight && grouped &&
-                         run_grouped(2, dweight, dout, inp, offsets, off, n_experts, in_features, out_features, 1.0f,
-                                     scratch, stream);
+    const bool dw_done =
+        dweight && grouped &&
+        run_grouped(2, dweight, dout, inp, offsets, off, n_experts, in_features, out_features, 1.0f, scratch, stream);
     for (int64_t e = 0; e < n_experts; ++e) {
         const int64_t r0 = off[e], rows = off[e + 1] - r0;
         if (rows == 0) continue;  // an expert without tokens gets no gradient

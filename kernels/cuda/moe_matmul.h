@@ -29,7 +29,7 @@ enum class GroupedGemmAlgo : uint8_t { PER_EXPERT_LOOP, CUBLAS_GROUPED };
 const char* grouped_gemm_algo_name(GroupedGemmAlgo a);
 
 /// Device scratch bytes of one grouped product of n_experts (the operand pointer arrays):
-/// engine/cuda_workspace.h's moe_matmul_scratch_bytes.
+/// kernels/cuda/workspace_sizes.h's moe_matmul_scratch_bytes.
 int64_t moe_matmul_scratch_bytes(int64_t n_experts);
 
 /// The grouped expert matmul: shares the backend's Matmul (algorithm cache, workspace).
@@ -86,7 +86,7 @@ private:
     GroupedGemmAlgo algo_;
     cublasHandle_t cublas_ = nullptr;  // CUBLAS_GROUPED (created on first use)
     bool warned_fallback_ = false;
-    int64_t* pinned_ = nullptr;      // (capacity_) host copy of offsets copied at the call
+    int64_t* pinned_ = nullptr;  // (capacity_) host copy of offsets copied at the call
     int64_t capacity_ = 0;
     /// One prefetched copy: the device offsets it copies, its pinned buffer (`capacity` entries)
     /// and the event recorded after the copy.

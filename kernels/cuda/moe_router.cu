@@ -6,7 +6,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_router.h"
-#include "engine/cuda_workspace.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew::cuda {
 
@@ -144,7 +144,7 @@ void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t
     router_mean_probs_kernel<<<unsigned(E), 256, 0, stream>>>(pbar, probs, n, E);
     cuda_check_kernel("router_mean_probs_kernel");
     router_losses_kernel<<<1, 1024, 0, stream>>>(balance_loss, z_loss, counts, mean_probs, cnt, pbar, z_tok, n, E, K,
-                                                o.balance_alpha, o.z_coef);
+                                                 o.balance_alpha, o.z_coef);
     cuda_check_kernel("router_losses_kernel");
 }
 

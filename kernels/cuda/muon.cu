@@ -11,13 +11,13 @@
 #include <type_traits>
 #include <utility>
 
-#include "engine/cuda_workspace.h"
 #include "kernels/common/optim_math.h"
 #include "kernels/common/rounding.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublaslt_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/muon.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew::cuda {
 
@@ -149,7 +149,8 @@ __global__ void __launch_bounds__(THREADS)
         const int64_t groups = count * (n / 8), per = n / 8;
         for (int64_t q = thread_index(); q < groups; q += grid_stride()) {
             const int64_t e = q / per, k = (q - e * per) * 8;
-            const int64_t el = (e0 + e) * n + k;  // tensor element, a multiple of 8 (element_base: of 4, the host checks)
+            const int64_t el =
+                (e0 + e) * n + k;  // tensor element, a multiple of 8 (element_base: of 4, the host checks)
             const Bf16x8 xo = load8(X + e * stride + k);
             Bf16x8 w = load8(weight + el);
             uint32_t rw[8];
@@ -209,8 +210,8 @@ LtMatrixLayout lt_layout(int64_t rows, int64_t cols, int64_t ld, int64_t stride,
     LtMatrixLayout l = lt_matrix_layout(CUDA_R_16BF, rows, cols, ld);
     const int32_t b = int32_t(batch);
     cublas_check(cublasLtMatrixLayoutSetAttribute(l.get(), CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof(b)));
-    cublas_check(
-        cublasLtMatrixLayoutSetAttribute(l.get(), CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    cublas_check(cublasLtMatrixLayoutSetAttribute(l.get(), CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                  sizeof(stride)));
     return l;
 }
 
@@ -257,10 +258,8 @@ void lt_gemm(const LtKey& key, float alpha, const bf16* A, const bf16* B, float 
 
 template <class F>
 void dispatch_grad(const OptimTensor& t, F&& f) {
-    if (t.grad_f32)
-        f(static_cast<const float*>(t.grad));
-    else
-        f(static_cast<const bf16*>(t.grad));
+    if (t.grad_f32) f(static_cast<const float*>(t.grad));
+    else f(static_cast<const bf16*>(t.grad));
 }
 
 }  // namespace
@@ -308,10 +307,8 @@ void muon_step(const OptimTensor& t, float* B, const MuonArgs& args, const Optim
         for (int64_t k = 0; k < args.ns_steps; ++k) {
             lt_gemm(k_a, 1.0f, X, X, 0.0f, nullptr, A, workspace, stream);
             lt_gemm(k_b, NS_C2, A, A, NS_C1, A, Bm, workspace, stream);
-            if (tall)
-                lt_gemm(k_x, 1.0f, Bm, X, NS_C0, X, Xn, workspace, stream);
-            else
-                lt_gemm(k_x, 1.0f, X, Bm, NS_C0, X, Xn, workspace, stream);
+            if (tall) lt_gemm(k_x, 1.0f, Bm, X, NS_C0, X, Xn, workspace, stream);
+            else lt_gemm(k_x, 1.0f, X, Bm, NS_C0, X, Xn, workspace, stream);
             std::swap(X, Xn);
         }
     };
@@ -333,10 +330,8 @@ void muon_step(const OptimTensor& t, float* B, const MuonArgs& args, const Optim
                 muon_normalize_kernel<V><<<grid, THREADS, 0, stream>>>(g, bm, n, sx, args.grad_scale, args.mu, args.ema,
                                                                        args.nesterov, partial, X);
             };
-            if (vec_grad)
-                passes(std::true_type{});
-            else
-                passes(std::false_type{});
+            if (vec_grad) passes(std::true_type{});
+            else passes(std::false_type{});
             cuda_check_kernel("muon_normalize_kernel");
             products(c);  // the result is in X (swapped an even or odd number of times: X names it)
             if (t.weight_f32) {

@@ -23,7 +23,7 @@ struct MuonArgs {
 };
 
 /// Device scratch (bytes) muon_step needs for n_mat matrices of rows x cols
-/// (engine/cuda_workspace.h muon_scratch_bytes, the size the memory plan reserves).
+/// (kernels/cuda/workspace_sizes.h muon_scratch_bytes, the size the memory plan reserves).
 int64_t muon_scratch_bytes(int64_t n_mat, int64_t rows, int64_t cols);
 
 /// One Muon step on every matrix of t (n_mat matrices of rows x cols, row-major): per chunk of

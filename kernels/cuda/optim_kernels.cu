@@ -12,7 +12,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/optim_kernels.h"
-#include "engine/cuda_workspace.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew::cuda {
 
@@ -173,10 +173,9 @@ __device__ __forceinline__ double update_item(const UpdateArgs& a, W* weight, co
 /// tile); each warp reduces every row over its 256 columns (row partials, one per warp tile).
 /// Deterministic: fixed tiles, fixed shuffle trees.
 template <class G>
-__global__ void
-    factored_stats_kernel(const G* __restrict__ grad, float gs, int64_t rows, int64_t cols, float add, int64_t col_segs,
-                          int64_t tile_rows, int64_t row_tiles, int64_t n_wct, bool vec, double* __restrict__ rowpart,
-                          double* __restrict__ colpart) {
+__global__ void factored_stats_kernel(const G* __restrict__ grad, float gs, int64_t rows, int64_t cols, float add,
+                                      int64_t col_segs, int64_t tile_rows, int64_t row_tiles, int64_t n_wct, bool vec,
+                                      double* __restrict__ rowpart, double* __restrict__ colpart) {
     const int64_t e = blockIdx.y, ct = int64_t(blockIdx.x) % col_segs, rt = int64_t(blockIdx.x) / col_segs;
     const int lane = threadIdx.x & 31;
     const int64_t wct = ct * (THREADS / 32) + (threadIdx.x >> 5);
@@ -216,9 +215,9 @@ __global__ void
 /// One block per matrix: R <- b R + (1-b) rowmean (rowmean from the warp-tile partials, in order),
 /// the matrix's normalizer (SkewAdam: Rbar = max(mean R, 1e-15); Adafactor: mean R), then the row
 /// scales: SkewAdam sqrt(max(R/Rbar, eps)), Adafactor rsqrt(R/mean R).
-__global__ void
-    factored_rows_kernel(float* __restrict__ R, const double* __restrict__ rowpart, int64_t rows, int64_t cols,
-                         int64_t n_wct, float b, float omb, float eps, bool adafactor, float* __restrict__ rowscale) {
+__global__ void factored_rows_kernel(float* __restrict__ R, const double* __restrict__ rowpart, int64_t rows,
+                                     int64_t cols, int64_t n_wct, float b, float omb, float eps, bool adafactor,
+                                     float* __restrict__ rowscale) {
     __shared__ double smem[32];
     const int64_t e = blockIdx.x;
     float* Re = R + e * rows;
@@ -239,9 +238,9 @@ __global__ void
 
 /// One thread per (column, matrix): C <- b C + (1-b) colmean (row-tile partials summed in order),
 /// then the column scale: SkewAdam sqrt(max(C, eps)), Adafactor rsqrt(C).
-__global__ void
-    factored_cols_kernel(float* __restrict__ C, const double* __restrict__ colpart, int64_t rows, int64_t cols,
-                         int64_t row_tiles, float b, float omb, float eps, bool adafactor, float* __restrict__ colscale) {
+__global__ void factored_cols_kernel(float* __restrict__ C, const double* __restrict__ colpart, int64_t rows,
+                                     int64_t cols, int64_t row_tiles, float b, float omb, float eps, bool adafactor,
+                                     float* __restrict__ colscale) {
     const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, e = blockIdx.y;
     if (c >= cols) return;
     double s = 0;
@@ -255,10 +254,10 @@ __global__ void
 
 /// Block (b, y) sums U^2 over items b, b + gridDim.x, ... of matrix e = e0 + y into partial[e][b] (fp64).
 template <int K, bool MOM, class G>
-__global__ void
-    update_sumsq_kernel(UpdateArgs a, const G* __restrict__ grad, float gs, const float* __restrict__ M,
-                        const float* __restrict__ V, const float* __restrict__ rowscale, const float* __restrict__ colscale,
-                        int64_t rows, int64_t cols, bool vec, int64_t e0, double* __restrict__ partial) {
+__global__ void update_sumsq_kernel(UpdateArgs a, const G* __restrict__ grad, float gs, const float* __restrict__ M,
+                                    const float* __restrict__ V, const float* __restrict__ rowscale,
+                                    const float* __restrict__ colscale, int64_t rows, int64_t cols, bool vec,
+                                    int64_t e0, double* __restrict__ partial) {
     __shared__ double smem[32];
     const int64_t e = e0 + blockIdx.y, segs = (cols + SEG - 1) / SEG, items = rows * segs;
     const float* cs = kind_factored<K>() ? colscale + e * cols : nullptr;
@@ -276,9 +275,8 @@ __global__ void
 }
 
 /// clip[e] = max(1, sqrt(sum_b partial[e][b] / n) / threshold): one block per matrix, fixed tree.
-__global__ void
-    clip_kernel(const double* __restrict__ partial, int64_t blocks, int64_t n, double threshold, int64_t e0,
-                float* __restrict__ clip) {
+__global__ void clip_kernel(const double* __restrict__ partial, int64_t blocks, int64_t n, double threshold, int64_t e0,
+                            float* __restrict__ clip) {
     __shared__ double smem[32];
     const int64_t e = e0 + blockIdx.x;
     double s = 0;
@@ -289,10 +287,10 @@ __global__ void
 
 /// The write pass: reads W, G, M, V and the scales, writes W, M, V once (16-byte accesses).
 template <int K, bool MOM, class W, class G>
-__global__ void
-    update_apply_kernel(UpdateArgs a, W* __restrict__ weight, const G* __restrict__ grad, float gs, float* __restrict__ M,
-                        float* __restrict__ V, const float* __restrict__ rowscale, const float* __restrict__ colscale,
-                        const float* __restrict__ clip, int64_t rows, int64_t cols, bool vec, int64_t e0, OptimWrite wb) {
+__global__ void update_apply_kernel(UpdateArgs a, W* __restrict__ weight, const G* __restrict__ grad, float gs,
+                                    float* __restrict__ M, float* __restrict__ V, const float* __restrict__ rowscale,
+                                    const float* __restrict__ colscale, const float* __restrict__ clip, int64_t rows,
+                                    int64_t cols, bool vec, int64_t e0, OptimWrite wb) {
     const int64_t e = e0 + blockIdx.y, segs = (cols + SEG - 1) / SEG, items = rows * segs;
     const float* cs = kind_factored<K>() ? colscale + e * cols : nullptr;
     const float cl = clip[e];
@@ -307,10 +305,9 @@ __global__ void
 // ---- AdamW, Lion: one pass, 8 elements per thread and iteration
 
 template <class W, class G>
-__global__ void
-    adamw_kernel(W* __restrict__ weight, const G* __restrict__ grad, float gs, float* __restrict__ m,
-                 float* __restrict__ v, int64_t n, bool vec, float b1, float omb1, float b2, float omb2, float inv_bc1,
-                 float inv_sqrt_bc2, float eps, OptimWrite wb) {
+__global__ void adamw_kernel(W* __restrict__ weight, const G* __restrict__ grad, float gs, float* __restrict__ m,
+                             float* __restrict__ v, int64_t n, bool vec, float b1, float omb1, float b2, float omb2,
+                             float inv_bc1, float inv_sqrt_bc2, float eps, OptimWrite wb) {
     const int64_t n_vec = vec ? n / VEC : 0;
     for (int64_t j = thread_index(); j < n_vec; j += grid_stride()) {
         const int64_t i0 = j * VEC;
@@ -319,7 +316,8 @@ __global__ void
         ld8(m + i0, mm);
         ld8(v + i0, vv);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) u[k] = adamw_element(g[k], mm[k], vv[k], b1, omb1, b2, omb2, inv_bc1, inv_sqrt_bc2, eps);
+        for (int k = 0; k < 8; ++k)
+            u[k] = adamw_element(g[k], mm[k], vv[k], b1, omb1, b2, omb2, inv_bc1, inv_sqrt_bc2, eps);
         st8(m + i0, mm);
         st8(v + i0, vv);
         write8(weight, i0, u, wb);
@@ -334,9 +332,8 @@ __global__ void
 }
 
 template <class W, class G>
-__global__ void
-    lion_kernel(W* __restrict__ weight, const G* __restrict__ grad, float gs, float* __restrict__ m, int64_t n, bool vec,
-                float b1, float omb1, float b2, float omb2, OptimWrite wb) {
+__global__ void lion_kernel(W* __restrict__ weight, const G* __restrict__ grad, float gs, float* __restrict__ m,
+                            int64_t n, bool vec, float b1, float omb1, float b2, float omb2, OptimWrite wb) {
     const int64_t n_vec = vec ? n / VEC : 0;
     for (int64_t j = thread_index(); j < n_vec; j += grid_stride()) {
         const int64_t i0 = j * VEC;
@@ -392,13 +389,14 @@ void launch_update(const OptimTensor& t, const OptimUpdate& u, const UpdateArgs&
     for (int64_t e0 = 0; e0 < t.n_mat; e0 += step) {
         const int64_t count = std::min(step, t.n_mat - e0);
         const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(count));
-        update_sumsq_kernel<K, MOM, G><<<grid, THREADS, 0, stream>>>(a, grad, t.grad_scale, u.M, u.V, rowscale, colscale,
-                                                                     t.rows, t.cols, vec, e0, partial);
+        update_sumsq_kernel<K, MOM, G><<<grid, THREADS, 0, stream>>>(a, grad, t.grad_scale, u.M, u.V, rowscale,
+                                                                     colscale, t.rows, t.cols, vec, e0, partial);
         cuda_check_kernel("update_sumsq_kernel");
-        clip_kernel<<<unsigned(count), THREADS, 0, stream>>>(partial, blocks, t.rows * t.cols, u.clip_threshold, e0, clip);
+        clip_kernel<<<unsigned(count), THREADS, 0, stream>>>(partial, blocks, t.rows * t.cols, u.clip_threshold, e0,
+                                                             clip);
         cuda_check_kernel("clip_kernel");
-        update_apply_kernel<K, MOM, W, G><<<grid, THREADS, 0, stream>>>(a, weight, grad, t.grad_scale, u.M, u.V, rowscale,
-                                                                        colscale, clip, t.rows, t.cols, vec, e0, w);
+        update_apply_kernel<K, MOM, W, G><<<grid, THREADS, 0, stream>>>(
+            a, weight, grad, t.grad_scale, u.M, u.V, rowscale, colscale, clip, t.rows, t.cols, vec, e0, w);
         cuda_check_kernel("update_apply_kernel");
     }
 }
@@ -439,7 +437,8 @@ void optim_skewadam_adafactor_step(const OptimTensor& t, const OptimUpdate& u, c
     const bool factored = u.kind == OPTIM_SKEWADAM_FACTORED || u.kind == OPTIM_ADAFACTOR_FACTORED;
     const bool adafactor = u.kind >= OPTIM_ADAFACTOR_FACTORED;
     if (factored && E == 1 && rows == 1)
-        throw_op_error("optim_skewadam_adafactor_step", "factored statistics of a single 1-row matrix (use a full second moment)");
+        throw_op_error("optim_skewadam_adafactor_step",
+                       "factored statistics of a single 1-row matrix (use a full second moment)");
     if (u.kind == OPTIM_ADAFACTOR_FACTORED && u.M)
         throw_op_error("optim_skewadam_adafactor_step", "Adafactor keeps no momentum (beta1 = None)");
     // Scratch layout: cuda_ws::optim_update_scratch_bytes.
@@ -464,14 +463,14 @@ void optim_skewadam_adafactor_step(const OptimTensor& t, const OptimUpdate& u, c
     UpdateArgs a{u.b1, u.omb1, u.b2, u.omb2, u.coef, u.eps};
     dispatch(t, [&](auto* weight, const auto* grad) {
         // 16-byte accesses: every pointer aligned and every item's first element a multiple of 8.
-        const bool vec = aligned16(weight, grad, u.M, u.V) && (cols % VEC == 0 || (E == 1 && rows == 1)) &&
-                         w.element_base % 4 == 0;
+        const bool vec =
+            aligned16(weight, grad, u.M, u.V) && (cols % VEC == 0 || (E == 1 && rows == 1)) && w.element_base % 4 == 0;
         if (factored) {
             if (row_tiles * col_segs > 2147483647) throw_op_error("optim_skewadam_adafactor_step", "matrix too large");
             const float add = adafactor ? u.eps : 0.0f;
             factored_stats_kernel<<<dim3(unsigned(row_tiles * col_segs), unsigned(E)), THREADS, 0, stream>>>(
-                grad, t.grad_scale, rows, cols, add, col_segs, cuda_ws::optim_tile_rows(rows), row_tiles, n_wct, vec, rowpart,
-                colpart);
+                grad, t.grad_scale, rows, cols, add, col_segs, cuda_ws::optim_tile_rows(rows), row_tiles, n_wct, vec,
+                rowpart, colpart);
             cuda_check_kernel("factored_stats_kernel");
             factored_rows_kernel<<<unsigned(E), THREADS, 0, stream>>>(u.R, rowpart, rows, cols, n_wct, u.b2, u.omb2,
                                                                       u.eps, adafactor, rowscale);
@@ -489,8 +488,8 @@ void optim_adamw_step(const OptimTensor& t, float* m, float* v, double b1, doubl
     dispatch(t, [&](auto* weight, const auto* grad) {
         const bool vec = aligned16(weight, grad, m, v) && w.element_base % 4 == 0;
         adamw_kernel<<<grid_for((t.numel() + VEC - 1) / VEC, THREADS), THREADS, 0, stream>>>(
-            weight, grad, t.grad_scale, m, v, t.numel(), vec, float(b1), float(1.0 - b1), float(b2), float(1.0 - b2), inv_bc1,
-            inv_sqrt_bc2, eps, w);
+            weight, grad, t.grad_scale, m, v, t.numel(), vec, float(b1), float(1.0 - b1), float(b2), float(1.0 - b2),
+            inv_bc1, inv_sqrt_bc2, eps, w);
         cuda_check_kernel("adamw_kernel");
     });
 }

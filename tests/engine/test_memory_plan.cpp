@@ -8,11 +8,11 @@
 #include <random>
 
 #include "engine/arena.h"
-#include "engine/error.h"
 #include "engine/config.h"
-#include "engine/cuda_workspace.h"
-#include "plan/plan.h"
+#include "engine/error.h"
 #include "engine/param_table.h"
+#include "kernels/cuda/workspace_sizes.h"
+#include "plan/plan.h"
 
 using namespace skew;
 
@@ -114,7 +114,8 @@ TEST_CASE("buffers overlap only where their lifetimes are disjoint") {
             const auto &a = p.buffers[i], &b = p.buffers[j];
             bool bytes_overlap = p.offsets[i] < p.offsets[j] + b.bytes() && p.offsets[j] < p.offsets[i] + a.bytes();
             bool lifetimes_meet = false;
-            for (int ph = 0; ph < 4; ++ph) lifetimes_meet = lifetimes_meet || (a.lives_in(Phase(ph)) && b.lives_in(Phase(ph)));
+            for (int ph = 0; ph < 4; ++ph)
+                lifetimes_meet = lifetimes_meet || (a.lives_in(Phase(ph)) && b.lives_in(Phase(ph)));
             if (bytes_overlap) {
                 INFO(mode << ": " << a.name << " overlaps " << b.name);
                 CHECK_FALSE(lifetimes_meet);
@@ -131,8 +132,8 @@ TEST_CASE("buffers overlap only where their lifetimes are disjoint") {
     CHECK(shared > 0);       // the optimizer workspace reuses activation bytes
     CHECK(with_logits > 0);  // and the LM head's logits reuse the block's working slots
     // only the block's working slots skip the head: what holds data across it does not
-    for (const char* kept : {"act.tokens", "act.targets", "act.block_input.0", "act.final_input", "act.d_stream",
-                             "ws.cuda_scratch"})
+    for (const char* kept :
+         {"act.tokens", "act.targets", "act.block_input.0", "act.final_input", "act.d_stream", "ws.cuda_scratch"})
         CHECK_FALSE(p.buffers[size_t(p.find(kept))].dead_in_head);
     CHECK(p.buffers[size_t(p.find("act.moe_out"))].dead_in_head);
     CHECK(p.buffers[size_t(p.find("act.ln1_out"))].dead_in_head);
@@ -188,7 +189,8 @@ TEST_CASE("a host arena gives every buffer its planned bytes") {
     CHECK_THROWS_AS(a.ptr("weight.nope"), Error);
 }
 
-TEST_CASE("a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head, the router's widening, the optimizer") {
+TEST_CASE(
+    "a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head, the router's widening, the optimizer") {
     Config cuda = paper();
     cuda.runtime.backend = BackendChoice::CUDA;
     Config cpu = paper();
@@ -233,7 +235,7 @@ TEST_CASE("a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head,
         // The workspace total counts the library workspace and the CUDA scratch.
         CHECK(pc.workspace_bytes == pp.workspace_bytes + scratch + pc.buffers[size_t(w)].bytes());
     }
-    // The fused head's layouts (engine/cuda_workspace.h lm_head_layout), paper vocabulary (50,304
+    // The fused head's layouts (kernels/cuda/workspace_sizes.h lm_head_layout), paper vocabulary (50,304
     // rows, so 2^25 fp32 logits are 667 tokens, 640 as a multiple of 64) and d_model 4096:
     const int64_t Vp = m.padded_vocab_size;
     auto ws_bytes = [&](int64_t n, int64_t d, bool bf16) { return cuda_ws::lm_head_workspace_bytes(n, d, Vp, bf16); };
@@ -254,7 +256,7 @@ TEST_CASE("a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head,
     // - beyond 640 + 2 x 4,096 tokens: one chunk's dlogits and the fp32 dwte accumulator, less memory
     CHECK(!cuda_ws::lm_head_layout(3 * 64 * T, m.d_model, Vp, true).whole_dlogits);
     CHECK(ws_bytes(3 * 64 * T, m.d_model, true) == cuda_ws::align256(640 * Vp * 4) + cuda_ws::align256(640 * Vp * 2) +
-                                                     cuda_ws::align256(Vp * m.d_model * 4) + 3 * 64 * T * 4);
+                                                       cuda_ws::align256(Vp * m.d_model * 4) + 3 * 64 * T * 4);
     // - fp32 operands: never whole dlogits; the accumulator beyond one chunk
     CHECK(!cuda_ws::lm_head_layout(16 * T, m.d_model, Vp, false).whole_dlogits);
     CHECK(ws_bytes(16 * T, m.d_model, false) ==
@@ -268,7 +270,8 @@ TEST_CASE("a CUDA plan holds the CUDA backend's scratch: ops, the fused LM head,
     // matrix; MUON_CHUNK_BYTES holds 4), the cuBLASLt workspace and the norm partials.
     CHECK(cuda_ws::muon_chunk_matrices(128, 4096, 4096) == 4);
     CHECK(cuda_optimizer_scratch_bytes(builtin_optimizer("muon"), t) == cuda_ws::muon_scratch_bytes(128, 4096, 4096));
-    CHECK(cuda_ws::muon_scratch_bytes(128, 4096, 4096) == cuda_ws::MUON_LT_WORKSPACE_BYTES + (int64_t(512) << 20) + 2048);
+    CHECK(cuda_ws::muon_scratch_bytes(128, 4096, 4096) ==
+          cuda_ws::MUON_LT_WORKSPACE_BYTES + (int64_t(512) << 20) + 2048);
     // GaLore (paper form, rank 128): the largest projected matrix is the 50,304 x 4096 embedding,
     // one matrix per chunk (widened G and back-projection fp32, 128 x 128 projected, 50,304 x 128).
     CHECK(cuda_ws::galore_chunk_matrices(1, 50304, 4096, 128, true) == 1);
@@ -315,15 +318,16 @@ TEST_CASE("the arena layout is first fit over every conflicting buffer, checked 
         for (size_t i = 0; i < buffers.size(); ++i) {
             if (buffers[i].first == Phase::FORWARD && buffers[i].last == Phase::OPTIMIZER)
                 expect[i] = base, base = align(base + buffers[i].bytes());
-            else
-                rest.push_back(i);
+            else rest.push_back(i);
         }
-        std::stable_sort(rest.begin(), rest.end(), [&](size_t a, size_t b) { return buffers[a].bytes() > buffers[b].bytes(); });
+        std::stable_sort(rest.begin(), rest.end(),
+                         [&](size_t a, size_t b) { return buffers[a].bytes() > buffers[b].bytes(); });
         std::vector<size_t> placed;
         for (size_t i : rest) {
             std::vector<std::pair<int64_t, int64_t>> busy;
             for (size_t j : placed)
-                if (buffers[j].bytes() > 0 && conflict(i, j)) busy.emplace_back(expect[j], align(expect[j] + buffers[j].bytes()));
+                if (buffers[j].bytes() > 0 && conflict(i, j))
+                    busy.emplace_back(expect[j], align(expect[j] + buffers[j].bytes()));
             std::sort(busy.begin(), busy.end());
             int64_t at = base;
             for (auto [b, e] : busy) {
@@ -342,7 +346,8 @@ TEST_CASE("the arena layout is first fit over every conflicting buffer, checked 
             for (size_t j = i + 1; j < buffers.size(); ++j)
                 if (conflict(i, j) && buffers[i].bytes() > 0 && buffers[j].bytes() > 0) {
                     ++pairs;
-                    overlaps += !(offsets[i] + buffers[i].bytes() <= offsets[j] || offsets[j] + buffers[j].bytes() <= offsets[i]);
+                    overlaps += !(offsets[i] + buffers[i].bytes() <= offsets[j] ||
+                                  offsets[j] + buffers[j].bytes() <= offsets[i]);
                 }
         CHECK(pairs > 1000);
         CHECK(overlaps == 0);

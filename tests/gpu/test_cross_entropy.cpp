@@ -1,9 +1,9 @@
 // GPU tests of the cross-entropy over the padded vocabulary and of the fused tied LM head against
 // the CPU backend: losses, dlogits (padding columns zero), large logits, several token chunks, bf16
 // and fp32 gradients of the embedding.
-#include "engine/cuda_workspace.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/workspace_sizes.h"
 #include "tests/gpu/gpu_harness.h"
 
 using namespace skew;
@@ -108,7 +108,7 @@ void check_fused_head(const ClassifierShape& s) {
 
 TEST_CASE("gpu fused LM head + cross-entropy matches the CPU over several chunks") {
     SKEW_REQUIRE_GPU();
-    const ClassifierShape s{3000, 64, 50257, 50304};  // 3000 tokens: several chunks of the GPU head
+    const ClassifierShape s{3000, 64, 50257, 50304};      // 3000 tokens: several chunks of the GPU head
     REQUIRE(cuda::lm_head_chunk_tokens(s) < s.n_tokens);  // the fp32 dwte accumulator path
     REQUIRE(!cuda_ws::lm_head_layout(s.n_tokens, s.d_model, s.padded_vocab_size, true).whole_dlogits);
     check_fused_head(s);
@@ -173,8 +173,9 @@ TEST_CASE("gpu fused LM head with fp32 x and wte (fp32 dlogits in place) matches
     // write past the workspace
     ClassifierShape wrong = s;
     wrong.bf16_operands = true;
-    CHECK_THROWS_AS(gpu().lm_head_cross_entropy(gmean.p, nullptr, gdx2.p, nullptr, gx.p, gwte.p, gtg.p, 0.5f, wrong, gws.p),
-                    skew::Error);
+    CHECK_THROWS_AS(
+        gpu().lm_head_cross_entropy(gmean.p, nullptr, gdx2.p, nullptr, gx.p, gwte.p, gtg.p, 0.5f, wrong, gws.p),
+        skew::Error);
 }
 
 TEST_CASE("gpu fused LM head with fp32 x and wte and a bf16 dwte over several chunks matches the CPU") {

@@ -12,14 +12,14 @@ inline int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
 inline int64_t align256(int64_t x) { return (x + 255) / 256 * 256; }
 
 // ---- constants the kernels partition their work by (changing one changes the scratch)
-constexpr int COUNTING_SORT_CHUNK = 512;            // keys per chunk of the counting sort
-constexpr int LAYERNORM_PARAM_ROW_CHUNK = 256;      // rows per partial sum of LayerNorm dweight/dbias
+constexpr int COUNTING_SORT_CHUNK = 512;                 // keys per chunk of the counting sort
+constexpr int LAYERNORM_PARAM_ROW_CHUNK = 256;           // rows per partial sum of LayerNorm dweight/dbias
 constexpr int64_t SUM_SQUARES_CHUNK = int64_t(1) << 16;  // elements per block of the grad-norm
-constexpr int64_t SUM_SQUARES_DESC_BYTES = 32;      // sizeof(SumSqDesc) in elementwise.cu
-constexpr int64_t OPTIM_SEG_COLS = 2048;           // columns of one optimizer work item (256 threads x 8 elements)
-constexpr int64_t OPTIM_WARP_COLS = 256;           // columns of one warp's row partial (32 lanes x 8 elements)
-constexpr int64_t OPTIM_ROW_TILES = 16;            // row tiles of the factored column partials
-constexpr int64_t OPTIM_SUMSQ_MAX_BLOCKS = 2048;   // cap of the per-matrix RMS partition
+constexpr int64_t SUM_SQUARES_DESC_BYTES = 32;           // sizeof(SumSqDesc) in elementwise.cu
+constexpr int64_t OPTIM_SEG_COLS = 2048;          // columns of one optimizer work item (256 threads x 8 elements)
+constexpr int64_t OPTIM_WARP_COLS = 256;          // columns of one warp's row partial (32 lanes x 8 elements)
+constexpr int64_t OPTIM_ROW_TILES = 16;           // row tiles of the factored column partials
+constexpr int64_t OPTIM_SUMSQ_MAX_BLOCKS = 2048;  // cap of the per-matrix RMS partition
 constexpr int64_t LM_HEAD_CHUNK_LOGITS = int64_t(1) << 25;  // fp32 logits per chunk of the fused head (128 MiB)
 
 /// Scratch of counting_sort for n keys in [0, n_keys): per-chunk counts (int32) + per-key totals (int64).
@@ -72,7 +72,7 @@ inline int64_t sum_squares_scratch_bytes(int64_t n_buffers, int64_t total_blocks
     return align16(n_buffers * SUM_SQUARES_DESC_BYTES) + (total_blocks + 2) * 8;
 }
 
-/// Layout of the fused LM head's workspace for n_tokens tokens (engine/cuda_workspace.h is its one
+/// Layout of the fused LM head's workspace for n_tokens tokens (kernels/cuda/workspace_sizes.h is its one
 /// source; kernels/cuda/cross_entropy.cu lays the workspace out by it). Three layouts:
 /// - one chunk (n_tokens <= LM_HEAD_CHUNK_LOGITS / Vp tokens): fp32 logits (n, Vp) and, with bf16
 ///   operands, bf16 dlogits (n, Vp); dx and dwte are one product each, so no accumulator;
@@ -123,7 +123,9 @@ inline int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t d_model, int64_
 }
 
 /// Rows of one row tile of the factored statistics (OPTIM_ROW_TILES tiles per matrix at most).
-inline int64_t optim_tile_rows(int64_t rows) { return std::max<int64_t>(1, (rows + OPTIM_ROW_TILES - 1) / OPTIM_ROW_TILES); }
+inline int64_t optim_tile_rows(int64_t rows) {
+    return std::max<int64_t>(1, (rows + OPTIM_ROW_TILES - 1) / OPTIM_ROW_TILES);
+}
 /// Row tiles of a matrix of `rows` rows.
 inline int64_t optim_row_tiles(int64_t rows) { return (rows + optim_tile_rows(rows) - 1) / optim_tile_rows(rows); }
 /// Warp column tiles (OPTIM_WARP_COLS wide) of a matrix of `cols` columns.
@@ -142,13 +144,13 @@ inline int64_t optim_update_blocks(int64_t rows, int64_t cols) {
 inline int64_t optim_update_scratch_bytes(int64_t n_mat, int64_t rows, int64_t cols) {
     int64_t b = align256(4 * n_mat) + align256(8 * n_mat * optim_update_blocks(rows, cols));
     if (n_mat == 1 && rows == 1) return b;
-    return b + align256(8 * n_mat * optim_warp_col_tiles(cols) * rows) + align256(8 * n_mat * optim_row_tiles(rows) * cols) +
-           align256(4 * n_mat * rows) + align256(4 * n_mat * cols);
+    return b + align256(8 * n_mat * optim_warp_col_tiles(cols) * rows) +
+           align256(8 * n_mat * optim_row_tiles(rows) * cols) + align256(4 * n_mat * rows) + align256(4 * n_mat * cols);
 }
 
 // ---- Muon on bf16 tensor cores (kernels/cuda/muon.cu)
-constexpr int MUON_NORM_BLOCKS = 64;                         // fixed partition of the per-matrix Frobenius norm
-constexpr int64_t MUON_CHUNK_BYTES = int64_t(512) << 20;     // bf16 Newton-Schulz buffers of one chunk of matrices
+constexpr int MUON_NORM_BLOCKS = 64;                            // fixed partition of the per-matrix Frobenius norm
+constexpr int64_t MUON_CHUNK_BYTES = int64_t(512) << 20;        // bf16 Newton-Schulz buffers of one chunk of matrices
 constexpr int64_t MUON_LT_WORKSPACE_BYTES = int64_t(32) << 20;  // cuBLASLt workspace of the batched products
 
 /// Elements one matrix occupies in a strided batch (rounded up to 8 so that every matrix starts
