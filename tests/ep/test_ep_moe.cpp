@@ -52,15 +52,14 @@ constexpr int64_t B = 2, T = 8, N = B * T;
 /// A CPU model over `shard`'s table with `microbatch` sequences.
 std::unique_ptr<TestModel> make_model(const ExpertShard& shard, int64_t microbatch,
                                       const std::vector<std::string>& overrides = {}) {
-    auto t = std::make_unique<TestModel>();
-    t->cfg = load_config_text(EP_YAML, "ep.yaml", overrides);
-    t->table = build_param_table(t->cfg.model, shard);
-    t->plan = build_memory_plan(t->cfg, t->table, builtin_optimizer("skewadam"), microbatch);
-    t->arena = allocate_host_arena(t->plan);
-    t->arena.plan = &t->plan;
-    t->backend = make_cpu_backend();
-    t->model = model_bind(t->cfg, t->table, t->arena, *t->backend);
-    return t;
+    const Config cfg = load_config_text(EP_YAML, "ep.yaml", overrides);
+    const ParamTable table = build_param_table(cfg.model, shard);
+    const OptimizerConfig opt = builtin_optimizer("skewadam");
+    SessionSpec spec;
+    spec.optimizer = &opt;
+    spec.microbatch = microbatch;
+    spec.table = &table;
+    return open_test_model(cfg, spec);
 }
 
 const ParamRef& param(const Model& m, const std::string& name) {
@@ -166,7 +165,8 @@ TEST_CASE("expert parallel: the expert gradients gathered over the group equal o
             const int g0 = world->rank() - r;
             std::vector<int32_t> tok_all, tgt_all;
             for (int i = 0; i < M; ++i) {
-                const auto t = lcg_tokens(N, 120, 100 + uint64_t(g0 + i)), y = lcg_tokens(N, 120, 200 + uint64_t(g0 + i));
+                const auto t = lcg_tokens(N, 120, 100 + uint64_t(g0 + i)),
+                           y = lcg_tokens(N, 120, 200 + uint64_t(g0 + i));
                 tok_all.insert(tok_all.end(), t.begin(), t.end());
                 tgt_all.insert(tgt_all.end(), y.begin(), y.end());
             }
@@ -176,8 +176,8 @@ TEST_CASE("expert parallel: the expert gradients gathered over the group equal o
             const auto logits_ep = all_probe_logits(ep->model, N, tok, tgt, M, false, nullptr);
             const auto logits_one = all_probe_logits(one->model, M * N, tok_all, tgt_all, 1, false, nullptr);
             const int64_t Vp = 128;
-            CHECK(bits_equal(logits_ep, std::vector<float>(logits_one.begin() + r * N * Vp,
-                                                           logits_one.begin() + (r + 1) * N * Vp)));
+            CHECK(bits_equal(
+                logits_ep, std::vector<float>(logits_one.begin() + r * N * Vp, logits_one.begin() + (r + 1) * N * Vp)));
             for (size_t i = 0; i < ep->model.params.size(); ++i) {
                 const ParamRef &a = ep->model.params[i], &b = one->model.params[i];
                 INFO(a.info->name);

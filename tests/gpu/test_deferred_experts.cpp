@@ -4,7 +4,6 @@
 // step of train/deferred_experts.h, the Gram norm on the device); and the deferred step allocates
 // nothing outside the arena. Skipped where no GPU is visible (gpu_main.cpp).
 #include <catch2/catch.hpp>
-
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -22,10 +21,10 @@
 #include "optim/optimizer.h"
 #include "optim/optimizer_runner.h"
 #include "plan/plan.h"
-#include "tests/gpu/gpu_harness.h"
-#include "tests/test_paths.h"
 #include "runtime/backend_registry.h"
 #include "runtime/session.h"
+#include "tests/gpu/gpu_harness.h"
+#include "tests/test_paths.h"
 #include "train/deferred_experts.h"
 #include "train/idle_experts.h"
 
@@ -39,14 +38,12 @@ namespace {
 // coefficient, which moves a stochastic rounding decision only where a weight straddles a
 // threshold. The per-expert dW is the stored mode's product (the per-expert cuBLASLt loop, the
 // backend's default) on the same rows.
-constexpr double LOSS_REL = 1e-5;        // each step's loss (the forward of the weights so far)
-constexpr double GRAD_NORM_REL = 1e-5;   // the global gradient norm
-constexpr double STATE_NMSE = 1e-6;      // every fp32 state tensor and fp32 weight, normalized MSE
+constexpr double LOSS_REL = 1e-5;          // each step's loss (the forward of the weights so far)
+constexpr double GRAD_NORM_REL = 1e-5;     // the global gradient norm
+constexpr double STATE_NMSE = 1e-6;        // every fp32 state tensor and fp32 weight, normalized MSE
 constexpr double BF16_DIFFER_FRAC = 1e-2;  // bf16 weights that differ at all (a wrong noise key: ~1/2)
 
-std::string tiny_path() {
-    return skew::test::source_path("configs/tiny.yaml");
-}
+std::string tiny_path() { return skew::test::source_path("configs/tiny.yaml"); }
 
 Config tiny(std::vector<std::string> overrides) {
     overrides.insert(overrides.begin(), {"model.vocab_size=1000", "model.padded_vocab_size=1024",
@@ -57,30 +54,30 @@ Config tiny(std::vector<std::string> overrides) {
 /// One optimizer's training state over a device arena with its own CUDA backend, stepped as
 /// train_step does.
 struct Trial {
-    Config cfg;
     OptimizerConfig opt;
-    ParamTable table;
-    MemoryPlan plan;
     std::unique_ptr<Backend> backend;
-    Arena arena;
-    Model model;
+    std::unique_ptr<Session> session;  // after the backend it runs on, so it goes first
+    Config& cfg;
+    MemoryPlan& plan;
+    Arena& arena;
+    Model& model;
     std::vector<ParamSlot> slots;
     std::unique_ptr<OptimizerRunner> runner;
 
-    Trial(const Config& c, const std::string& optimizer) : cfg(c) {
-        const OptimizerConfig* o = cfg.find_optimizer(optimizer);
-        opt = o ? *o : builtin_optimizer(optimizer);
-        table = build_param_table(cfg.model);
-        plan = build_memory_plan(cfg, table, opt, cfg.train.microbatch);
-        backend = make_backend(cfg);
-        arena = allocate_arena(plan, *backend);
-        model = model_bind(cfg, table, arena, *backend);
-        slots = arena_param_slots(opt, table, arena);
+    Trial(const Config& c, const std::string& optimizer)
+        : opt(c.find_optimizer(optimizer) ? *c.find_optimizer(optimizer) : builtin_optimizer(optimizer)),
+          backend(make_backend(c)), session(open_session(c, *backend, spec_of(opt, c))), cfg(session->cfg),
+          plan(session->plan), arena(session->arena), model(session->model) {
+        slots = arena_param_slots(opt, session->table, arena);
         runner = make_optimizer_runner(opt, *backend, arena);
-        backend->bind_workspace(backend_workspace_memory(arena));
         model_init(model, 1234);
     }
-    ~Trial() { backend->bind_workspace(BackendWorkspaceMemory{}); }
+    static SessionSpec spec_of(const OptimizerConfig& o, const Config& c) {
+        SessionSpec spec;
+        spec.optimizer = &o;
+        spec.microbatch = c.train.microbatch;
+        return spec;
+    }
 
     struct StepOut {
         double loss = 0, grad_norm = 0;
@@ -215,7 +212,8 @@ TEST_CASE("configs/tiny.yaml on the CUDA backend: a deferred training step alloc
     REQUIRE(d.model.deferred.on);
     const int64_t n = cfg.train.batch_size * cfg.train.seq_len;
     std::vector<int32_t> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = int32_t((i * 37) % 1000), y[size_t(i)] = int32_t((i * 11 + 3) % 1000);
+    for (int64_t i = 0; i < n; ++i)
+        x[size_t(i)] = int32_t((i * 37) % 1000), y[size_t(i)] = int32_t((i * 11 + 3) % 1000);
     const cuda::BackendAllocStats before = cuda::backend_alloc_stats();
     d.step(1, x, y);
     size_t free_before = 0, free_after = 0, total = 0;

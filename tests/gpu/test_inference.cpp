@@ -5,14 +5,14 @@
 // zero, so routing is the tie-break to the lowest experts on both and cannot flip between them).
 #include <filesystem>
 
-#include "runtime/session.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/memory_plan.h"
-#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "model/inference.h"
 #include "model/model.h"
+#include "plan/plan.h"
+#include "runtime/session.h"
 #include "tests/gpu/gpu_harness.h"
 #include "tests/test_paths.h"
 
@@ -21,9 +21,7 @@ using namespace skew::test;
 
 namespace {
 
-std::string tiny_config() {
-    return skew::test::source_path("configs/tiny.yaml");
-}
+std::string tiny_config() { return skew::test::source_path("configs/tiny.yaml"); }
 
 double rel(const std::vector<float>& a, const std::vector<float>& b) {
     double num = 0, den = 0;
@@ -32,32 +30,29 @@ double rel(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 struct Sides {
-    Config cfg;
-    ParamTable table;
-    MemoryPlan plan;
     std::unique_ptr<Backend> cpu;
-    Arena ca, ga;
-    Model c, g;
-    ~Sides() {  // the shared backend lets go of this arena's scratch
-        gpu().set_scratch(nullptr, 0);
-        gpu().set_matmul_widen_buffer(nullptr, 0);
-    }
+    std::unique_ptr<Session> cpu_session, gpu_session;  // the shared GPU backend lets go of its arena with it
+    Config& cfg;
+    MemoryPlan& plan;
+    Model& c;
+    Model& g;
+
+    Sides(std::unique_ptr<Backend> be, std::unique_ptr<Session> cs, std::unique_ptr<Session> gs)
+        : cpu(std::move(be)), cpu_session(std::move(cs)), gpu_session(std::move(gs)), cfg(gpu_session->cfg),
+          plan(gpu_session->plan), c(cpu_session->model), g(gpu_session->model) {}
 };
 
-// CPU and CUDA models of microbatch 2 over the same plan (sized for CUDA), same initial weights.
+// CPU and CUDA models of microbatch 2 over the same plan (sized for CUDA: one config), same initial weights.
 std::unique_ptr<Sides> make_sides() {
-    auto s = std::make_unique<Sides>();
-    s->cfg = load_config(tiny_config(), {"runtime.backend=cuda", "train.microbatch=2", "train.batch_size=2"});
-    s->table = build_param_table(s->cfg.model);
-    s->plan = build_memory_plan(s->cfg, s->table, builtin_optimizer("adamw"), 2);
-    s->cpu = make_cpu_backend();
-    s->ca = allocate_host_arena(s->plan);
-    s->ga = allocate_arena(s->plan, gpu());
-    s->c = model_bind(s->cfg, s->table, s->ca, *s->cpu);
-    s->g = model_bind(s->cfg, s->table, s->ga, gpu());
-    if (const int i = s->plan.find("ws.cuda_scratch"); i >= 0) gpu().set_scratch(s->ga.ptr(i), s->plan.buffers[size_t(i)].bytes());
-    if (const int i = s->plan.find("ws.cuda_widen"); i >= 0)
-        gpu().set_matmul_widen_buffer(static_cast<float*>(s->ga.ptr(i)), s->plan.buffers[size_t(i)].numel());
+    const Config cfg = load_config(tiny_config(), {"runtime.backend=cuda", "train.microbatch=2", "train.batch_size=2"});
+    const OptimizerConfig adamw = builtin_optimizer("adamw");
+    SessionSpec spec;
+    spec.optimizer = &adamw;
+    spec.microbatch = 2;
+    auto cpu = make_cpu_backend();
+    auto cs = open_session(cfg, *cpu, spec);
+    auto gs = open_session(cfg, gpu(), spec);
+    auto s = std::make_unique<Sides>(std::move(cpu), std::move(cs), std::move(gs));
     model_init(s->c, 42);
     model_init(s->g, 42);
     return s;

@@ -8,7 +8,6 @@
 #include <fstream>
 #include <string>
 
-#include "runtime/session.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/param_table.h"
@@ -16,6 +15,7 @@
 #include "model/model.h"
 #include "optim/optimizer.h"
 #include "plan/plan.h"
+#include "runtime/session.h"
 #include "tests/gpu/gpu_harness.h"
 #include "tests/test_paths.h"
 
@@ -65,14 +65,19 @@ TEST_CASE("gpu init_normal gives the host draw's bf16 weights (last-ulp transcen
 TEST_CASE("gpu model_init draws the weights on the device with no host buffer of a tensor's size", "[gpu][init]") {
     SKEW_REQUIRE_GPU();
     // three expert banks of 16 x 2048 x 4096 bf16 (134M elements, 512 MiB as fp32 each on the host)
-    const Config cfg = load_config(skew::test::source_path("configs/tiny.yaml"),
-                                   {"runtime.backend=cuda", "model.d_model=2048", "model.n_heads=16",
-                                    "model.n_kv_heads=4", "model.d_expert=4096", "model.n_experts=16",
-                                    "model.d_ff=256", "train.batch_size=1", "train.microbatch=1", "train.seq_len=8"});
-    const ParamTable table = build_param_table(cfg.model);
-    MemoryPlan plan = build_memory_plan(cfg, table, builtin_optimizer("adamw"), 1);
-    Arena arena = allocate_arena(plan, gpu());
-    Model model = model_bind(cfg, table, arena, gpu());
+    const Config cfg = load_config(
+        skew::test::source_path("configs/tiny.yaml"),
+        {"runtime.backend=cuda", "model.d_model=2048", "model.n_heads=16", "model.n_kv_heads=4", "model.d_expert=4096",
+         "model.n_experts=16", "model.d_ff=256", "train.batch_size=1", "train.microbatch=1", "train.seq_len=8"});
+    const OptimizerConfig adamw = builtin_optimizer("adamw");
+    SessionSpec spec;
+    spec.optimizer = &adamw;
+    spec.microbatch = 1;
+    const auto session = open_session(cfg, gpu(), spec);
+    const ParamTable& table = session->table;
+    const MemoryPlan& plan = session->plan;
+    const Arena& arena = session->arena;
+    Model& model = session->model;
     // the process's peak resident memory, reset to the current one first (Linux: clear_refs 5)
     auto status_kib = [](const char* key) {
         std::ifstream in("/proc/self/status");
@@ -100,5 +105,6 @@ TEST_CASE("gpu model_init draws the weights on the device with no host buffer of
     REQUIRE(pi >= 0);
     bf16 v{};
     gpu().copy_to_host(&v, static_cast<const char*>(arena.ptr(pi)) + 777 * sizeof(bf16), sizeof(bf16));
-    CHECK(std::abs(int(v.bits) - int(f32_to_bf16(init_normal_value(42, w1->index, 777, float(cfg.model.init_std))).bits)) <= 1);
+    CHECK(std::abs(int(v.bits) -
+                   int(f32_to_bf16(init_normal_value(42, w1->index, 777, float(cfg.model.init_std))).bits)) <= 1);
 }

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "runtime/session.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/param_table.h"
 #include "model/model.h"
 #include "plan/plan.h"
+#include "runtime/session.h"
 #include "tests/gpu/gpu_harness.h"
 #include "tests/test_paths.h"
 
@@ -29,34 +29,32 @@ namespace {
 
 constexpr double MODE_GRAD_NMSE = 1e-6;  // between modes on one device (expected 0)
 
-std::string tiny_config_path() {
-    return skew::test::source_path("configs/tiny.yaml");
-}
+std::string tiny_config_path() { return skew::test::source_path("configs/tiny.yaml"); }
 
 struct ModeStep {
     std::vector<double> lm, balance, z;
     std::vector<std::vector<int64_t>> counts;
-    std::vector<std::vector<float>> grads;        // fp32 gradients on the host
+    std::vector<std::vector<float>> grads;  // fp32 gradients on the host
     std::vector<std::string> names;
     int64_t plan_activation_bytes = 0;
 };
 
 ModeStep cuda_step(const std::string& mode) {
-    const Config cfg = load_config(tiny_config_path(), {"runtime.grad_dtype=fp32", "runtime.backend=cuda",
-                                                        "train.recompute=" + mode});
-    const ParamTable table = build_param_table(cfg.model);
-    const MemoryPlan plan = build_memory_plan(cfg, table, builtin_optimizer("skewadam"), cfg.train.microbatch);
+    const Config cfg =
+        load_config(tiny_config_path(), {"runtime.grad_dtype=fp32", "runtime.backend=cuda", "train.recompute=" + mode});
+    const OptimizerConfig skewadam = builtin_optimizer("skewadam");
+    SessionSpec spec;
+    spec.optimizer = &skewadam;
+    spec.microbatch = cfg.train.microbatch;
     const int64_t mb = cfg.train.microbatch, T = cfg.train.seq_len, accum = cfg.train.grad_accum_steps();
     REQUIRE(accum >= 2);
     cuda::CudaBackend& dev = gpu();
     dev.synchronize();
-    Arena arena = allocate_arena(plan, gpu());
-    Model m = model_bind(cfg, table, arena, dev);
+    const auto session = open_session(cfg, dev, spec);  // binds the arena's scratch and widening buffer
+    const MemoryPlan& plan = session->plan;
+    Model& m = session->model;
     REQUIRE(m.act.recompute == *parse_choice<Recompute>(mode));
-    const int si = plan.find("ws.cuda_scratch"), wi = plan.find("ws.cuda_widen");
-    REQUIRE(si >= 0);
-    dev.set_scratch(arena.ptr(si), plan.buffers[size_t(si)].bytes());
-    if (wi >= 0) dev.set_matmul_widen_buffer(static_cast<float*>(arena.ptr(wi)), plan.buffers[size_t(wi)].numel());
+    REQUIRE(plan.find("ws.cuda_scratch") >= 0);
     model_init(m, uint64_t(cfg.train.seed));
 
     std::vector<int32_t> stream(size_t(cfg.train.batch_size * T + 1));
@@ -84,8 +82,6 @@ ModeStep cuda_step(const std::string& mode) {
         r.grads.push_back(std::move(g));
         r.names.push_back(p.info->name);
     }
-    dev.set_scratch(nullptr, 0);
-    dev.set_matmul_widen_buffer(nullptr, 0);
     return r;
 }
 
@@ -110,9 +106,10 @@ const std::vector<ModeStep>& mode_steps() {
 
 }  // namespace
 
-TEST_CASE("configs/tiny.yaml on the CUDA backend: train.recompute block, attention and none give the same "
-          "losses, routing and gradients",
-          "[gpu][train][recompute]") {
+TEST_CASE(
+    "configs/tiny.yaml on the CUDA backend: train.recompute block, attention and none give the same "
+    "losses, routing and gradients",
+    "[gpu][train][recompute]") {
     SKEW_REQUIRE_GPU();
     const std::vector<ModeStep>& s = mode_steps();
     CHECK(s[1].plan_activation_bytes > s[0].plan_activation_bytes);

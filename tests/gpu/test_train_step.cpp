@@ -14,15 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "runtime/session.h"
 #include "engine/arena.h"
 #include "engine/config.h"
-#include "plan/plan.h"
 #include "engine/param_table.h"
+#include "kernels/cuda/device_alloc.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_cuda.h"
-#include "kernels/cuda/device_alloc.h"
+#include "plan/plan.h"
+#include "runtime/session.h"
 #include "tests/gpu/gpu_harness.h"
 #include "tests/test_paths.h"
 
@@ -37,16 +37,16 @@ namespace {
 // the two sides is a relative error of at most 2^-8, NMSE ~(2^-8)^2/12 ~ 1.3e-6 per rounding where
 // they disagree; a gradient passes through a handful, so 1e-4 leaves ~10x margin while a wrong term
 // (a missing aux-loss gradient, a transposed matmul: NMSE >= 1e-2) still fails.
-constexpr double LM_LOSS_ABS = 2e-3;        // |cuda - cpu| of each microbatch's mean cross-entropy (nats, ~10.8)
-constexpr double AUX_LOSS_REL = 1e-5;       // balance and z-loss: the zero-initialized router routes alike
-constexpr double GRAD_NMSE = 1e-4;          // every parameter's gradient after the step's microbatches
-constexpr double GRAD_NORM_REL = 3e-4;      // the global gradient norm (the H200 agreed to 4-5 decimals)
+constexpr double LM_LOSS_ABS = 2e-3;    // |cuda - cpu| of each microbatch's mean cross-entropy (nats, ~10.8)
+constexpr double AUX_LOSS_REL = 1e-5;   // balance and z-loss: the zero-initialized router routes alike
+constexpr double GRAD_NMSE = 1e-4;      // every parameter's gradient after the step's microbatches
+constexpr double GRAD_NORM_REL = 3e-4;  // the global gradient norm (the H200 agreed to 4-5 decimals)
 // The optimizer step is compared on identical inputs (the CPU's clipped gradients and weights copied
 // to the device), so it is the update alone that is compared: a bf16 weight after the step must equal
 // the CPU's bit for bit, or (when the fp32 values straddle a stochastic-rounding threshold) be one
 // bf16 ulp away; such straddles happen with probability ~ (fp32 difference) / (bf16 ulp) ~ 2^-16.
 constexpr double BF16_ULP_DIFFER_FRAC = 1e-3;  // at most this share of bf16 weights 1 ulp away, none further
-constexpr double F32_DELTA_REL = 1e-4;         // fp32 weights: |delta_cuda - delta_cpu| <= this * |delta_cpu| + 1 fp32 ulp
+constexpr double F32_DELTA_REL = 1e-4;  // fp32 weights: |delta_cuda - delta_cpu| <= this * |delta_cpu| + 1 fp32 ulp
 // The measured device memory a step adds beyond the plan's arena (which holds the backend's op
 // scratch): this much for cuBLAS / cuBLASLt handles and workspaces and lazily loaded kernel modules.
 constexpr int64_t PEAK_SLACK_BYTES = int64_t(512) << 20;
@@ -76,16 +76,27 @@ std::vector<float> host_f32(Backend& be, ConstTensorRef t, int64_t n) {
 
 // configs/tiny.yaml of the source tree; a binary carried to another machine (bench/gpu_check.sh's
 // carry mode) runs from the repository root there, so fall back to the relative path.
-std::string tiny_config() {
-    return skew::test::source_path("configs/tiny.yaml");
-}
+std::string tiny_config() { return skew::test::source_path("configs/tiny.yaml"); }
 
 // One side of the comparison: a model over its own arena and backend.
+/// One backend's training session with the optimizer's slots over its arena.
 struct Side {
-    Arena arena;
-    Model model;
+    std::unique_ptr<Session> session;
+    Arena& arena;
+    Model& model;
     std::vector<ParamSlot> slots;
+
+    Side(std::unique_ptr<Session> s, const OptimizerConfig& opt)
+        : session(std::move(s)), arena(session->arena), model(session->model),
+          slots(arena_param_slots(opt, session->table, arena)) {}
 };
+
+SessionSpec training_spec(const OptimizerConfig& opt, const Config& cfg) {
+    SessionSpec spec;
+    spec.optimizer = &opt;
+    spec.microbatch = cfg.train.microbatch;
+    return spec;
+}
 
 }  // namespace
 
@@ -94,9 +105,7 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
     // The plan sized for the CUDA backend (its op scratch, widening buffer and fused-head workspace
     // in the arena); the CPU side runs from the same plan.
     const Config cfg = load_config(tiny_config(), {"runtime.grad_dtype=fp32", "runtime.backend=cuda"});
-    const ParamTable table = build_param_table(cfg.model);
     const OptimizerConfig opt = builtin_optimizer("skewadam");
-    const MemoryPlan plan = build_memory_plan(cfg, table, opt, cfg.train.microbatch);
     const int64_t mb = cfg.train.microbatch, T = cfg.train.seq_len, accum = cfg.train.grad_accum_steps();
     REQUIRE(accum >= 1);
 
@@ -105,20 +114,14 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
     dev.synchronize();
     const int64_t used_before = gpu().device_memory_used_bytes();
 
-    Side c{allocate_host_arena(plan), {}, {}};
-    c.model = model_bind(cfg, table, c.arena, *cpu);
-    c.slots = arena_param_slots(opt, table, c.arena);
-    Side g{allocate_arena(plan, gpu()), {}, {}};
-    g.model = model_bind(cfg, table, g.arena, dev);
-    g.slots = arena_param_slots(opt, table, g.arena);
-    // The backend's scratch and widening buffer from the arena, as the trainer binds them: the
-    // step must not grow backend-owned memory.
-    const int si = plan.find("ws.cuda_scratch"), wi_widen = plan.find("ws.cuda_widen");
-    REQUIRE(si >= 0);
-    REQUIRE(wi_widen >= 0);
     const int64_t own_scratch_before = dev.scratch_bytes();
-    dev.set_scratch(g.arena.ptr(si), plan.buffers[size_t(si)].bytes());
-    dev.set_matmul_widen_buffer(static_cast<float*>(g.arena.ptr(wi_widen)), plan.buffers[size_t(wi_widen)].numel());
+    // Both sessions from one config, so one plan; the CUDA session binds the backend's scratch and
+    // widening buffer to the arena, as the trainer's does: the step must not grow backend-owned memory.
+    Side c(open_session(cfg, *cpu, training_spec(opt, cfg)), opt);
+    Side g(open_session(cfg, dev, training_spec(opt, cfg)), opt);
+    const MemoryPlan& plan = g.session->plan;
+    REQUIRE(plan.find("ws.cuda_scratch") >= 0);
+    REQUIRE(plan.find("ws.cuda_widen") >= 0);
     int64_t used_peak = gpu().device_memory_used_bytes();
 
     model_init(c.model, uint64_t(cfg.train.seed));
@@ -208,7 +211,8 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
                 bf16_moved += cw[j] != w0[j];
                 if (gw[j] == cw[j]) continue;
                 // adjacent bf16 values of the same sign differ by 1 in their bit pattern
-                const bool adjacent = ((gw[j] ^ cw[j]) & 0x8000) == 0 && (gw[j] > cw[j] ? gw[j] - cw[j] : cw[j] - gw[j]) == 1;
+                const bool adjacent =
+                    ((gw[j] ^ cw[j]) & 0x8000) == 0 && (gw[j] > cw[j] ? gw[j] - cw[j] : cw[j] - gw[j]) == 1;
                 if (adjacent) ++bf16_one_ulp;
                 else ++far;
             }
@@ -240,8 +244,6 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
                                                 << " bf16 weights 1 ulp from the CPU's, " << bf16_far << " further");
 
     const int64_t own_scratch_after = dev.scratch_bytes();
-    dev.set_scratch(nullptr, 0);
-    dev.set_matmul_widen_buffer(nullptr, 0);
     // Every op's scratch came from the plan's ws.cuda_scratch: the backend grew nothing of its own.
     CHECK(own_scratch_after == own_scratch_before);
 
@@ -256,8 +258,7 @@ TEST_CASE("configs/tiny.yaml: one training step on the CUDA backend matches the 
     CHECK(added <= allowed);
 }
 
-// The arena holds everything a step needs (issue: "nothing allocated outside the arena during a
-// step"): with the backend bound to the plan's buffers as the trainer binds them (cuBLASLt
+// The arena holds everything a step needs (nothing is allocated outside it during a step): with the backend bound to the plan's buffers as the trainer binds them (cuBLASLt
 // workspace ws.library, op scratch ws.cuda_scratch, widening buffer ws.cuda_widen), two whole
 // steps (forward, backward, clip, SkewAdam) make no counted backend allocation (kernels/cuda/
 // device_alloc.h: every cudaMalloc / cudaMallocHost of the backend goes through it), and the
@@ -270,25 +271,18 @@ TEST_CASE("configs/tiny.yaml on the CUDA backend: a training step allocates noth
         INFO("runtime.grad_dtype " << grad_dtype);
         const Config cfg = load_config(tiny_config(), {std::string("runtime.grad_dtype=") + grad_dtype,
                                                        "runtime.backend=cuda", "runtime.workspace_gib=0.03125"});
-        const ParamTable table = build_param_table(cfg.model);
         const OptimizerConfig opt = builtin_optimizer("skewadam");
-        const MemoryPlan plan = build_memory_plan(cfg, table, opt, cfg.train.microbatch);
         const int64_t mb = cfg.train.microbatch, T = cfg.train.seq_len, accum = cfg.train.grad_accum_steps();
         cuda::CudaBackend& dev = gpu();
         dev.synchronize();
 
-        Side g{allocate_arena(plan, gpu()), {}, {}};
-        g.model = model_bind(cfg, table, g.arena, dev);
-        g.slots = arena_param_slots(opt, table, g.arena);
-        const int li = plan.find("ws.library"), si = plan.find("ws.cuda_scratch"), wi = plan.find("ws.cuda_widen"),
-                  oi = plan.find("ws.optimizer");
-        REQUIRE(li >= 0);
-        REQUIRE(si >= 0);
+        Side g(open_session(cfg, dev, training_spec(opt, cfg)),
+               opt);  // binds ws.library, ws.cuda_scratch, ws.cuda_widen
+        const MemoryPlan& plan = g.session->plan;
+        const int oi = plan.find("ws.optimizer");
+        REQUIRE(plan.find("ws.library") >= 0);
+        REQUIRE(plan.find("ws.cuda_scratch") >= 0);
         REQUIRE(oi >= 0);
-        dev.set_matmul_workspace(g.arena.ptr(li), plan.buffers[size_t(li)].bytes());
-        dev.set_scratch(g.arena.ptr(si), plan.buffers[size_t(si)].bytes());
-        if (wi >= 0)
-            dev.set_matmul_widen_buffer(static_cast<float*>(g.arena.ptr(wi)), plan.buffers[size_t(wi)].numel());
         model_init(g.model, uint64_t(cfg.train.seed));
 
         CudaOptimContext ctx;
@@ -299,7 +293,8 @@ TEST_CASE("configs/tiny.yaml on the CUDA backend: a training step allocates noth
         ctx.scratch_bytes = plan.buffers[size_t(oi)].bytes();
         REQUIRE(optimizer_cuda_scratch_bytes(opt, g.slots) <= ctx.scratch_bytes);
 
-        const std::vector<int32_t> stream = lcg_stream(2 * cfg.train.batch_size * T + 1, 11, int32_t(cfg.model.vocab_size));
+        const std::vector<int32_t> stream =
+            lcg_stream(2 * cfg.train.batch_size * T + 1, 11, int32_t(cfg.model.vocab_size));
         auto one_step = [&](uint32_t step) {
             model_zero_grads(g.model);
             for (int64_t i = 0; i < accum; ++i) {
@@ -323,9 +318,6 @@ TEST_CASE("configs/tiny.yaml on the CUDA backend: a training step allocates noth
         const cuda::BackendAllocStats after = cuda::backend_alloc_stats();
 
         cublasDestroy(ctx.cublas);
-        dev.set_matmul_workspace(nullptr, 0);
-        dev.set_scratch(nullptr, 0);
-        dev.set_matmul_widen_buffer(nullptr, 0);
 
         INFO("backend device allocations " << before.device_count << " -> " << after.device_count << " ("
                                            << after.device_bytes - before.device_bytes << " bytes); pinned "

@@ -6,49 +6,57 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/arena.h"
 #include "engine/config.h"
-#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "model/model.h"
+#include "plan/plan.h"
+#include "runtime/session.h"
 #include "tests/kernels/harness.h"
 
 namespace skew::test {
 
-/// Everything a model needs, owned together (the Model holds pointers into it).
+/// A CPU backend and a training session on it (runtime/session.h), with the session's parts by
+/// name. Members are destroyed in reverse: the session before the backend it runs on.
 struct TestModel {
-    Config cfg;
-    ParamTable table;
-    MemoryPlan plan;
-    Arena arena;
     std::unique_ptr<Backend> backend;
-    Model model;
+    std::unique_ptr<Session> session;
+    Config& cfg;
+    ParamTable& table;
+    MemoryPlan& plan;
+    Arena& arena;
+    Model& model;
+
+    TestModel(std::unique_ptr<Backend> b, std::unique_ptr<Session> s)
+        : backend(std::move(b)), session(std::move(s)), cfg(session->cfg), table(session->table), plan(session->plan),
+          arena(session->arena), model(session->model) {}
 };
 
-/// Build a CPU model from YAML text and overrides with `microbatch` sequences per forward. With
-/// `logits_only_head`, act.logits holds only one chunk of fp32 logits (no fused-head workspace), so
-/// the model takes the chunked matmul + cross-entropy path.
-/// `head_chunk_rows` sets the rows of that chunk (at most the microbatch's tokens).
+/// A CPU backend and `cfg`'s session on it as `spec` says (open_session).
+inline std::unique_ptr<TestModel> open_test_model(const Config& cfg, const SessionSpec& spec) {
+    auto backend = make_cpu_backend();
+    auto session = open_session(cfg, *backend, spec);
+    return std::make_unique<TestModel>(std::move(backend), std::move(session));
+}
+
+/// Build a CPU model from YAML text and overrides with `microbatch` sequences per forward (a
+/// SkewAdam training session). With `logits_only_head`, act.logits holds only one chunk of
+/// `head_chunk_rows` tokens' fp32 logits (no fused-head workspace: SessionSpec::lm_head_chunk_tokens),
+/// so the model takes the chunked matmul + cross-entropy path.
 inline std::unique_ptr<TestModel> make_test_model(const std::string& yaml, const std::vector<std::string>& overrides,
                                                   int64_t microbatch, bool logits_only_head = false,
                                                   int64_t head_chunk_rows = 512) {
-    auto t = std::make_unique<TestModel>();
-    t->cfg = load_config_text(yaml, "test.yaml", overrides);
-    t->table = build_param_table(t->cfg.model);
-    t->plan = build_memory_plan(t->cfg, t->table, builtin_optimizer("skewadam"), microbatch);
-    if (logits_only_head) {
-        BufferSpec& logits = t->plan.buffers[size_t(t->plan.find("act.logits"))];
-        logits.shape = {std::min<int64_t>(microbatch * t->cfg.train.seq_len, head_chunk_rows) * t->cfg.model.padded_vocab_size};
-        t->plan.offsets = layout_arena(t->plan.buffers, &t->plan.peak_bytes);
-    }
-    t->arena = allocate_host_arena(t->plan);
-    t->arena.plan = &t->plan;
-    t->backend = make_cpu_backend();
-    t->model = model_bind(t->cfg, t->table, t->arena, *t->backend);
-    return t;
+    const Config cfg = load_config_text(yaml, "test.yaml", overrides);
+    const OptimizerConfig opt = builtin_optimizer("skewadam");
+    SessionSpec spec;
+    spec.optimizer = &opt;
+    spec.microbatch = microbatch;
+    if (logits_only_head) spec.lm_head_chunk_tokens = head_chunk_rows;
+    return open_test_model(cfg, spec);
 }
 
 /// A parameter's weight (bf16 or fp32) or gradient widened to fp32 on the host.

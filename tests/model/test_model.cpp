@@ -2,6 +2,7 @@
 // the aux losses divided like the LM loss, idle experts, the zero-initialized router, large
 // logits, initialization, global grad-norm and clipping.
 #include <catch2/catch.hpp>
+
 #include <cmath>
 
 #include "engine/error.h"
@@ -154,10 +155,8 @@ TEST_CASE("an expert that receives no tokens has exactly zero gradient", "[model
             double s = 0.0;
             for (size_t i = 0; i < per; ++i) s += std::fabs(g[e * per + i]);
             INFO("experts." << w << " expert " << e);
-            if (e < 2)
-                CHECK(s > 0.0);
-            else
-                CHECK(s == 0.0);
+            if (e < 2) CHECK(s > 0.0);
+            else CHECK(s == 0.0);
         }
     }
 }
@@ -194,7 +193,8 @@ TEST_CASE("initialization follows the design and draws from Philox", "[model]") 
         return std::sqrt(s / double(v.size()));
     };
     const double out_std = 0.02 / std::sqrt(2.0 * 2);
-    CHECK(stddev(to_host(param(m, "embed.tokens").w(), param(m, "embed.tokens").numel())) == Approx(0.02).epsilon(0.02));
+    CHECK(stddev(to_host(param(m, "embed.tokens").w(), param(m, "embed.tokens").numel())) ==
+          Approx(0.02).epsilon(0.02));
     CHECK(stddev(to_host(param(m, "blocks.1.moe.experts.w1").w(), param(m, "blocks.1.moe.experts.w1").numel())) ==
           Approx(0.02).epsilon(0.03));
     for (const char* name : {"blocks.0.attn.wo", "blocks.0.ffn.w3", "blocks.1.moe.experts.w3"}) {
@@ -208,7 +208,8 @@ TEST_CASE("initialization follows the design and draws from Philox", "[model]") 
     const ParamRef& wq = param(m, "blocks.0.attn.wq");
     const std::vector<float> w = to_host(wq.w(), wq.numel());
     for (uint64_t i : {0ull, 1ull, 777ull}) {
-        const float want = bf16_to_f32(f32_to_bf16(0.02f * philox_normal({42, PHILOX_STREAM_INIT}, 0, wq.info->index, i)));
+        const float want =
+            bf16_to_f32(f32_to_bf16(0.02f * philox_normal({42, PHILOX_STREAM_INIT}, 0, wq.info->index, i)));
         CHECK(w[i] == want);
     }
     // another seed, other weights
@@ -309,11 +310,12 @@ TEST_CASE("the chunked LM head (when the backend's fused workspace does not fit)
 
 TEST_CASE("configs/tiny.yaml: the initial loss is ln V and plain gradient descent lowers it", "[model]") {
     Config cfg = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml", {"runtime.grad_dtype=fp32"});
-    ParamTable table = build_param_table(cfg.model);
-    MemoryPlan plan = build_memory_plan(cfg, table, builtin_optimizer("skewadam"), cfg.train.microbatch);
-    Arena arena = allocate_host_arena(plan);
-    auto backend = make_cpu_backend();
-    Model m = model_bind(cfg, table, arena, *backend);
+    const OptimizerConfig opt = builtin_optimizer("skewadam");
+    SessionSpec spec;
+    spec.optimizer = &opt;
+    spec.microbatch = cfg.train.microbatch;
+    auto t = open_test_model(cfg, spec);
+    Model& m = t->model;
     model_init(m, uint64_t(cfg.train.seed));
     const int64_t mb = cfg.train.microbatch, T = cfg.train.seq_len, accum = cfg.train.grad_accum_steps();
     REQUIRE(accum == 2);
@@ -323,7 +325,8 @@ TEST_CASE("configs/tiny.yaml: the initial loss is ln V and plain gradient descen
         double lm = 0.0;
         for (int64_t i = 0; i < accum; ++i)
             lm += model_forward_backward(m, stream.data() + i * mb * T, stream.data() + i * mb * T + 1, i, s, accum)
-                      .lm_loss / double(accum);
+                      .lm_loss /
+                  double(accum);
         return lm;
     };
     // N(0, 0.02) weights: near-uniform predictions over the 50,257 real tokens

@@ -15,9 +15,9 @@
 #include "plan/plan.h"
 #include "runtime/backend_registry.h"
 #include "runtime/session.h"
+#include "tests/train/train_test_util.h"
 #include "train/deferred_experts.h"
 #include "train/idle_experts.h"
-#include "tests/train/train_test_util.h"
 
 using namespace skew;
 
@@ -34,30 +34,32 @@ Config tiny(std::vector<std::string> overrides) {
 
 /// One optimizer's training state over a host arena, stepped exactly as train_step does.
 struct Trial {
-    Config cfg;
     OptimizerConfig opt;
-    ParamTable table;
-    MemoryPlan plan;
-    Arena arena;
     std::unique_ptr<Backend> backend;
-    Model model;
+    std::unique_ptr<Session> session;  // the real layout: lifetime sharing as in a run
+    Config& cfg;
+    ParamTable& table;
+    MemoryPlan& plan;
+    Arena& arena;
+    Model& model;
     std::vector<ParamSlot> slots;
     std::unique_ptr<OptimizerRunner> runner;
 
-    Trial(const Config& c, const std::string& optimizer) : cfg(c) {
-        const OptimizerConfig* o = cfg.find_optimizer(optimizer);
-        opt = o ? *o : builtin_optimizer(optimizer);
-        table = build_param_table(cfg.model);
-        plan = build_memory_plan(cfg, table, opt, cfg.train.microbatch);
-        arena = allocate_host_arena(plan);  // the real layout: lifetime sharing as in a run
-        backend = make_backend(cfg);
-        model = model_bind(cfg, table, arena, *backend);
+    Trial(const Config& c, const std::string& optimizer)
+        : opt(c.find_optimizer(optimizer) ? *c.find_optimizer(optimizer) : builtin_optimizer(optimizer)),
+          backend(make_backend(c)), session(open_session(c, *backend, spec_of(opt, c))), cfg(session->cfg),
+          table(session->table), plan(session->plan), arena(session->arena), model(session->model) {
         slots = arena_param_slots(opt, table, arena);
         runner = make_optimizer_runner(opt, *backend, arena);
-        backend->bind_workspace(backend_workspace_memory(arena));
         model_init(model, 1234);
     }
-    ~Trial() { backend->bind_workspace(BackendWorkspaceMemory{}); }
+
+    static SessionSpec spec_of(const OptimizerConfig& o, const Config& c) {
+        SessionSpec spec;
+        spec.optimizer = &o;
+        spec.microbatch = c.train.microbatch;
+        return spec;
+    }
 
     struct StepOut {
         double loss = 0, grad_norm = 0;
@@ -320,7 +322,8 @@ TEST_CASE("the deferred Gram norm is the same for every row granularity of the p
     REQUIRE(d.model.deferred.on);
     const int64_t n = c.train.batch_size * c.train.seq_len;
     std::vector<int32_t> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = int32_t((i * 7919 + 3) % 1000), y[size_t(i)] = int32_t((i * 104729 + 5) % 1000);
+    for (int64_t i = 0; i < n; ++i)
+        x[size_t(i)] = int32_t((i * 7919 + 3) % 1000), y[size_t(i)] = int32_t((i * 104729 + 5) % 1000);
     const int64_t mb = c.train.microbatch, T = c.train.seq_len, accum = c.train.batch_size / mb;
     model_zero_grads(d.model);
     for (int64_t m = 0; m < accum; ++m)
@@ -373,7 +376,8 @@ TEST_CASE("the deferred plan drops the expert gradient buffers for the kept oper
             CHECK(ps.find(slot) >= 0);
             CHECK(pd.find(slot) < 0);
         }
-        for (const char* slot : {"act.moe_out", "act.d_moe_act", "act.d_moe_in", "act.expert_offsets"}) CHECK(pd.find(slot) >= 0);
+        for (const char* slot : {"act.moe_out", "act.d_moe_act", "act.d_moe_in", "act.expert_offsets"})
+            CHECK(pd.find(slot) >= 0);
         // the Gram blocks of the expert gradient norm: OPTIMIZER phase, partials + two blocks
         const int gi = pd.find("ws.expert_gram");
         REQUIRE(gi >= 0);

@@ -1,4 +1,4 @@
-// Shared helpers of the train tests: a tiny MoE config, its plan and a host arena filled with
+// Shared helpers of the train tests: a tiny MoE config, its training session with the arena filled with
 // deterministic finite values, scratch folders, and running a command line.
 #pragma once
 #include <sys/wait.h>
@@ -13,12 +13,14 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "engine/arena.h"
-#include "engine/error.h"
 #include "engine/config.h"
-#include "plan/plan.h"
+#include "engine/error.h"
 #include "engine/param_table.h"
+#include "plan/plan.h"
+#include "runtime/session.h"
 #include "tests/temp_dir.h"
 
 namespace train_test {
@@ -58,22 +60,29 @@ runtime:
   workspace_gib: 0
 )";
 
-/// Config, table, plan and arena for one optimizer, kept together (the arena points at the plan).
+/// A training session of one optimizer on the CPU backend (runtime/session.h), with its config,
+/// table, plan and arena by name. Members are destroyed in reverse: the session before its backend.
 struct Run {
-    skew::Config cfg;
-    skew::ParamTable table;
-    skew::MemoryPlan plan;
-    skew::Arena arena;
+    std::unique_ptr<skew::Backend> backend;
+    std::unique_ptr<skew::Session> session;
+    skew::Config& cfg;
+    skew::ParamTable& table;
+    skew::MemoryPlan& plan;
+    skew::Arena& arena;
+
+    Run(std::unique_ptr<skew::Backend> b, std::unique_ptr<skew::Session> s)
+        : backend(std::move(b)), session(std::move(s)), cfg(session->cfg), table(session->table), plan(session->plan),
+          arena(session->arena) {}
 };
 
 inline std::unique_ptr<Run> make_run(const std::string& optimizer = "skewadam") {
-    auto r = std::make_unique<Run>();
-    r->cfg = skew::load_config_text(TINY_YAML, "tiny-test.yaml");
-    r->table = skew::build_param_table(r->cfg.model);
-    const skew::OptimizerConfig* opt = r->cfg.find_optimizer(optimizer);
-    r->plan = skew::build_memory_plan(r->cfg, r->table, *opt, r->cfg.train.microbatch);
-    r->arena = skew::allocate_host_arena(r->plan);
-    return r;
+    const skew::Config cfg = skew::load_config_text(TINY_YAML, "tiny-test.yaml");
+    skew::SessionSpec spec;
+    spec.optimizer = cfg.find_optimizer(optimizer);
+    spec.microbatch = cfg.train.microbatch;
+    auto backend = skew::make_cpu_backend();
+    auto session = skew::open_session(cfg, *backend, spec);
+    return std::make_unique<Run>(std::move(backend), std::move(session));
 }
 
 /// Fill every weight and state buffer with finite values derived from `seed` (bf16 and fp32 bit
@@ -88,7 +97,8 @@ inline void fill(Run& r, uint32_t seed) {
     };
     for (size_t i = 0; i < r.plan.buffers.size(); ++i) {
         const auto& b = r.plan.buffers[i];
-        if (b.kind != skew::BufferKind::WEIGHT && b.kind != skew::BufferKind::STATE && b.kind != skew::BufferKind::GRAD) continue;
+        if (b.kind != skew::BufferKind::WEIGHT && b.kind != skew::BufferKind::STATE && b.kind != skew::BufferKind::GRAD)
+            continue;
         char* p = static_cast<char*>(r.arena.ptr(int(i)));
         for (int64_t e = 0; e < b.numel(); ++e) {
             float v = float(int32_t(next() % 20001) - 10000) * 1e-4f;
