@@ -16,68 +16,70 @@
 
 namespace skew {
 
-std::unique_ptr<Backend> make_backend(const Config& cfg, int device, const std::string& resume_run) {
-    const BackendChoice b = cfg.runtime.backend;
-    // the CPU backend instead: the config's change, or a new run under --resume
+namespace {
+
+/// Where a backend choice came from, for its errors: "FILE: " (or ""), the choice as written
+/// ("runtime.backend: cuda", "--backend cuda"), how to move to the CPU instead, and what to say
+/// first to a resumed run.
+struct ChoiceSource {
+    std::string where;
+    std::string choice;
+    std::string cpu_hint;
+    std::string resume_prefix;
+};
+
+/// The one device selection: the CPU backend, or the CUDA backend on `device` (this rank's local
+/// rank). `auto` takes the GPU when one is visible for the rank and falls back to the CPU when
+/// none is. Errors (skew::Error): cuda with no device or no CUDA in the build, and fewer visible
+/// devices than the rank needs.
+std::unique_ptr<Backend> select_backend(BackendChoice b, int device, const ChoiceSource& src) {
     if (b == BackendChoice::CPU) return make_cpu_backend();
-    const auto cpu = [&] {
-        return resume_run.empty() ? std::string("use runtime.backend=cpu (or auto, which falls back to the CPU)")
-                                  : config_change_hint(cfg, "runtime.backend", "cpu", resume_run);
-    };
 #if defined(SKEW_HAVE_CUDA)
     const int n_devices = cuda::device_count();
-    if (b == BackendChoice::CUDA) {
-        if (n_devices == 0)
-            fail(
-                "{}: runtime.backend: cuda, but no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
-                "hides it; see nvidia-smi)\n--> HINT: {}{}",
-                cfg.source, resume_run.empty() ? "" : "resume where a CUDA device is visible, or ", cpu());
-        if (device >= n_devices)
-            fail(
-                "{}: runtime.backend: cuda: this rank needs CUDA device {} (its local rank) but {} device(s) are "
-                "visible; "
-                "start at most as many ranks per node as GPUs",
-                cfg.source, device, n_devices);
-        return cuda::make_cuda_backend(device);
-    }
-    if (b == BackendChoice::AUTO) {
-        if (n_devices > device) return cuda::make_cuda_backend(device);
-        if (n_devices > 0)
-            fail(
-                "{}: runtime.backend: auto: this rank needs CUDA device {} (its local rank) but {} device(s) are "
-                "visible; start at most as many ranks per node as GPUs",
-                cfg.source, device, n_devices);
-        spdlog::info("runtime.backend: auto: no CUDA device visible, training on the CPU backend");
-        return make_cpu_backend();
-    }
+    if (b == BackendChoice::CUDA && n_devices == 0)
+        fail(
+            "{}{}, but no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides it; see "
+            "nvidia-smi)\n--> HINT: {}{}",
+            src.where, src.choice, src.resume_prefix.empty() ? "" : src.resume_prefix, src.cpu_hint);
+    if (n_devices > device) return cuda::make_cuda_backend(device);
+    if (n_devices > 0)
+        fail(
+            "{}{}: this rank needs CUDA device {} (its local rank) but {} device(s) are visible; start at most as "
+            "many ranks per node as GPUs",
+            src.where, src.choice, device, n_devices);
+    spdlog::info("{}: no CUDA device visible, running on the CPU backend", src.choice);
+    return make_cpu_backend();
 #else
     if (b == BackendChoice::CUDA)
         fail(
-            "{}: runtime.backend: cuda, but this skew was built without the CUDA backend (-DSKEW_CUDA=OFF or no nvcc)"
-            "\n--> HINT: rebuild with -DSKEW_CUDA=ON, or {}",
-            cfg.source, cpu());
-    if (b == BackendChoice::AUTO) return make_cpu_backend();
+            "{}{}, but this skew was built without the CUDA backend (-DSKEW_CUDA=OFF or no nvcc)\n--> HINT: rebuild "
+            "with -DSKEW_CUDA=ON, or {}",
+            src.where, src.choice, src.cpu_hint);
     (void)device;
+    return make_cpu_backend();
 #endif
-    fail("{}: runtime.backend: no backend '{}' in this build", cfg.source, b);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const Config& cfg, int device, const std::string& resume_run) {
+    ChoiceSource src;
+    src.where = cfg.source + ": ";
+    src.choice = fmt::format("runtime.backend: {}", cfg.runtime.backend);
+    // the CPU backend instead: the config's change, or a new run under --resume
+    src.cpu_hint = resume_run.empty() ? std::string("use runtime.backend=cpu (or auto, which falls back to the CPU)")
+                                      : config_change_hint(cfg, "runtime.backend", "cpu", resume_run);
+    if (!resume_run.empty()) src.resume_prefix = "resume where a CUDA device is visible, or ";
+    return select_backend(cfg.runtime.backend, device, src);
 }
 
 std::unique_ptr<Backend> make_named_backend(const std::string& name) {
     const std::optional<BackendChoice> b = parse_choice<BackendChoice>(name);
     if (!b) fail("--backend {}: unknown backend (expected {})", name, choice_list<BackendChoice>());
-    if (*b == BackendChoice::CPU) return make_cpu_backend();
-#if defined(SKEW_HAVE_CUDA)
-    const int n = cuda::device_count();
-    if (*b == BackendChoice::CUDA) {
-        if (n == 0) fail("--backend cuda: no CUDA device is visible (see nvidia-smi)\n--> HINT: use --backend cpu");
-        return cuda::make_cuda_backend(0);
-    }
-    return n > 0 ? cuda::make_cuda_backend(0) : make_cpu_backend();
-#else
-    if (*b == BackendChoice::CUDA)
-        fail("--backend cuda: this skew was built without the CUDA backend\n--> HINT: use --backend cpu");
-    return make_cpu_backend();
-#endif
+    ChoiceSource src;
+    src.choice = "--backend " + name;
+    src.cpu_hint = "use --backend cpu";
+    return select_backend(*b, 0, src);
 }
 
 BackendChoice backend_choice_of(const Backend& backend) {

@@ -4,6 +4,7 @@
 #include "train/trainer.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
@@ -16,7 +17,6 @@
 #include <optional>
 #include <span>
 #include <string_view>
-#include <nlohmann/json.hpp>
 
 #include "data/batch_stream.h"
 #include "data/prepare.h"
@@ -56,7 +56,6 @@
 #include "train/status_line.h"
 #include "train/step_checks.h"
 #include "train/zero_step.h"
-
 
 namespace skew {
 namespace {
@@ -132,20 +131,21 @@ struct OptimizerRun {
     const TrainOptions& opts;
     Backend& backend;
     RunWrites& writes;
-    int64_t mb = 0, accum = 0;  // sequences per microbatch; microbatches per global batch (all ranks)
-    const ParamTable& table;  // this rank's (expert parallel: its n_experts / M experts of each bank)
-    ParamTable global;        // the whole model's (build_param_table(cfg.model)): ZeRO-1 and the checkpoints
-    ParallelLayout layout;  // this rank's place: world size, ZeRO stage (docs/distributed.md)
+    int64_t mb = 0, accum = 0;         // sequences per microbatch; microbatches per global batch (all ranks)
+    const ParamTable& table;           // this rank's (expert parallel: its n_experts / M experts of each bank)
+    ParamTable global;                 // the whole model's (build_param_table(cfg.model)): ZeRO-1 and the checkpoints
+    ParallelLayout layout;             // this rank's place: world size, ZeRO stage (docs/distributed.md)
     std::unique_ptr<Session> session;  // the plan, arena, model and the backend's workspace binding
     MemoryPlan& plan;
     Arena& arena;
     Model& model;
-    std::vector<ParamSlot> slots;  // every parameter with its state; empty under ZeRO-1 (see zero)
+    std::vector<ParamSlot> slots;         // every parameter with its state; empty under ZeRO-1 (see zero)
     std::unique_ptr<ZeroOptimizer> zero;  // ZeRO-1 (layout.zero()): this rank's owned ranges and the gather
     ZeroPartition partition;              // who owns what (the sharded checkpoints' manifest)
-    DataParallel dp;     // this rank's share of each step and the collectives
-    bool writer = true;  // rank 0: writes the run folder, logs, draws the status line
-    std::unique_ptr<OptimizerRunner> optimizer;
+    DataParallel dp;                      // this rank's share of each step and the collectives
+    bool writer = true;                   // rank 0: writes the run folder, logs, draws the status line
+    std::unique_ptr<OptimizerRunner>
+        optimizer;  // declared after the session, so it goes first (the CUDA step drains the stream)
     std::vector<OptimizerStage> stages;  // the optimizer phase (train/optimizer_phase.h)
     TrainerState state;
     RunMetrics metrics;
@@ -156,9 +156,9 @@ struct OptimizerRun {
     int64_t warmup = 0;
     SkipPolicy policy;
     StatusLine status;
-    int64_t optimizer_t = 0;   // steps the optimizer has taken (skipped steps excluded)
+    int64_t optimizer_t = 0;       // steps the optimizer has taken (skipped steps excluded)
     int64_t trailing_skipped = 0;  // steps skipped in a row up to the latest one
-    int64_t device_peak = 0;   // measured peak device memory (device backends)
+    int64_t device_peak = 0;       // measured peak device memory (device backends)
     double last_val_ppl = std::nan("");
     double since_eval_seconds = 0;
     int64_t since_eval_tokens = 0;
@@ -183,11 +183,11 @@ struct OptimizerRun {
         dp_plan_buckets(dp, model, c.parallel.bucket_mib);
         dp.overlap = c.parallel.overlap_grad_reduce;
         optimizer = make_optimizer_runner(opt, backend, arena);
-        OptimizerPhaseParts parts{&opt, &backend, &model, optimizer.get(), &slots, zero.get(),
-                                  to.device_comm ? to.device_comm : to.comm, &dp};
+        OptimizerPhaseParts parts{
+            &opt, &backend, &model, optimizer.get(), &slots, zero.get(), to.device_comm ? to.device_comm : to.comm,
+            &dp};
         stages = optimizer_stages(c, parts);
     }
-    ~OptimizerRun() { optimizer.reset(); }  // before the session: the CUDA step drains the stream
     OptimizerRun(const OptimizerRun&) = delete;
     OptimizerRun& operator=(const OptimizerRun&) = delete;
 
@@ -201,7 +201,8 @@ struct OptimizerRun {
         state.extra["optimizer_t"] = optimizer_t;
         dp_check_weights_agree(dp, model, backend, "at a checkpoint");
         if (writer) sync_step_log(log);
-        if (layout.world_size > 1) save_sharded_checkpoint(dir, arena, state, &backend, layout, partition, global, *opts.comm);
+        if (layout.world_size > 1)
+            save_sharded_checkpoint(dir, arena, state, &backend, layout, partition, global, *opts.comm);
         else save_checkpoint(dir, arena, state, &backend);
         writes.committed = true;
     }
@@ -255,14 +256,15 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     r.metrics = make_run_metrics(cfg, opt, r.plan);
     r.metrics.unigram_val_ppl = data.unigram_val_ppl;
     if (opts.resume && checkpoint_exists(r.last_dir)) {
-        r.state = r.layout.world_size > 1 ? load_sharded_checkpoint(r.last_dir, r.arena, &backend, r.layout, r.partition,
-                                                                    r.global, *opts.comm)
+        r.state = r.layout.world_size > 1 ? load_sharded_checkpoint(r.last_dir, r.arena, &backend, r.layout,
+                                                                    r.partition, r.global, *opts.comm)
                                           : load_checkpoint(r.last_dir, r.arena, &backend);
         if (r.state.config_hash != hash)
-            fail("{}: the checkpoint was written under another config than {} (config hash {} vs {}): was config.yaml "
-                 "edited after the run started, or the checkpoint copied from another run? Put config.yaml back as the "
-                 "run wrote it; other settings need a new run (skew train CONFIG --out NEW_FOLDER)",
-                 r.last_dir, (fs::path(run_dir) / "config.yaml").string(), r.state.config_hash, hash);
+            fail(
+                "{}: the checkpoint was written under another config than {} (config hash {} vs {}): was config.yaml "
+                "edited after the run started, or the checkpoint copied from another run? Put config.yaml back as the "
+                "run wrote it; other settings need a new run (skew train CONFIG --out NEW_FOLDER)",
+                r.last_dir, (fs::path(run_dir) / "config.yaml").string(), r.state.config_hash, hash);
         check_trainer_state_counters(r.state, tc.seed, (fs::path(r.last_dir) / "trainer_state.json").string());
         if (fs::exists(metrics_path(run_dir, opt.name))) {
             r.metrics = read_metrics(metrics_path(run_dir, opt.name));
@@ -284,13 +286,17 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
             if (std::ifstream in(steps_file); in)
                 for (std::string line; std::getline(in, line);) logged += line.empty() ? 0 : 1;
             if (!any_checkpoint && !fs::exists(metrics_file) && logged < std::min(tc.checkpoint_every, tc.eval_every)) {
-                spdlog::warn("{}: --resume: stopped before its first checkpoint ({} logged steps); training it again from "
-                             "step 1 (the same initialization and batches give the same steps)", opt.name, logged);
+                spdlog::warn(
+                    "{}: --resume: stopped before its first checkpoint ({} logged steps); training it again from "
+                    "step 1 (the same initialization and batches give the same steps)",
+                    opt.name, logged);
             } else {
-                fail("{}: --resume: {} has {}'s metrics or step log but no complete checkpoint in {} (trainer_state.json, "
-                     "model.safetensors, optimizer.safetensors); refusing to start it again from step 1 over its files "
-                     "(to do that, remove {}, {} and {})", opt.name, run_dir, opt.name, r.last_dir, steps_file, metrics_file,
-                     opt_checkpoints.string());
+                fail(
+                    "{}: --resume: {} has {}'s metrics or step log but no complete checkpoint in {} "
+                    "(trainer_state.json, "
+                    "model.safetensors, optimizer.safetensors); refusing to start it again from step 1 over its files "
+                    "(to do that, remove {}, {} and {})",
+                    opt.name, run_dir, opt.name, r.last_dir, steps_file, metrics_file, opt_checkpoints.string());
             }
         }
         model_init(r.model, uint64_t(tc.seed));
@@ -301,11 +307,12 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
         // less the arena, against the constant `skew plan` adds (docs/design.md "Deferred expert
         // gradients" and "One memory plan").
         synchronize_and_measure_overhead(r);
-        spdlog::info("{}: CUDA context and libraries {:.3f} GiB measured at start-up (device memory in use less the "
-                     "{:.3f} GiB arena); skew plan's CUDA {} constant is {:.3f} GiB, its expected device total {:.3f} GiB",
-                     opt.name, double(r.metrics.device_overhead_bytes) / GIB, double(r.arena.bytes) / GIB,
-                     cuda_plan_major_version(), double(r.metrics.device_overhead_constant_bytes) / GIB,
-                     double(r.metrics.plan_bytes) / GIB);
+        spdlog::info(
+            "{}: CUDA context and libraries {:.3f} GiB measured at start-up (device memory in use less the "
+            "{:.3f} GiB arena); skew plan's CUDA {} constant is {:.3f} GiB, its expected device total {:.3f} GiB",
+            opt.name, double(r.metrics.device_overhead_bytes) / GIB, double(r.arena.bytes) / GIB,
+            cuda_plan_major_version(), double(r.metrics.device_overhead_constant_bytes) / GIB,
+            double(r.metrics.plan_bytes) / GIB);
     }
     dp_check_weights_agree(r.dp, r.model, backend, "after initialization or resume");
     reset_peak_rss();
@@ -315,8 +322,10 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
         return run;
     }
     if (opts.stop_after_step > 0 && r.state.step >= opts.stop_after_step) {
-        spdlog::info("{}: --stop-after {}: the checkpoint is at step {} already; stopping without a step (checkpoint "
-                     "unchanged)", opt.name, opts.stop_after_step, r.state.step);
+        spdlog::info(
+            "{}: --stop-after {}: the checkpoint is at step {} already; stopping without a step (checkpoint "
+            "unchanged)",
+            opt.name, opts.stop_after_step, r.state.step);
         done = train_result(opt, r, true);
         return run;
     }
@@ -334,15 +343,18 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     r.val = batch_stream_make(data.val, B, T, 0);
     batch_stream_require(r.val, tc.eval_batches, "train.eval_batches validation batches");
     if (r.train.num_batches < tc.steps)
-        spdlog::warn("{}: the training split holds {} distinct batches of {} x {} tokens for {} steps: batches repeat "
-                     "(the paper's protocol is one epoch without repeats)", cfg.data.dir, r.train.num_batches, B, T, tc.steps);
+        spdlog::warn(
+            "{}: the training split holds {} distinct batches of {} x {} tokens for {} steps: batches repeat "
+            "(the paper's protocol is one epoch without repeats)",
+            cfg.data.dir, r.train.num_batches, B, T, tc.steps);
     r.x.assign(size_t(B * T), 0);
     r.y.assign(size_t(B * T), 0);
     r.warmup = warmup_steps(tc.steps, tc.warmup_frac);
     r.policy = SkipPolicy{tc.max_skipped_steps, r.state.skipped_steps};
     r.status = make_status_line(r.state.step, tc.log_every, opts.force_plain_log);
     const int64_t taken = r.state.step - r.state.skipped_steps;  // a checkpoint from before optimizer_t was kept
-    r.optimizer_t = r.state.extra.is_object() ? json_int_or(r.state.extra, "optimizer_t", taken, "trainer state 'extra'") : taken;
+    r.optimizer_t =
+        r.state.extra.is_object() ? json_int_or(r.state.extra, "optimizer_t", taken, "trainer state 'extra'") : taken;
     r.run_start = Clock::now();
     r.wall_before = r.metrics.summary.wall_seconds;
     return run;
@@ -443,7 +455,9 @@ StepRecord train_step(OptimizerRun& r, int64_t step) {
         os.seed = uint64_t(tc.seed);
         os.grad_scale = grad_scale;
         SKEW_NVTX_RANGE("optimizer");
-        at_step(opt, step, "optimizer", [&] { run_optimizer_stages(r.stages, OptimizerStepInput{os, &expert_tokens}); });
+        at_step(opt, step, "optimizer", [&] {
+            run_optimizer_stages(r.stages, OptimizerStepInput{os, &expert_tokens});
+        });
     }
     // the step's time is its device time; kernel errors surface here
     at_step(opt, step, "optimizer", [&] { r.backend.synchronize(); });
@@ -472,8 +486,8 @@ void evaluate_step(OptimizerRun& r, const StepRecord& rec) {
     const int64_t step = rec.step;
     EvalResult ev;
     at_step(r.opt, step, "evaluation", [&] {
-        ev = evaluate(r.model, r.dp, r.val, tc.eval_batches, tc.batch_size, r.mb, tc.seq_len, r.cfg.model.vocab_size, r.x,
-                      r.y);
+        ev = evaluate(r.model, r.dp, r.val, tc.eval_batches, tc.batch_size, r.mb, tc.seq_len, r.cfg.model.vocab_size,
+                      r.x, r.y);
     });
     EvalRecord e;
     e.step = step;
@@ -542,8 +556,9 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
         if (step % tc.checkpoint_every == 0 || last_step || stop) r.checkpoint(r.last_dir);
         if (stop && !last_step) {
             stopped = true;
-            r.status_msg(fmt::format("{}: stopped after step {}; checkpoint in {} (continue with skew train --resume {})",
-                                     opt.name, step, r.last_dir, opts.run_dir));
+            r.status_msg(
+                fmt::format("{}: stopped after step {}; checkpoint in {} (continue with skew train --resume {})",
+                            opt.name, step, r.last_dir, opts.run_dir));
             break;
         }
     }
@@ -553,10 +568,11 @@ TrainResult train_one(const Config& cfg, const ParamTable& table, const Optimize
     }
     if (r.writer) status_finish(r.status);
     if (backend.device_memory())
-        spdlog::info("{}: measured peak device memory {:.3f} GiB (whole device), plan {:.3f} GiB (arena; with the "
-                     "CUDA context and libraries {:.3f} GiB: {:.3f} measured at start-up)", opt.name,
-                     double(r.device_peak) / GIB, double(r.plan.peak_bytes) / GIB, double(r.metrics.plan_bytes) / GIB,
-                     double(r.plan.peak_bytes + r.metrics.device_overhead_bytes) / GIB);
+        spdlog::info(
+            "{}: measured peak device memory {:.3f} GiB (whole device), plan {:.3f} GiB (arena; with the "
+            "CUDA context and libraries {:.3f} GiB: {:.3f} measured at start-up)",
+            opt.name, double(r.device_peak) / GIB, double(r.plan.peak_bytes) / GIB, double(r.metrics.plan_bytes) / GIB,
+            double(r.plan.peak_bytes + r.metrics.device_overhead_bytes) / GIB);
     r.metrics.summary = summarize(r.metrics.history, r.totals());
     if (r.writer) {
         write_metrics(opts.run_dir, r.metrics);
@@ -583,7 +599,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
     opts.expert_holders = groups.expert_holders.get();
     Communicator& comm = *opts.comm;
     const int world = comm.world_size();
-    const bool writer = comm.rank() == 0;  // rank 0 alone writes the run folder
+    const bool writer = comm.rank() == 0;                            // rank 0 alone writes the run folder
     const std::string resume_run = opts.resume ? opts.run_dir : "";  // hints: a resume cannot change the config
     if (cfg.runtime.threads > 0) omp_set_num_threads(int(cfg.runtime.threads));
     const int64_t M = cfg.parallel.expert;
@@ -599,8 +615,10 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
     std::string failed;
     try {
         if (writer && !opts.resume && fs::exists(config_path))
-            fail("--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
-                 "choose another --out", opts.run_dir, opts.run_dir);
+            fail(
+                "--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
+                "choose another --out",
+                opts.run_dir, opts.run_dir);
         // One writer per run folder: a second `skew train` on it (--resume twice) is refused at once.
         if (opts.resume) {
             if (writer) dir_lock(run_lock, opts.run_dir, RUN_LOCK_FILE, "skew train");
@@ -613,15 +631,18 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         if (writer && !backend->device_memory())
             spdlog::info("cpu: {} threads, {}", omp_get_max_threads(), cpu::blas_core_summary());
         if (opts.profile_first > 0 && !backend->device_memory())
-            fail("--profile-steps {}:{}: profiling brackets steps with cudaProfilerStart/Stop and needs the CUDA backend; "
-                 "this run uses the {} backend (runtime.backend: {})", opts.profile_first, opts.profile_last,
-                 backend->name(), cfg.runtime.backend);
+            fail(
+                "--profile-steps {}:{}: profiling brackets steps with cudaProfilerStart/Stop and needs the CUDA "
+                "backend; "
+                "this run uses the {} backend (runtime.backend: {})",
+                opts.profile_first, opts.profile_last, backend->name(), cfg.runtime.backend);
         // Plan for the backend actually used (auto resolved); the run's identity (config.yaml, the
         // checkpoints' config hash) stays the config as written.
         run_cfg.runtime.backend = backend_choice_of(*backend);
         // train.microbatch 0 on N ranks: the largest that fits among the divisors of batch_size / N,
         // planned for this rank's layout (its ZeRO-1 share of the optimizer state)
-        if (cfg.train.microbatch > 0) dp_make(comm, cfg, cfg.train.microbatch, resume_run);  // its message names all three
+        if (cfg.train.microbatch > 0)
+            dp_make(comm, cfg, cfg.train.microbatch, resume_run);  // its message names all three
         const ParallelLayout layout = parallel_layout(run_cfg, world, comm.rank());
         // ZeRO-1 plans from the whole model's table (its partition cuts the non-expert state over all
         // ranks, each expert shard's over its holders); stage 0 from the rank's own
@@ -652,8 +673,10 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         if (ec) fail("--out {}: cannot create the run folder: {}", opts.run_dir, ec.message());
         dir_lock(run_lock, opts.run_dir, RUN_LOCK_FILE, "skew train");
         if (fs::exists(config_path))  // another `skew train --out` on this folder finished meanwhile
-            fail("--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
-                 "choose another --out", opts.run_dir, opts.run_dir);
+            fail(
+                "--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
+                "choose another --out",
+                opts.run_dir, opts.run_dir);
         writes.file(config_path);
         write_file_atomic(config_path.string(), cfg.resolved_yaml + "\n");
         writes.file(fs::path(opts.run_dir) / data::kShardIdentityFile);
@@ -670,7 +693,8 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
     std::vector<TrainResult> results;
     try {
         for (size_t i = 0; i < cfg.optimizers.size(); ++i) {
-            results.push_back(train_one(run_cfg, table, cfg.optimizers[i], data, opts, *backend, microbatch[i], writes));
+            results.push_back(
+                train_one(run_cfg, table, cfg.optimizers[i], data, opts, *backend, microbatch[i], writes));
             if (results.back().stopped) break;
         }
     } catch (...) {
