@@ -2,10 +2,10 @@
 // (kernels/cuda/optim_kernels.h optim_write_bf16 with optim_write_word / optim_write_words8, fed by
 // optim/device_write.h) are one rule: evaluated on the host, both write the same bf16 bits for every
 // rounding mode, fused or premultiplied decay, and a slot whose noise index starts past element 0.
-// CUDA builds only (the GPU side's header); the kernels themselves are compared in tests/gpu.
+// Part of test_optim in CUDA builds only (the GPU side's header: tests/CMakeLists.txt); the kernels
+// themselves are compared in tests/gpu.
 #include <catch2/catch.hpp>
 
-#if defined(SKEW_HAVE_CUDA)
 #include <cstdint>
 #include <vector>
 
@@ -94,4 +94,3 @@ TEST_CASE("device_write carries every write-back field, the element base as a 64
     CHECK(w.element_base == (uint64_t(1) << 35) + 32);
     CHECK(w.element_base == uint64_t(wb.element_base));
 }
-#endif
