@@ -76,32 +76,6 @@ constexpr int64_t LOGITS_CHUNK_TOKENS = 512;
 /// the GPU; the trainer plans with the backend it resolved).
 BackendChoice plan_backend(const Config& cfg);
 
-/// What a backend declares to the plan for one microbatch, from its device-free size model:
-/// buffers it holds for the whole step (the cuBLASLt workspace ws.library, runtime.workspace_gib),
-/// its op scratch for forward and backward, and the bytes its fused LM head + cross-entropy needs
-/// (the model's act.logits slot is at least that large).
-struct BackendWorkspace {
-    std::vector<BufferSpec> whole_step;  // FORWARD..OPTIMIZER
-    std::vector<BufferSpec> ops;         // FORWARD..BACKWARD
-    int64_t lm_head_bytes = 0;
-};
-
-/// The workspace of plan_backend(cfg) for `microbatch` sequences: cpu_backend_workspace or
-/// cuda_backend_workspace.
-BackendWorkspace backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
-
-/// The CPU backend's: its fused LM head's workspace (kernels/cpu/workspace_sizes.h: a chunk of at most
-/// 512 tokens of fp32 logits, the embedding widened to fp32 and an fp32 accumulator for its
-/// gradient, per-group input-gradient partials and softmax statistics; kernels/cpu/lm_head.cpp);
-/// no op scratch.
-BackendWorkspace cpu_backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
-
-/// The CUDA backend's (formulas: kernels/cuda/workspace_sizes.h): ws.cuda_scratch (fp32 words holding the
-/// largest op scratch: embedding/LayerNorm/attention backward, router, dispatch sort, grad-norm
-/// partials), with MoE blocks ws.cuda_widen (fp32, the router's bf16 operands widened), and the
-/// fused LM head's chunk logits, dlogits, losses and dwte accumulator.
-BackendWorkspace cuda_backend_workspace(const Config& cfg, const ParamTable& table, int64_t microbatch);
-
 /// The device memory a CUDA process holds outside the arena (CUDA context, cuBLAS/cuBLASLt handles
 /// and their workspaces, module images), bytes, for CUDA major version `cuda_major`: the constant
 /// `skew plan` adds when no GPU is present. Measured on an H200 at CUDA 13 (docs/design.md §8):

@@ -7,23 +7,25 @@
 #include "engine/error.h"
 #include "model/activations.h"
 #include "optim/zero_partition.h"
+#include "plan/backend_workspace.h"
 
 namespace skew {
 
-MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
-                             int64_t microbatch, const ParallelLayout& layout) {
+MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, int64_t microbatch,
+                             const ParallelLayout& layout) {
     if (microbatch < 1) fail("plan: microbatch must be >= 1 (got {})", microbatch);
     if (layout.world_size < 1 || layout.rank < 0 || layout.rank >= layout.world_size || layout.expert_parallel < 1 ||
         layout.world_size % layout.expert_parallel != 0)
         fail("plan: bad layout ({}, rank {})", layout.describe(), layout.rank);
     if (cfg.train.batch_size % layout.world_size != 0)
-        fail("plan: train.batch_size {} is not a multiple of the world size {}", cfg.train.batch_size, layout.world_size);
+        fail("plan: train.batch_size {} is not a multiple of the world size {}", cfg.train.batch_size,
+             layout.world_size);
     const int64_t rank_batch = cfg.train.batch_size / layout.world_size;  // sequences per rank per step
     if (rank_batch % microbatch != 0) {
         if (layout.world_size == 1)
             fail("plan: microbatch {} does not divide train.batch_size {}", microbatch, cfg.train.batch_size);
-        fail("plan: microbatch {} does not divide the rank's {} sequences (train.batch_size {} over {} ranks)", microbatch,
-             rank_batch, cfg.train.batch_size, layout.world_size);
+        fail("plan: microbatch {} does not divide the rank's {} sequences (train.batch_size {} over {} ranks)",
+             microbatch, rank_batch, cfg.train.batch_size, layout.world_size);
     }
     // what this rank holds (weights, gradients) and owns (optimizer state and its update): the
     // whole model's table is cut to the rank's banks here; a rank's table (build_param_table with
@@ -36,8 +38,8 @@ MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const O
         fail("plan: ZeRO-1 partitions the whole model's table (build_param_table(cfg.model)), not a rank's ({})",
              layout.describe());
     const ParamTable held = table_m > 1 ? table : held_param_table(table, layout);
-    const ParamTable owned = layout.zero() ? owned_param_table(table, zero_partition(table, opt, layout), layout.rank)
-                                           : held;
+    const ParamTable owned =
+        layout.zero() ? owned_param_table(table, zero_partition(table, opt, layout), layout.rank) : held;
     const DType grad_dtype = cfg.runtime.grad_dtype == GradDtype::FP32 ? DType::F32 : DType::BF16;
     const BackendWorkspace backend = backend_workspace(cfg, table, microbatch);
     // expert parallel: the exchange slots of M ranks, from the rank's table (its banks hold E/M
