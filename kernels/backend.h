@@ -119,11 +119,11 @@ struct ClassifierShape {
 /// Memory of the run's arena that a backend uses for its own work (the memory plan's ws.* buffers,
 /// engine/memory_plan.h backend_workspace); nullptr / 0: none, the backend uses its own.
 struct BackendWorkspaceMemory {
-    void* library = nullptr;   // matrix-library workspace (cuBLASLt), library_bytes bytes
+    void* library = nullptr;  // matrix-library workspace (cuBLASLt), library_bytes bytes
     int64_t library_bytes = 0;
-    void* scratch = nullptr;   // op scratch (sorts, reduction partials), scratch_bytes bytes
+    void* scratch = nullptr;  // op scratch (sorts, reduction partials), scratch_bytes bytes
     int64_t scratch_bytes = 0;
-    float* widen = nullptr;    // fp32 widening buffer of mixed-dtype products, widen_elems elements
+    float* widen = nullptr;  // fp32 widening buffer of mixed-dtype products, widen_elems elements
     int64_t widen_elems = 0;
 };
 
@@ -245,6 +245,31 @@ struct Backend {
     virtual void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                                     const float* weight, const float* mean, const float* rstd, int64_t n_rows,
                                     int64_t channels, bool accumulate_dinp = false) = 0;
+
+    // ---- RMSNorm (fp32 weight, no bias; docs/architectures.md)
+
+    /// out = x * rstd * weight per row, rstd = 1/sqrt(mean(x^2) + eps) (no mean subtraction, no
+    /// bias: Zhang and Sennrich 2019, as Llama-family models). out, inp (n_rows, C) bf16; weight (C)
+    /// fp32; rstd (n_rows) fp32 saved for backward (may be null). One rounding to bf16 per output.
+    virtual void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const float* weight, int64_t n_rows,
+                                 int64_t channels, float eps) = 0;
+
+    /// RMSNorm backward: dinp = rstd * (dnorm - norm * mean(dnorm * norm)), dnorm = dout * weight,
+    /// norm = x * rstd; dinp (n_rows, C) bf16 overwritten, or += when accumulate_dinp; dweight (C)
+    /// fp32 accumulated (null: skipped), summed over rows in a fixed order. rstd from the forward.
+    virtual void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp, const float* weight,
+                                  const float* rstd, int64_t n_rows, int64_t channels,
+                                  bool accumulate_dinp = false) = 0;
+
+    // ---- rotary position embedding (RoPE)
+
+    /// Rotates x (batch, seq_len, n_heads, head_dim) bf16 in place: token t of every sequence sits
+    /// at position pos0 + t; lane i of each head pairs with lane i + head_dim/2 by the angle
+    /// rope_angle(pos, i, head_dim, theta) (kernels/common/rope_math.h, the "rotate half" layout of
+    /// Hugging Face Llama-family models). inverse: rotate back, which is the backward (a rotation's
+    /// transpose is its inverse), applied to the gradient. Errors: odd head_dim.
+    virtual void rope(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim, int64_t pos0,
+                      float theta, bool inverse = false) = 0;
 
     // ---- attention (causal, GQA)
 

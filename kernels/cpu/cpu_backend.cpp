@@ -50,6 +50,19 @@ struct CpuBackend final : Backend {
         cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n_rows, channels, accumulate_dinp);
     }
 
+    void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const float* weight, int64_t n_rows, int64_t channels,
+                         float eps) override {
+        cpu::rmsnorm_forward(out, rstd, inp, weight, n_rows, channels, eps);
+    }
+    void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp, const float* weight,
+                          const float* rstd, int64_t n_rows, int64_t channels, bool accumulate_dinp) override {
+        cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, n_rows, channels, accumulate_dinp);
+    }
+    void rope(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim, int64_t pos0, float theta,
+              bool inverse) override {
+        cpu::rope(x, batch, seq_len, n_heads, head_dim, pos0, theta, inverse);
+    }
+
     void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                            const AttentionShape& s) override {
         cpu::attention_forward(out, lse, q, k, v, s);

@@ -29,10 +29,8 @@ inline float load_at(ConstTensorRef t, int64_t i) {
 
 /// Store v at element i of a typed tensor.
 inline void store_at(TensorRef t, int64_t i, float v) {
-    if (t.type == ScalarType::BF16)
-        static_cast<bf16*>(t.data)[i] = f32_to_bf16(v);
-    else
-        static_cast<float*>(t.data)[i] = v;
+    if (t.type == ScalarType::BF16) static_cast<bf16*>(t.data)[i] = f32_to_bf16(v);
+    else static_cast<float*>(t.data)[i] = v;
 }
 
 /// The tensor starting `elems` elements into t.
@@ -164,6 +162,21 @@ template <class T>
 void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const float* weight,
                         const float* mean, const float* rstd, int64_t n_rows, int64_t channels, bool accumulate_dinp);
 
+// ---- rmsnorm (rmsnorm.cpp)
+
+template <class T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const float* weight, int64_t n_rows, int64_t channels,
+                     float eps);
+template <class T>
+void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, const float* weight, const float* rstd,
+                      int64_t n_rows, int64_t channels, bool accumulate_dinp);
+
+// ---- rotary position embedding (rope.cpp)
+
+template <class T>
+void rope(T* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim, int64_t pos0, float theta,
+          bool inverse);
+
 // ---- attention (attention.cpp)
 
 template <class T>
@@ -247,7 +260,7 @@ void lm_head_tile_softmax_stats(const float* t, int64_t ld, int64_t rows, int64_
 /// The tile t (rows x cols fp32, stride ld; its first column is vocabulary column c0) overwritten by
 /// its logits' gradient: exp(t - row_max[r]) · row_inv[r] for columns < V, 0 for the padding, and
 /// grad_scale subtracted at the row's target column. The same bits on every CPU.
-void lm_head_tile_dlogits(float* t, int64_t ld, int64_t rows, int64_t c0, int64_t cols, int64_t V,
-                          const float* row_max, const float* row_inv, const int32_t* targets, float grad_scale);
+void lm_head_tile_dlogits(float* t, int64_t ld, int64_t rows, int64_t c0, int64_t cols, int64_t V, const float* row_max,
+                          const float* row_inv, const int32_t* targets, float grad_scale);
 
 }  // namespace skew::cpu

@@ -24,15 +24,19 @@
 #include "kernels/cuda/moe_matmul.h"
 #include "kernels/cuda/moe_router.h"
 #include "kernels/cuda/nvtx.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rope.h"
 #include "kernels/cuda/swiglu.h"
+#include "kernels/cuda/workspace_sizes.h"
 
 namespace skew::cuda {
 
 CudaBackend::CudaBackend(int device) : device_(device) {
     const int n = device_count();
     if (n == 0)
-        fail("CUDA backend: no CUDA device is visible\n--> HINT: run on a machine with an NVIDIA GPU and driver "
-             "(nvidia-smi), or use the CPU backend");
+        fail(
+            "CUDA backend: no CUDA device is visible\n--> HINT: run on a machine with an NVIDIA GPU and driver "
+            "(nvidia-smi), or use the CPU backend");
     if (device < 0 || device >= n) fail("CUDA backend: device {} does not exist ({} visible)", device, n);
     cuda_check(cudaSetDevice(device));
     cuda_check(cudaFree(nullptr));  // the context exists from here: what it takes is in use now
@@ -55,9 +59,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     // The start-up measurement of what the process holds outside the arena (the trainer logs the
     // total against skew plan's constant, cuda_runtime_overhead_bytes): the context, then the handles.
     const int64_t used_handles = device_memory_used_bytes();
-    spdlog::info("CUDA backend: device memory in use at start-up {:.3f} GiB with the context, {:.3f} GiB with the "
-                 "library handles and their workspace (whole device, by cudaMemGetInfo)",
-                 double(used_context) / double(1 << 30), double(used_handles) / double(1 << 30));
+    spdlog::info(
+        "CUDA backend: device memory in use at start-up {:.3f} GiB with the context, {:.3f} GiB with the "
+        "library handles and their workspace (whole device, by cudaMemGetInfo)",
+        double(used_context) / double(1 << 30), double(used_handles) / double(1 << 30));
 }
 
 CudaBackend::~CudaBackend() {
@@ -113,9 +118,11 @@ void* CudaBackend::allocate_device_memory(int64_t bytes, const std::string& what
     const cudaError_t err = cudaMalloc(&p, size_t(bytes));
     if (err != cudaSuccess) {
         cudaGetLastError();
-        fail("arena: cudaMalloc of {:.2f} GiB for {} failed ({}); the device has {:.2f} GiB free of {:.2f} GiB. "
-             "--> HINT: free the device (other processes: nvidia-smi), or see what fits with `skew plan CONFIG --budget GIB`",
-             double(bytes) / gib, what, cudaGetErrorString(err), double(free_b) / gib, double(total_b) / gib);
+        fail(
+            "arena: cudaMalloc of {:.2f} GiB for {} failed ({}); the device has {:.2f} GiB free of {:.2f} GiB. "
+            "--> HINT: free the device (other processes: nvidia-smi), or see what fits with `skew plan CONFIG --budget "
+            "GIB`",
+            double(bytes) / gib, what, cudaGetErrorString(err), double(free_b) / gib, double(total_b) / gib);
     }
     cudaMemset(p, 0, size_t(bytes));
     return p;
@@ -130,8 +137,10 @@ void* CudaBackend::scratch(int64_t bytes) {
     if (ext_scratch_ && bytes <= ext_scratch_bytes_) return ext_scratch_;
     if (ext_scratch_ && !warned_scratch_) {
         warned_scratch_ = true;
-        spdlog::warn("CUDA backend: an op needs {} bytes of scratch, the plan's ws.cuda_scratch holds {}; allocating "
-                     "outside the arena (the plan underestimates this op)", bytes, ext_scratch_bytes_);
+        spdlog::warn(
+            "CUDA backend: an op needs {} bytes of scratch, the plan's ws.cuda_scratch holds {}; allocating "
+            "outside the arena (the plan underestimates this op)",
+            bytes, ext_scratch_bytes_);
     }
     if (bytes > scratch_bytes_) {
         if (scratch_) {
@@ -223,6 +232,25 @@ void CudaBackend::layernorm_backward(bf16* dinp, float* dweight, float* dbias, c
                              stream_);
 }
 
+void CudaBackend::rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const float* weight, int64_t n_rows,
+                                  int64_t channels, float eps) {
+    cuda::rmsnorm_forward(out, rstd, inp, weight, n_rows, channels, eps, stream_);
+}
+
+void CudaBackend::rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp, const float* weight,
+                                   const float* rstd, int64_t n_rows, int64_t channels, bool accumulate_dinp) {
+    check_nonneg("rmsnorm_backward n_rows", n_rows);
+    check_nonneg("rmsnorm_backward channels", channels);
+    void* s = dweight ? scratch(cuda_ws::rmsnorm_backward_scratch_bytes(n_rows, channels)) : nullptr;
+    cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, n_rows, channels, accumulate_dinp, s, stream_);
+}
+
+void CudaBackend::rope(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim, int64_t pos0,
+                       float theta, bool inverse) {
+    if (head_dim <= 0 || head_dim % 2 != 0) fail("rope: head_dim {} is not a positive even number", head_dim);
+    cuda::rope(x, batch, seq_len, n_heads, head_dim, pos0, theta, inverse, stream_);
+}
+
 void CudaBackend::attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                                     const AttentionShape& s) {
     SKEW_NVTX_RANGE("attention_forward");
@@ -288,7 +316,8 @@ void CudaBackend::moe_gather_backward(bf16* dx, const bf16* dxs, const int64_t* 
 void CudaBackend::moe_matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight, const int64_t* offsets,
                                      int64_t n_experts, int64_t in_features, int64_t out_features) {
     SKEW_NVTX_RANGE("moe_matmul_forward");
-    void* sc = grouped_->algo() == GroupedGemmAlgo::CUBLAS_GROUPED ? scratch(moe_matmul_scratch_bytes(n_experts)) : nullptr;
+    void* sc =
+        grouped_->algo() == GroupedGemmAlgo::CUBLAS_GROUPED ? scratch(moe_matmul_scratch_bytes(n_experts)) : nullptr;
     grouped_->forward(out, inp, weight, offsets, n_experts, in_features, out_features, sc, stream_);
 }
 
@@ -296,7 +325,8 @@ void CudaBackend::moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTe
                                       ConstTensorRef weight, const int64_t* offsets, int64_t n_experts,
                                       int64_t in_features, int64_t out_features, bool accumulate_dinp) {
     SKEW_NVTX_RANGE("moe_matmul_backward");
-    void* sc = grouped_->algo() == GroupedGemmAlgo::CUBLAS_GROUPED ? scratch(moe_matmul_scratch_bytes(n_experts)) : nullptr;
+    void* sc =
+        grouped_->algo() == GroupedGemmAlgo::CUBLAS_GROUPED ? scratch(moe_matmul_scratch_bytes(n_experts)) : nullptr;
     grouped_->backward(dinp, dweight, dout, inp, weight, offsets, n_experts, in_features, out_features, accumulate_dinp,
                        sc, stream_);
 }
@@ -355,7 +385,9 @@ void CudaBackend::cross_entropy_backward(float* dlogits, const float* logits, co
                                         error_word_, stream_);
 }
 
-int64_t CudaBackend::lm_head_workspace_bytes(const ClassifierShape& s) const { return cuda::lm_head_workspace_bytes(s); }
+int64_t CudaBackend::lm_head_workspace_bytes(const ClassifierShape& s) const {
+    return cuda::lm_head_workspace_bytes(s);
+}
 
 void CudaBackend::lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
                                         ConstTensorRef wte, const int32_t* targets, float dloss,

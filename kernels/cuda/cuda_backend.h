@@ -85,6 +85,13 @@ public:
                             const float* weight, const float* mean, const float* rstd, int64_t n_rows, int64_t channels,
                             bool accumulate_dinp) override;
 
+    void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const float* weight, int64_t n_rows, int64_t channels,
+                         float eps) override;
+    void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp, const float* weight,
+                          const float* rstd, int64_t n_rows, int64_t channels, bool accumulate_dinp) override;
+    void rope(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim, int64_t pos0, float theta,
+              bool inverse) override;
+
     void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                            const AttentionShape& s) override;
     void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -145,9 +152,9 @@ private:
     int device_ = 0;
     cudaStream_t stream_ = nullptr;
     int* error_word_ = nullptr;  // device
-    void* scratch_ = nullptr;        // backend-owned, outside the arena
+    void* scratch_ = nullptr;    // backend-owned, outside the arena
     int64_t scratch_bytes_ = 0;
-    void* ext_scratch_ = nullptr;    // caller-owned (arena)
+    void* ext_scratch_ = nullptr;  // caller-owned (arena)
     int64_t ext_scratch_bytes_ = 0;
     bool warned_scratch_ = false;
     bool library_bound_ = false;  // bind_workspace gave the cuBLASLt workspace (an arena buffer)

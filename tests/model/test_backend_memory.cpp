@@ -5,7 +5,6 @@
 // clipping and evaluation then run with any direct host access to the arena faulting, named by
 // buffer. The guarded run must also give the unguarded run's results bit for bit.
 #include <catch2/catch.hpp>
-
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -18,10 +17,10 @@
 
 #include "engine/arena.h"
 #include "engine/config.h"
-#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "model/model.h"
+#include "plan/plan.h"
 
 using namespace skew;
 
@@ -46,8 +45,10 @@ void on_segv(int, siginfo_t* info, void*) {
         const MemoryPlan& plan = *g_region.arena->plan;
         const char* name = "?";
         for (size_t i = 0; i < plan.buffers.size(); ++i)
-            if (off >= plan.offsets[i] && off < plan.offsets[i] + plan.buffers[i].bytes()) name = plan.buffers[i].name.c_str();
-        n = snprintf(msg, sizeof msg, "\nFAILED: host access to backend memory outside a Backend op: arena offset %lld (%s)\n",
+            if (off >= plan.offsets[i] && off < plan.offsets[i] + plan.buffers[i].bytes())
+                name = plan.buffers[i].name.c_str();
+        n = snprintf(msg, sizeof msg,
+                     "\nFAILED: host access to backend memory outside a Backend op: arena offset %lld (%s)\n",
                      static_cast<long long>(off), name);
     } else {
         n = snprintf(msg, sizeof msg, "\nFAILED: segmentation fault outside the arena\n");
@@ -58,7 +59,8 @@ void on_segv(int, siginfo_t* info, void*) {
 
 void protect(bool on) {
     if (g_region.end > g_region.begin)
-        REQUIRE(mprotect(g_region.begin, size_t(g_region.end - g_region.begin), on ? PROT_NONE : PROT_READ | PROT_WRITE) == 0);
+        REQUIRE(mprotect(g_region.begin, size_t(g_region.end - g_region.begin),
+                         on ? PROT_NONE : PROT_READ | PROT_WRITE) == 0);
 }
 
 /// The CPU backend with the arena opened (read/write) only for the duration of each op.
@@ -89,27 +91,50 @@ struct GuardedBackend : Backend {
         Open open_arena(*this);
         inner_->matmul(c, a, b, s);
     }
-    void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int64_t batch, int64_t seq_len, int64_t channels, int64_t vocab_rows) override {
+    void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int64_t batch,
+                           int64_t seq_len, int64_t channels, int64_t vocab_rows) override {
         Open open_arena(*this);
         inner_->embedding_forward(out, tokens, wte, wpe, batch, seq_len, channels, vocab_rows);
     }
-    void embedding_backward(TensorRef dwte, TensorRef dwpe, const bf16* dout, const int32_t* tokens, int64_t batch, int64_t seq_len, int64_t channels, int64_t vocab_rows) override {
+    void embedding_backward(TensorRef dwte, TensorRef dwpe, const bf16* dout, const int32_t* tokens, int64_t batch,
+                            int64_t seq_len, int64_t channels, int64_t vocab_rows) override {
         Open open_arena(*this);
         inner_->embedding_backward(dwte, dwpe, dout, tokens, batch, seq_len, channels, vocab_rows);
     }
-    void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const float* weight, const float* bias, int64_t n_rows, int64_t channels, float eps) override {
+    void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const float* weight, const float* bias,
+                           int64_t n_rows, int64_t channels, float eps) override {
         Open open_arena(*this);
         inner_->layernorm_forward(out, mean, rstd, inp, weight, bias, n_rows, channels, eps);
     }
-    void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp, const float* weight, const float* mean, const float* rstd, int64_t n_rows, int64_t channels, bool accumulate_dinp) override {
+    void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                            const float* weight, const float* mean, const float* rstd, int64_t n_rows, int64_t channels,
+                            bool accumulate_dinp) override {
         Open open_arena(*this);
-        inner_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n_rows, channels, accumulate_dinp);
+        inner_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n_rows, channels,
+                                   accumulate_dinp);
     }
-    void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttentionShape& s) override {
+    void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const float* weight, int64_t n_rows, int64_t channels,
+                         float eps) override {
+        Open open_arena(*this);
+        inner_->rmsnorm_forward(out, rstd, inp, weight, n_rows, channels, eps);
+    }
+    void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp, const float* weight,
+                          const float* rstd, int64_t n_rows, int64_t channels, bool accumulate_dinp) override {
+        Open open_arena(*this);
+        inner_->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, n_rows, channels, accumulate_dinp);
+    }
+    void rope(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim, int64_t pos0, float theta,
+              bool inverse) override {
+        Open open_arena(*this);
+        inner_->rope(x, batch, seq_len, n_heads, head_dim, pos0, theta, inverse);
+    }
+    void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                           const AttentionShape& s) override {
         Open open_arena(*this);
         inner_->attention_forward(out, lse, q, k, v, s);
     }
-    void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v, const bf16* out, const float* lse, const AttentionShape& s) override {
+    void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                            const bf16* out, const float* lse, const AttentionShape& s) override {
         Open open_arena(*this);
         inner_->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s);
     }
@@ -121,39 +146,53 @@ struct GuardedBackend : Backend {
         Open open_arena(*this);
         inner_->swiglu_backward(da, db, dh, a, b, n);
     }
-    void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts, float* balance_loss, float* z_loss, float* mean_probs, const float* logits, const RouterShape& s, const RouterOptions& o) override {
+    void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts, float* balance_loss,
+                            float* z_loss, float* mean_probs, const float* logits, const RouterShape& s,
+                            const RouterOptions& o) override {
         Open open_arena(*this);
         inner_->moe_router_forward(probs, expert_idx, gates, counts, balance_loss, z_loss, mean_probs, logits, s, o);
     }
-    void moe_router_backward(float* dlogits, const float* dgates, const float* logits, const float* probs, const int32_t* expert_idx, const float* gates, const int64_t* counts, float d_balance, float d_z, const RouterShape& s, const RouterOptions& o) override {
+    void moe_router_backward(float* dlogits, const float* dgates, const float* logits, const float* probs,
+                             const int32_t* expert_idx, const float* gates, const int64_t* counts, float d_balance,
+                             float d_z, const RouterShape& s, const RouterOptions& o) override {
         Open open_arena(*this);
         inner_->moe_router_backward(dlogits, dgates, logits, probs, expert_idx, gates, counts, d_balance, d_z, s, o);
     }
-    void moe_dispatch(int64_t* sorted_to_copy, int64_t* copy_to_sorted, int64_t* offsets, const int32_t* expert_idx, int64_t n_tokens, int64_t top_k, int64_t n_experts) override {
+    void moe_dispatch(int64_t* sorted_to_copy, int64_t* copy_to_sorted, int64_t* offsets, const int32_t* expert_idx,
+                      int64_t n_tokens, int64_t top_k, int64_t n_experts) override {
         Open open_arena(*this);
         inner_->moe_dispatch(sorted_to_copy, copy_to_sorted, offsets, expert_idx, n_tokens, top_k, n_experts);
     }
-    void moe_gather_forward(bf16* xs, const bf16* x, const int64_t* sorted_to_copy, int64_t n_tokens, int64_t top_k, int64_t channels) override {
+    void moe_gather_forward(bf16* xs, const bf16* x, const int64_t* sorted_to_copy, int64_t n_tokens, int64_t top_k,
+                            int64_t channels) override {
         Open open_arena(*this);
         inner_->moe_gather_forward(xs, x, sorted_to_copy, n_tokens, top_k, channels);
     }
-    void moe_gather_backward(bf16* dx, const bf16* dxs, const int64_t* copy_to_sorted, int64_t n_tokens, int64_t top_k, int64_t channels, bool accumulate) override {
+    void moe_gather_backward(bf16* dx, const bf16* dxs, const int64_t* copy_to_sorted, int64_t n_tokens, int64_t top_k,
+                             int64_t channels, bool accumulate) override {
         Open open_arena(*this);
         inner_->moe_gather_backward(dx, dxs, copy_to_sorted, n_tokens, top_k, channels, accumulate);
     }
-    void moe_matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight, const int64_t* offsets, int64_t n_experts, int64_t in_features, int64_t out_features) override {
+    void moe_matmul_forward(TensorRef out, ConstTensorRef inp, ConstTensorRef weight, const int64_t* offsets,
+                            int64_t n_experts, int64_t in_features, int64_t out_features) override {
         Open open_arena(*this);
         inner_->moe_matmul_forward(out, inp, weight, offsets, n_experts, in_features, out_features);
     }
-    void moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout, ConstTensorRef inp, ConstTensorRef weight, const int64_t* offsets, int64_t n_experts, int64_t in_features, int64_t out_features, bool accumulate_dinp) override {
+    void moe_matmul_backward(TensorRef dinp, TensorRef dweight, ConstTensorRef dout, ConstTensorRef inp,
+                             ConstTensorRef weight, const int64_t* offsets, int64_t n_experts, int64_t in_features,
+                             int64_t out_features, bool accumulate_dinp) override {
         Open open_arena(*this);
-        inner_->moe_matmul_backward(dinp, dweight, dout, inp, weight, offsets, n_experts, in_features, out_features, accumulate_dinp);
+        inner_->moe_matmul_backward(dinp, dweight, dout, inp, weight, offsets, n_experts, in_features, out_features,
+                                    accumulate_dinp);
     }
-    void moe_combine_forward(bf16* out, const bf16* ys, const float* gates, const int64_t* copy_to_sorted, int64_t n_tokens, int64_t top_k, int64_t channels) override {
+    void moe_combine_forward(bf16* out, const bf16* ys, const float* gates, const int64_t* copy_to_sorted,
+                             int64_t n_tokens, int64_t top_k, int64_t channels) override {
         Open open_arena(*this);
         inner_->moe_combine_forward(out, ys, gates, copy_to_sorted, n_tokens, top_k, channels);
     }
-    void moe_combine_backward(bf16* dys, float* dgates, const bf16* dout, const bf16* ys, const float* gates, const int64_t* copy_to_sorted, int64_t n_tokens, int64_t top_k, int64_t channels) override {
+    void moe_combine_backward(bf16* dys, float* dgates, const bf16* dout, const bf16* ys, const float* gates,
+                              const int64_t* copy_to_sorted, int64_t n_tokens, int64_t top_k,
+                              int64_t channels) override {
         Open open_arena(*this);
         inner_->moe_combine_backward(dys, dgates, dout, ys, gates, copy_to_sorted, n_tokens, top_k, channels);
     }
@@ -186,18 +225,22 @@ struct GuardedBackend : Backend {
         Open open_arena(*this);
         return inner_->sum_squares(buffers);
     }
-    void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n_tokens, int64_t vocab_size, int64_t padded_vocab_size) override {
+    void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t n_tokens,
+                               int64_t vocab_size, int64_t padded_vocab_size) override {
         Open open_arena(*this);
         inner_->cross_entropy_forward(losses, logits, targets, n_tokens, vocab_size, padded_vocab_size);
     }
-    void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int64_t n_tokens, int64_t vocab_size, int64_t padded_vocab_size) override {
+    void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss,
+                                int64_t n_tokens, int64_t vocab_size, int64_t padded_vocab_size) override {
         Open open_arena(*this);
         inner_->cross_entropy_backward(dlogits, logits, targets, dloss, n_tokens, vocab_size, padded_vocab_size);
     }
     int64_t lm_head_workspace_bytes(const ClassifierShape& s) const override {
         return inner_->lm_head_workspace_bytes(s);
     }
-    void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x, ConstTensorRef wte, const int32_t* targets, float dloss, const ClassifierShape& s, void* workspace) override {
+    void lm_head_cross_entropy(float* mean_loss, float* losses, TensorRef dx, TensorRef dwte, ConstTensorRef x,
+                               ConstTensorRef wte, const int32_t* targets, float dloss, const ClassifierShape& s,
+                               void* workspace) override {
         Open open_arena(*this);
         inner_->lm_head_cross_entropy(mean_loss, losses, dx, dwte, x, wte, targets, dloss, s, workspace);
     }
@@ -252,7 +295,8 @@ TEST_CASE("the model reaches backend memory only through the Backend interface (
     g_region.begin = reinterpret_cast<char*>((uintptr_t(arena.base) + page - 1) / page * page);
     g_region.end = reinterpret_cast<char*>((uintptr_t(arena.base) + uintptr_t(arena.bytes)) / page * page);
     REQUIRE(g_region.end - g_region.begin > arena.bytes / 2);  // nearly all of the arena is guarded
-    struct sigaction sa {}, old {};
+    struct sigaction sa {
+    }, old{};
     sa.sa_sigaction = on_segv;
     sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
