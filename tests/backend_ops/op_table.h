@@ -88,6 +88,9 @@ struct Case {
     /// Backends other than the CPU are compared with the CPU's output under this many times the
     /// limit (each side within the limit of the exact result: (a + b)² <= 2a² + 2b², so 4).
     double cross_factor = 4.0;
+    /// The case checks an argument error: the op must throw skew::Error on every backend (no outputs
+    /// compared).
+    bool expect_error = false;
 };
 
 /// One backward op's finite-difference check on the CPU (fp32 instantiations of kernels/cpu):

@@ -203,7 +203,7 @@ int run_test_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, nlo
     for (const Case& c : all_cases(TableOptions{})) {
         if (!selected(c.op, o)) continue;
         std::vector<Tensor> exact = c.t;
-        c.ref(exact);
+        if (!c.expect_error) c.ref(exact);
         std::vector<std::vector<double>> want(exact.size()), cpu_out;
         for (size_t i = 0; i < exact.size(); ++i) want[i] = exact[i].v;
         for (auto& b : backends) {
@@ -211,6 +211,23 @@ int run_test_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, nlo
                 if (!o.json)
                     std::printf("%-4s %-24s %-6s %s: not supported\n", "skip", c.op.c_str(), b.name.c_str(),
                                 c.shape.c_str());
+                continue;
+            }
+            if (c.expect_error) {
+                std::string what;
+                try {
+                    run_case(*b.be, c);
+                } catch (const Error& e) {
+                    what = e.what();
+                }
+                const bool ok = !what.empty();
+                failures += !ok;
+                if (o.json)
+                    rows.push_back(
+                        {{"op", c.op}, {"shape", c.shape}, {"backend", b.name}, {"ok", ok}, {"error", what}});
+                else
+                    std::printf("%-4s %-22s %-5s %s: %s\n", ok ? "ok" : "FAIL", c.op.c_str(), b.name.c_str(),
+                                c.shape.c_str(), ok ? ("threw: " + what.substr(0, 80)).c_str() : "did not throw");
                 continue;
             }
             std::vector<std::vector<double>> got;
