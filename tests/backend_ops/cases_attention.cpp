@@ -112,8 +112,6 @@ void add_attention_cases(std::vector<Case>& out, const TableOptions& o) {
         const AttentionShape s{o.cpu_scaled ? 1 : 64, 128, 32, 8, 128};
         out.push_back(fwd_case(s, 1));
         out.push_back(bwd_case(s, 2));
-        for (auto& c : out)
-            if (c.shape.rfind("paper", 0) != 0) c.shape = "paper: " + c.shape;
         return;
     }
     const std::vector<AttentionShape> shapes{

@@ -39,6 +39,40 @@ Case matmul_case(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha,
     return c;
 }
 
+// An empty reduction (k = 0) with null operands: C = beta·C (beta = 0: zeros, whatever C held).
+Case matmul_empty_k_case(float beta) {
+    Case c;
+    c.op = "matmul";
+    c.shape = fmt_shape("m2 n2 k0 NN beta %g, null operands", beta);
+    c.dtypes = "f32·f32->f32";
+    c.t = {output_values("c", DT::F32, {1, 2, 3, 4}, Tol{0, 0, "beta·C: exact"})};
+    const MatmulShape s{2, 2, 0, false, false, 1.0f, beta};
+    c.run = [s](Backend& be, Bufs& b) {
+        be.matmul(b.ref(0), ConstTensorRef(static_cast<const float*>(nullptr)),
+                  ConstTensorRef(static_cast<const float*>(nullptr)), s);
+    };
+    c.ref = [beta](std::vector<Tensor>& t) {
+        for (auto& x : t[0].v) x = beta == 0.0f ? 0.0 : double(beta) * x;
+    };
+    return c;
+}
+
+// Bad arguments: a negative size, a null output of a non-empty product.
+Case matmul_bad_case(bool null_output) {
+    Case c;
+    c.op = "matmul";
+    c.shape = null_output ? "null output of a 4x5x6 product: throws" : "k = -4: throws";
+    c.dtypes = "f32·f32->f32";
+    c.expect_error = true;
+    c.t = {input("a", DT::F32, 30, 1), input("b", DT::F32, 30, 2), output("c", DT::F32, 30, Tol{})};
+    c.run = [null_output](Backend& be, Bufs& b) {
+        if (null_output) be.matmul(TensorRef(static_cast<float*>(nullptr)), b.ref(0), b.ref(1), MatmulShape{4, 5, 6});
+        else be.matmul(b.ref(2), b.ref(0), b.ref(1), MatmulShape{2, 2, -4});
+    };
+    c.ref = [](std::vector<Tensor>&) {};
+    return c;
+}
+
 // ---- embedding
 
 std::vector<double> tokens_of(int64_t n, int64_t V, uint32_t seed) {
@@ -49,32 +83,46 @@ std::vector<double> tokens_of(int64_t n, int64_t V, uint32_t seed) {
     return tok;
 }
 
-Case embedding_fwd_case(int64_t B, int64_t T, int64_t C, int64_t V, uint32_t seed) {
+Case embedding_fwd_case(int64_t B, int64_t T, int64_t C, int64_t V, uint32_t seed, std::vector<double> tokens = {}) {
     Case c;
     c.op = "embedding_forward";
     c.shape = fmt_shape("B%lld T%lld C%lld V%lld", (long long)B, (long long)T, (long long)C, (long long)V);
     c.dtypes = "bf16";
-    c.t.push_back(input_values("tokens", DT::I32, tokens_of(B * T, V, seed)));
+    const bool bad = !tokens.empty();  // a token outside [0, V): the op must refuse
+    if (bad) c.shape += " token V (out of range): throws", c.expect_error = true;
+    c.t.push_back(input_values("tokens", DT::I32, bad ? tokens : tokens_of(B * T, V, seed)));
     c.t.push_back(input("wte", DT::BF16, V * C, seed + 1));
     c.t.push_back(input("wpe", DT::BF16, (T + 3) * C, seed + 2));
-    c.t.push_back(output("out", DT::BF16, B * T * C, tol_rounded(DT::BF16, 2)));
+    // summed in fp32 and rounded once: the reference does the same float sum and rounding (exact)
+    c.t.push_back(output("out", DT::BF16, B * T * C, Tol{0, 0, "fp32 sum, one rounding to nearest even: exact"}));
     c.run = [=](Backend& be, Bufs& b) {
         be.embedding_forward(b.at<bf16>(3), b.at<int32_t>(0), b.at<bf16>(1), b.at<bf16>(2), B, T, C, V);
     };
-    c.ref = [=](std::vector<Tensor>& t) { ref::embedding_forward(t[3].v, t[0].v, t[1].v, t[2].v, B, T, C); };
+    c.ref = [=](std::vector<Tensor>& t) {
+        for (int64_t i = 0; i < B * T; ++i)
+            for (int64_t ch = 0; ch < C; ++ch)
+                t[3].v[size_t(i * C + ch)] =
+                    round_to(DT::BF16, float(t[1].v[size_t(int64_t(t[0].v[size_t(i)]) * C + ch)]) +
+                                           float(t[2].v[size_t((i % T) * C + ch)]));
+    };
     c.flops = double(B * T * C);
     c.bytes = double(B * T) * 4 + 3.0 * double(B * T * C) * 2;  // tokens, two rows read, one written
     return c;
 }
 
 Case embedding_bwd_case(int64_t B, int64_t T, int64_t C, int64_t V, DT dwte_dt, DT dwpe_dt, bool with_wpe,
-                        uint32_t seed) {
+                        uint32_t seed, bool repeated = false) {
     Case c;
     c.op = "embedding_backward";
-    c.shape = fmt_shape("B%lld T%lld C%lld V%lld dwte %s dwpe %s", (long long)B, (long long)T, (long long)C,
-                        (long long)V, dt_name(dwte_dt), with_wpe ? dt_name(dwpe_dt) : "null");
+    c.shape = fmt_shape("B%lld T%lld C%lld V%lld dwte %s dwpe %s%s", (long long)B, (long long)T, (long long)C,
+                        (long long)V, dt_name(dwte_dt), with_wpe ? dt_name(dwpe_dt) : "null",
+                        repeated ? " tokens (5i mod 3): heavy repetition" : "");
     c.dtypes = std::string("bf16->") + dt_name(dwte_dt) + "," + dt_name(dwpe_dt);
-    c.t.push_back(input_values("tokens", DT::I32, tokens_of(B * T, V, seed)));
+    c.deterministic = true;  // documented: fixed summation order, no atomics
+    std::vector<double> tok = tokens_of(B * T, V, seed);
+    if (repeated)
+        for (size_t i = 0; i < tok.size(); ++i) tok[i] = double((i * 5) % 3);
+    c.t.push_back(input_values("tokens", DT::I32, tok));
     c.t.push_back(input("dout", DT::BF16, B * T * C, seed + 1));
     c.t.push_back(output_random("dwte", dwte_dt, V * C, seed + 2, tol_rounded(dwte_dt, B * T)));
     c.t.push_back(output_random("dwpe", dwpe_dt, with_wpe ? (T + 3) * C : 0, seed + 3, tol_rounded(dwpe_dt, B)));
@@ -85,7 +133,10 @@ Case embedding_bwd_case(int64_t B, int64_t T, int64_t C, int64_t V, DT dwte_dt, 
         ref::embedding_backward(&t[2].v, with_wpe ? &t[3].v : nullptr, t[1].v, t[0].v, B, T, C);
     };
     c.flops = 2.0 * double(B * T * C);
-    c.bytes = tensor_bytes(c.t, true);
+    // tokens, dout, and the rows touched: B·T rows of dwte and T rows of dwpe, each read and written
+    c.bytes = double(B * T) * (4.0 + 2.0 * double(C)) +
+              2.0 * double(C) *
+                  (double(B * T) * double(dt_bytes(dwte_dt)) + (with_wpe ? double(T * dt_bytes(dwpe_dt)) : 0.0));
     return c;
 }
 
@@ -195,7 +246,6 @@ void add_dense_cases(std::vector<Case>& out, const TableOptions& o) {
         out.push_back(layernorm_bwd_case(N, C, true, 7));
         out.push_back(swiglu_fwd_case(N * C, 8));
         out.push_back(swiglu_bwd_case(N * C, 9));
-        for (auto& c : out) c.shape = "paper: " + c.shape;
         return;
     }
     out.push_back(matmul_case(67, 45, 33, false, false, 1, 0, DT::F32, DT::F32, DT::F32, 10));
@@ -204,10 +254,25 @@ void add_dense_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(matmul_case(130, 70, 129, true, true, 1, 1, DT::BF16, DT::BF16, DT::F32, 13));
     out.push_back(matmul_case(64, 64, 1, false, true, 2, 0, DT::F32, DT::BF16, DT::BF16, 14));  // k = 1
     out.push_back(matmul_case(33, 257, 64, false, true, 1, 0, DT::BF16, DT::BF16, DT::BF16, 15));
+    // every transpose, operand and output dtype, beta 0 and 1, at a small shape
+    uint32_t seed = 100;
+    for (bool ta : {false, true})
+        for (bool tb : {false, true})
+            for (DT da : {DT::F32, DT::BF16})
+                for (DT db : {DT::F32, DT::BF16})
+                    for (DT dc : {DT::F32, DT::BF16})
+                        for (float beta : {0.0f, 1.0f})
+                            out.push_back(matmul_case(5, 7, 9, ta, tb, 0.5f, beta, da, db, dc, seed += 3));
+    out.push_back(matmul_empty_k_case(1.0f));
+    out.push_back(matmul_empty_k_case(0.0f));
+    out.push_back(matmul_bad_case(false));
+    out.push_back(matmul_bad_case(true));
     out.push_back(embedding_fwd_case(2, 7, 40, 11, 20));
     out.push_back(embedding_fwd_case(1, 1, 64, 5, 21));  // T = 1
+    out.push_back(embedding_fwd_case(1, 2, 4, 2, 25, {0, 2}));
     out.push_back(embedding_bwd_case(2, 7, 40, 11, DT::F32, DT::BF16, true, 22));
     out.push_back(embedding_bwd_case(4, 16, 8, 7, DT::BF16, DT::F32, true, 23));
+    out.push_back(embedding_bwd_case(4, 16, 8, 7, DT::F32, DT::BF16, true, 26, true));
     out.push_back(embedding_bwd_case(2, 5, 24, 9, DT::F32, DT::F32, false, 24));  // dwpe null
     out.push_back(layernorm_fwd_case(5, 67, 30));
     out.push_back(layernorm_fwd_case(1, 256, 31));
@@ -236,6 +301,31 @@ double dotf(const std::vector<float>& a, const std::vector<float>& w) {
 }  // namespace
 
 void add_dense_grad_cases(std::vector<GradCase>& out) {
+    {  // the linear layer (Backend::matmul_forward / matmul_backward over matmul), fp32
+        struct S {
+            int64_t n = 4, in = 5, outf = 3;
+            std::vector<float> x = uniform(20, 20), w = uniform(15, 21), r = uniform(12, 22);
+            std::unique_ptr<Backend> be = make_cpu_backend();
+        };
+        auto s = std::make_shared<S>();
+        GradCase g;
+        g.op = "matmul";
+        g.shape = "linear layer n4 in5 out3 (matmul_forward / matmul_backward)";
+        const std::string why = "linear in each input: fd exact up to the loss's fp32 rounding";
+        g.in = {{"inp", &s->x, 1e-2f, 1e-4, 1e-3, why}, {"weight", &s->w, 1e-2f, 1e-4, 1e-3, why}};
+        g.loss = [s] {
+            std::vector<float> o(size_t(s->n * s->outf));
+            s->be->matmul_forward(o.data(), s->x.data(), s->w.data(), s->n, s->in, s->outf);
+            return dotf(o, s->r);
+        };
+        g.analytic = [s] {
+            std::vector<float> dx(s->x.size()), dw(s->w.size(), 0.0f);
+            s->be->matmul_backward(dx.data(), dw.data(), s->r.data(), s->x.data(), s->w.data(), s->n, s->in, s->outf);
+            return std::vector<std::vector<float>>{dx, dw};
+        };
+        g.state = s;
+        out.push_back(std::move(g));
+    }
     {  // embedding: linear, so central differences are exact up to the fp32 rounding of the loss
         struct S {
             int64_t B = 2, T = 3, C = 4, V = 5;

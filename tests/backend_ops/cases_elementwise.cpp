@@ -16,20 +16,35 @@ std::string label(const char* f, auto... a) {
     return buf;
 }
 
-Case residual_case(int64_t n, uint32_t seed) {
+// The element-wise ops compute in fp32 and round once to the destination: the reference does the
+// same float operation and rounding, so the limit is exact (every backend must match it bit for bit).
+const char* kExactF32 = "the fp32 operation and one rounding to nearest even, reproduced exactly";
+
+Case residual_case(Tensor a, Tensor b, bool alias, std::string note) {
     Case c;
     c.op = "residual_forward";
-    c.shape = label("n%lld", (long long)n);
+    const int64_t n = int64_t(a.v.size());
+    c.shape = label("n%lld", (long long)n) + note;
     c.dtypes = "bf16";
-    c.t = {input("a", DT::BF16, n, seed, -4, 4), input("b", DT::BF16, n, seed + 1),
-           output("out", DT::BF16, n, tol_rounded(DT::BF16, 1))};
-    c.run = [n](Backend& be, Bufs& b) { be.residual_forward(b.at<bf16>(2), b.at<bf16>(0), b.at<bf16>(1), n); };
-    c.ref = [](std::vector<Tensor>& t) {
-        for (size_t i = 0; i < t[0].v.size(); ++i) t[2].v[i] = t[0].v[i] + t[1].v[i];
+    if (alias) {  // out aliases a: a is the output, its initial values the input
+        a.out = true;
+        a.tol = Tol{0, 0, kExactF32};
+        c.t = {std::move(a), std::move(b)};
+    } else {
+        c.t = {std::move(a), std::move(b), output("out", DT::BF16, n, Tol{0, 0, kExactF32})};
+    }
+    const size_t o = alias ? 0 : 2;
+    c.run = [n, o](Backend& be, Bufs& b) { be.residual_forward(b.at<bf16>(o), b.at<bf16>(0), b.at<bf16>(1), n); };
+    c.ref = [o](std::vector<Tensor>& t) {
+        for (size_t i = 0; i < t[1].v.size(); ++i) t[o].v[i] = round_to(DT::BF16, float(t[0].v[i]) + float(t[1].v[i]));
     };
     c.flops = double(n);
-    c.bytes = tensor_bytes(c.t);
+    c.bytes = 3.0 * 2.0 * double(n);
     return c;
+}
+
+Case residual_case(int64_t n, uint32_t seed) {
+    return residual_case(input("a", DT::BF16, n, seed, -4, 4), input("b", DT::BF16, n, seed + 1), false, "");
 }
 
 Case accumulate_case(int64_t n, DT dst, DT src, uint32_t seed) {
@@ -37,10 +52,10 @@ Case accumulate_case(int64_t n, DT dst, DT src, uint32_t seed) {
     c.op = "accumulate";
     c.shape = label("n%lld dst %s src %s", (long long)n, dt_name(dst), dt_name(src));
     c.dtypes = std::string(dt_name(src)) + "->" + dt_name(dst);
-    c.t = {input("src", src, n, seed), output_random("dst", dst, n, seed + 1, tol_rounded(dst, 1))};
+    c.t = {input("src", src, n, seed), output_random("dst", dst, n, seed + 1, Tol{0, 0, kExactF32})};
     c.run = [n](Backend& be, Bufs& b) { be.accumulate(b.ref(1), b.ref(0), n); };
-    c.ref = [](std::vector<Tensor>& t) {
-        for (size_t i = 0; i < t[0].v.size(); ++i) t[1].v[i] += t[0].v[i];
+    c.ref = [dst](std::vector<Tensor>& t) {
+        for (size_t i = 0; i < t[0].v.size(); ++i) t[1].v[i] = round_to(dst, float(t[1].v[i]) + float(t[0].v[i]));
     };
     c.flops = double(n);
     c.bytes = tensor_bytes(c.t, true);
@@ -52,10 +67,10 @@ Case scale_case(int64_t n, DT dt, float factor, uint32_t seed) {
     c.op = "scale";
     c.shape = label("n%lld factor %g", (long long)n, factor);
     c.dtypes = dt_name(dt);
-    c.t = {output_random("x", dt, n, seed, tol_rounded(dt, 1))};
+    c.t = {output_random("x", dt, n, seed, Tol{0, 0, kExactF32})};
     c.run = [n, factor](Backend& be, Bufs& b) { be.scale(b.ref(0), factor, n); };
-    c.ref = [factor](std::vector<Tensor>& t) {
-        for (auto& x : t[0].v) x *= double(factor);
+    c.ref = [factor, dt](std::vector<Tensor>& t) {
+        for (auto& x : t[0].v) x = round_to(dt, float(x) * factor);
     };
     c.flops = double(n);
     c.bytes = tensor_bytes(c.t, true);
@@ -92,26 +107,27 @@ Case convert_case(int64_t n, DT dst, DT src, uint32_t seed) {
     return c;
 }
 
-Case sum_squares_case(std::vector<std::pair<DT, int64_t>> bufs, uint32_t seed) {
+Case sum_squares_case(std::vector<Tensor> in, std::string note = "") {
     Case c;
     c.op = "sum_squares";
     std::string sh;
-    int64_t total = 0;
-    for (auto& [dt, n] : bufs) {
-        c.t.push_back(input("buf" + std::to_string(c.t.size()), dt, n, seed + uint32_t(c.t.size())));
-        sh += (sh.empty() ? "" : " + ") + std::to_string(n) + " " + dt_name(dt);
-        total += n;
+    std::vector<int64_t> ns;
+    for (auto& t : in) {
+        sh += (sh.empty() ? "" : " + ") + std::to_string(t.numel()) + " " + dt_name(t.dt);
+        ns.push_back(t.numel());
+        c.t.push_back(std::move(t));
     }
-    c.shape = sh;
+    c.shape = sh + note;
     c.dtypes = "bf16,f32";
+    c.deterministic = true;  // documented: one reduction order fixed by the shapes
     // Accumulated in double: only the summation order differs from the reference (~n·2^-53).
     Tensor r = output("sum", DT::F64, 1, Tol{1e-20, 0.0, "double accumulation of n terms: (n·2^-53)^2"});
     r.host = true;  // the value the op returns to the host
     c.t.push_back(r);
-    const size_t nb = bufs.size();
-    c.run = [bufs, nb](Backend& be, Bufs& b) {
+    const size_t nb = ns.size();
+    c.run = [ns, nb](Backend& be, Bufs& b) {
         std::vector<BufferRef> refs;
-        for (size_t i = 0; i < nb; ++i) refs.push_back(BufferRef{ConstTensorRef(b.ref(i)), bufs[i].second});
+        for (size_t i = 0; i < nb; ++i) refs.push_back(BufferRef{ConstTensorRef(b.ref(i)), ns[i]});
         b.host(nb)[0] = be.sum_squares(refs);
     };
     c.ref = [nb](std::vector<Tensor>& t) {
@@ -120,8 +136,54 @@ Case sum_squares_case(std::vector<std::pair<DT, int64_t>> bufs, uint32_t seed) {
             for (double x : t[i].v) s += x * x;
         t[nb].v[0] = s;
     };
-    c.flops = 2.0 * double(total);
+    for (int64_t n : ns) c.flops += 2.0 * double(n);
     c.bytes = tensor_bytes(c.t);
+    return c;
+}
+
+Case sum_squares_case(std::vector<std::pair<DT, int64_t>> bufs, uint32_t seed) {
+    std::vector<Tensor> in;
+    for (auto& [dt, n] : bufs)
+        in.push_back(input("buf" + std::to_string(in.size()), dt, n, seed + uint32_t(in.size())));
+    return sum_squares_case(std::move(in));
+}
+
+// Gradient clipping to norm 1: sum_squares, scale every buffer by 1/sqrt of it, sum_squares again.
+Case clip_case(uint32_t seed) {
+    Case c;
+    c.op = "sum_squares";
+    c.covers = {"sum_squares", "scale"};
+    c.shape = "200000 f32 + 1000 bf16 + 10 f32 (3.0), clipped to norm 1 by scale";
+    c.dtypes = "bf16,f32";
+    c.t = {input("a", DT::F32, 200000, seed), input("b", DT::BF16, 1000, seed + 1),
+           input_values("c", DT::F32, std::vector<double>(10, 3.0))};
+    // The factor is float(1/sqrt(ss)): an ulp of ss may move it an ulp (2^-24), and the bf16 buffer's
+    // elements then round differently: relative 1e-6 on the norm is far above both.
+    Tensor r = output("norm2 after clipping", DT::F64, 1, Tol{1e-12, 0.0, "float factor (2^-24) and bf16 re-rounding"});
+    r.host = true;
+    c.t.push_back(r);
+    c.run = [](Backend& be, Bufs& b) {
+        const std::vector<BufferRef> refs{
+            {ConstTensorRef(b.ref(0)), 200000}, {ConstTensorRef(b.ref(1)), 1000}, {ConstTensorRef(b.ref(2)), 10}};
+        const float factor = float(1.0 / std::sqrt(be.sum_squares(refs)));
+        be.scale(b.ref(0), factor, 200000);
+        be.scale(b.ref(1), factor, 1000);
+        be.scale(b.ref(2), factor, 10);
+        b.host(3)[0] = be.sum_squares(refs);
+    };
+    c.ref = [](std::vector<Tensor>& t) {
+        double ss = 0.0;
+        for (size_t i = 0; i < 3; ++i)
+            for (double x : t[i].v) ss += x * x;
+        const float factor = float(1.0 / std::sqrt(ss));
+        double after = 0.0;
+        for (size_t i = 0; i < 3; ++i)
+            for (double x : t[i].v) {
+                const double y = round_to(t[i].dt, float(x) * factor);
+                after += y * y;
+            }
+        t[3].v[0] = after;
+    };
     return c;
 }
 
@@ -172,8 +234,10 @@ Case init_normal_case(int64_t n, DT dt, uint64_t seed, uint32_t tensor, float st
 
 void add_elementwise_cases(std::vector<Case>& out, const TableOptions& o) {
     if (o.perf) {
-        // The paper's activations: 64 x 128 tokens x 4096 (CPU: 1 x 128 tokens); a 4096 x 4096 weight.
-        const int64_t n = (o.cpu_scaled ? 128 : 8192) * int64_t(4096);
+        // The paper's activations: 64 x 128 tokens x 4096; a 4096 x 4096 weight.
+        // Full size on the CPU too: cheap, and larger than its caches (the roofline's copy is from DRAM).
+        (void)o.cpu_scaled;
+        const int64_t n = 8192 * int64_t(4096);
         out.push_back(residual_case(n, 1));
         out.push_back(accumulate_case(n, DT::F32, DT::BF16, 2));
         out.push_back(scale_case(n, DT::F32, 0.5f, 3));
@@ -182,12 +246,16 @@ void add_elementwise_cases(std::vector<Case>& out, const TableOptions& o) {
         out.push_back(sum_squares_case({{DT::F32, n}, {DT::BF16, n}}, 6));
         out.push_back(dot_accumulate_case(4096, 4096, 4096, 1.0f, 7));
         out.push_back(init_normal_case(4096 * 4096, DT::BF16, 1, 2, 0.02f));
-        for (auto& c : out)
-            if (c.shape.rfind("paper", 0) != 0) c.shape = "paper: " + c.shape;
         return;
     }
     out.push_back(residual_case(1003, 1));
     out.push_back(residual_case(1, 2));
+    // 1 + 2^-9 rounds to 1 (half an ulp below), 256 + 1 ties to even (256)
+    out.push_back(residual_case(input_values("a", DT::BF16, {1.0, 256.0}),
+                                input_values("b", DT::BF16, {1.0 / 512, 1.0}), false,
+                                " values: 1 + 2^-9 -> 1, 256 + 1 -> 256 (ties to even)"));
+    out.push_back(
+        residual_case(input("a", DT::BF16, 517, 3, -4, 4), input("b", DT::BF16, 517, 4), true, " out aliases a"));
     for (DT d : {DT::BF16, DT::F32})
         for (DT s : {DT::BF16, DT::F32}) out.push_back(accumulate_case(517, d, s, 3));
     out.push_back(scale_case(517, DT::BF16, 0.3f, 4));
@@ -198,6 +266,8 @@ void add_elementwise_cases(std::vector<Case>& out, const TableOptions& o) {
         for (DT s : {DT::BF16, DT::F32}) out.push_back(convert_case(517, d, s, 8));
     out.push_back(sum_squares_case({{DT::F32, 200000}, {DT::BF16, 1000}, {DT::F32, 10}}, 9));
     out.push_back(sum_squares_case({{DT::BF16, 1}, {DT::F32, 0}}, 10));
+    out.push_back(sum_squares_case({input_values("bad", DT::F32, {1.0, INFINITY})}, " holding inf: propagates"));
+    out.push_back(clip_case(14));
     out.push_back(dot_accumulate_case(33, 65, 65, 1.0f, 11));
     out.push_back(dot_accumulate_case(17, 30, 37, -0.5f, 12));  // ld > cols
     out.push_back(dot_accumulate_case(1, 1, 1, 2.0f, 13));

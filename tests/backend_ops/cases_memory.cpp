@@ -34,7 +34,7 @@ Case copy_case(int64_t n, DT dt, uint32_t seed) {
 void add_memory_cases(std::vector<Case>& out, const TableOptions& o) {
     if (o.perf) {
         Case c = copy_case(int64_t(64) << 20, DT::F32, 1);
-        c.shape = "paper: 256 MiB round trip";
+        c.shape = "256 MiB round trip";
         out.push_back(std::move(c));
         return;
     }

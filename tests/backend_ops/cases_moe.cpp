@@ -58,22 +58,38 @@ Dispatch dispatch_of(int64_t n, int64_t k, int64_t E, Routing r, uint32_t seed) 
 
 // ---- router
 
-Case router_fwd_case(int64_t n, int64_t E, int64_t k, float noise, bool ties, uint32_t seed) {
-    Case c;
-    c.op = "moe_router_forward";
-    c.shape = label("n%lld E%lld k%lld noise %g%s", (long long)n, (long long)E, (long long)k, noise,
-                    ties ? " all logits equal (ties to the lower index)" : "");
-    c.dtypes = "f32";
-    const RouterShape s{n, E, k};
+RouterOptions router_options(float noise, uint64_t seed = 77, uint32_t step = 3, uint32_t tensor = 2,
+                             uint64_t offset = 1000) {
     RouterOptions o;
     o.noise_std = noise;
-    o.seed = 77;
-    o.step = 3;
-    o.tensor = 2;
-    o.noise_offset = 1000;
+    o.seed = seed;
+    o.step = step;
+    o.tensor = tensor;
+    o.noise_offset = offset;
+    return o;
+}
+
+// The noisy logits by the interface's definition: logit + noise_std·N(0,1) from Philox, in fp32.
+std::vector<double> noisy_logits(const std::vector<double>& logits, const RouterShape& s, const RouterOptions& o) {
+    std::vector<double> noisy = logits;
+    if (o.noise_std != 0.0f)
+        for (int64_t i = 0; i < s.n_tokens * s.n_experts; ++i)
+            noisy[size_t(i)] = double(float(logits[size_t(i)]) +
+                                      o.noise_std * philox_normal(PhiloxKey{o.seed, PHILOX_STREAM_ROUTER_NOISE}, o.step,
+                                                                  o.tensor, o.noise_offset + uint64_t(i)));
+    return noisy;
+}
+
+Case router_fwd_case(const RouterShape& s, Tensor logits, const RouterOptions& o, std::string note) {
+    Case c;
+    c.op = "moe_router_forward";
+    c.shape = label("n%lld E%lld k%lld noise %g", (long long)s.n_tokens, (long long)s.n_experts, (long long)s.top_k,
+                    o.noise_std) +
+              note;
+    c.dtypes = "f32";
+    const int64_t n = s.n_tokens, E = s.n_experts, k = s.top_k;
     const Tol exact{};
-    c.t = {ties ? input_values("logits", DT::F32, std::vector<double>(size_t(n * E), 0.25))
-                : input("logits", DT::F32, n * E, seed, -3, 3),
+    c.t = {std::move(logits),
            output("probs", DT::F32, n * E, tol_rounded(DT::F32, E)),
            output("expert_idx", DT::I32, n * k, exact),
            output("gates", DT::F32, n * k, tol_rounded(DT::F32, E)),
@@ -86,14 +102,7 @@ Case router_fwd_case(int64_t n, int64_t E, int64_t k, float noise, bool ties, ui
                               b.at<float>(6), b.at<float>(7), b.at<float>(0), s, o);
     };
     c.ref = [s, o](std::vector<Tensor>& t) {
-        // The noisy logits by the interface's definition: logit + noise_std·N(0,1) from Philox, in fp32.
-        std::vector<double> noisy = t[0].v;
-        if (o.noise_std != 0.0f)
-            for (int64_t i = 0; i < s.n_tokens * s.n_experts; ++i)
-                noisy[size_t(i)] = double(float(t[0].v[size_t(i)]) +
-                                          o.noise_std * philox_normal(PhiloxKey{o.seed, PHILOX_STREAM_ROUTER_NOISE},
-                                                                      o.step, o.tensor, o.noise_offset + uint64_t(i)));
-        const auto r = ref::moe_router_forward(noisy, t[0].v, s, o.balance_alpha, o.z_coef);
+        const auto r = ref::moe_router_forward(noisy_logits(t[0].v, s, o), t[0].v, s, o.balance_alpha, o.z_coef);
         t[1].v = r.probs, t[2].v = r.expert_idx, t[3].v = r.gates, t[4].v = r.counts;
         t[5].v = {r.balance}, t[6].v = {r.z}, t[7].v = r.mean_probs;
     };
@@ -102,23 +111,33 @@ Case router_fwd_case(int64_t n, int64_t E, int64_t k, float noise, bool ties, ui
     return c;
 }
 
-Case router_bwd_case(int64_t n, int64_t E, int64_t k, bool with_dgates, uint32_t seed) {
+Case router_fwd_case(int64_t n, int64_t E, int64_t k, float noise, bool ties, uint32_t seed) {
+    const RouterShape s{n, E, k};
+    return router_fwd_case(s,
+                           ties ? input_values("logits", DT::F32, std::vector<double>(size_t(n * E), 0.0))
+                                : input("logits", DT::F32, n * E, seed, -3, 3),
+                           router_options(noise),
+                           ties ? " all logits 0 (ties to the lower index; balance = alpha)" : "");
+}
+
+Case router_bwd_case(const RouterShape& s, Tensor logits, const RouterOptions& o, bool with_dgates, uint32_t seed,
+                     std::string note) {
     Case c;
     c.op = "moe_router_backward";
-    c.shape = label("n%lld E%lld k%lld%s", (long long)n, (long long)E, (long long)k, with_dgates ? "" : " dgates null");
+    const int64_t n = s.n_tokens, E = s.n_experts, k = s.top_k;
+    c.shape = label("n%lld E%lld k%lld noise %g%s", (long long)n, (long long)E, (long long)k, o.noise_std,
+                    with_dgates ? "" : " dgates null") +
+              note;
     c.dtypes = "f32";
-    const RouterShape s{n, E, k};
-    const RouterOptions o;
-    Tensor logits = input("logits", DT::F32, n * E, seed, -3, 3);
-    auto r = ref::moe_router_forward(logits.v, logits.v, s, o.balance_alpha, o.z_coef);
+    // probs, expert_idx, gates and counts as the forward saves them (probs of the noisy logits).
+    auto r = ref::moe_router_forward(noisy_logits(logits.v, s, o), logits.v, s, o.balance_alpha, o.z_coef);
     const float d_balance = 0.7f, d_z = 1.3f;
-    c.t = {std::move(logits),
-           input("dgates", DT::F32, with_dgates ? n * k : 0, seed + 1),
-           input_values("probs", DT::F32, r.probs),
-           input_values("expert_idx", DT::I32, r.expert_idx),
-           input_values("gates", DT::F32, r.gates),
-           input_values("counts", DT::I64, r.counts),
-           output_random("dlogits", DT::F32, n * E, seed + 2, tol_rounded(DT::F32, E, 1e-3))};
+    const double scale = std::max(1.0, std::fabs(logits.v.empty() ? 1.0 : logits.v[0]));
+    c.t = {std::move(logits), input("dgates", DT::F32, with_dgates ? n * k : 0, seed + 1),
+           input_values("probs", DT::F32, r.probs), input_values("expert_idx", DT::I32, r.expert_idx),
+           input_values("gates", DT::F32, r.gates), input_values("counts", DT::I64, r.counts),
+           // the z-loss term grows with the logits' scale (2·lse·q): atol scaled with it
+           output_random("dlogits", DT::F32, n * E, seed + 2, tol_rounded(DT::F32, E, 1e-3 * scale))};
     c.run = [=](Backend& be, Bufs& b) {
         be.moe_router_backward(b.at<float>(6), with_dgates ? b.at<float>(1) : nullptr, b.at<float>(0), b.at<float>(2),
                                b.at<int32_t>(3), b.at<float>(4), b.at<int64_t>(5), d_balance, d_z, s, o);
@@ -130,6 +149,43 @@ Case router_bwd_case(int64_t n, int64_t E, int64_t k, bool with_dgates, uint32_t
     c.flops = 12.0 * double(n * E);
     c.bytes = tensor_bytes(c.t);
     return c;
+}
+
+Case router_bwd_case(int64_t n, int64_t E, int64_t k, bool with_dgates, uint32_t seed) {
+    return router_bwd_case(RouterShape{n, E, k}, input("logits", DT::F32, n * E, seed, -3, 3), router_options(0.0f),
+                           with_dgates, seed, "");
+}
+
+Case router_bad_k_case() {
+    Case c;
+    c.op = "moe_router_forward";
+    c.shape = "top_k 5 > E 4: throws";
+    c.dtypes = "f32";
+    c.expect_error = true;
+    const RouterShape s{2, 4, 5};
+    c.t = {input("logits", DT::F32, 8, 1),      output("probs", DT::F32, 8, Tol{}),  output("idx", DT::I32, 10, Tol{}),
+           output("gates", DT::F32, 10, Tol{}), output("counts", DT::I64, 4, Tol{}), output("bal", DT::F32, 1, Tol{}),
+           output("z", DT::F32, 1, Tol{})};
+    c.run = [s](Backend& be, Bufs& b) {
+        be.moe_router_forward(b.at<float>(1), b.at<int32_t>(2), b.at<float>(3), b.at<int64_t>(4), b.at<float>(5),
+                              b.at<float>(6), nullptr, b.at<float>(0), s, RouterOptions{});
+    };
+    c.ref = [](std::vector<Tensor>&) {};
+    return c;
+}
+
+std::vector<double> cyclic_logits() {  // token t: {3, 1, 0, -1} shifted by t: uniform load and mean probability
+    const double row[4] = {3.0, 1.0, 0.0, -1.0};
+    std::vector<double> v(16);
+    for (int t = 0; t < 4; ++t)
+        for (int e = 0; e < 4; ++e) v[size_t(t * 4 + e)] = row[(e - t + 4) % 4];
+    return v;
+}
+
+std::vector<double> imbalanced_logits() {  // everyone prefers expert 0
+    Tensor t = input("", DT::F32, 32, 2);
+    for (int64_t i = 0; i < 8; ++i) t.v[size_t(i * 4)] += 3.0;
+    return t.v;
 }
 
 // ---- dispatch, gather, combine
@@ -293,8 +349,6 @@ void add_moe_cases(std::vector<Case>& out, const TableOptions& o) {
         out.push_back(moe_mm_bwd_case(n, 2, E, C, F, S, DT::BF16, DT::F32, false, 7));
         out.push_back(combine_fwd_case(n, 2, C, E, S, 8));
         out.push_back(combine_bwd_case(n, 2, C, E, S, 9));
-        for (auto& c : out)
-            if (c.shape.rfind("paper", 0) != 0) c.shape = "paper: " + c.shape;
         return;
     }
     out.push_back(router_fwd_case(37, 8, 2, 0.0f, false, 1));
@@ -302,9 +356,24 @@ void add_moe_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(router_fwd_case(64, 128, 2, 0.0f, false, 3));
     out.push_back(router_fwd_case(20, 6, 3, 0.5f, false, 4));  // training noise
     out.push_back(router_fwd_case(5, 4, 2, 0.0f, true, 5));
+    out.push_back(router_fwd_case({4, 4, 2}, input_values("logits", DT::F32, cyclic_logits()), router_options(0.0f),
+                                  " cyclic logits: uniform load, balance = alpha"));
+    out.push_back(router_fwd_case({8, 4, 2}, input_values("logits", DT::F32, imbalanced_logits()), router_options(0.0f),
+                                  " expert 0 preferred: balance above alpha"));
+    for (uint32_t step : {7u, 8u})  // the noise keyed by (seed, step, tensor, element)
+        out.push_back(router_fwd_case({6, 4, 2}, input_values("logits", DT::F32, std::vector<double>(24, 0.0)),
+                                      router_options(0.5f, 42, step, 3, 100),
+                                      label(" on zero logits, seed 42 step %u tensor 3 offset 100", step)));
+    out.push_back(router_fwd_case({4, 8, 2}, input("logits", DT::F32, 32, 3, 300, 306), router_options(0.0f),
+                                  " logits in [300, 306): finite z-loss"));
+    out.push_back(router_bad_k_case());
     out.push_back(router_bwd_case(37, 8, 2, true, 6));
     out.push_back(router_bwd_case(16, 5, 1, true, 7));
     out.push_back(router_bwd_case(9, 128, 3, false, 8));
+    out.push_back(router_bwd_case({4, 8, 2}, input("logits", DT::F32, 32, 3, 300, 306), router_options(0.0f), true, 9,
+                                  " logits in [300, 306)"));
+    out.push_back(router_bwd_case({6, 5, 2}, input("logits", DT::F32, 30, 10, -2, 2), router_options(0.5f, 9), true, 10,
+                                  " (probs of the noisy logits)"));
     out.push_back(dispatch_case(37, 2, 8, S, 10));
     out.push_back(dispatch_case(37, 2, 8, K, 11));
     out.push_back(dispatch_case(1, 1, 5, S, 12));
@@ -345,42 +414,54 @@ double dotf(const std::vector<float>& a, const std::vector<float>& w) {
 }  // namespace
 
 void add_moe_grad_cases(std::vector<GradCase>& out) {
-    {  // router: the loss Σ gates·r + d_balance·balance + d_z·z at a fixed top-k choice
-        struct S {
-            RouterShape s{6, 5, 2};
-            RouterOptions o;
-            std::vector<float> logits = uniform(30, 1, -2, 2), r = uniform(12, 2);
-        };
-        auto st = std::make_shared<S>();
-        GradCase g;
-        g.op = "moe_router_backward";
-        g.shape = "n6 E5 k2, loss gates·r + 0.7 balance + 1.3 z";
-        g.in = {{"logits", &st->logits, 1e-3f, 2e-4, 1e-2, "fp32 softmax, eps 1e-3: rounding ~1e-4 / 2e-3"}};
-        g.loss = [st] {
-            const int64_t n = st->s.n_tokens, E = st->s.n_experts, k = st->s.top_k;
-            std::vector<float> probs(size_t(n * E)), gates(size_t(n * k));
-            std::vector<int32_t> idx(size_t(n * k));
-            std::vector<int64_t> counts(static_cast<size_t>(E));
-            float bal = 0, z = 0;
-            cpu::moe_router_forward(probs.data(), idx.data(), gates.data(), counts.data(), &bal, &z, nullptr,
-                                    st->logits.data(), st->s, st->o);
-            return dotf(gates, st->r) + 0.7 * bal + 1.3 * z;
-        };
-        g.analytic = [st] {
-            const int64_t n = st->s.n_tokens, E = st->s.n_experts, k = st->s.top_k;
-            std::vector<float> probs(size_t(n * E)), gates(size_t(n * k)), dl(size_t(n * E));
-            std::vector<int32_t> idx(size_t(n * k));
-            std::vector<int64_t> counts(static_cast<size_t>(E));
-            float bal = 0, z = 0;
-            cpu::moe_router_forward(probs.data(), idx.data(), gates.data(), counts.data(), &bal, &z, nullptr,
-                                    st->logits.data(), st->s, st->o);
-            cpu::moe_router_backward(dl.data(), st->r.data(), st->logits.data(), probs.data(), idx.data(), gates.data(),
-                                     counts.data(), 0.7f, 1.3f, st->s, st->o);
-            return std::vector<std::vector<float>>{dl};
-        };
-        g.state = st;
-        out.push_back(std::move(g));
-    }
+    for (int64_t top_k : {2, 1})
+        for (float noise : {0.0f, 0.5f}) {  // the loss Σ gates·r + 0.7 balance + 1.3 z at a fixed top-k choice
+            struct S {
+                RouterShape s;
+                RouterOptions o;
+                std::vector<float> logits, r;
+            };
+            auto st = std::make_shared<S>();
+            st->s = RouterShape{6, 5, top_k};
+            st->o = router_options(noise, 9);
+            st->o.balance_alpha = 0.5f;  // large weights so every term shows in the check
+            st->o.z_coef = 0.1f;
+            const Tensor lg = input_normal("", DT::F32, 30, 5);
+            st->logits.assign(lg.v.begin(), lg.v.end());
+            st->r = uniform(6 * top_k, 4);
+            GradCase g;
+            g.op = "moe_router_backward";
+            g.shape = label("n6 E5 k%lld noise %g, loss gates·r + 0.7 balance + 1.3 z", (long long)top_k, noise);
+            g.in = {{"logits", &st->logits, 1e-3f, 3e-4, 1e-2, "fp32 softmax, eps 1e-3: rounding ~1e-4 / 2e-3"}};
+            auto forward = [st](std::vector<float>& probs, std::vector<int32_t>& idx, std::vector<float>& gates,
+                                std::vector<int64_t>& counts, float& bal, float& z) {
+                const int64_t n = st->s.n_tokens, E = st->s.n_experts, k = st->s.top_k;
+                probs.resize(size_t(n * E)), gates.resize(size_t(n * k)), idx.resize(size_t(n * k));
+                counts.resize(static_cast<size_t>(E));
+                cpu::moe_router_forward(probs.data(), idx.data(), gates.data(), counts.data(), &bal, &z, nullptr,
+                                        st->logits.data(), st->s, st->o);
+            };
+            g.loss = [st, forward] {
+                std::vector<float> probs, gates;
+                std::vector<int32_t> idx;
+                std::vector<int64_t> counts;
+                float bal = 0, z = 0;
+                forward(probs, idx, gates, counts, bal, z);
+                return dotf(gates, st->r) + 0.7 * bal + 1.3 * z;
+            };
+            g.analytic = [st, forward] {
+                std::vector<float> probs, gates, dl(st->logits.size());
+                std::vector<int32_t> idx;
+                std::vector<int64_t> counts;
+                float bal = 0, z = 0;
+                forward(probs, idx, gates, counts, bal, z);
+                cpu::moe_router_backward(dl.data(), st->r.data(), st->logits.data(), probs.data(), idx.data(),
+                                         gates.data(), counts.data(), 0.7f, 1.3f, st->s, st->o);
+                return std::vector<std::vector<float>>{dl};
+            };
+            g.state = st;
+            out.push_back(std::move(g));
+        }
     {  // gather, grouped matmul and combine of one routing (fp32)
         struct S {
             int64_t n = 7, k = 2, E = 4, C = 5, F = 3;

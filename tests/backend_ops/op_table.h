@@ -23,7 +23,8 @@ const char* dt_name(DT t);
 ScalarType scalar(DT t);
 
 /// The error limit of one output against its reference: Σ(out - ref)² <= nmse·Σ ref² + n·atol²,
-/// every element finite (NaN and inf fail). nmse = atol = 0: bit-exact (integers, copies).
+/// every element finite (NaN and inf fail) except where the reference itself is infinite or NaN,
+/// which the output must match (an op documented to propagate them). nmse = atol = 0: bit-exact.
 /// `why` states the derivation next to the numbers (docs/backend-ops.md, "Tolerances").
 struct Tol {
     double nmse = 0.0;
@@ -91,6 +92,8 @@ struct Case {
     /// The case checks an argument error: the op must throw skew::Error on every backend (no outputs
     /// compared).
     bool expect_error = false;
+    /// Run the case twice on each backend and require the same bits (ops documented deterministic).
+    bool deterministic = false;
 };
 
 /// One backward op's finite-difference check on the CPU (fp32 instantiations of kernels/cpu):

@@ -123,11 +123,16 @@ Compare compare(const std::vector<double>& out, const std::vector<double>& ref, 
     if (out.size() != ref.size()) fail("compare: {} values against a reference of {}", out.size(), ref.size());
     double num = 0.0, den = 0.0, worst = -1.0;
     for (size_t i = 0; i < out.size(); ++i) {
+        if (!std::isfinite(ref[i])) {  // propagated inf / NaN: the output must be the same
+            const bool same = std::isnan(ref[i]) ? std::isnan(out[i]) : out[i] == ref[i];
+            if (!same) ++c.nonfinite, c.worst = int64_t(i), worst = INFINITY;
+            continue;
+        }
         if (!std::isfinite(out[i])) ++c.nonfinite;
         const double d = out[i] - ref[i];
         num += d * d;
         den += ref[i] * ref[i];
-        if (!(std::fabs(d) <= worst)) {
+        if (worst != INFINITY && !(std::fabs(d) <= worst)) {
             worst = std::isnan(d) ? INFINITY : std::fabs(d);
             c.worst = int64_t(i);
         }
@@ -240,6 +245,19 @@ int run_test_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, nlo
                         {{"op", c.op}, {"shape", c.shape}, {"backend", b.name}, {"ok", false}, {"error", e.what()}});
                 ++failures;
                 continue;
+            }
+            if (c.deterministic) {
+                const auto again = run_case(*b.be, c);
+                size_t differ = 0;
+                for (size_t i = 0; i < c.t.size(); ++i)
+                    if (c.t[i].out)
+                        for (size_t j = 0; j < got[i].size(); ++j)
+                            differ += std::memcmp(&got[i][j], &again[i][j], sizeof(double)) != 0;
+                if (differ) {
+                    std::printf("FAIL %-22s %-5s %s: %zu elements differ between two runs (deterministic op)\n",
+                                c.op.c_str(), b.name.c_str(), c.shape.c_str(), differ);
+                    ++failures;
+                }
             }
             if (b.name == "cpu") {
                 cpu_out = got;

@@ -121,8 +121,10 @@ std::vector<Case> all_cases(const TableOptions& o) {
     add_loss_cases(c, o);
     add_elementwise_cases(c, o);
     add_memory_cases(c, o);
-    for (auto& x : c)
+    for (auto& x : c) {
         if (x.covers.empty()) x.covers = {x.op};
+        if (o.perf) x.shape = "paper: " + x.shape;
+    }
     return c;
 }
 
