@@ -22,8 +22,8 @@ std::string label(const AttentionShape& s) {
 }
 
 // The CUDA kernels take head_dim 16, 32, 64 or 128 only (kernels/cuda/attention.cu).
-bool cuda_head_dim(const Backend& be, int64_t d) {
-    return !be.runs_cuda() || d == 16 || d == 32 || d == 64 || d == 128;
+bool cuda_head_dim(const BackendTraits& be, int64_t d) {
+    return !be.runs_cuda || d == 16 || d == 32 || d == 64 || d == 128;
 }
 
 int64_t nq(const AttentionShape& s) { return s.batch * s.seq_len * s.n_heads * s.head_dim; }
@@ -48,7 +48,7 @@ Case fwd_case(const AttentionShape& s, uint32_t seed) {
         be.attention_forward(b.at<bf16>(3), b.at<float>(4), b.at<bf16>(0), b.at<bf16>(1), b.at<bf16>(2), s);
     };
     c.ref = [s](std::vector<Tensor>& t) { ref::attention_forward(t[3].v, t[4].v, t[0].v, t[1].v, t[2].v, s); };
-    c.supports = [d = s.head_dim](const Backend& be) { return cuda_head_dim(be, d); };
+    c.supports = [d = s.head_dim](const BackendTraits& be) { return cuda_head_dim(be, d); };
     c.flops = attn_flops(s);
     c.bytes = tensor_bytes(c.t);
     return c;
@@ -82,7 +82,7 @@ Case bwd_case(const AttentionShape& s, uint32_t seed) {
     c.ref = [s](std::vector<Tensor>& t) {
         ref::attention_backward(t[6].v, t[7].v, t[8].v, t[0].v, t[1].v, t[2].v, t[3].v, s);
     };
-    c.supports = [d = s.head_dim](const Backend& be) { return cuda_head_dim(be, d); };
+    c.supports = [d = s.head_dim](const BackendTraits& be) { return cuda_head_dim(be, d); };
     c.flops = 2.5 * attn_flops(s);  // QK^T recomputed, dP, dQ, dK, dV
     c.bytes = tensor_bytes(c.t);
     return c;
@@ -93,7 +93,7 @@ Case bad_group_case() {
     Case c;
     c.op = "attention_forward";
     c.shape = "H4 KV3 (not a multiple): throws";
-    c.dtypes = "bf16";
+    c.dtypes = "bf16 (lse f32)";
     c.expect_error = true;
     c.t = {input("q", DT::BF16, nq(s), 1), input("k", DT::BF16, nkv(s), 2), input("v", DT::BF16, nkv(s), 3),
            output("out", DT::BF16, nq(s), Tol{}), output("lse", DT::F32, 16, Tol{})};

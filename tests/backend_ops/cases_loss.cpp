@@ -110,7 +110,7 @@ Case lm_head_case(int64_t n, int64_t C, int64_t V, int64_t Vp, DT xdt, DT wdt, D
         t[3].v = {mean};
     };
     // The CUDA head takes both operands bf16 or both fp32 (kernels/backend.h).
-    c.supports = [xdt, wdt](const Backend& be) { return !be.runs_cuda() || xdt == wdt; };
+    c.supports = [xdt, wdt](const BackendTraits& be) { return !be.runs_cuda || xdt == wdt; };
     c.flops = (backward ? 6.0 : 2.0) * double(n) * double(Vp) * double(C);
     c.bytes = tensor_bytes(c.t, true);
     return c;

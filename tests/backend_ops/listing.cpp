@@ -54,11 +54,15 @@ void run_support_mode(std::vector<BackendEntry>& backends, const ModeOptions& o,
         const auto key = std::make_pair(c.op, c.dtypes);
         if (!cell.count(key)) keys.push_back(key);
         for (const auto& n : names) {
-            std::string v = backend_absent_reason(n);
-            v = v.empty() ? "?" : "absent: " + v;
-            for (auto& b : backends)
-                if (b.name == n) v = (!c.supports || c.supports(*b.be)) ? "yes" : "no";
-            cell[key][n] = v;
+            bool present = false;
+            for (auto& b : backends) present = present || b.name == n;
+            const bool yes = !c.supports || c.supports(traits_named(n));
+            std::string& v = cell[key][n];
+            // one case of the (op, dtypes) pair refused makes the cell "partly" (e.g. a head_dim)
+            const std::string now = yes ? "yes" : "no";
+            v = v.empty() ? now : (v.rfind(now, 0) == 0 ? v : "partly");
+            if (!present && v.find("(not run here") == std::string::npos)
+                v += " (not run here: " + backend_absent_reason(n) + ")";
         }
     }
     if (!o.json) {

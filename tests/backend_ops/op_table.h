@@ -72,6 +72,16 @@ public:
     TensorRef ref(size_t i) { return TensorRef(ptr(i), scalar(dt(i))); }
 };
 
+/// What a case's support predicate may ask of a backend (known for a compiled backend whether or not
+/// a device is present, so the support table covers it).
+struct BackendTraits {
+    std::string name;
+    bool runs_cuda = false;
+};
+BackendTraits traits_of(const Backend& be);
+/// The traits of a backend compiled in ("cpu", "cuda").
+BackendTraits traits_named(const std::string& name);
+
 /// One row of the table at one shape and dtype.
 struct Case {
     std::string op;                   // the Backend method (the row)
@@ -82,7 +92,7 @@ struct Case {
     /// Fill the outputs of `t` (a copy holding the initial values) with the exact result, in double.
     std::function<void(std::vector<Tensor>&)> ref;
     /// Whether a backend runs this case (default: all); unsupported cases are listed as such.
-    std::function<bool(const Backend&)> supports;
+    std::function<bool(const BackendTraits&)> supports;
     double flops = 0.0;  // floating-point operations of one run
     double bytes = 0.0;  // bytes read and written by one run (each tensor once)
     std::string dtypes;  // "bf16", "f32", "bf16·f32", ... (the support table's column)

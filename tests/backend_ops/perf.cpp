@@ -32,7 +32,7 @@ int run_perf_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, dou
         to.cpu_scaled = !gpu;
         for (const Case& c : all_cases(to)) {
             if (!o.filter.empty() && c.op.find(o.filter) == std::string::npos) continue;
-            if (c.supports && !c.supports(*b.be)) continue;
+            if (c.supports && !c.supports(traits_of(*b.be))) continue;
             double seconds = 0.0;
             int reps = 0;
             try {

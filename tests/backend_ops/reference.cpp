@@ -193,8 +193,11 @@ RouterOut moe_router_forward(const Vec& noisy, const Vec& clean, const RouterSha
         double psum = 0.0;
         for (int64_t j = 0; j < K; ++j) {
             int64_t best = -1;
+            // by the probabilities as the fp32 tensor holds them (ties, e.g. several underflowed to 0, go
+            // to the lower index)
             for (int64_t e = 0; e < E; ++e)
-                if (!taken[z(e)] && (best < 0 || r.probs[z(t * E + e)] > r.probs[z(t * E + best)])) best = e;
+                if (!taken[z(e)] && (best < 0 || float(r.probs[z(t * E + e)]) > float(r.probs[z(t * E + best)])))
+                    best = e;
             taken[z(best)] = true;
             r.expert_idx[z(t * K + j)] = double(best);
             r.gates[z(t * K + j)] = r.probs[z(t * E + best)];

@@ -31,7 +31,8 @@ void attention_backward(Vec& dq, Vec& dk, Vec& dv, const Vec& dout, const Vec& q
 void swiglu_forward(Vec& h, const Vec& a, const Vec& b);
 void swiglu_backward(Vec& da, Vec& db, const Vec& dh, const Vec& a, const Vec& b);
 
-/// Router forward on the given (already noisy) logits; expert_idx by k passes of a strict-greater argmax.
+/// Router forward on the given (already noisy) logits; expert_idx by k passes of a strict-greater argmax
+/// over the probabilities rounded to fp32 (the tensor the interface defines top-k on).
 struct RouterOut {
     Vec probs, expert_idx, gates, counts, mean_probs;
     double balance = 0.0, z = 0.0;

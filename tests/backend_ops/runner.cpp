@@ -212,7 +212,7 @@ int run_test_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, nlo
         std::vector<std::vector<double>> want(exact.size()), cpu_out;
         for (size_t i = 0; i < exact.size(); ++i) want[i] = exact[i].v;
         for (auto& b : backends) {
-            if (c.supports && !c.supports(*b.be)) {
+            if (c.supports && !c.supports(traits_of(*b.be))) {
                 if (!o.json)
                     std::printf("%-4s %-24s %-6s %s: not supported\n", "skip", c.op.c_str(), b.name.c_str(),
                                 c.shape.c_str());

@@ -22,6 +22,10 @@ const char* dt_name(DT t) {
 
 ScalarType scalar(DT t) { return t == DT::BF16 ? ScalarType::BF16 : ScalarType::F32; }
 
+BackendTraits traits_of(const Backend& be) { return BackendTraits{be.name(), be.runs_cuda()}; }
+
+BackendTraits traits_named(const std::string& name) { return BackendTraits{name, name == "cuda"}; }
+
 double round_to(DT dt, double x) {
     if (dt == DT::BF16) return double(bf16_to_f32(f32_to_bf16(float(x))));
     if (dt == DT::F32) return double(float(x));
