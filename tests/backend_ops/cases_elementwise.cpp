@@ -23,7 +23,7 @@ const char* kExactF32 = "the fp32 operation and one rounding to nearest even, re
 Case residual_case(Tensor a, Tensor b, bool alias, std::string note) {
     Case c;
     c.op = "residual_forward";
-    const int64_t n = int64_t(a.v.size());
+    const int64_t n = a.numel();
     c.shape = label("n%lld", (long long)n) + note;
     c.dtypes = "bf16";
     if (alias) {  // out aliases a: a is the output, its initial values the input
