@@ -146,7 +146,7 @@ double round_to(DT dt, double x);
 /// and accumulates: read and written): the bytes-moved figure of most cases.
 double tensor_bytes(const std::vector<Tensor>& t, bool outputs_read = false);
 
-// ---- tolerances (tests/backend_ops/tolerance.cpp; docs/backend-ops.md "Tolerances")
+// ---- tolerances (tests/backend_ops/table.cpp; docs/backend-ops.md "Tolerances")
 
 /// unit roundoff of a floating DT: bf16 2^-8, f32 2^-24.
 double unit_roundoff(DT dt);
