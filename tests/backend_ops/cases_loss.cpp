@@ -98,6 +98,12 @@ Case lm_head_case(int64_t n, int64_t C, int64_t V, int64_t Vp, DT xdt, DT wdt, D
            output("losses", DT::F32, n, tol_rounded(DT::F32, C * V)),
            output("dx", dxdt, backward ? n * C : 0, tol_rounded(dxdt, Vp, 1e-2)),
            output_random("dwte", dwdt, backward ? Vp * C : 0, seed + 2, tol_rounded(dwdt, n, 1e-2))};
+    if (xdt == DT::BF16 && wdt == DT::BF16) {
+        // The CUDA head multiplies bf16-rounded logit gradients into dwte (2^-9 relative per term):
+        // NMSE ~ 2^-16 against the CPU's fp32 products (tests/gpu/test_cross_entropy.cpp holds it to 1e-4).
+        c.t[6].tol.cross_nmse = 1e-4;
+        c.t[6].tol.cross_why = "bf16-rounded logit gradients on CUDA: NMSE ~2^-16";
+    }
     c.run = [=](Backend& be, Bufs& b) {
         void* ws = b.scratch(be.lm_head_workspace_bytes(s));
         be.lm_head_cross_entropy(b.at<float>(3), b.at<float>(4), backward ? b.ref(5) : TensorRef(),

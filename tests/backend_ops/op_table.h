@@ -27,9 +27,15 @@ ScalarType scalar(DT t);
 /// which the output must match (an op documented to propagate them). nmse = atol = 0: bit-exact.
 /// `why` states the derivation next to the numbers (docs/backend-ops.md, "Tolerances").
 struct Tol {
+    Tol() = default;
+    Tol(double nmse_, double atol_, std::string why_ = "exact") : nmse(nmse_), atol(atol_), why(std::move(why_)) {}
     double nmse = 0.0;
     double atol = 0.0;
     std::string why = "exact";
+    /// > 0: the limit of another backend against the CPU, where its arithmetic legitimately differs
+    /// more than cross_factor·nmse allows (e.g. bf16-rounded intermediates); its reason in cross_why.
+    double cross_nmse = 0.0;
+    std::string cross_why;
 };
 
 /// One tensor of a case: host values (exactly representable in dt: inputs are rounded before the

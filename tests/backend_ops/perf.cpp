@@ -66,6 +66,7 @@ int run_perf_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, dou
                                 {"dtypes", c.dtypes},
                                 {"backend", b.name},
                                 {"us", seconds * 1e6},
+                                {"median_us", median * 1e6},
                                 {"gflops", c.flops / seconds * 1e-9},
                                 {"gbps", c.bytes / seconds * 1e-9},
                                 {"roofline_fraction", frac},

@@ -169,7 +169,10 @@ bool report(const Case& c, const std::string& backend, const std::string& agains
     nlohmann::json outs = nlohmann::json::array();
     for (size_t i = 0; i < c.t.size(); ++i) {
         if (!c.t[i].out) continue;
-        const Compare r = compare(got[i], want[i], c.t[i].tol, factor);
+        Tol tol = c.t[i].tol;
+        double f = factor;
+        if (factor != 1.0 && tol.cross_nmse > 0.0) tol.nmse = tol.cross_nmse, f = 1.0;  // another backend's own limit
+        const Compare r = compare(got[i], want[i], tol, f);
         ok = ok && r.ok;
         const double ratio = r.nonfinite ? INFINITY : (r.limit > 0 ? r.err / r.limit : (r.err > 0 ? INFINITY : 0.0));
         if (!r.ok || ratio > worst_ratio) {
@@ -203,8 +206,39 @@ bool report(const Case& c, const std::string& backend, const std::string& agains
 
 }  // namespace
 
+int compare_self_check() {
+    struct Probe {
+        const char* what;
+        std::vector<double> out, ref;
+        Tol tol;
+        bool expect_ok;
+    };
+    const double one_ulp = 1.0 + std::ldexp(1.0, -23);
+    const std::vector<Probe> probes{
+        {"exact limit, one fp32 ulp off", {1.0, one_ulp}, {1.0, 1.0}, Tol{}, false},
+        {"exact limit, equal", {1.0, 2.0}, {1.0, 2.0}, Tol{}, true},
+        {"NaN output under a wide limit", {1.0, NAN}, {1.0, 1.0}, Tol{1.0, 1.0}, false},
+        {"inf output under a wide limit", {INFINITY, 1.0}, {1.0, 1.0}, Tol{1.0, 1.0}, false},
+        {"inf reference matched", {INFINITY, 1.0}, {INFINITY, 1.0}, Tol{}, true},
+        {"inf reference missed", {1e30, 1.0}, {INFINITY, 1.0}, Tol{1.0, 1.0}, false},
+        {"1% error under nmse 2e-4", {1.01, 2.02}, {1.0, 2.0}, Tol{2e-4, 0.0}, true},
+        {"1% error over nmse 5e-5", {1.01, 2.02}, {1.0, 2.0}, Tol{5e-5, 0.0}, false},
+        {"zero reference, 1e-7 noise, atol 1e-6", {1e-7, -1e-7}, {0.0, 0.0}, Tol{1e-4, 1e-6}, true},
+        {"zero reference, 1e-7 noise, no atol", {1e-7, -1e-7}, {0.0, 0.0}, Tol{1e-4, 0.0}, false},
+    };
+    int bad = 0;
+    for (const auto& p : probes) {
+        const bool ok = compare(p.out, p.ref, p.tol).ok;
+        if (ok != p.expect_ok) {
+            std::printf("FAIL compare self-check: %s gave %s\n", p.what, ok ? "pass" : "fail");
+            ++bad;
+        }
+    }
+    return bad;
+}
+
 int run_test_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, nlohmann::json& rows) {
-    int failures = 0;
+    int failures = compare_self_check();
     for (const Case& c : all_cases(TableOptions{})) {
         if (!selected(c.op, o)) continue;
         std::vector<Tensor> exact = c.t;

@@ -49,6 +49,11 @@ struct Compare {
 /// factor·nmse·Σ ref² + n·(factor·atol)²... with factor scaling nmse (atol scaled by sqrt(factor)).
 Compare compare(const std::vector<double>& out, const std::vector<double>& ref, const Tol& tol, double factor = 1.0);
 
+/// The comparison on hand-made vectors whose verdicts are known (a 1-ulp miss under an exact limit,
+/// NaN under a wide one, inf matched and missed, the absolute floor): the failure count, printed.
+/// Test mode runs it first, so a comparison that can no longer fail fails the mode.
+int compare_self_check();
+
 /// Run `c` on `be`: the values of every tensor after the op. Throws what the op throws.
 std::vector<std::vector<double>> run_case(Backend& be, const Case& c);
 
