@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"test", "grad", "perf", "support", "coverage"}));
     app.add_option("--filter", o.filter, "only ops whose name contains this");
     app.add_option("--backend", backend,
-                   "all (every present backend) | cpu | cuda (in test mode with the CPU as its reference; exit 77 without a device)")
+                   "all (every present backend) | cpu | cuda (in test mode with the CPU as its reference; exit 77 "
+                   "without a device)")
         ->check(CLI::IsMember({"all", "cpu", "cuda"}));
     app.add_option("--source", source, "repository root (coverage reads kernels/backend.h there)");
     app.add_option("--min-seconds", min_seconds, "perf: time each case at least this long");
