@@ -139,8 +139,9 @@ Tensor input(std::string name, DT dt, int64_t n, uint32_t seed, double lo = -1.0
 Tensor input_normal(std::string name, DT dt, int64_t n, uint32_t seed, double stddev = 1.0);
 /// An input with the given values (rounded to dt).
 Tensor input_values(std::string name, DT dt, std::vector<double> v);
-/// An output of n elements, initially `init` (or the given values), compared under tol.
-Tensor output(std::string name, DT dt, int64_t n, Tol tol, double init = 0.0);
+/// An output of n elements that the op overwrites, compared under tol. It starts as NaN (floats)
+/// or -7 (integers), so that an element the op leaves unwritten fails the comparison.
+Tensor output(std::string name, DT dt, int64_t n, Tol tol);
 Tensor output_values(std::string name, DT dt, std::vector<double> v, Tol tol);
 /// An output that starts as seeded uniform values (an accumulating op's previous contents).
 Tensor output_random(std::string name, DT dt, int64_t n, uint32_t seed, Tol tol);

@@ -2,6 +2,7 @@
 // backend, run, read back and compared; finite differences for every backward.
 #include "tests/backend_ops/runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -242,7 +243,17 @@ int run_test_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, nlo
     for (const Case& c : all_cases(TableOptions{})) {
         if (!selected(c.op, o)) continue;
         std::vector<Tensor> exact = c.t;
-        if (!c.expect_error) c.ref(exact);
+        if (!c.expect_error) {
+            c.ref(exact);
+            // the outputs start poisoned (NaN): a reference that leaves one unwritten would excuse a
+            // backend that does the same
+            for (const auto& t : exact)
+                if (t.out && std::any_of(t.v.begin(), t.v.end(), [](double x) { return std::isnan(x); })) {
+                    std::printf("FAIL %-22s %s: the reference leaves %s partly unwritten (NaN)\n", c.op.c_str(),
+                                c.shape.c_str(), t.name.c_str());
+                    ++failures;
+                }
+        }
         std::vector<std::vector<double>> want(exact.size()), cpu_out;
         for (size_t i = 0; i < exact.size(); ++i) want[i] = exact[i].v;
         for (auto& b : backends) {
