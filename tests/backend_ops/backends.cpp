@@ -1,6 +1,9 @@
 // The backends present to the op table and their memory (tests/backend_ops/backends.h).
 #include "tests/backend_ops/backends.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -8,11 +11,27 @@
 namespace skew::ops {
 
 namespace {
+// memcpy of the buffer in one contiguous slice per OpenMP thread (the threads the CPU backend's ops
+// use), so the roofline's bandwidth is the machine's, not one core's.
+void parallel_memcpy(void* dst, const void* src, int64_t bytes) {
+#pragma omp parallel
+    {
+        const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t lo = bytes * t / nt, hi = bytes * (t + 1) / nt;
+        std::memcpy(static_cast<char*>(dst) + lo, static_cast<const char*>(src) + lo, size_t(hi - lo));
+    }
+}
+
+// The faster of one thread's memcpy (glibc streams big copies) and the per-thread slices.
 double cpu_copy_seconds(Backend&, void* dst, const void* src, int64_t bytes) {
-    std::memcpy(dst, src, size_t(bytes));  // warm-up: pages touched
-    const auto t0 = std::chrono::steady_clock::now();
+    parallel_memcpy(dst, src, bytes);  // warm-up: pages touched
+    auto t0 = std::chrono::steady_clock::now();
+    parallel_memcpy(dst, src, bytes);
+    const double threaded = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    t0 = std::chrono::steady_clock::now();
     std::memcpy(dst, src, size_t(bytes));
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double one = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::min(threaded, one);
 }
 }  // namespace
 

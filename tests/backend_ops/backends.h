@@ -15,7 +15,8 @@ struct BackendEntry {
     std::string name;
     std::unique_ptr<Backend> be;
     /// Seconds of one copy of `bytes` bytes between two buffers of backend memory (memcpy on the
-    /// CPU, a device-to-device copy on CUDA), after a warm-up; the roofline's bandwidth.
+    /// CPU: the faster of one thread's and one slice per OpenMP thread; a device-to-device copy on
+    /// CUDA), after a warm-up; the roofline's bandwidth.
     std::function<double(Backend&, void* dst, const void* src, int64_t bytes)> copy_seconds;
 };
 
