@@ -21,7 +21,7 @@ Case copy_case(int64_t n, DT dt, uint32_t seed) {
         if (bytes) be.copy_to_host(host.data(), b.ptr(0), bytes);
         be.synchronize();
         if (bytes) be.copy_to_device(b.ptr(1), host.data(), bytes);
-        std::memset(host.data(), 0, host.size());  // the copy may have been queued: src reusable on return
+        if (bytes) std::memset(host.data(), 0, host.size());  // the copy may be queued: src reusable on return
         be.synchronize();
     };
     c.ref = [](std::vector<Tensor>& t) { t[1].v = t[0].v; };
