@@ -285,16 +285,18 @@ Case combine_bwd_case(int64_t n, int64_t k, int64_t C, int64_t E, Routing r, uin
 
 // ---- grouped expert matmul
 
-Case moe_mm_fwd_case(int64_t n, int64_t k, int64_t E, int64_t in, int64_t outf, Routing r, DT dt, uint32_t seed) {
+Case moe_mm_fwd_case(int64_t n, int64_t k, int64_t E, int64_t in, int64_t outf, Routing r, DT dt, uint32_t seed,
+                     DT wdt = DT::BF16, DT odt = DT::BF16, bool mixed = false) {
+    if (!mixed) wdt = odt = dt;
     Case c;
     c.op = "moe_matmul_forward";
     c.shape = label("rows%lld E%lld in%lld out%lld %s", (long long)(n * k), (long long)E, (long long)in,
                     (long long)outf, routing_name(r));
-    c.dtypes = dt_name(dt);
+    c.dtypes = mixed ? std::string(dt_name(dt)) + "·" + dt_name(wdt) + "->" + dt_name(odt) : dt_name(dt);
     const Dispatch d = dispatch_of(n, k, E, r, seed);
     const int64_t rows = n * k;
-    c.t = {input("inp", dt, rows * in, seed + 1), input("weight", dt, E * outf * in, seed + 2),
-           input_values("offsets", DT::I64, d.offsets), output("out", dt, rows * outf, tol_rounded(dt, in))};
+    c.t = {input("inp", dt, rows * in, seed + 1), input("weight", wdt, E * outf * in, seed + 2),
+           input_values("offsets", DT::I64, d.offsets), output("out", odt, rows * outf, tol_rounded(odt, in))};
     c.run = [=](Backend& be, Bufs& b) {
         be.moe_matmul_forward(b.ref(3), b.ref(0), b.ref(1), b.at<int64_t>(2), E, in, outf);
     };
@@ -305,19 +307,20 @@ Case moe_mm_fwd_case(int64_t n, int64_t k, int64_t E, int64_t in, int64_t outf, 
 }
 
 Case moe_mm_bwd_case(int64_t n, int64_t k, int64_t E, int64_t in, int64_t outf, Routing r, DT dt, DT gdt, bool acc,
-                     uint32_t seed) {
+                     uint32_t seed, DT wdt_in = DT::F32, bool mixed = false) {
+    const DT wdt = mixed ? wdt_in : dt;  // the weight's dtype (activations and dinp: dt)
     Case c;
     c.op = "moe_matmul_backward";
     c.shape = label("rows%lld E%lld in%lld out%lld %s dweight %s%s", (long long)(n * k), (long long)E, (long long)in,
                     (long long)outf, routing_name(r), dt_name(gdt), acc ? " accumulate dinp" : "");
-    c.dtypes = std::string(dt_name(dt)) + "->" + dt_name(gdt);
+    c.dtypes = (mixed ? std::string(dt_name(dt)) + "·" + dt_name(wdt) : std::string(dt_name(dt))) + "->" + dt_name(gdt);
     const Dispatch d = dispatch_of(n, k, E, r, seed);
     const int64_t rows = n * k;
     // dweight of an expert sums over its rows (all n·k of them when skewed); an empty expert adds nothing.
     const Tol tin = tol_rounded(dt, outf), tw = tol_rounded(gdt, rows);
     c.t = {input("dout", dt, rows * outf, seed),
            input("inp", dt, rows * in, seed + 1),
-           input("weight", dt, E * outf * in, seed + 2),
+           input("weight", wdt, E * outf * in, seed + 2),
            input_values("offsets", DT::I64, d.offsets),
            acc ? output_random("dinp", dt, rows * in, seed + 3, tin) : output("dinp", dt, rows * in, tin),
            output_random("dweight", gdt, E * outf * in, seed + 4, tw)};
@@ -386,9 +389,11 @@ void add_moe_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(moe_mm_fwd_case(37, 2, 8, 40, 24, K, DT::BF16, 31));
     out.push_back(moe_mm_fwd_case(20, 2, 5, 33, 17, S, DT::F32, 32));
     out.push_back(moe_mm_fwd_case(1, 1, 4, 64, 32, S, DT::BF16, 33));
+    out.push_back(moe_mm_fwd_case(20, 2, 5, 33, 17, K, DT::BF16, 37, DT::F32, DT::F32, true));  // fp32 weights
     out.push_back(moe_mm_bwd_case(37, 2, 8, 40, 24, S, DT::BF16, DT::F32, false, 34));
     out.push_back(moe_mm_bwd_case(37, 2, 8, 40, 24, K, DT::BF16, DT::BF16, true, 35));
     out.push_back(moe_mm_bwd_case(20, 2, 5, 33, 17, S, DT::F32, DT::F32, false, 36));
+    out.push_back(moe_mm_bwd_case(20, 2, 5, 33, 17, K, DT::BF16, DT::F32, false, 38, DT::F32, true));
     out.push_back(combine_fwd_case(37, 2, 67, 8, S, 40));
     out.push_back(combine_fwd_case(20, 3, 32, 5, K, 41));
     out.push_back(combine_fwd_case(1, 1, 16, 2, S, 42));
