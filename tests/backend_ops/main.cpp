@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"all", "cpu", "cuda"}));
     app.add_option("--source", source, "repository root (coverage reads kernels/backend.h there)");
     app.add_option("--min-seconds", min_seconds, "perf: time each case at least this long");
+    bool full_shapes = false;
+    app.add_flag("--full-shapes", full_shapes, "perf: the paper's shapes on the CPU too (default: scaled)");
     app.add_flag("--json", o.json, "one JSON document instead of lines");
     app.add_flag("--list", list, "list the cases (test, perf and grad) and exit");
     CLI11_PARSE(app, argc, argv);
@@ -63,7 +65,7 @@ int main(int argc, char** argv) {
                 backends.resize(1);
             }
             if (mode == "test") failures = skew::ops::run_test_mode(backends, o, rows);
-            else if (mode == "perf") failures = skew::ops::run_perf_mode(backends, o, min_seconds, rows);
+            else if (mode == "perf") failures = skew::ops::run_perf_mode(backends, o, min_seconds, full_shapes, rows);
             else skew::ops::run_support_mode(backends, o, rows);
         }
         if (o.json)

@@ -13,7 +13,8 @@ namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
-int run_perf_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, double min_seconds, nlohmann::json& rows) {
+int run_perf_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, double min_seconds, bool full_shapes,
+                  nlohmann::json& rows) {
     int failures = 0;
     for (auto& b : backends) {
         const bool gpu = b.be->device_memory();
@@ -27,10 +28,10 @@ int run_perf_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, dou
         else
             std::printf("roofline %s: %.1f GFLOP/s (%s), %.1f GB/s (%s)%s\n", b.name.c_str(), roof.flops_per_s * 1e-9,
                         roof.gemm.c_str(), roof.bytes_per_s * 1e-9, roof.copy.c_str(),
-                        gpu ? "" : "; paper shapes scaled to 1 x 128 tokens and 8 experts on the CPU");
+                        gpu || full_shapes ? "" : "; paper shapes scaled to 1 x 128 tokens and 8 experts on the CPU");
         TableOptions to;
         to.perf = true;
-        to.cpu_scaled = !gpu;
+        to.cpu_scaled = !gpu && !full_shapes;
         for (const Case& c : all_cases(to)) {
             if (!o.filter.empty() && c.op.find(o.filter) == std::string::npos) continue;
             if (c.supports && !c.supports(traits_of(*b.be))) continue;

@@ -10,6 +10,8 @@ namespace skew::ops {
 /// Time every perf case whose op contains o.filter on every backend; one line per (case, backend).
 /// min_seconds: time each case at least this long (after one warm-up run); the time reported is the
 /// fastest run (JSON adds the median). Returns the failure count (a case that throws).
-int run_perf_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, double min_seconds, nlohmann::json& rows);
+/// full_shapes: the paper's shapes on the CPU too (else scaled: 1 x 128 tokens, 8 experts).
+int run_perf_mode(std::vector<BackendEntry>& backends, const ModeOptions& o, double min_seconds, bool full_shapes,
+                  nlohmann::json& rows);
 
 }  // namespace skew::ops
