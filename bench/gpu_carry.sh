@@ -20,7 +20,7 @@ CARRY_IMAGE_LIBS='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.s
 # Open MPI components that need libraries of networks a single machine does not use (UCX, PSM,
 # verbs, libfabric, munge) or OpenSHMEM: left out (Open MPI runs without them).
 CARRY_SKIP_COMPONENTS='libuc[pstm]\.|libpsm|libibverbs|librdmacm|libfabric|libefa|libmunge|liboshmem|libinfinipath|libnl-|libmca_common_(ucx|ofi|verbs)'
-CARRY_BINARIES=(tools/skew tests/test_gpu bench/bench_gpu_ops)
+CARRY_BINARIES=(tools/skew tests/test_gpu bench/bench_gpu_ops tests/backend_ops/backend_ops)
 CARRY_OMPI_PKGLIB=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
 CARRY_PMIX_LIB=/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
 

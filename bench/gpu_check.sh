@@ -2,18 +2,20 @@
 # bench/gpu_check.sh: the GPU check of the CUDA backend, in two short phases that each fit one
 # device call (docs/gpu-status.md, "Running the GPU check"), staged here and carried there.
 #
-#   bench/gpu_check.sh --prepare   here (no GPU needed): build skew, test_gpu and bench_gpu_ops in
+#   bench/gpu_check.sh --prepare   here (no GPU needed): build skew, test_gpu, bench_gpu_ops and backend_ops in
 #                                  BUILD_DIR (default build/, the README's build: sm_80 + sm_90a) and
 #                                  stage them in build-gpu/carry with every library the GPU image
 #                                  lacks, a relocatable Open MPI and the shards GPU_TRAIN_DATA
 #                                  (default data/prepared/quickstart); fails when the carry is over
 #                                  60 MiB or a library is unaccounted for (bench/gpu_carry.sh)
-#   bench/gpu_check.sh tests       on the GPU machine: every GPU test (test_gpu, one process per
+#   bench/gpu_check.sh tests       on the GPU machine: the op table on CUDA against the CPU
+#                                  (backend_ops --mode test), every GPU test (test_gpu, one process per
 #                                  source file, the least-known first), CUDA against the CPU over
 #                                  20 steps of configs/tiny.yaml per optimizer, mpirun from the
 #                                  carry, compute-sanitizer memcheck of the new kernels
 #   bench/gpu_check.sh bench       on the GPU machine: every optimizer a few steps on the paper's
-#                                  model, the GPU micro-benchmarks, the paper protocol (SkewAdam,
+#                                  model, the GPU micro-benchmarks, the op table's perf mode at the
+#                                  paper's shapes (backend_ops --mode perf), the paper protocol (SkewAdam,
 #                                  tokens/s, MFU, memory against the plan), deferred expert
 #                                  gradients, train.recompute none, the memory section
 #   bench/gpu_check.sh dry-run     here and in CI (no GPU): --prepare from BUILD_DIR, then both
@@ -61,7 +63,7 @@ prepare() {
         echo "--> HINT: bash scripts/build.sh (CUDA toolkit present), or BUILD_DIR=build-gpu with -DCMAKE_CUDA_ARCHITECTURES=90a" >&2
         return 1
     fi
-    cmake --build "$BUILD_DIR" -j"${JOBS:-$(nproc)}" --target test_gpu bench_gpu_ops skew >/dev/null || return 1
+    cmake --build "$BUILD_DIR" -j"${JOBS:-$(nproc)}" --target test_gpu bench_gpu_ops backend_ops skew >/dev/null || return 1
     carry_stage "$BUILD_DIR" "$CARRY" "$data" || return 1
     echo "staged in $CARRY; on the GPU machine (carry [\"$CARRY\"]): bash bench/gpu_check.sh tests, then bash bench/gpu_check.sh bench"
 }
@@ -99,12 +101,12 @@ if [[ "$PHASE" == dry-run ]]; then
         [[ -f "$DRY/out-$phase/$phase.tar.gz" ]] || { echo "gpu_check dry-run: no $phase.tar.gz" >&2; rc=1; }
         # every section said what it did: one line per test_gpu file, and the sections that run here passed
         if [[ $phase == tests ]]; then
-            want=("tiny CUDA vs CPU: passed" "mpirun -np 1 (.*): passed" "memcheck: skipped")
+            want=("backend_ops test: skipped" "tiny CUDA vs CPU: passed" "mpirun -np 1 (.*): passed" "memcheck: skipped")
             for f in $("$BUILD_DIR/tests/test_gpu" -# --list-tags 2>/dev/null | sed -n 's/.*\[#\([A-Za-z0-9_]*\)\].*/\1/p'); do
                 want+=("test_gpu $f: skipped")
             done
         else
-            want=("optimizer skewadam .*: passed" "optimizer galore-paper .*: passed" "bench_gpu_ops: skipped"
+            want=("optimizer skewadam .*: passed" "optimizer galore-paper .*: passed" "bench_gpu_ops: skipped" "backend_ops perf: skipped"
                   "protocol skewadam .*: passed" "memory .*expert_grads deferred.*: passed" "memory .*recompute none: passed")
         fi
         for w in "${want[@]}"; do
@@ -149,6 +151,7 @@ else
     ln -sf "$ROOT/$BUILD_DIR/tools/skew" "$BIN/skew"
     ln -sf "$ROOT/$BUILD_DIR/tests/test_gpu" "$BIN/test_gpu"
     ln -sf "$ROOT/$BUILD_DIR/bench/bench_gpu_ops" "$BIN/bench_gpu_ops"
+    ln -sf "$ROOT/$BUILD_DIR/tests/backend_ops/backend_ops" "$BIN/backend_ops"
     export SKEW_BINARY="$BIN/skew" SKEW_SOURCE_DIR="$ROOT"
     COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
     MODE=build
@@ -168,7 +171,7 @@ device=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/n
 log "device: ${device:-none visible}"
 
 # Every binary loads, or the phase ends here naming what is missing.
-for b in skew test_gpu bench_gpu_ops; do
+for b in skew test_gpu bench_gpu_ops backend_ops; do
     missing=$(ldd "$BIN/$b" 2>&1 | grep "not found")
     if [[ -n "$missing" ]]; then
         log "FAILED: $b does not load: $(echo "$missing" | awk '{print $1}' | tr '\n' ' ')"
@@ -281,6 +284,19 @@ EOF
 
 # ======================================================================== phase: tests
 if [[ "$PHASE" == tests ]]; then
+    # ---- the op table (tests/backend_ops, docs/backend-ops.md): every op on CUDA against the CPU
+    cap=$(tmo 30 200)
+    timeout -k 5 "$cap" "$BIN/backend_ops" --mode test --backend cuda --source "$ROOT" > "$OUT/backend_ops_test.log" 2>&1
+    rc=$?
+    case $rc in
+        0) result "backend_ops test" "passed: $(grep -c '^ok' "$OUT/backend_ops_test.log") cases" ;;
+        77) [[ -n "$DRY" ]] && result "backend_ops test" "skipped (no GPU, dry run)" ||
+                result "backend_ops test" "FAILED (no CUDA device visible)" ;;
+        124|137) result "backend_ops test" "TIMEOUT after ${cap}s" ;;
+        *) result "backend_ops test" "FAILED (exit $rc): $(tail -1 "$OUT/backend_ops_test.log")"
+           grep -E '^FAIL' "$OUT/backend_ops_test.log" | head -20 | sed 's/^/    /' >> "$OUT/summary.txt" ;;
+    esac
+
     # test_gpu by source file, the least-known first: kernels and paths never run on a GPU, then
     # the ones that passed at 8f5fa14. Files not listed run last (none is left out).
     ORDER=(test_init test_optim_cuda test_attention test_grouped_gemm test_cross_entropy test_muon test_galore
@@ -450,6 +466,23 @@ else
         0) result "bench_gpu_ops" "passed ($(wc -l < "$OUT/bench_gpu_ops.jsonl") rows)" ;;
         124|137) result "bench_gpu_ops" "TIMEOUT after ${cap}s ($(wc -l < "$OUT/bench_gpu_ops.jsonl" 2>/dev/null) rows)" ;;
         *) result "bench_gpu_ops" "FAILED (exit $rc)" ;;
+    esac
+fi
+
+# ---- the op table's perf mode at the paper's shapes (docs/backend-ops.md), CUDA alone
+if [[ -n "$DRY" ]]; then
+    result "backend_ops perf" "skipped (no GPU, dry run)"
+elif (( $(left) < 60 )); then
+    result "backend_ops perf" "skipped (too little time left: $(left)s)"
+else
+    cap=$(tmo 45 50)
+    timeout -k 5 "$cap" "$BIN/backend_ops" --mode perf --backend cuda --min-seconds 0.1 > "$OUT/backend_ops_perf.log" 2>&1
+    rc=$?
+    cat "$OUT/backend_ops_perf.log" >> "$OUT/summary.txt"
+    case $rc in
+        0) result "backend_ops perf" "passed ($(grep -c 'of roofline' "$OUT/backend_ops_perf.log") cases)" ;;
+        124|137) result "backend_ops perf" "TIMEOUT after ${cap}s ($(grep -c 'of roofline' "$OUT/backend_ops_perf.log") cases)" ;;
+        *) result "backend_ops perf" "FAILED (exit $rc)" ;;
     esac
 fi
 

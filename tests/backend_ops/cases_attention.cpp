@@ -1,0 +1,180 @@
+// Op-table rows of causal GQA attention (tests/backend_ops/op_table.h): forward and backward against
+// the double evaluation at head_dim 3..128, GQA groups 1/2/4/8, T = 1, T = 150 across several query
+// blocks, and the error for n_heads not a multiple of n_kv_heads; finite differences on the CPU's fp32
+// path (T = 70 across query blocks, and a grouped case).
+#include <cmath>
+#include <memory>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "tests/backend_ops/op_table.h"
+#include "tests/backend_ops/reference.h"
+
+namespace skew::ops {
+
+namespace {
+
+std::string label(const AttentionShape& s) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "B%lld T%lld H%lld KV%lld D%lld (group %lld)", (long long)s.batch,
+                  (long long)s.seq_len, (long long)s.n_heads, (long long)s.n_kv_heads, (long long)s.head_dim,
+                  (long long)(s.n_kv_heads > 0 ? s.n_heads / s.n_kv_heads : 0));
+    return buf;
+}
+
+// The CUDA kernels take head_dim 16, 32, 64 or 128 only (kernels/cuda/attention.cu).
+bool cuda_head_dim(const BackendTraits& be, int64_t d) {
+    return !be.runs_cuda || d == 16 || d == 32 || d == 64 || d == 128;
+}
+
+int64_t nq(const AttentionShape& s) { return s.batch * s.seq_len * s.n_heads * s.head_dim; }
+int64_t nkv(const AttentionShape& s) { return s.batch * s.seq_len * s.n_kv_heads * s.head_dim; }
+
+// Causal attention: per (batch, head) T(T+1)/2 score dot products and as many P·V terms of D each.
+double attn_flops(const AttentionShape& s) {
+    return 4.0 * double(s.batch * s.n_heads) * double(s.seq_len) * double(s.seq_len + 1) / 2.0 * double(s.head_dim);
+}
+
+Case fwd_case(const AttentionShape& s, uint32_t seed) {
+    Case c;
+    c.op = "attention_forward";
+    c.shape = label(s);
+    c.dtypes = "bf16 (lse f32)";
+    // out: bf16, sums over up to T keys of D-term scores; lse: f32 after a length-T sum.
+    const int64_t k = std::max(s.seq_len, s.head_dim);
+    c.t = {input("q", DT::BF16, nq(s), seed, -2, 2), input("k", DT::BF16, nkv(s), seed + 1, -2, 2),
+           input("v", DT::BF16, nkv(s), seed + 2), output("out", DT::BF16, nq(s), tol_rounded(DT::BF16, k)),
+           output("lse", DT::F32, s.batch * s.n_heads * s.seq_len, tol_rounded(DT::F32, k))};
+    c.run = [s](Backend& be, Bufs& b) {
+        be.attention_forward(b.at<bf16>(3), b.at<float>(4), b.at<bf16>(0), b.at<bf16>(1), b.at<bf16>(2), s);
+    };
+    c.ref = [s](std::vector<Tensor>& t) { ref::attention_forward(t[3].v, t[4].v, t[0].v, t[1].v, t[2].v, s); };
+    c.supports = [d = s.head_dim](const BackendTraits& be) { return cuda_head_dim(be, d); };
+    c.flops = attn_flops(s);
+    c.bytes = tensor_bytes(c.t);
+    return c;
+}
+
+Case bwd_case(const AttentionShape& s, uint32_t seed) {
+    Case c;
+    c.op = "attention_backward";
+    c.shape = label(s);
+    c.dtypes = "bf16 (lse f32)";
+    Tensor q = input("q", DT::BF16, nq(s), seed, -2, 2), k = input("k", DT::BF16, nkv(s), seed + 1, -2, 2),
+           v = input("v", DT::BF16, nkv(s), seed + 2);
+    // out and lse as the forward saves them: the exact values rounded to bf16 / f32. The rounded out
+    // enters Σ dout·out (2^-8 relative), hence the bf16 limit on every gradient.
+    std::vector<double> out(static_cast<size_t>(nq(s))), lse(static_cast<size_t>(s.batch * s.n_heads * s.seq_len));
+    if (q.lazy == 0) ref::attention_forward(out, lse, q.v, k.v, v.v, s);
+    const int64_t kk = s.seq_len * s.head_dim;
+    c.t = {input("dout", DT::BF16, nq(s), seed + 3),
+           std::move(q),
+           std::move(k),
+           std::move(v),
+           q.lazy ? input("out", DT::BF16, nq(s), seed + 4) : input_values("out", DT::BF16, out),
+           input_values("lse", DT::F32, lse),
+           output("dq", DT::BF16, nq(s), tol_rounded(DT::BF16, kk, 0.25)),
+           output("dk", DT::BF16, nkv(s), tol_rounded(DT::BF16, kk, 0.25)),
+           output("dv", DT::BF16, nkv(s), tol_rounded(DT::BF16, kk, 0.25))};
+    c.run = [s](Backend& be, Bufs& b) {
+        be.attention_backward(b.at<bf16>(6), b.at<bf16>(7), b.at<bf16>(8), b.at<bf16>(0), b.at<bf16>(1), b.at<bf16>(2),
+                              b.at<bf16>(3), b.at<bf16>(4), b.at<float>(5), s);
+    };
+    c.ref = [s](std::vector<Tensor>& t) {
+        ref::attention_backward(t[6].v, t[7].v, t[8].v, t[0].v, t[1].v, t[2].v, t[3].v, s);
+    };
+    c.supports = [d = s.head_dim](const BackendTraits& be) { return cuda_head_dim(be, d); };
+    c.flops = 2.5 * attn_flops(s);  // QK^T recomputed, dP, dQ, dK, dV
+    c.bytes = tensor_bytes(c.t);
+    return c;
+}
+
+Case bad_group_case() {
+    const AttentionShape s{1, 4, 4, 3, 16};  // 4 query heads over 3 KV heads: not a multiple
+    Case c;
+    c.op = "attention_forward";
+    c.shape = "H4 KV3 (not a multiple): throws";
+    c.dtypes = "bf16 (lse f32)";
+    c.expect_error = true;
+    c.t = {input("q", DT::BF16, nq(s), 1), input("k", DT::BF16, nkv(s), 2), input("v", DT::BF16, nkv(s), 3),
+           output("out", DT::BF16, nq(s), Tol{}), output("lse", DT::F32, 16, Tol{})};
+    c.run = [s](Backend& be, Bufs& b) {
+        be.attention_forward(b.at<bf16>(3), b.at<float>(4), b.at<bf16>(0), b.at<bf16>(1), b.at<bf16>(2), s);
+    };
+    c.ref = [](std::vector<Tensor>&) {};
+    return c;
+}
+
+}  // namespace
+
+void add_attention_cases(std::vector<Case>& out, const TableOptions& o) {
+    if (o.perf) {
+        // The paper: 64 x 128 tokens, 32 query heads over 8 KV heads of 128 (CPU: batch 1).
+        const AttentionShape s{o.cpu_scaled ? 1 : 64, 128, 32, 8, 128};
+        out.push_back(fwd_case(s, 1));
+        out.push_back(bwd_case(s, 2));
+        return;
+    }
+    const std::vector<AttentionShape> shapes{
+        {2, 5, 4, 2, 3},     // grouped: head h reads KV head h / 2 (not h % 2)
+        {1, 150, 2, 1, 8},   // query blocks of 64, 64 and 22 rows
+        {1, 150, 2, 1, 16},  // the same on every backend's head_dim
+        {1, 1, 4, 1, 64},    // T = 1, group 4
+        {2, 33, 8, 1, 128},  // group 8, T off the block
+        {1, 70, 8, 2, 32},   // group 4, blocks of 64 and 6
+        {2, 17, 4, 4, 16},   // group 1 (multi-head)
+    };
+    uint32_t seed = 100;
+    for (const auto& s : shapes) out.push_back(fwd_case(s, seed += 10));
+    for (const auto& s : shapes) out.push_back(bwd_case(s, seed += 10));
+    out.push_back(bad_group_case());
+}
+
+namespace {
+
+std::vector<float> uniform(int64_t n, uint32_t seed) {
+    const Tensor t = input("", DT::F32, n, seed);
+    return std::vector<float>(t.v.begin(), t.v.end());
+}
+
+GradCase grad_case(const AttentionShape& s, uint32_t seed, std::string note) {
+    struct S {
+        AttentionShape s;
+        std::vector<float> q, k, v, r;
+    };
+    auto st = std::make_shared<S>(
+        S{s, uniform(nq(s), seed), uniform(nkv(s), seed + 1), uniform(nkv(s), seed + 2), uniform(nq(s), seed + 3)});
+    GradCase g;
+    g.op = "attention_backward";
+    g.shape = label(s) + note;
+    const std::string why = "fp32 forward, eps 1e-2 on O(1) inputs: truncation ~1e-5, rounding ~5e-5";
+    g.in = {{"q", &st->q, 1e-2f, 5e-4, 1e-2, why},
+            {"k", &st->k, 1e-2f, 5e-4, 1e-2, why},
+            {"v", &st->v, 1e-2f, 5e-4, 1e-2, why}};
+    g.loss = [st] {
+        std::vector<float> out(st->q.size());
+        cpu::attention_forward(out.data(), (float*)nullptr, st->q.data(), st->k.data(), st->v.data(), st->s);
+        double d = 0.0;
+        for (size_t i = 0; i < out.size(); ++i) d += double(out[i]) * st->r[i];
+        return d;
+    };
+    g.analytic = [st] {
+        const AttentionShape& s = st->s;
+        std::vector<float> out(st->q.size()), lse(static_cast<size_t>(s.batch * s.n_heads * s.seq_len)),
+            dq(st->q.size()), dk(st->k.size()), dv(st->v.size());
+        cpu::attention_forward(out.data(), lse.data(), st->q.data(), st->k.data(), st->v.data(), s);
+        cpu::attention_backward(dq.data(), dk.data(), dv.data(), st->r.data(), st->q.data(), st->k.data(), st->v.data(),
+                                out.data(), lse.data(), s);
+        return std::vector<std::vector<float>>{dq, dk, dv};
+    };
+    g.state = st;
+    return g;
+}
+
+}  // namespace
+
+void add_attention_grad_cases(std::vector<GradCase>& out) {
+    out.push_back(grad_case({1, 70, 2, 1, 2}, 24, ", query blocks of 64 and 6"));
+    out.push_back(grad_case({2, 4, 4, 2, 3}, 7, ", K/V gradients summed over the group"));
+}
+
+}  // namespace skew::ops
