@@ -74,6 +74,47 @@ void layernorm_backward(Vec& dx, Vec* dw, Vec* db, const Vec& dout, const Vec& x
     }
 }
 
+void rmsnorm_forward(Vec& out, Vec* rstd, const Vec& x, const Vec& w, int64_t N, int64_t C, double eps) {
+    for (int64_t r = 0; r < N; ++r) {
+        double ss = 0.0;
+        for (int64_t c = 0; c < C; ++c) ss += x[z(r * C + c)] * x[z(r * C + c)];
+        const double rs = 1.0 / std::sqrt(ss / double(C) + eps);
+        for (int64_t c = 0; c < C; ++c) out[z(r * C + c)] = x[z(r * C + c)] * rs * w[z(c)];
+        if (rstd) (*rstd)[z(r)] = rs;
+    }
+}
+
+void rmsnorm_backward(Vec& dx, Vec* dw, const Vec& dout, const Vec& x, const Vec& w, const Vec& rstd, int64_t N,
+                      int64_t C, bool accumulate) {
+    for (int64_t r = 0; r < N; ++r) {
+        double mgx = 0.0;  // mean(g * xh), g = dout * w, xh = x * rstd
+        for (int64_t c = 0; c < C; ++c) {
+            const double xh = x[z(r * C + c)] * rstd[z(r)];
+            mgx += dout[z(r * C + c)] * w[z(c)] * xh;
+            if (dw) (*dw)[z(c)] += dout[z(r * C + c)] * xh;
+        }
+        mgx /= double(C);
+        for (int64_t c = 0; c < C; ++c) {
+            const double xh = x[z(r * C + c)] * rstd[z(r)];
+            const double v = rstd[z(r)] * (dout[z(r * C + c)] * w[z(c)] - xh * mgx);
+            dx[z(r * C + c)] = accumulate ? dx[z(r * C + c)] + v : v;
+        }
+    }
+}
+
+void rope(Vec& x, int64_t B, int64_t T, int64_t H, int64_t d, int64_t pos0, double theta, bool inverse) {
+    const double sign = inverse ? -1.0 : 1.0;
+    for (int64_t r = 0; r < B * T * H; ++r) {
+        const int64_t t = (r / H) % T;
+        for (int64_t i = 0; i < d / 2; ++i) {
+            const double a = double(pos0 + t) * std::pow(theta, -2.0 * double(i) / double(d));
+            const double lo = x[z(r * d + i)], hi = x[z(r * d + i + d / 2)];
+            x[z(r * d + i)] = lo * std::cos(a) - hi * sign * std::sin(a);
+            x[z(r * d + i + d / 2)] = hi * std::cos(a) + lo * sign * std::sin(a);
+        }
+    }
+}
+
 namespace {
 // The probabilities P[t][j] of one (batch, head), j <= t, and the row's lse.
 void attention_probs(std::vector<Vec>& P, Vec& lse_row, const Vec& q, const Vec& k, const AttentionShape& s, int64_t b,

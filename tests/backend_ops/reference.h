@@ -22,6 +22,16 @@ void layernorm_forward(Vec& out, Vec* mean, Vec* rstd, const Vec& x, const Vec& 
 void layernorm_backward(Vec& dx, Vec* dw, Vec* db, const Vec& dout, const Vec& x, const Vec& w, const Vec& mean,
                         const Vec& rstd, int64_t N, int64_t C, bool accumulate);
 
+/// RMSNorm: out = x / sqrt(mean(x^2) + eps) * w per row; rstd optional.
+void rmsnorm_forward(Vec& out, Vec* rstd, const Vec& x, const Vec& w, int64_t N, int64_t C, double eps);
+/// dx (+= when accumulate) and dw (+=, optional) of Σ out·dout, rstd from the forward.
+void rmsnorm_backward(Vec& dx, Vec* dw, const Vec& dout, const Vec& x, const Vec& w, const Vec& rstd, int64_t N,
+                      int64_t C, bool accumulate);
+
+/// RoPE in place on x (B, T, H, d): lane i with lane i + d/2 by the angle (pos0 + t)·theta^(-2i/d),
+/// rotated back when inverse.
+void rope(Vec& x, int64_t B, int64_t T, int64_t H, int64_t d, int64_t pos0, double theta, bool inverse);
+
 /// Causal GQA attention: out and lse (AttentionShape layouts).
 void attention_forward(Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec& v, const AttentionShape& s);
 /// dq, dk, dv of Σ out·dout, recomputing the probabilities from q and k (not from a saved lse).
