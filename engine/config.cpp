@@ -16,8 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "engine/config_schema.h"
@@ -58,9 +58,17 @@ const char* second_moment_name(SecondMomentKind s) {
 }
 
 const std::vector<std::string>& builtin_optimizer_names() {
-    static const std::vector<std::string> names = {
-        "skewadam", "adamw", "muon", "lion", "adafactor", "galore-paper", "galore",
-        "skewadam-expert-momentum", "skewadam-factored-router", "uniform", "muon-kj"};
+    static const std::vector<std::string> names = {"skewadam",
+                                                   "adamw",
+                                                   "muon",
+                                                   "lion",
+                                                   "adafactor",
+                                                   "galore-paper",
+                                                   "galore",
+                                                   "skewadam-expert-momentum",
+                                                   "skewadam-factored-router",
+                                                   "uniform",
+                                                   "muon-kj"};
     return names;
 }
 
@@ -138,9 +146,10 @@ std::string file_loc(const std::string& source, const YAML::Mark& m) {
 // The message for YAML nested past yaml-cpp's limit (YAML::DeepRecursion, "bad file"): where the
 // nesting went too deep and, when known, how many lists or mappings were open there.
 [[noreturn]] void fail_too_deep(const std::string& where, int collections) {
-    fail("{}: YAML nested too deeply{}, past the depth yaml-cpp reads; a config nests a few levels "
-         "(optimizers.<name>.tiers.<tier>.<key> is the deepest)", where,
-         collections > 0 ? fmt::format(": {} lists or mappings inside one another here", collections) : "");
+    fail(
+        "{}: YAML nested too deeply{}, past the depth yaml-cpp reads; a config nests a few levels "
+        "(optimizers.<name>.tiers.<tier>.<key> is the deepest)",
+        where, collections > 0 ? fmt::format(": {} lists or mappings inside one another here", collections) : "");
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -162,7 +171,8 @@ std::string suggestion(const std::string& key, const std::vector<std::string>& v
         size_t d = edit_distance(key, v);
         if (d < best_d) best_d = d, best = v;
     }
-    if (!best.empty() && best_d <= std::max<size_t>(2, key.size() / 3)) return fmt::format("; did you mean '{}'?", best);
+    if (!best.empty() && best_d <= std::max<size_t>(2, key.size() / 3))
+        return fmt::format("; did you mean '{}'?", best);
     return fmt::format("; valid keys: {}", fmt::join(valid, ", "));
 }
 
@@ -189,7 +199,8 @@ int64_t parse_int(const std::string& s, const KeySpec& k, const std::string& key
     std::string t = s;
     bool plain = !t.empty();
     for (size_t i = 0; i < t.size(); ++i)
-        if (!(std::isdigit(static_cast<unsigned char>(t[i])) || (i == 0 && (t[i] == '-' || t[i] == '+')))) plain = false;
+        if (!(std::isdigit(static_cast<unsigned char>(t[i])) || (i == 0 && (t[i] == '-' || t[i] == '+'))))
+            plain = false;
     if (plain && t.find_first_of("0123456789") == std::string::npos) plain = false;  // a lone sign is no number
     if (plain) {
         errno = 0;
@@ -218,7 +229,8 @@ double parse_float(const std::string& s, const KeySpec& k, const std::string& ke
     errno = 0;
     double d = std::strtod(s.c_str(), &end);
     if (s.empty() || end == s.c_str() || *end != '\0') fail("{}: {}: expected a number, got '{}'", loc.where, key, s);
-    if (!std::isfinite(d) || errno == ERANGE) fail("{}: {}: '{}' is out of range: must be {}; a finite number is required", loc.where, key, s, range_text(k));
+    if (!std::isfinite(d) || errno == ERANGE)
+        fail("{}: {}: '{}' is out of range: must be {}; a finite number is required", loc.where, key, s, range_text(k));
     return d;
 }
 
@@ -237,8 +249,7 @@ void check_range(double v, const KeySpec& k, const std::string& key, const Loc& 
 }
 
 std::string scalar_of(const YAML::Node& n, const KeySpec& k, const std::string& key, const Loc& loc) {
-    if (!n.IsScalar())
-        fail("{}: {}: expected {}, got {}", loc.where, key, key_type_name(k.type), node_kind(n));
+    if (!n.IsScalar()) fail("{}: {}: expected {}, got {}", loc.where, key, key_type_name(k.type), node_kind(n));
     // A quoted or !!str-tagged scalar is a string: "64" is not the number 64.
     const bool numeric = k.type == KeyType::INT || k.type == KeyType::FLOAT || k.type == KeyType::BOOL;
     // (a !!int or !!float tag names what the key is anyway: the parser below decides)
@@ -261,11 +272,13 @@ void refuse_local_tag(const YAML::Node& n, const std::string& key, const Loc& lo
     if (tag.size() < 2 || tag[0] != '!') return;
     const std::string shown = escape_text(n.IsScalar() && !n.Scalar().empty() ? tag + " " + n.Scalar() : tag);
     const bool element = key.back() == ']';  // a list element: the quoted text alone
-    fail("{}: {}: '{}' is a YAML tag (a value starting with '!' names a type), which a config does not use; for the "
-         "text, quote it: {}", loc.where, key, shown,
-         element ? fmt::format("\"{}\"", shown)
-         : loc.where.rfind("--set ", 0) == 0 ? fmt::format("--set '{}=\"{}\"'", key, shown)
-                                              : fmt::format("{}: \"{}\"", key.substr(key.rfind('.') + 1), shown));
+    fail(
+        "{}: {}: '{}' is a YAML tag (a value starting with '!' names a type), which a config does not use; for the "
+        "text, quote it: {}",
+        loc.where, key, shown,
+        element                             ? fmt::format("\"{}\"", shown)
+        : loc.where.rfind("--set ", 0) == 0 ? fmt::format("--set '{}=\"{}\"'", key, shown)
+                                            : fmt::format("{}: \"{}\"", key.substr(key.rfind('.') + 1), shown));
 }
 
 ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string& key, const Loc& loc,
@@ -302,7 +315,8 @@ ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string
         case KeyType::STRING_LIST: {
             if (!n.IsSequence())  // a bare `a,b` is one string: say how a list is written
                 fail("{}: {}: expected {}, got {}{}", loc.where, key, key_type_name(k.type), node_kind(n),
-                     n.IsScalar() && !n.Scalar().empty() ? fmt::format("; write a list in brackets: [{}]", n.Scalar()) : "");
+                     n.IsScalar() && !n.Scalar().empty() ? fmt::format("; write a list in brackets: [{}]", n.Scalar())
+                                                         : "");
             std::vector<int64_t> ints;
             std::vector<std::string> strs;
             for (size_t i = 0; i < n.size(); ++i) {
@@ -354,8 +368,8 @@ const KeySpec* find_spec(const std::vector<KeySpec>& specs, const std::string& p
 struct Loader {
     Config cfg;
     std::string source;
-    std::string applied_yaml;  // the YAML being applied: the file's, then each --set value's
-    std::map<std::string, std::string> where;  // key path -> location of the value that set it
+    std::string applied_yaml;                        // the YAML being applied: the file's, then each --set value's
+    std::map<std::string, std::string> where;        // key path -> location of the value that set it
     std::map<std::string, OptimizerConfig> defined;  // optimizers section, by name
     std::vector<std::string> defined_order;
     std::map<std::string, int> overridden;  // key path -> order of the last command-line override that set it
@@ -383,9 +397,11 @@ struct Loader {
             o = builtin_optimizer(type_hint);
             o.name = name;
         } else {
-            fail("{}: optimizers.{}: '{}' is not a built-in optimizer, so it needs a `type:` (one of skewadam, adamw, "
-                 "lion, muon, muon-kj, adafactor, galore, galore-paper){}",
-                 loc.where, name, name, suggestion(name, names).find("did you") != std::string::npos ? suggestion(name, names) : "");
+            fail(
+                "{}: optimizers.{}: '{}' is not a built-in optimizer, so it needs a `type:` (one of skewadam, adamw, "
+                "lion, muon, muon-kj, adafactor, galore, galore-paper){}",
+                loc.where, name, name,
+                suggestion(name, names).find("did you") != std::string::npos ? suggestion(name, names) : "");
         }
         defined_order.push_back(name);
         return defined.emplace(name, o).first->second;
@@ -402,12 +418,15 @@ struct Loader {
     // Walk one optimizers.<name> mapping (nested tiers.* included) and collect leaf keys.
     void walk_optimizer(const std::string& name, const YAML::Node& entry) {
         Loc loc{file_loc(source, entry.Mark())};
-        if (!entry.IsMap()) fail("{}: optimizers.{}: expected a mapping of optimizer settings, got {}", loc.where, name, node_kind(entry));
+        if (!entry.IsMap())
+            fail("{}: optimizers.{}: expected a mapping of optimizer settings, got {}", loc.where, name,
+                 node_kind(entry));
         std::string type_hint;
         if (entry["type"] && entry["type"].IsScalar()) {
             const KeySpec* k = find_spec(optimizer_key_specs(), "type");
             Loc tl{file_loc(source, entry["type"].Mark())};
-            type_hint = std::get<std::string>(parse_value(entry["type"], *k, "optimizers." + name + ".type", tl, applied_yaml));
+            type_hint =
+                std::get<std::string>(parse_value(entry["type"], *k, "optimizers." + name + ".type", tl, applied_yaml));
         }
         OptimizerConfig& o = optimizer_entry(name, type_hint, loc);
         std::vector<std::pair<std::string, YAML::Node>> leaves;
@@ -416,8 +435,11 @@ struct Loader {
         // An empty `tiers: {}` (or `tiers: {router: {}}`) sets no key for check_optimizer_keys to see.
         if (entry["tiers"] && o.type != OptimizerType::SKEWADAM &&
             std::none_of(leaves.begin(), leaves.end(), [](const auto& l) { return l.first.rfind("tiers.", 0) == 0; }))
-            fail("{}: optimizers.{}.tiers: tiers is a SkewAdam setting, but optimizer '{}' has type {}, which ignores it; "
-                 "remove the key or set `type: skewadam`", file_loc(source, entry["tiers"].Mark()), name, name, o.type);
+            fail(
+                "{}: optimizers.{}.tiers: tiers is a SkewAdam setting, but optimizer '{}' has type {}, which ignores "
+                "it; "
+                "remove the key or set `type: skewadam`",
+                file_loc(source, entry["tiers"].Mark()), name, name, o.type);
     }
 
     static std::vector<std::string> optimizer_rel_keys() {
@@ -428,8 +450,9 @@ struct Loader {
 
     // Flatten a mapping into (relative path, leaf node); nested maps are allowed only where some
     // valid key has that prefix (tiers.backbone.momentum). Unknown keys fail with a suggestion.
-    void collect_leaves(const YAML::Node& map, const std::string& prefix, std::vector<std::pair<std::string, YAML::Node>>& out,
-                        const std::string& display_prefix, const std::vector<std::string>& valid) {
+    void collect_leaves(const YAML::Node& map, const std::string& prefix,
+                        std::vector<std::pair<std::string, YAML::Node>>& out, const std::string& display_prefix,
+                        const std::vector<std::string>& valid) {
         for (auto it = map.begin(); it != map.end(); ++it) {
             std::string k = it->first.Scalar();
             std::string rel = prefix.empty() ? k : prefix + "." + k;
@@ -448,21 +471,26 @@ struct Loader {
                 out.emplace_back(rel, it->second);
             } else if (inner) {
                 if (!it->second.IsMap())
-                    fail("{}: {}.{}: expected a mapping, got {}", file_loc(source, it->second.Mark()), display_prefix, rel,
-                         node_kind(it->second));
+                    fail("{}: {}.{}: expected a mapping, got {}", file_loc(source, it->second.Mark()), display_prefix,
+                         rel, node_kind(it->second));
                 collect_leaves(it->second, rel, out, display_prefix, valid);
             } else {
-                fail("{}: unknown key '{}.{}'{}", file_loc(source, it->first.Mark()), display_prefix, rel, suggestion(k, here));
+                fail("{}: unknown key '{}.{}'{}", file_loc(source, it->first.Mark()), display_prefix, rel,
+                     suggestion(k, here));
             }
         }
     }
 
     void load_tree(const YAML::Node& root) {
         if (root.IsNull()) return;  // an empty file: all defaults
-        if (!root.IsMap()) fail("{}: the config must be a mapping of sections (model, optimizers, data, train, runtime, parallel), got {}",
-                                file_loc(source, root.Mark()), node_kind(root));
+        if (!root.IsMap())
+            fail(
+                "{}: the config must be a mapping of sections (model, optimizers, data, train, runtime, parallel), got "
+                "{}",
+                file_loc(source, root.Mark()), node_kind(root));
         check_duplicates(root, source, "");
-        static const std::vector<std::string> sections = {"model", "optimizers", "data", "train", "runtime", "parallel"};
+        static const std::vector<std::string> sections = {"model", "optimizers", "data",
+                                                          "train", "runtime",    "parallel"};
         for (auto it = root.begin(); it != root.end(); ++it) {
             std::string sec = it->first.Scalar();
             Loc loc{file_loc(source, it->first.Mark())};
@@ -470,7 +498,8 @@ struct Loader {
                 fail("{}: unknown section '{}'{}", loc.where, sec, suggestion(sec, sections));
             const YAML::Node body = it->second;
             if (body.IsNull()) continue;
-            if (!body.IsMap()) fail("{}: {}: expected a mapping, got {}", file_loc(source, body.Mark()), sec, node_kind(body));
+            if (!body.IsMap())
+                fail("{}: {}: expected a mapping, got {}", file_loc(source, body.Mark()), sec, node_kind(body));
             if (sec == "optimizers") {
                 for (auto o = body.begin(); o != body.end(); ++o) walk_optimizer(o->first.Scalar(), o->second);
                 continue;
@@ -480,7 +509,8 @@ struct Loader {
                 if (k.path.rfind(sec + ".", 0) == 0) valid.push_back(k.path.substr(sec.size() + 1));
             std::vector<std::pair<std::string, YAML::Node>> leaves;
             collect_leaves(body, "", leaves, sec, valid);
-            for (auto& [rel, node] : leaves) apply_section_key(sec + "." + rel, node, Loc{file_loc(source, node.Mark())});
+            for (auto& [rel, node] : leaves)
+                apply_section_key(sec + "." + rel, node, Loc{file_loc(source, node.Mark())});
         }
     }
 
@@ -488,8 +518,7 @@ struct Loader {
     // the override (`--optimizers a,b` for train.optimizers=[a,b]).
     void apply_override(const std::string& text, const std::string& flag = "") {
         auto eq = text.find('=');
-        if (eq == std::string::npos || eq == 0)
-            fail("--set {}: expected key=value, e.g. --set train.steps=100", text);
+        if (eq == std::string::npos || eq == 0) fail("--set {}: expected key=value, e.g. --set train.steps=100", text);
         std::string path = text.substr(0, eq);
         std::string value_text = text.substr(eq + 1);
         Loc loc{flag.empty() ? "--set " + text : flag};
@@ -525,7 +554,8 @@ struct Loader {
         }
         std::vector<std::string> valid;
         for (const auto& k : section_key_specs()) valid.push_back(k.path);
-        if (!find_spec(section_key_specs(), path)) fail("{}: unknown key '{}'{}", loc.where, path, suggestion(path, valid));
+        if (!find_spec(section_key_specs(), path))
+            fail("{}: unknown key '{}'{}", loc.where, path, suggestion(path, valid));
         apply_section_key(path, value, loc);
     }
 
@@ -551,9 +581,16 @@ struct Loader {
         rule(m.d_model % m.n_heads == 0, "model.n_heads",
              fmt::format("d_model ({}) must be divisible by n_heads ({})", m.d_model, m.n_heads), {"model.d_model"});
         rule(m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads",
-             fmt::format("n_heads ({}) must be divisible by n_kv_heads ({})", m.n_heads, m.n_kv_heads), {"model.n_heads"});
+             fmt::format("n_heads ({}) must be divisible by n_kv_heads ({})", m.n_heads, m.n_kv_heads),
+             {"model.n_heads"});
         rule(m.n_kv_heads <= m.n_heads, "model.n_kv_heads",
              fmt::format("n_kv_heads ({}) must not exceed n_heads ({})", m.n_kv_heads, m.n_heads), {"model.n_heads"});
+        if (m.d_model % m.n_heads == 0)
+            rule(m.positions != Positions::ROPE || m.head_dim() % 2 == 0, "model.positions",
+                 fmt::format(
+                     "rope pairs lane i with lane i + head_dim/2: head_dim (d_model / n_heads = {}) must be even",
+                     m.head_dim()),
+                 {"model.n_heads", "model.d_model"});
         rule(m.top_k <= m.n_experts, "model.top_k",
              fmt::format("top_k ({}) must not exceed n_experts ({})", m.top_k, m.n_experts), {"model.n_experts"});
         rule(m.padded_vocab_size >= m.vocab_size, "model.padded_vocab_size",
@@ -562,8 +599,8 @@ struct Loader {
         std::set<int64_t> seen;
         for (int64_t b : m.moe_blocks) {
             rule(b < m.n_blocks, "model.moe_blocks",
-                 fmt::format("block index {} is out of range: the model has n_blocks = {} (indices 0..{})", b, m.n_blocks,
-                             m.n_blocks - 1),
+                 fmt::format("block index {} is out of range: the model has n_blocks = {} (indices 0..{})", b,
+                             m.n_blocks, m.n_blocks - 1),
                  {"model.n_blocks"});
             rule(seen.insert(b).second, "model.moe_blocks", fmt::format("block index {} is listed twice", b));
         }
@@ -576,7 +613,8 @@ struct Loader {
              {"train.batch_size"});
         rule(!t.optimizers.empty(), "train.optimizers", "list at least one optimizer");
         std::set<std::string> names;
-        for (const auto& n : t.optimizers) rule(names.insert(n).second, "train.optimizers", fmt::format("'{}' is listed twice", n));
+        for (const auto& n : t.optimizers)
+            rule(names.insert(n).second, "train.optimizers", fmt::format("'{}' is listed twice", n));
         rule(m.n_experts % cfg.parallel.expert == 0, "parallel.expert",
              fmt::format("expert parallelism ({}) must divide model.n_experts ({})", cfg.parallel.expert, m.n_experts));
         rule(cfg.parallel.expert == 1 || t.recompute == Recompute::BLOCK, "parallel.expert",
@@ -595,15 +633,17 @@ struct Loader {
             if (o.type == OptimizerType::SKEWADAM) continue;
             const std::string entry = "optimizers." + name + ".", prefix = entry + "tiers.";
             size_t keys_set = 0;
-            for (auto it = where.lower_bound(entry); it != where.end() && it->first.rfind(entry, 0) == 0; ++it) keys_set++;
+            for (auto it = where.lower_bound(entry); it != where.end() && it->first.rfind(entry, 0) == 0; ++it)
+                keys_set++;
             const bool resolved = keys_set == optimizer_key_specs().size();
             const OptimizerConfig defaults = builtin_optimizer(std::string(choice_name(o.type)));
             for (auto it = where.lower_bound(prefix); it != where.end() && it->first.rfind(prefix, 0) == 0; ++it) {
                 const KeySpec* k = find_spec(optimizer_key_specs(), it->first.substr(entry.size()));
                 if (resolved && k->get_opt(o) == k->get_opt(defaults)) continue;
-                fail("{}: {}: tiers.* is a SkewAdam setting, but optimizer '{}' has type {}, which ignores it; "
-                     "remove the key or set `type: skewadam`",
-                     it->second, it->first, name, o.type);
+                fail(
+                    "{}: {}: tiers.* is a SkewAdam setting, but optimizer '{}' has type {}, which ignores it; "
+                    "remove the key or set `type: skewadam`",
+                    it->second, it->first, name, o.type);
             }
         }
     }
@@ -620,8 +660,10 @@ struct Loader {
             } else {
                 std::vector<std::string> all = builtins;
                 all.insert(all.end(), defined_order.begin(), defined_order.end());
-                fail("{}: train.optimizers: unknown optimizer '{}': not a built-in and not defined under `optimizers:`{}",
-                     loc_of("train.optimizers"), name, suggestion(name, all));
+                fail(
+                    "{}: train.optimizers: unknown optimizer '{}': not a built-in and not defined under "
+                    "`optimizers:`{}",
+                    loc_of("train.optimizers"), name, suggestion(name, all));
             }
             const OptimizerType type = cfg.optimizers.back().type;
             const bool galore = type == OptimizerType::GALORE || type == OptimizerType::GALORE_PAPER;
@@ -745,14 +787,17 @@ std::vector<YAML::Mark> yaml_document_starts(const std::string& text, const std:
                  file_loc(source, *d.first_alias));
         const size_t n = d.starts.size();
         if (n >= 2 && d.starts[n - 1].pos == d.starts[n - 2].pos)
-            fail("{}: YAML syntax error: unexpected text the parser cannot read (a stray ',', '[' or '{{' outside a "
-                 "list or mapping?)", file_loc(source, d.starts[n - 1]));
+            fail(
+                "{}: YAML syntax error: unexpected text the parser cannot read (a stray ',', '[' or '{{' outside a "
+                "list or mapping?)",
+                file_loc(source, d.starts[n - 1]));
     }
     return d.starts;
 }
 
 Config load_config_text_unescaped(const std::string& yaml_text, const std::string& source,
-                                  const std::vector<std::string>& overrides, const std::vector<FlagOverride>& flag_overrides) {
+                                  const std::vector<std::string>& overrides,
+                                  const std::vector<FlagOverride>& flag_overrides) {
     Loader L;
     L.source = source;
     L.cfg.source = source;
@@ -761,8 +806,10 @@ Config load_config_text_unescaped(const std::string& yaml_text, const std::strin
         const std::vector<YAML::Mark> starts = yaml_document_starts(yaml_text, source);
         // yaml-cpp's Load would take the first document and drop the rest without a word.
         if (starts.size() > 1)
-            fail("{}:{}: a second YAML document (`---`) begins here; a config is one document: remove the `---` "
-                 "line or split the file", source, document_marker_line(yaml_text, starts[1].line));
+            fail(
+                "{}:{}: a second YAML document (`---`) begins here; a config is one document: remove the `---` "
+                "line or split the file",
+                source, document_marker_line(yaml_text, starts[1].line));
         if (!starts.empty()) docs.push_back(YAML::Load(yaml_text));
     } catch (const YAML::ParserException& e) {
         fail("{}: YAML syntax error: {}", file_loc(source, e.mark), e.msg);
@@ -771,8 +818,10 @@ Config load_config_text_unescaped(const std::string& yaml_text, const std::strin
     }
     // An empty or comment-only file (or /dev/null) would silently mean the paper's 6.78B defaults.
     if (docs.empty() || docs[0].IsNull())
-        fail("{}: has no settings (the file is empty or holds only comments); a config needs at least one of the "
-             "sections model, optimizers, data, train, runtime, parallel (configs/tiny.yaml is a small example)", source);
+        fail(
+            "{}: has no settings (the file is empty or holds only comments); a config needs at least one of the "
+            "sections model, optimizers, data, train, runtime, parallel (configs/tiny.yaml is a small example)",
+            source);
     // Section order matters for optimizer entries only; apply the train section's list first is
     // not needed since optimizers resolve after all values are in.
     L.applied_yaml = yaml_text;
@@ -799,8 +848,8 @@ const char* file_kind(const std::filesystem::file_status& st) {
 
 }  // namespace
 
-Config load_config_text(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides,
-                        const std::vector<FlagOverride>& flag_overrides) {
+Config load_config_text(const std::string& yaml_text, const std::string& source,
+                        const std::vector<std::string>& overrides, const std::vector<FlagOverride>& flag_overrides) {
     try {
         return load_config_text_unescaped(yaml_text, source, overrides, flag_overrides);
     } catch (const Error& e) {

@@ -23,16 +23,20 @@ struct ModelConfig {
     std::vector<int64_t> moe_blocks = {1};  // indices of blocks whose FFN is an MoE layer
     int64_t n_heads = 32;
     int64_t n_kv_heads = 8;
-    int64_t d_ff = 4096;                // dense SwiGLU hidden width
-    int64_t max_seq_len = 256;          // learned positions
+    int64_t d_ff = 4096;        // dense SwiGLU hidden width
+    int64_t max_seq_len = 256;  // learned positions
     int64_t n_experts = 128;
-    int64_t d_expert = 4096;            // expert SwiGLU hidden width
+    int64_t d_expert = 4096;  // expert SwiGLU hidden width
     int64_t top_k = 2;
-    double router_noise_std = 0.5;      // N(0, std^2) added to router logits in training
-    double balance_loss_coef = 0.05;    // Switch balance loss alpha
-    double z_loss_coef = 1e-4;          // ST-MoE router z-loss
+    double router_noise_std = 0.5;    // N(0, std^2) added to router logits in training
+    double balance_loss_coef = 0.05;  // Switch balance loss alpha
+    double z_loss_coef = 1e-4;        // ST-MoE router z-loss
     double init_std = 0.02;
-    double layernorm_eps = 1e-5;
+    double layernorm_eps = 1e-5;               // the normalization's epsilon (LayerNorm or RMSNorm)
+    Positions positions = Positions::LEARNED;  // learned embeddings, or RoPE on q and k
+    double rope_theta = 10000.0;               // RoPE base: lane pair i turns by theta^(-2i/head_dim) per position
+    NormKind norm = NormKind::LAYERNORM;       // pre-norm of every block and the final norm
+    bool tie_embeddings = true;                // the LM head is the token embedding (else its own lm_head weight)
 
     int64_t head_dim() const { return d_model / n_heads; }
     bool is_moe_block(int64_t b) const;
@@ -54,7 +58,7 @@ struct TierPolicy {
 /// One optimizer run: the `optimizers.<name>` section, defaults from its type.
 /// type is one of ChoiceNames<OptimizerType> (engine/config_choices.h).
 struct OptimizerConfig {
-    std::string name;  // key in the optimizers section, e.g. "skewadam-expert-momentum"
+    std::string name;                              // key in the optimizers section, e.g. "skewadam-expert-momentum"
     OptimizerType type = OptimizerType::SKEWADAM;  // the algorithm
     double lr = 3e-4;
     double beta1 = 0.9;
@@ -73,7 +77,7 @@ struct OptimizerConfig {
     bool ema_momentum = false;  // B <- lerp(B, G, 1-mu) instead of the paper's sum form
     double adam_lr = 1e-3;      // internal Adam lr, scaled by lr_t / lr
     // Adafactor
-    double decay_rate = -0.8;   // beta2_t = 1 - t^decay_rate
+    double decay_rate = -0.8;  // beta2_t = 1 - t^decay_rate
     double eps1 = 1e-30;
     // GaLore
     int64_t rank = 128;
@@ -83,9 +87,9 @@ struct OptimizerConfig {
 
 /// Data sources and split (docs/design.md, "Data").
 struct DataConfig {
-    std::string dir = "data/prepared";         // token shards + manifest written by `skew prepare`
+    std::string dir = "data/prepared";  // token shards + manifest written by `skew prepare`
     std::string tokenizer_dir = "data/tokenizer";
-    std::string separator = "eot";             // eot | none (the paper's trainer)
+    std::string separator = "eot";  // eot | none (the paper's trainer)
     double val_ratio = 0.05;
 };
 
@@ -93,21 +97,22 @@ struct DataConfig {
 struct TrainConfig {
     std::vector<std::string> optimizers = {"skewadam", "adamw", "lion", "muon"};
     int64_t steps = 10000;
-    int64_t batch_size = 64;       // sequences per optimizer step
+    int64_t batch_size = 64;  // sequences per optimizer step
     int64_t seq_len = 128;
-    int64_t microbatch = 8;        // sequences per forward/backward; 0 = the largest that fits
-    double grad_clip = 1.0;        // global grad-norm clip; 0 disables
+    int64_t microbatch = 8;  // sequences per forward/backward; 0 = the largest that fits
+    double grad_clip = 1.0;  // global grad-norm clip; 0 disables
     double warmup_frac = 0.03;
-    double min_lr_frac = 0.0;      // cosine decays to lr * min_lr_frac
+    double min_lr_frac = 0.0;  // cosine decays to lr * min_lr_frac
     int64_t eval_every = 1000;
     int64_t eval_batches = 64;
     int64_t log_every = 10;
     int64_t checkpoint_every = 1000;
     int64_t max_skipped_steps = 10;  // NaN/inf steps skipped before the run stops
     int64_t seed = 42;
-    IdleExperts idle_experts = IdleExperts::SKIP;   // an expert that got no token in a step: skip | step (zero gradient)
-    ExpertGrads expert_grads = ExpertGrads::STORED;  // expert weight gradients: stored (a buffer) | deferred (into the optimizer step)
-    Recompute recompute = Recompute::BLOCK;          // activation recompute in the backward: block | attention | none
+    IdleExperts idle_experts = IdleExperts::SKIP;  // an expert that got no token in a step: skip | step (zero gradient)
+    ExpertGrads expert_grads =
+        ExpertGrads::STORED;  // expert weight gradients: stored (a buffer) | deferred (into the optimizer step)
+    Recompute recompute = Recompute::BLOCK;  // activation recompute in the backward: block | attention | none
 
     int64_t grad_accum_steps() const { return microbatch > 0 ? batch_size / microbatch : 0; }
 };
@@ -117,28 +122,28 @@ struct RuntimeConfig {
     BackendChoice backend = BackendChoice::AUTO;  // auto | cpu | cuda
     int64_t threads = 0;                          // CPU threads; 0 = all cores
     GradDtype grad_dtype = GradDtype::BF16;       // gradient storage: bf16 (the paper) | fp32
-    double workspace_gib = 0.25;   // library workspaces (cuBLASLt) reserved in the plan
+    double workspace_gib = 0.25;                  // library workspaces (cuBLASLt) reserved in the plan
     std::string out_dir = "runs/default";
 };
 
 /// How a run spreads over ranks (docs/distributed.md). The number of ranks (world_size) comes from
 /// the launcher (mpirun, srun), not from the config: the same file runs on 1 or N ranks.
 struct ParallelConfig {
-    int64_t expert = 1;        // expert_parallel M: ranks that split each expert bank (divides n_experts and world_size)
-    int64_t zero_stage = 1;    // 1: optimizer state and update partitioned across ranks (ZeRO-1); 0: replicated
-    double bucket_mib = 25.0;  // gradient reduction bucket size (MiB)
+    int64_t expert = 1;      // expert_parallel M: ranks that split each expert bank (divides n_experts and world_size)
+    int64_t zero_stage = 1;  // 1: optimizer state and update partitioned across ranks (ZeRO-1); 0: replicated
+    double bucket_mib = 25.0;         // gradient reduction bucket size (MiB)
     bool overlap_grad_reduce = true;  // start each bucket's sum during the last microbatch's backward
 };
 
 struct Config {
     ModelConfig model;
-    std::vector<OptimizerConfig> optimizers;  // every name of train.optimizers, resolved
+    std::vector<OptimizerConfig> optimizers;          // every name of train.optimizers, resolved
     std::vector<OptimizerConfig> defined_optimizers;  // every entry of the optimizers section
     DataConfig data;
     TrainConfig train;
     RuntimeConfig runtime;
     ParallelConfig parallel;
-    std::string source;  // file it was loaded from
+    std::string source;         // file it was loaded from
     std::string resolved_yaml;  // the resolved config (defaults + file + overrides) as YAML
 
     /// The optimizer of that name among train.optimizers or the optimizers section; nullptr if none.

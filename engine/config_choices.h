@@ -1,5 +1,6 @@
-// The config's choices as types: each key whose value is one of a few names (train.expert_grads,
-// train.idle_experts, train.recompute, runtime.backend, runtime.grad_dtype, an optimizer's type) is
+// The config's choices as types: each key whose value is one of a few names (model.positions,
+// model.norm, train.expert_grads, train.idle_experts, train.recompute, runtime.backend,
+// runtime.grad_dtype, an optimizer's type) is
 // parsed once into an enum. One name table per enum serves the schema's allowed values, the parser,
 // the resolved config and every message (README.md, "Config reference": `skew config --reference`).
 #pragma once
@@ -28,6 +29,11 @@ enum class Recompute : uint8_t { BLOCK = 0, ATTENTION = 1, NONE = 2 };
 enum class BackendChoice : uint8_t { AUTO, CPU, CUDA };
 /// runtime.grad_dtype: how gradients are stored.
 enum class GradDtype : uint8_t { BF16, FP32 };
+/// model.positions: learned absolute position embeddings (GPT-2, the paper) or rotary position
+/// embedding on q and k (Llama-family models; docs/architectures.md).
+enum class Positions : uint8_t { LEARNED, ROPE };
+/// model.norm: LayerNorm with bias (the paper) or RMSNorm without (Llama-family models).
+enum class NormKind : uint8_t { LAYERNORM, RMSNORM };
 /// An optimizer's `type`: its algorithm (docs/optimizers.md).
 enum class OptimizerType : uint8_t { SKEWADAM, ADAMW, LION, MUON, MUON_KJ, ADAFACTOR, GALORE, GALORE_PAPER };
 
@@ -59,6 +65,16 @@ template <>
 struct ChoiceNames<GradDtype> {
     static constexpr std::array<std::pair<GradDtype, std::string_view>, 2> items{
         {{GradDtype::BF16, "bf16"}, {GradDtype::FP32, "fp32"}}};
+};
+template <>
+struct ChoiceNames<Positions> {
+    static constexpr std::array<std::pair<Positions, std::string_view>, 2> items{
+        {{Positions::LEARNED, "learned"}, {Positions::ROPE, "rope"}}};
+};
+template <>
+struct ChoiceNames<NormKind> {
+    static constexpr std::array<std::pair<NormKind, std::string_view>, 2> items{
+        {{NormKind::LAYERNORM, "layernorm"}, {NormKind::RMSNORM, "rmsnorm"}}};
 };
 template <>
 struct ChoiceNames<OptimizerType> {

@@ -15,42 +15,58 @@ namespace {
 constexpr double INF = std::numeric_limits<double>::infinity();
 
 // Section keys bound to a member: the lambdas read and write one field.
-#define SKEW_INT(PATH, MEMBER, MIN, MAX, DOC)                                                        \
-    KeySpec{PATH, KeyType::INT, MIN, MAX, false, {}, DOC,                                          \
-            [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<int64_t>(v); },              \
-            [](const Config& c) { return ConfigValue(int64_t(c.MEMBER)); }, nullptr, nullptr}
-#define SKEW_FLOAT(PATH, MEMBER, MIN, MAX, MINEX, DOC)                                               \
-    KeySpec{PATH, KeyType::FLOAT, MIN, MAX, MINEX, {}, DOC,                                        \
-            [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<double>(v); },               \
-            [](const Config& c) { return ConfigValue(double(c.MEMBER)); }, nullptr, nullptr}
-#define SKEW_STRING(PATH, MEMBER, CHOICES, DOC)                                                      \
-    KeySpec{PATH, KeyType::STRING, -INF, INF, false, CHOICES, DOC,                                 \
-            [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<std::string>(v); },          \
-            [](const Config& c) { return ConfigValue(c.MEMBER); }, nullptr, nullptr}
+#define SKEW_INT(PATH, MEMBER, MIN, MAX, DOC)                                                \
+    KeySpec {                                                                                \
+        PATH, KeyType::INT, MIN, MAX, false, {}, DOC,                                        \
+            [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<int64_t>(v); },        \
+            [](const Config& c) { return ConfigValue(int64_t(c.MEMBER)); }, nullptr, nullptr \
+    }
+#define SKEW_FLOAT(PATH, MEMBER, MIN, MAX, MINEX, DOC)                                      \
+    KeySpec {                                                                               \
+        PATH, KeyType::FLOAT, MIN, MAX, MINEX, {}, DOC,                                     \
+            [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<double>(v); },        \
+            [](const Config& c) { return ConfigValue(double(c.MEMBER)); }, nullptr, nullptr \
+    }
+#define SKEW_STRING(PATH, MEMBER, CHOICES, DOC)                                           \
+    KeySpec {                                                                             \
+        PATH, KeyType::STRING, -INF, INF, false, CHOICES, DOC,                            \
+            [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<std::string>(v); }, \
+            [](const Config& c) { return ConfigValue(c.MEMBER); }, nullptr, nullptr       \
+    }
 // A choice key: an enum with its one name table (engine/config_choices.h).
-#define SKEW_CHOICE(PATH, MEMBER, DOC)                                                              \
-    KeySpec{PATH, KeyType::STRING, -INF, INF, false, choice_names<decltype(Config{}.MEMBER)>(), DOC, \
-            [](Config& c, const ConfigValue& v) {                                                   \
-                c.MEMBER = *parse_choice<decltype(Config{}.MEMBER)>(std::get<std::string>(v));      \
-            },                                                                                      \
-            [](const Config& c) { return ConfigValue(std::string(choice_name(c.MEMBER))); }, nullptr, nullptr}
-#define SKEW_BOOL(PATH, MEMBER, DOC)                                                                 \
-    KeySpec{PATH, KeyType::BOOL, -INF, INF, false, {}, DOC,                                        \
-            [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<bool>(v); },                 \
-            [](const Config& c) { return ConfigValue(bool(c.MEMBER)); }, nullptr, nullptr}
+#define SKEW_CHOICE(PATH, MEMBER, DOC)                                                                        \
+    KeySpec {                                                                                                 \
+        PATH, KeyType::STRING, -INF, INF, false, choice_names<decltype(Config{}.MEMBER)>(), DOC,              \
+            [](Config& c, const ConfigValue& v) {                                                             \
+                c.MEMBER = *parse_choice<decltype(Config{}.MEMBER)>(std::get<std::string>(v));                \
+            },                                                                                                \
+            [](const Config& c) { return ConfigValue(std::string(choice_name(c.MEMBER))); }, nullptr, nullptr \
+    }
+#define SKEW_BOOL(PATH, MEMBER, DOC)                                                      \
+    KeySpec {                                                                             \
+        PATH, KeyType::BOOL, -INF, INF, false, {}, DOC,                                   \
+            [](Config& c, const ConfigValue& v) { c.MEMBER = std::get<bool>(v); },        \
+            [](const Config& c) { return ConfigValue(bool(c.MEMBER)); }, nullptr, nullptr \
+    }
 
-#define SKEW_OPT_FLOAT(PATH, MEMBER, MIN, MAX, MINEX, DOC)                                           \
-    KeySpec{PATH, KeyType::FLOAT, MIN, MAX, MINEX, {}, DOC, nullptr, nullptr,                      \
-            [](OptimizerConfig& o, const ConfigValue& v) { o.MEMBER = std::get<double>(v); },      \
-            [](const OptimizerConfig& o) { return ConfigValue(double(o.MEMBER)); }}
-#define SKEW_OPT_INT(PATH, MEMBER, MIN, MAX, DOC)                                                    \
-    KeySpec{PATH, KeyType::INT, MIN, MAX, false, {}, DOC, nullptr, nullptr,                        \
-            [](OptimizerConfig& o, const ConfigValue& v) { o.MEMBER = std::get<int64_t>(v); },     \
-            [](const OptimizerConfig& o) { return ConfigValue(int64_t(o.MEMBER)); }}
-#define SKEW_OPT_BOOL(PATH, MEMBER, DOC)                                                             \
-    KeySpec{PATH, KeyType::BOOL, -INF, INF, false, {}, DOC, nullptr, nullptr,                      \
-            [](OptimizerConfig& o, const ConfigValue& v) { o.MEMBER = std::get<bool>(v); },        \
-            [](const OptimizerConfig& o) { return ConfigValue(bool(o.MEMBER)); }}
+#define SKEW_OPT_FLOAT(PATH, MEMBER, MIN, MAX, MINEX, DOC)                                    \
+    KeySpec {                                                                                 \
+        PATH, KeyType::FLOAT, MIN, MAX, MINEX, {}, DOC, nullptr, nullptr,                     \
+            [](OptimizerConfig& o, const ConfigValue& v) { o.MEMBER = std::get<double>(v); }, \
+            [](const OptimizerConfig& o) { return ConfigValue(double(o.MEMBER)); }            \
+    }
+#define SKEW_OPT_INT(PATH, MEMBER, MIN, MAX, DOC)                                              \
+    KeySpec {                                                                                  \
+        PATH, KeyType::INT, MIN, MAX, false, {}, DOC, nullptr, nullptr,                        \
+            [](OptimizerConfig& o, const ConfigValue& v) { o.MEMBER = std::get<int64_t>(v); }, \
+            [](const OptimizerConfig& o) { return ConfigValue(int64_t(o.MEMBER)); }            \
+    }
+#define SKEW_OPT_BOOL(PATH, MEMBER, DOC)                                                    \
+    KeySpec {                                                                               \
+        PATH, KeyType::BOOL, -INF, INF, false, {}, DOC, nullptr, nullptr,                   \
+            [](OptimizerConfig& o, const ConfigValue& v) { o.MEMBER = std::get<bool>(v); }, \
+            [](const OptimizerConfig& o) { return ConfigValue(bool(o.MEMBER)); }            \
+    }
 
 template <typename E>
 struct EnumNames {
@@ -102,7 +118,8 @@ KeySpec tier_key(Tier tier, const std::string& field) {
     } else if (field == "second_moment") {
         k.type = KeyType::STRING;
         k.choices = kSecond.names();
-        k.doc = "SkewAdam family: second moment of the " + tname + " tier (full, factored row/column, none); vectors are always full";
+        k.doc = "SkewAdam family: second moment of the " + tname +
+                " tier (full, factored row/column, none); vectors are always full";
         k.set_opt = [ti](OptimizerConfig& o, const ConfigValue& v) {
             o.tiers[ti].second_moment = kSecond.from(std::get<std::string>(v));
         };
@@ -128,36 +145,69 @@ const std::vector<KeySpec>& section_key_specs() {
                      "Rows of the tied embedding / LM head; padding rows are masked out of the softmax"),
             SKEW_INT("model.d_model", model.d_model, 1, 1 << 20, "Model width"),
             SKEW_INT("model.n_blocks", model.n_blocks, 1, 4096, "Transformer blocks"),
-            KeySpec{"model.moe_blocks", KeyType::INT_LIST, 0, 4095, false, {},
+            KeySpec{"model.moe_blocks",
+                    KeyType::INT_LIST,
+                    0,
+                    4095,
+                    false,
+                    {},
                     "Indices of blocks whose feed-forward layer is the MoE (others: dense SwiGLU)",
                     [](Config& c, const ConfigValue& v) { c.model.moe_blocks = std::get<std::vector<int64_t>>(v); },
-                    [](const Config& c) { return ConfigValue(c.model.moe_blocks); }, nullptr, nullptr},
+                    [](const Config& c) { return ConfigValue(c.model.moe_blocks); },
+                    nullptr,
+                    nullptr},
             SKEW_INT("model.n_heads", model.n_heads, 1, 4096, "Query heads; head_dim = d_model / n_heads"),
             SKEW_INT("model.n_kv_heads", model.n_kv_heads, 1, 4096, "Key/value heads (GQA); must divide n_heads"),
             SKEW_INT("model.d_ff", model.d_ff, 1, 1 << 20, "Hidden width of the dense SwiGLU feed-forward"),
             SKEW_INT("model.max_seq_len", model.max_seq_len, 1, 1 << 20, "Learned positions (longest sequence)"),
             SKEW_INT("model.n_experts", model.n_experts, 1, 1 << 16, "Experts per MoE layer"),
             SKEW_INT("model.d_expert", model.d_expert, 1, 1 << 20, "Hidden width of each expert's SwiGLU"),
-            SKEW_INT("model.top_k", model.top_k, 1, 1 << 16, "Experts per token (top-k routing, dropless; top_k 1 gates by the router probability, as Switch Transformer)"),
+            SKEW_INT("model.top_k", model.top_k, 1, 1 << 16,
+                     "Experts per token (top-k routing, dropless; top_k 1 gates by the router probability, as Switch "
+                     "Transformer)"),
             SKEW_FLOAT("model.router_noise_std", model.router_noise_std, 0, 100, false,
                        "Std of the N(0, std^2) noise added to router logits in training"),
             SKEW_FLOAT("model.balance_loss_coef", model.balance_loss_coef, 0, 100, false,
                        "Switch balance-loss coefficient alpha (its floor under uniform routing)"),
             SKEW_FLOAT("model.z_loss_coef", model.z_loss_coef, 0, 100, false, "Router z-loss coefficient"),
             SKEW_FLOAT("model.init_std", model.init_std, 0, 10, true, "Std of the N(0, std^2) weight initialization"),
-            SKEW_FLOAT("model.layernorm_eps", model.layernorm_eps, 0, 1, true, "LayerNorm epsilon"),
+            SKEW_FLOAT("model.layernorm_eps", model.layernorm_eps, 0, 1, true,
+                       "Normalization epsilon (LayerNorm, or RMSNorm with model.norm: rmsnorm)"),
+            SKEW_CHOICE(
+                "model.positions", model.positions,
+                "Positions: learned embeddings (embed.positions), or rope (rotary, on q and k; no position table)"),
+            SKEW_FLOAT("model.rope_theta", model.rope_theta, 0, 1e12, true,
+                       "RoPE base theta: lane pair i of a head turns by theta^(-2i/head_dim) per position (Mixtral, "
+                       "Qwen3: 1e6)"),
+            SKEW_CHOICE("model.norm", model.norm,
+                        "Block and final normalization: layernorm (with bias) or rmsnorm (weight only)"),
+            SKEW_BOOL("model.tie_embeddings", model.tie_embeddings,
+                      "The LM head is the token embedding (true), or a weight of its own, lm_head (false: Mixtral, "
+                      "OLMoE, Qwen3)"),
 
             SKEW_STRING("data.dir", data.dir, {}, "Folder of token shards and manifest written by `skew prepare`"),
             SKEW_STRING("data.tokenizer_dir", data.tokenizer_dir, {},
-                        "Tokenizer folder: tokenizer.json, else tokenizer.model, else GPT-2's encoder.json + vocab.bpe (or vocab.json + merges.txt)"),
+                        "Tokenizer folder: tokenizer.json, else tokenizer.model, else GPT-2's encoder.json + vocab.bpe "
+                        "(or vocab.json + merges.txt)"),
             SKEW_STRING("data.separator", data.separator, (std::vector<std::string>{"eot", "none"}),
-                        "Between documents: the tokenizer's end-of-text token (GPT-2: 50256), or nothing (the paper's trainer)"),
-            SKEW_FLOAT("data.val_ratio", data.val_ratio, 0, 1, true, "Fraction of documents hashed into validation; must match the `skew prepare --val-ratio` recorded in the data's manifest.json"),
+                        "Between documents: the tokenizer's end-of-text token (GPT-2: 50256), or nothing (the paper's "
+                        "trainer)"),
+            SKEW_FLOAT("data.val_ratio", data.val_ratio, 0, 1, true,
+                       "Fraction of documents hashed into validation; must match the `skew prepare --val-ratio` "
+                       "recorded in the data's manifest.json"),
 
-            KeySpec{"train.optimizers", KeyType::STRING_LIST, -INF, INF, false, {},
-                    "Optimizers trained in turn from one initialization on identical batches (names: built-ins or keys of `optimizers`)",
+            KeySpec{"train.optimizers",
+                    KeyType::STRING_LIST,
+                    -INF,
+                    INF,
+                    false,
+                    {},
+                    "Optimizers trained in turn from one initialization on identical batches (names: built-ins or keys "
+                    "of `optimizers`)",
                     [](Config& c, const ConfigValue& v) { c.train.optimizers = std::get<std::vector<std::string>>(v); },
-                    [](const Config& c) { return ConfigValue(c.train.optimizers); }, nullptr, nullptr},
+                    [](const Config& c) { return ConfigValue(c.train.optimizers); },
+                    nullptr,
+                    nullptr},
             SKEW_INT("train.steps", train.steps, 1, 1e12, "Optimizer steps per optimizer"),
             SKEW_INT("train.batch_size", train.batch_size, 1, 1 << 24, "Sequences per optimizer step"),
             SKEW_INT("train.seq_len", train.seq_len, 1, 1 << 20, "Tokens per sequence (<= model.max_seq_len)"),
@@ -165,7 +215,8 @@ const std::vector<KeySpec>& section_key_specs() {
                      "Sequences per forward/backward (must divide batch_size); 0 = the largest that fits the device"),
             SKEW_FLOAT("train.grad_clip", train.grad_clip, 0, 1e30, false, "Global grad-norm clip; 0 disables"),
             SKEW_FLOAT("train.warmup_frac", train.warmup_frac, 0, 1, false, "Linear warmup as a fraction of steps"),
-            SKEW_FLOAT("train.min_lr_frac", train.min_lr_frac, 0, 1, false, "Cosine schedule floor as a fraction of lr"),
+            SKEW_FLOAT("train.min_lr_frac", train.min_lr_frac, 0, 1, false,
+                       "Cosine schedule floor as a fraction of lr"),
             SKEW_INT("train.eval_every", train.eval_every, 1, 1e12, "Steps between validation evaluations"),
             SKEW_INT("train.eval_batches", train.eval_batches, 1, 1 << 24, "Fixed validation batches per evaluation"),
             SKEW_INT("train.log_every", train.log_every, 1, 1e12, "Steps between log lines"),
@@ -174,11 +225,17 @@ const std::vector<KeySpec>& section_key_specs() {
                      "Steps with NaN/inf loss or gradient skipped before the run stops"),
             SKEW_INT("train.seed", train.seed, 0, 9.2e18, "Seed of every random stream (init, router noise, rounding)"),
             SKEW_CHOICE("train.idle_experts", train.idle_experts,
-                        "An expert that got no token in a step: skip (weights and state untouched, the paper's trainer) or step it with a zero gradient"),
+                        "An expert that got no token in a step: skip (weights and state untouched, the paper's "
+                        "trainer) or step it with a zero gradient"),
             SKEW_CHOICE("train.expert_grads", train.expert_grads,
-                        "Expert weight gradients: stored (one gradient buffer per expert bank) or deferred (the backward keeps each expert's input rows and output gradients; the optimizer step forms one expert's dW at a time; not GaLore)"),
-            SKEW_CHOICE("train.recompute", train.recompute,
-                        "Activation recompute in the backward: block (keep each block's input, recompute the whole block; the least memory), attention (keep every linear layer's output, recompute the attention output and its logsumexp from the kept q, k, v) or none (keep everything, recompute nothing; the most memory)"),
+                        "Expert weight gradients: stored (one gradient buffer per expert bank) or deferred (the "
+                        "backward keeps each expert's input rows and output gradients; the optimizer step forms one "
+                        "expert's dW at a time; not GaLore)"),
+            SKEW_CHOICE(
+                "train.recompute", train.recompute,
+                "Activation recompute in the backward: block (keep each block's input, recompute the whole block; the "
+                "least memory), attention (keep every linear layer's output, recompute the attention output and its "
+                "logsumexp from the kept q, k, v) or none (keep everything, recompute nothing; the most memory)"),
 
             SKEW_CHOICE("runtime.backend", runtime.backend,
                         "Where to train: cuda, cpu, or auto (cuda when a GPU is present)"),
@@ -190,13 +247,19 @@ const std::vector<KeySpec>& section_key_specs() {
             SKEW_STRING("runtime.out_dir", runtime.out_dir, {}, "Run folder for metrics and checkpoints"),
 
             SKEW_INT("parallel.expert", parallel.expert, 1, 1 << 20,
-                     "Expert parallelism M: the experts of every MoE block split across M ranks (divides model.n_experts and the world size)"),
+                     "Expert parallelism M: the experts of every MoE block split across M ranks (divides "
+                     "model.n_experts and the world size)"),
             SKEW_INT("parallel.zero_stage", parallel.zero_stage, 0, 1,
-                     "1: optimizer state and its update partitioned across the data-parallel ranks (ZeRO-1; with parallel.expert > 1 each expert shard's state over the ranks holding it); 0: every rank holds all of it"),
+                     "1: optimizer state and its update partitioned across the data-parallel ranks (ZeRO-1; with "
+                     "parallel.expert > 1 each expert shard's state over the ranks holding it); 0: every rank holds "
+                     "all of it"),
             SKEW_FLOAT("parallel.bucket_mib", parallel.bucket_mib, 0, 1 << 20, true,
-                       "Gradient all-reduce bucket size, MiB: consecutive parameters in reverse table order summed by one collective per tensor (GPU) or of a packed copy (CPU)"),
+                       "Gradient all-reduce bucket size, MiB: consecutive parameters in reverse table order summed by "
+                       "one collective per tensor (GPU) or of a packed copy (CPU)"),
             SKEW_BOOL("parallel.overlap_grad_reduce", parallel.overlap_grad_reduce,
-                      "Start each gradient bucket's sum as soon as the last microbatch's backward has completed it (GPU: on a second stream), instead of after the backward; the same sums either way (not with parallel.expert > 1 on GPUs)"),
+                      "Start each gradient bucket's sum as soon as the last microbatch's backward has completed it "
+                      "(GPU: on a second stream), instead of after the backward; the same sums either way (not with "
+                      "parallel.expert > 1 on GPUs)"),
         };
         return s;
     }();
@@ -213,22 +276,31 @@ const std::vector<KeySpec>& optimizer_key_specs() {
                     },
                     [](const OptimizerConfig& o) { return ConfigValue(std::string(choice_name(o.type))); }},
             SKEW_OPT_FLOAT("lr", lr, 0, 10, true, "Peak learning rate (cosine schedule with warmup)"),
-            open_max(SKEW_OPT_FLOAT("beta1", beta1, 0, 1, false, "First-moment decay (Lion: interpolation beta1); 1 would freeze the moment and divide by a zero bias correction")),
-            open_max(SKEW_OPT_FLOAT("beta2", beta2, 0, 1, false, "Second-moment decay (Lion: momentum beta2); 1 divides by a zero bias correction")),
-            SKEW_OPT_FLOAT("eps", eps, 0, 1, true, "Epsilon (SkewAdam: clamp inside the sqrt; AdamW: added to sqrt(v_hat))"),
+            open_max(SKEW_OPT_FLOAT("beta1", beta1, 0, 1, false,
+                                    "First-moment decay (Lion: interpolation beta1); 1 would freeze the moment and "
+                                    "divide by a zero bias correction")),
+            open_max(SKEW_OPT_FLOAT("beta2", beta2, 0, 1, false,
+                                    "Second-moment decay (Lion: momentum beta2); 1 divides by a zero bias correction")),
+            SKEW_OPT_FLOAT("eps", eps, 0, 1, true,
+                           "Epsilon (SkewAdam: clamp inside the sqrt; AdamW: added to sqrt(v_hat))"),
             SKEW_OPT_FLOAT("weight_decay", weight_decay, 0, 1, false,
                            "Decoupled weight decay of backbone and experts (router: 0), non-SkewAdam types"),
-            KeySpec{"rounding", KeyType::STRING, -INF, INF, false, kRounding.names(),
-                    "bf16 write-back: exact stochastic rounding, the paper's dithered approximation, or nearest",
-                    nullptr, nullptr,
-                    [](OptimizerConfig& o, const ConfigValue& v) { o.rounding = kRounding.from(std::get<std::string>(v)); },
-                    [](const OptimizerConfig& o) { return ConfigValue(kRounding.to(o.rounding)); }},
-            KeySpec{"weight_decay_mode", KeyType::STRING, -INF, INF, false, kDecay.names(),
-                    "fused: decay in fp32 before rounding (survives bf16); bf16_premultiply: the paper's trainer (a no-op)",
-                    nullptr, nullptr,
-                    [](OptimizerConfig& o, const ConfigValue& v) { o.weight_decay_mode = kDecay.from(std::get<std::string>(v)); },
-                    [](const OptimizerConfig& o) { return ConfigValue(kDecay.to(o.weight_decay_mode)); }},
-            SKEW_OPT_FLOAT("update_clip", update_clip, 0, 1e30, true, "Update-RMS clip threshold (SkewAdam, Adafactor)"),
+            KeySpec{
+                "rounding", KeyType::STRING, -INF, INF, false, kRounding.names(),
+                "bf16 write-back: exact stochastic rounding, the paper's dithered approximation, or nearest", nullptr,
+                nullptr,
+                [](OptimizerConfig& o, const ConfigValue& v) { o.rounding = kRounding.from(std::get<std::string>(v)); },
+                [](const OptimizerConfig& o) { return ConfigValue(kRounding.to(o.rounding)); }},
+            KeySpec{
+                "weight_decay_mode", KeyType::STRING, -INF, INF, false, kDecay.names(),
+                "fused: decay in fp32 before rounding (survives bf16); bf16_premultiply: the paper's trainer (a no-op)",
+                nullptr, nullptr,
+                [](OptimizerConfig& o, const ConfigValue& v) {
+                    o.weight_decay_mode = kDecay.from(std::get<std::string>(v));
+                },
+                [](const OptimizerConfig& o) { return ConfigValue(kDecay.to(o.weight_decay_mode)); }},
+            SKEW_OPT_FLOAT("update_clip", update_clip, 0, 1e30, true,
+                           "Update-RMS clip threshold (SkewAdam, Adafactor)"),
             open_max(SKEW_OPT_FLOAT("muon_momentum", muon_momentum, 0, 1, false, "Muon momentum mu")),
             SKEW_OPT_INT("ns_steps", ns_steps, 1, 100, "Muon Newton-Schulz iterations"),
             SKEW_OPT_BOOL("nesterov", nesterov, "Muon: Nesterov momentum"),
@@ -238,7 +310,8 @@ const std::vector<KeySpec>& optimizer_key_specs() {
             SKEW_OPT_FLOAT("decay_rate", decay_rate, -10, 0, false, "Adafactor: beta2_t = 1 - t^decay_rate"),
             SKEW_OPT_FLOAT("eps1", eps1, 0, 1, true, "Adafactor: added to G^2 before the row/column means"),
             SKEW_OPT_INT("rank", rank, 1, 1 << 20, "GaLore projection rank"),
-            SKEW_OPT_INT("update_proj_gap", update_proj_gap, 1, 1e12, "GaLore (reference form): steps between projector refreshes"),
+            SKEW_OPT_INT("update_proj_gap", update_proj_gap, 1, 1e12,
+                         "GaLore (reference form): steps between projector refreshes"),
             SKEW_OPT_FLOAT("galore_scale", galore_scale, 0, 100, true, "GaLore (reference form): update scale"),
         };
         for (Tier t : {Tier::BACKBONE, Tier::EXPERTS, Tier::ROUTER})
@@ -309,7 +382,8 @@ std::string config_reference_markdown() {
         if (!k.choices.empty()) return "one of " + fmt::format("{}", fmt::join(k.choices, ", "));
         if (k.type == KeyType::INT || k.type == KeyType::FLOAT || k.type == KeyType::INT_LIST) {
             std::string lo = k.min <= -1e299 ? "" : fmt::format("{} {}", k.min_exclusive ? ">" : ">=", k.min);
-            if (k.max_exclusive) lo += fmt::format("{}< {}", lo.empty() ? "" : ", ", k.max);  // an open end is a rule, not a cap
+            if (k.max_exclusive)
+                lo += fmt::format("{}< {}", lo.empty() ? "" : ", ", k.max);  // an open end is a rule, not a cap
             return lo;
         }
         return "";

@@ -53,6 +53,7 @@ const char* role_name(Role r) {
         case Role::EXPERT_W1: return "expert_w1";
         case Role::EXPERT_W2: return "expert_w2";
         case Role::EXPERT_W3: return "expert_w3";
+        case Role::OUTPUT_HEAD: return "output_head";
     }
     return "?";
 }
@@ -114,8 +115,7 @@ ParamTable build_param_table(const ModelConfig& m, const ExpertShard& shard) {
     const int64_t M = shard.expert_parallel;
     if (M < 1) fail("parallel.expert: must be >= 1 (got {})", M);
     if (M > 1) {
-        if (m.n_experts % M != 0)
-            fail("parallel.expert: {} does not divide model.n_experts {}", M, m.n_experts);
+        if (m.n_experts % M != 0) fail("parallel.expert: {} does not divide model.n_experts {}", M, m.n_experts);
         if ((m.d_model * m.d_expert) % 4 != 0)
             fail("parallel.expert: {} needs model.d_model x model.d_expert ({} x {}) to be a multiple of 4", M,
                  m.d_model, m.d_expert);
@@ -137,25 +137,28 @@ ParamTable build_param_table(const ModelConfig& m, const ExpertShard& shard) {
     const int64_t d = m.d_model, hd = m.head_dim();
     const int64_t q_out = m.n_heads * hd, kv_out = m.n_kv_heads * hd;
     add("embed.tokens", {m.padded_vocab_size, d}, DType::BF16, Tier::BACKBONE, Role::TOKEN_EMBEDDING, -1);
-    add("embed.positions", {m.max_seq_len, d}, DType::BF16, Tier::BACKBONE, Role::POSITION_EMBEDDING, -1);
+    if (m.positions == Positions::LEARNED)
+        add("embed.positions", {m.max_seq_len, d}, DType::BF16, Tier::BACKBONE, Role::POSITION_EMBEDDING, -1);
+    const bool bias = m.norm == NormKind::LAYERNORM;  // RMSNorm: a weight only
     for (int64_t b = 0; b < m.n_blocks; ++b) {
         const std::string pre = "blocks." + std::to_string(b) + ".";
         const int bi = int(b);
         add(pre + "ln1.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, bi);
-        add(pre + "ln1.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, bi);
+        if (bias) add(pre + "ln1.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, bi);
         add(pre + "attn.wq", {q_out, d}, DType::BF16, Tier::BACKBONE, Role::ATTN_Q, bi);
         add(pre + "attn.wk", {kv_out, d}, DType::BF16, Tier::BACKBONE, Role::ATTN_K, bi);
         add(pre + "attn.wv", {kv_out, d}, DType::BF16, Tier::BACKBONE, Role::ATTN_V, bi);
         add(pre + "attn.wo", {d, q_out}, DType::BF16, Tier::BACKBONE, Role::ATTN_O, bi);
         add(pre + "ln2.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, bi);
-        add(pre + "ln2.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, bi);
+        if (bias) add(pre + "ln2.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, bi);
         if (m.is_moe_block(b)) {
             const int64_t e = m.n_experts, h = m.d_expert, el = e / M;
             add(pre + "moe.router.weight", {e, d}, DType::F32, Tier::ROUTER, Role::ROUTER, bi);
             add(pre + "moe.experts.w1", {el, h, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, bi);
             add(pre + "moe.experts.w2", {el, h, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W2, bi);
             add(pre + "moe.experts.w3", {el, d, h}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W3, bi);
-            for (size_t i = t.params.size() - 3; i < t.params.size(); ++i) t.params[i].expert_offset = shard.expert_rank * el;
+            for (size_t i = t.params.size() - 3; i < t.params.size(); ++i)
+                t.params[i].expert_offset = shard.expert_rank * el;
         } else {
             add(pre + "ffn.w1", {m.d_ff, d}, DType::BF16, Tier::BACKBONE, Role::FFN_W1, bi);
             add(pre + "ffn.w2", {m.d_ff, d}, DType::BF16, Tier::BACKBONE, Role::FFN_W2, bi);
@@ -163,7 +166,10 @@ ParamTable build_param_table(const ModelConfig& m, const ExpertShard& shard) {
         }
     }
     add("final_ln.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, -1);
-    add("final_ln.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, -1);
+    if (bias) add("final_ln.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, -1);
+    // the untied LM head: a dense matrix of the backbone as the embedding it replaces (its tier's
+    // state; Muon steps it with Adam, as the embeddings: muon_uses_adam)
+    if (!m.tie_embeddings) add("lm_head", {m.padded_vocab_size, d}, DType::BF16, Tier::BACKBONE, Role::OUTPUT_HEAD, -1);
     return t;
 }
 

@@ -14,10 +14,10 @@ struct ModelConfig;
 enum class DType : uint8_t { BF16, F32, I32, U16 };
 enum class Tier : uint8_t { BACKBONE, EXPERTS, ROUTER };
 enum class Role : uint8_t {
-    TOKEN_EMBEDDING,     // (padded_vocab_size, d_model), tied with the LM head
+    TOKEN_EMBEDDING,     // (padded_vocab_size, d_model), the LM head too unless untied
     POSITION_EMBEDDING,  // (max_seq_len, d_model)
-    NORM_WEIGHT,         // LayerNorm gain (d_model), fp32
-    NORM_BIAS,           // LayerNorm bias (d_model), fp32
+    NORM_WEIGHT,         // LayerNorm or RMSNorm gain (d_model), fp32
+    NORM_BIAS,           // LayerNorm bias (d_model), fp32 (RMSNorm has none)
     ATTN_Q,              // (n_heads*head_dim, d_model)
     ATTN_K,              // (n_kv_heads*head_dim, d_model)
     ATTN_V,              // (n_kv_heads*head_dim, d_model)
@@ -29,6 +29,7 @@ enum class Role : uint8_t {
     EXPERT_W1,           // (n_experts, d_expert, d_model)
     EXPERT_W2,           // (n_experts, d_expert, d_model)
     EXPERT_W3,           // (n_experts, d_model, d_expert)
+    OUTPUT_HEAD,         // (padded_vocab_size, d_model): the untied LM head (model.tie_embeddings false)
 };
 
 /// Bytes per element of a dtype.
@@ -46,8 +47,8 @@ struct ParamInfo {
     DType dtype;
     Tier tier;
     Role role;
-    int block = -1;              // transformer block index, -1 for embeddings and final norm
-    uint32_t index = 0;          // position in the table (stable id for RNG keys and checkpoints)
+    int block = -1;      // transformer block index, -1 for embeddings and final norm
+    uint32_t index = 0;  // position in the table (stable id for RNG keys and checkpoints)
     /// Expert banks under expert parallelism (docs/distributed.md, "Expert parallel"): the global
     /// index of the first expert this rank holds (shape[0] experts from here on). 0 otherwise.
     int64_t expert_offset = 0;

@@ -221,7 +221,8 @@ struct Backend {
 
     /// Token + learned position embedding: out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :] (summed
     /// in fp32, rounded once). out (batch, seq_len, C) bf16; tokens (batch, seq_len) int32 in
-    /// [0, vocab_rows); wte (vocab_rows, C); wpe (>= seq_len, C). Errors: a token out of range.
+    /// [0, vocab_rows); wte (vocab_rows, C); wpe (>= seq_len, C), or null: no position rows (a model
+    /// with rotary positions). Errors: a token out of range.
     virtual void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int64_t batch,
                                    int64_t seq_len, int64_t channels, int64_t vocab_rows) = 0;
 

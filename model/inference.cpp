@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "model/layers.h"
 
 namespace skew {
 
@@ -19,7 +20,8 @@ std::vector<std::vector<float>> model_token_logprobs(Model& m, const std::vector
             fail("inference: sequence {} has {} tokens; scoring needs 1 to seq_len + 1 = {}", s, n, T + 1);
         for (int64_t i = 0; i < n; ++i)
             if (seqs[s][size_t(i)] < 0 || seqs[s][size_t(i)] >= V)
-                fail("inference: sequence {} token {} is {}, outside the vocabulary [0, {})", s, i, seqs[s][size_t(i)], V);
+                fail("inference: sequence {} token {} is {}, outside the vocabulary [0, {})", s, i, seqs[s][size_t(i)],
+                     V);
     }
     std::vector<std::vector<float>> out(seqs.size());
     std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T));
@@ -55,8 +57,8 @@ struct KvDims {
 
 KvDims kv_dims(const ModelConfig& c, int64_t max_len) {
     const int64_t hd = c.head_dim();
-    return KvDims{max_len, c.d_model, c.n_heads * hd, c.n_kv_heads * hd, c.n_heads, c.n_experts, c.top_k,
-                  c.d_expert, c.d_ff, c.padded_vocab_size};
+    return KvDims{max_len, c.d_model,  c.n_heads * hd, c.n_kv_heads * hd,  c.n_heads, c.n_experts,
+                  c.top_k, c.d_expert, c.d_ff,         c.padded_vocab_size};
 }
 
 enum class KvWhen : uint8_t { ALL, DENSE, MOE };
@@ -71,16 +73,19 @@ bool kv_row_held(const ModelConfig& c, KvWhen when) {
 template <typename F>
 void kv_cache_rows(const ModelConfig& c, int64_t max_len, KvCache* kc, F&& row) {
     const KvDims D = kv_dims(c, max_len);
-#define SKEW_KV_ROW(member, type, name, dtype, when, numel)                                              \
-    if (kv_row_held(c, KvWhen::when)) row(name, DType::dtype, int64_t(numel), kc ? reinterpret_cast<void**>(&kc->member) : nullptr);
+#define SKEW_KV_ROW(member, type, name, dtype, when, numel) \
+    if (kv_row_held(c, KvWhen::when))                       \
+        row(name, DType::dtype, int64_t(numel), kc ? reinterpret_cast<void**>(&kc->member) : nullptr);
     SKEW_KV_CACHE_HEAD(SKEW_KV_ROW)
     if (kc) {
         kc->k.assign(size_t(c.n_blocks), nullptr);
         kc->v.assign(size_t(c.n_blocks), nullptr);
     }
     for (int64_t b = 0; b < c.n_blocks; ++b) {
-        row("kv.k." + std::to_string(b), DType::BF16, D.R * D.kvd, kc ? reinterpret_cast<void**>(&kc->k[size_t(b)]) : nullptr);
-        row("kv.v." + std::to_string(b), DType::BF16, D.R * D.kvd, kc ? reinterpret_cast<void**>(&kc->v[size_t(b)]) : nullptr);
+        row("kv.k." + std::to_string(b), DType::BF16, D.R * D.kvd,
+            kc ? reinterpret_cast<void**>(&kc->k[size_t(b)]) : nullptr);
+        row("kv.v." + std::to_string(b), DType::BF16, D.R * D.kvd,
+            kc ? reinterpret_cast<void**>(&kc->v[size_t(b)]) : nullptr);
     }
     SKEW_KV_CACHE_BODY(SKEW_KV_ROW)
 #undef SKEW_KV_ROW
@@ -104,9 +109,8 @@ std::vector<BufferSpec> kv_cache_buffers(const ModelConfig& c, int64_t max_len) 
 }
 
 void kv_cache_bind(KvCache& kc, const ModelConfig& c) {
-    kv_cache_rows(c, kc.max_len, &kc, [&](const std::string& name, DType, int64_t, void** slot) {
-        *slot = kc.arena.ptr(name);
-    });
+    kv_cache_rows(c, kc.max_len, &kc,
+                  [&](const std::string& name, DType, int64_t, void** slot) { *slot = kc.arena.ptr(name); });
 }
 
 void kv_cache_widen_weights(KvCache& kc, const Model& m) {
@@ -116,7 +120,7 @@ void kv_cache_widen_weights(KvCache& kc, const Model& m) {
         w.resize(size_t(p.numel()));
         m.backend->convert(TensorRef(w.data()), p.w(), p.numel());
     };
-    widen(m.wte);
+    widen(m.head);
     for (const BlockParams& b : m.blocks)
         for (const ParamRef* p : {&b.wq, &b.wk, &b.wv, &b.wo, &b.ffn_w1, &b.ffn_w2, &b.ffn_w3})
             if (p->info) widen(*p);
@@ -146,26 +150,24 @@ std::vector<float> kv_cache_forward(Model& m, KvCache& kc, std::span<const int32
                  c.padded_vocab_size);
     const int64_t d = c.d_model, hd = c.head_dim(), H = c.n_heads, KV = c.n_kv_heads, qd = H * hd, kvd = KV * hd;
     const int64_t E = c.n_experts, K = c.top_k, de = c.d_expert, ff = c.d_ff, Vp = c.padded_vocab_size;
-    const float eps = float(c.layernorm_eps);
 
     be.copy_to_device(kc.tokens, tokens.data(), n * int64_t(sizeof(int32_t)));
-    // positions p0.. : the position table read from row p0
-    be.embedding_forward(kc.x, kc.tokens, static_cast<const bf16*>(m.wte.weight),
-                         static_cast<const bf16*>(m.wpe.weight) + p0 * d, 1, n, d, Vp);
+    // positions p0.. : the position table read from row p0 (learned), or q and k rotated to them (rope)
+    const bf16* wpe = m.wpe.info ? static_cast<const bf16*>(m.wpe.weight) + p0 * d : nullptr;
+    be.embedding_forward(kc.x, kc.tokens, static_cast<const bf16*>(m.wte.weight), wpe, 1, n, d, Vp);
     for (size_t bi = 0; bi < m.blocks.size(); ++bi) {
         const BlockParams& p = m.blocks[bi];
-        be.layernorm_forward(kc.ln_out, nullptr, nullptr, kc.x, static_cast<const float*>(p.ln1_w.weight),
-                             static_cast<const float*>(p.ln1_b.weight), n, d, eps);
+        norm_forward(be, c, kc.ln_out, nullptr, nullptr, kc.x, p.ln1_w, p.ln1_b, n);
         bf16* q_rows = kc.q + p0 * qd;
         be.matmul_forward(q_rows, kc.ln_out, weight_of(kc, p.wq), n, d, qd);
         be.matmul_forward(kc.k[bi] + p0 * kvd, kc.ln_out, weight_of(kc, p.wk), n, d, kvd);
         be.matmul_forward(kc.v[bi] + p0 * kvd, kc.ln_out, weight_of(kc, p.wv), n, d, kvd);
+        rotate_qk(be, c, q_rows, kc.k[bi] + p0 * kvd, 1, n, p0);  // the new rows only: the cache holds rotated keys
         // causal attention over positions 0..L-1; rows before p0 recompute cached outputs (ignored)
         be.attention_forward(kc.attn_out, kc.lse, kc.q, kc.k[bi], kc.v[bi], AttentionShape{1, L, H, KV, hd});
         be.matmul_forward(kc.resid1, kc.attn_out + p0 * qd, weight_of(kc, p.wo), n, qd, d);
         be.residual_forward(kc.resid1, kc.resid1, kc.x, n * d);
-        be.layernorm_forward(kc.ln_out, nullptr, nullptr, kc.resid1, static_cast<const float*>(p.ln2_w.weight),
-                             static_cast<const float*>(p.ln2_b.weight), n, d, eps);
+        norm_forward(be, c, kc.ln_out, nullptr, nullptr, kc.resid1, p.ln2_w, p.ln2_b, n);
         if (!p.moe) {
             be.matmul_forward(kc.ffn_h1, kc.ln_out, weight_of(kc, p.ffn_w1), n, d, ff);
             be.matmul_forward(kc.ffn_h2, kc.ln_out, weight_of(kc, p.ffn_w2), n, d, ff);
@@ -176,8 +178,8 @@ std::vector<float> kv_cache_forward(Model& m, KvCache& kc, std::span<const int32
             RouterOptions ro;  // noise_std 0: inference
             ro.balance_alpha = float(c.balance_loss_coef);
             ro.z_coef = float(c.z_loss_coef);
-            be.moe_router_forward(kc.router_probs, kc.topk_idx, kc.topk_gate, kc.counts, kc.scalars + 0,
-                                  kc.scalars + 1, nullptr, kc.router_logits, RouterShape{n, E, K}, ro);
+            be.moe_router_forward(kc.router_probs, kc.topk_idx, kc.topk_gate, kc.counts, kc.scalars + 0, kc.scalars + 1,
+                                  nullptr, kc.router_logits, RouterShape{n, E, K}, ro);
             be.moe_dispatch(kc.sorted_to_copy, kc.copy_to_sorted, kc.offsets, kc.topk_idx, n, K, E);
             be.moe_gather_forward(kc.moe_in, kc.ln_out, kc.sorted_to_copy, n, K, d);
             be.moe_matmul_forward(kc.moe_h1, kc.moe_in, p.expert_w1.w(), kc.offsets, E, d, de);
@@ -188,10 +190,9 @@ std::vector<float> kv_cache_forward(Model& m, KvCache& kc, std::span<const int32
         }
         be.residual_forward(kc.x, kc.y, kc.resid1, n * d);  // next block's input
     }
-    be.layernorm_forward(kc.ln_out, nullptr, nullptr, kc.x, static_cast<const float*>(m.lnf_w.weight),
-                         static_cast<const float*>(m.lnf_b.weight), n, d, eps);
+    norm_forward(be, c, kc.ln_out, nullptr, nullptr, kc.x, m.lnf_w, m.lnf_b, n);
     const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
-    be.matmul_forward(kc.logits, kc.ln_out + first * d, weight_of(kc, m.wte), rows, d, Vp);
+    be.matmul_forward(kc.logits, kc.ln_out + first * d, weight_of(kc, m.head), rows, d, Vp);
     std::vector<float> out(size_t(rows * Vp));
     be.copy_to_host(out.data(), kc.logits, int64_t(out.size() * sizeof(float)));
     kc.length = L;

@@ -30,25 +30,25 @@ std::vector<std::vector<float>> model_token_logprobs(Model& m, const std::vector
 struct KvCache {
     std::unique_ptr<MemoryPlan> plan;
     Arena arena;
-    int64_t max_len = 0;     // positions it can hold
-    int64_t length = 0;      // positions filled (the next token goes to position `length`)
+    int64_t max_len = 0;      // positions it can hold
+    int64_t length = 0;       // positions filled (the next token goes to position `length`)
     std::vector<bf16*> k, v;  // per block: (max_len, n_kv_heads * head_dim) bf16
     // scratch of a forward over up to R = max_len new rows (positions index q, attn_out, lse)
-    int32_t* tokens = nullptr;              // (R)
-    bf16 *x = nullptr, *y = nullptr;        // (R, d_model) residual stream in / out of a block
-    bf16 *ln_out = nullptr, *resid1 = nullptr;  // (R, d_model)
-    bf16 *q = nullptr, *attn_out = nullptr;     // (max_len, n_heads * head_dim), by position
-    float* lse = nullptr;                   // (n_heads, max_len)
+    int32_t* tokens = nullptr;                                      // (R)
+    bf16 *x = nullptr, *y = nullptr;                                // (R, d_model) residual stream in / out of a block
+    bf16 *ln_out = nullptr, *resid1 = nullptr;                      // (R, d_model)
+    bf16 *q = nullptr, *attn_out = nullptr;                         // (max_len, n_heads * head_dim), by position
+    float* lse = nullptr;                                           // (n_heads, max_len)
     bf16 *ffn_h1 = nullptr, *ffn_h2 = nullptr, *ffn_act = nullptr;  // (R, d_ff)
     float *router_logits = nullptr, *router_probs = nullptr;        // (R, E)
-    int32_t* topk_idx = nullptr;            // (R, k)
-    float* topk_gate = nullptr;             // (R, k)
+    int32_t* topk_idx = nullptr;                                    // (R, k)
+    float* topk_gate = nullptr;                                     // (R, k)
     int64_t *counts = nullptr, *offsets = nullptr;                  // (E), (E + 1)
     int64_t *sorted_to_copy = nullptr, *copy_to_sorted = nullptr;   // (R * k)
     bf16 *moe_in = nullptr, *moe_out = nullptr;                     // (R * k, d_model)
     bf16 *moe_h1 = nullptr, *moe_h2 = nullptr, *moe_act = nullptr;  // (R * k, d_expert)
-    float* logits = nullptr;                // (R, padded_vocab_size) fp32
-    float* scalars = nullptr;               // (8) fp32: the router's loss outputs (unused)
+    float* logits = nullptr;                                        // (R, padded_vocab_size) fp32
+    float* scalars = nullptr;                                       // (8) fp32: the router's loss outputs (unused)
     // a backend whose matmul widens bf16 weights (the CPU): the tied head and the dense layers' weights widened once
     // (exact), so a decode step does not widen them again per token; keyed by the bf16 pointer.
     std::map<const void*, std::vector<float>> widened;

@@ -14,6 +14,7 @@
 #include "kernels/common/philox.h"
 #include "kernels/cuda/nvtx.h"
 #include "model/expert_exchange.h"
+#include "model/layers.h"
 
 namespace skew {
 namespace {
@@ -150,24 +151,22 @@ void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, b
     ActSlots& a = m.act;
     const BlockParams& p = m.blocks[size_t(bi)];
     const Dims x = dims_of(m);
-    const float eps = float(m.cfg->model.layernorm_eps);
+    const ModelConfig& c = m.cfg->model;
     const size_t b = size_t(bi);  // the block's slots (the one shared set under train.recompute: block)
     const bf16* inp = a.block_input[b];
 
-    // attention sub-block: resid1 = inp + wo · attn(LN1(inp))
-    be.layernorm_forward(a.ln1_out[b], a.ln1_mean[b], a.ln1_rstd[b], inp, static_cast<const float*>(p.ln1_w.weight),
-                         static_cast<const float*>(p.ln1_b.weight), x.N, x.d, eps);
+    // attention sub-block: resid1 = inp + wo · attn(norm1(inp)), q and k at their positions
+    norm_forward(be, c, a.ln1_out[b], a.ln1_mean[b], a.ln1_rstd[b], inp, p.ln1_w, p.ln1_b, x.N);
     be.matmul_forward(a.q[b], a.ln1_out[b], p.wq.w(), x.N, x.d, x.qd);
     be.matmul_forward(a.k[b], a.ln1_out[b], p.wk.w(), x.N, x.d, x.kvd);
     be.matmul_forward(a.v[b], a.ln1_out[b], p.wv.w(), x.N, x.d, x.kvd);
+    rotate_qk(be, c, a.q[b], a.k[b], x.B, x.T, 0);
     attention_core_forward(m, bi);
     be.matmul_forward(a.resid1[b], a.attn_out[b], p.wo.w(), x.N, x.qd, x.d);
     be.residual_forward(a.resid1[b], a.resid1[b], inp, x.N * x.d);
 
-    // FFN sub-block: out = resid1 + FFN(LN2(resid1))
-    be.layernorm_forward(a.ln2_out[b], a.ln2_mean[b], a.ln2_rstd[b], a.resid1[b],
-                         static_cast<const float*>(p.ln2_w.weight), static_cast<const float*>(p.ln2_b.weight), x.N, x.d,
-                         eps);
+    // FFN sub-block: out = resid1 + FFN(norm2(resid1))
+    norm_forward(be, c, a.ln2_out[b], a.ln2_mean[b], a.ln2_rstd[b], a.resid1[b], p.ln2_w, p.ln2_b, x.N);
     if (!p.moe) {
         be.matmul_forward(a.ffn_h1[b], a.ln2_out[b], p.ffn_w1.w(), x.N, x.d, x.ff);
         be.matmul_forward(a.ffn_h2[b], a.ln2_out[b], p.ffn_w2.w(), x.N, x.d, x.ff);
@@ -249,8 +248,7 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
     ActSlots& a = m.act;
     const BlockParams& p = m.blocks[size_t(bi)];
     const Dims x = dims_of(m);
-    const float* lnw2 = static_cast<const float*>(p.ln2_w.weight);
-    const float* lnw1 = static_cast<const float*>(p.ln1_w.weight);
+    const ModelConfig& c = m.cfg->model;
     const size_t b = size_t(bi);
 
     // FFN sub-block: d_ln_out = dFFN/d(LN2 out)^T · g
@@ -291,8 +289,7 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
         be.matmul_backward(a.d_ln_out, p.router.grad, a.d_router_logits, a.ln2_out[b], p.router.w(), x.N, x.d, x.E,
                            true);
     }
-    be.layernorm_backward(a.d_resid, static_cast<float*>(p.ln2_w.grad.data), static_cast<float*>(p.ln2_b.grad.data),
-                          a.d_ln_out, a.resid1[b], lnw2, a.ln2_mean[b], a.ln2_rstd[b], x.N, x.d);
+    norm_backward(be, c, a.d_resid, p.ln2_w, p.ln2_b, a.d_ln_out, a.resid1[b], a.ln2_mean[b], a.ln2_rstd[b], x.N);
     be.accumulate(a.d_stream, a.d_resid, x.N * x.d);  // g = d resid1
 
     // attention sub-block (attn.o's backward reads the stream gradient rounded to bf16, as w3's)
@@ -300,11 +297,11 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
     be.matmul_backward(a.d_attn_out, p.wo.grad, a.d_resid, a.attn_out[b], p.wo.w(), x.N, x.qd, x.d);
     const AttentionShape as{x.B, x.T, x.H, x.KV, x.hd};
     be.attention_backward(a.d_q, a.d_k, a.d_v, a.d_attn_out, a.q[b], a.k[b], a.v[b], a.attn_out[b], a.attn_lse[b], as);
+    rotate_qk(be, c, a.d_q, a.d_k, x.B, x.T, 0, true);  // to the gradients of q and k before their rotation
     be.matmul_backward(a.d_ln_out, p.wq.grad, a.d_q, a.ln1_out[b], p.wq.w(), x.N, x.d, x.qd);
     be.matmul_backward(a.d_ln_out, p.wk.grad, a.d_k, a.ln1_out[b], p.wk.w(), x.N, x.d, x.kvd, true);
     be.matmul_backward(a.d_ln_out, p.wv.grad, a.d_v, a.ln1_out[b], p.wv.w(), x.N, x.d, x.kvd, true);
-    be.layernorm_backward(a.d_resid, static_cast<float*>(p.ln1_w.grad.data), static_cast<float*>(p.ln1_b.grad.data),
-                          a.d_ln_out, a.block_input[b], lnw1, a.ln1_mean[b], a.ln1_rstd[b], x.N, x.d);
+    norm_backward(be, c, a.d_resid, p.ln1_w, p.ln1_b, a.d_ln_out, a.block_input[b], a.ln1_mean[b], a.ln1_rstd[b], x.N);
     be.accumulate(a.d_stream, a.d_resid, x.N * x.d);  // g = d block input
 }
 
@@ -318,8 +315,8 @@ void check_batch(const Model& m, const int32_t* tokens, const int32_t* targets) 
     }
 }
 
-// Tied LM head + cross-entropy over the padded vocabulary (mean over the microbatch's tokens, into
-// *mean_loss); with `backward`, d_final_ln_out = dL/d(final LN out) and grad.embed.tokens +=,
+// LM head (tied: the token embedding; else lm_head) + cross-entropy over the padded vocabulary (mean over the microbatch's tokens, into
+// *mean_loss); with `backward`, d_final_ln_out = dL/d(final norm out) and the head's gradient +=,
 // weighted loss_weight. Uses the backend's fused op when its workspace fits act.logits, else
 // chunks of act.logits through matmul + cross_entropy_forward/backward.
 void lm_head(Model& m, float* mean_loss, bool backward, float loss_weight) {
@@ -329,10 +326,10 @@ void lm_head(Model& m, float* mean_loss, bool backward, float loss_weight) {
     const ClassifierShape cs{x.N, x.d, x.V, x.Vp};
     if (a.fused_head) {
         if (backward)
-            be.lm_head_cross_entropy(mean_loss, a.losses, a.d_final_ln_out, m.wte.grad, a.final_ln_out, m.wte.w(),
+            be.lm_head_cross_entropy(mean_loss, a.losses, a.d_final_ln_out, m.head.grad, a.final_ln_out, m.head.w(),
                                      a.targets, loss_weight, cs, a.logits);
         else
-            be.lm_head_cross_entropy(mean_loss, a.losses, nullptr, nullptr, a.final_ln_out, m.wte.w(), a.targets, 0.0f,
+            be.lm_head_cross_entropy(mean_loss, a.losses, nullptr, nullptr, a.final_ln_out, m.head.w(), a.targets, 0.0f,
                                      cs, a.logits);
         return;
     }
@@ -340,14 +337,14 @@ void lm_head(Model& m, float* mean_loss, bool backward, float loss_weight) {
     for (int64_t i0 = 0; i0 < x.N; i0 += chunk) {
         const int64_t n = std::min(chunk, x.N - i0);
         const bf16* xc = a.final_ln_out + i0 * x.d;
-        be.matmul_forward(a.logits, xc, m.wte.w(), n, x.d, x.Vp);
+        be.matmul_forward(a.logits, xc, m.head.w(), n, x.d, x.Vp);
         be.cross_entropy_forward(a.losses + i0, a.logits, a.targets + i0, n, x.V, x.Vp);
         if (!backward) continue;
         // per-token weight loss_weight / N: the op divides by its own n
         be.cross_entropy_backward(a.logits, a.logits, a.targets + i0, loss_weight * float(n) / float(x.N), n, x.V,
                                   x.Vp);
-        be.matmul(a.d_final_ln_out + i0 * x.d, a.logits, m.wte.w(), MatmulShape{n, x.d, x.Vp});
-        be.matmul(m.wte.grad, a.logits, xc, MatmulShape{x.Vp, x.d, n, true, false, 1.0f, 1.0f});
+        be.matmul(a.d_final_ln_out + i0 * x.d, a.logits, m.head.w(), MatmulShape{n, x.d, x.Vp});
+        be.matmul(m.head.grad, a.logits, xc, MatmulShape{x.Vp, x.d, n, true, false, 1.0f, 1.0f});
     }
     std::vector<float> losses(size_t(x.N));
     from_backend(be, losses.data(), a.losses, losses.size() * sizeof(float));
@@ -387,26 +384,24 @@ LossParts forward_and_head(Model& m, const int32_t* tokens, const int32_t* targe
         }
     }
 
-    // head: final LayerNorm -> tied LM head -> cross-entropy over the padded vocabulary
+    // head: final norm -> LM head -> cross-entropy over the padded vocabulary
     SKEW_NVTX_RANGE(backward ? "head forward+backward" : "head forward");
-    be.layernorm_forward(a.final_ln_out, a.final_ln_mean, a.final_ln_rstd, a.final_input,
-                         static_cast<const float*>(m.lnf_w.weight), static_cast<const float*>(m.lnf_b.weight), x.N, x.d,
-                         float(m.cfg->model.layernorm_eps));
+    norm_forward(be, m.cfg->model, a.final_ln_out, a.final_ln_mean, a.final_ln_rstd, a.final_input, m.lnf_w, m.lnf_b,
+                 x.N);
     if (!m.probe_rows.empty()) {
         lp.probe_logits.resize(m.probe_rows.size() * size_t(x.Vp));
         for (size_t r = 0; r < m.probe_rows.size(); ++r) {
             const int64_t row = m.probe_rows[r];
             if (row < 0 || row >= x.N) fail("model: probe row {} is outside the microbatch's {} tokens", row, x.N);
-            be.matmul_forward(a.logits, a.final_ln_out + row * x.d, m.wte.w(), 1, x.d, x.Vp);
+            be.matmul_forward(a.logits, a.final_ln_out + row * x.d, m.head.w(), 1, x.d, x.Vp);
             from_backend(be, lp.probe_logits.data() + r * size_t(x.Vp), a.logits, size_t(x.Vp) * sizeof(float));
         }
     }
     float* mean_loss = a.scalar(ACT_SCALAR_LM_LOSS);
     lm_head(m, mean_loss, backward, loss_weight);
     if (backward) {
-        be.layernorm_backward(a.d_resid, static_cast<float*>(m.lnf_w.grad.data), static_cast<float*>(m.lnf_b.grad.data),
-                              a.d_final_ln_out, a.final_input, static_cast<const float*>(m.lnf_w.weight),
-                              a.final_ln_mean, a.final_ln_rstd, x.N, x.d);
+        norm_backward(be, m.cfg->model, a.d_resid, m.lnf_w, m.lnf_b, a.d_final_ln_out, a.final_input, a.final_ln_mean,
+                      a.final_ln_rstd, x.N);
         be.convert(a.d_stream, a.d_resid, x.N * x.d);
     }
     lp.lm_loss = read_scalar(be, mean_loss);
@@ -453,19 +448,21 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
 
     for (const ParamInfo& p : table.params) m.params.push_back(bind_param(table, arena, p.name));
     auto P = [&](const std::string& name) { return bind_param(table, arena, name); };
+    // a parameter the architecture may leave out (model.positions, model.norm): empty when absent
+    auto maybe = [&](const std::string& name) { return table.find(name) ? P(name) : ParamRef{}; };
     m.wte = P("embed.tokens");
-    m.wpe = P("embed.positions");
+    m.wpe = maybe("embed.positions");
     for (int64_t b = 0; b < c.n_blocks; ++b) {
         const std::string pre = "blocks." + std::to_string(b) + ".";
         BlockParams bp;
         bp.ln1_w = P(pre + "ln1.weight");
-        bp.ln1_b = P(pre + "ln1.bias");
+        bp.ln1_b = maybe(pre + "ln1.bias");
         bp.wq = P(pre + "attn.wq");
         bp.wk = P(pre + "attn.wk");
         bp.wv = P(pre + "attn.wv");
         bp.wo = P(pre + "attn.wo");
         bp.ln2_w = P(pre + "ln2.weight");
-        bp.ln2_b = P(pre + "ln2.bias");
+        bp.ln2_b = maybe(pre + "ln2.bias");
         bp.moe = c.is_moe_block(b);
         if (bp.moe) {
             bp.router = P(pre + "moe.router.weight");
@@ -481,7 +478,8 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
         m.blocks.push_back(bp);
     }
     m.lnf_w = P("final_ln.weight");
-    m.lnf_b = P("final_ln.bias");
+    m.lnf_b = maybe("final_ln.bias");
+    m.head = c.tie_embeddings ? m.wte : P("lm_head");
 
     const Dims x = dims_of(m);
     // Bind with the model's own need for act.logits (one chunk of the unfused head); the plan's

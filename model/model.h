@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "engine/arena.h"
 #include "engine/config.h"
-#include "dist/communicator.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "model/activations.h"
@@ -25,16 +25,18 @@ struct ParamRef {
     void* weight = nullptr;  // info->shape, info->dtype
     TensorRef grad;          // info->shape; bf16 or fp32 per runtime.grad_dtype (fp32 for fp32 params)
     int64_t numel() const { return info->numel(); }
-    ConstTensorRef w() const { return ConstTensorRef(weight, info->dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32); }
+    ConstTensorRef w() const {
+        return ConstTensorRef(weight, info->dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32);
+    }
 };
 
 /// The parameters of one transformer block. Dense blocks fill ffn_*, MoE blocks router/expert_*.
 struct BlockParams {
-    ParamRef ln1_w, ln1_b;          // (d_model) fp32
-    ParamRef wq;                    // (n_heads*head_dim, d_model) bf16
-    ParamRef wk, wv;                // (n_kv_heads*head_dim, d_model) bf16
-    ParamRef wo;                    // (d_model, n_heads*head_dim) bf16
-    ParamRef ln2_w, ln2_b;          // (d_model) fp32
+    ParamRef ln1_w, ln1_b;  // (d_model) fp32
+    ParamRef wq;            // (n_heads*head_dim, d_model) bf16
+    ParamRef wk, wv;        // (n_kv_heads*head_dim, d_model) bf16
+    ParamRef wo;            // (d_model, n_heads*head_dim) bf16
+    ParamRef ln2_w, ln2_b;  // (d_model) fp32
     bool moe = false;
     ParamRef ffn_w1, ffn_w2;        // (d_ff, d_model) bf16
     ParamRef ffn_w3;                // (d_model, d_ff) bf16
@@ -53,11 +55,11 @@ struct BlockParams {
 /// working slots for that microbatch too: d_moe_h1 and d_moe_h2 hold the pre-activations h1, h2
 /// from the forward until the SwiGLU backward overwrites them in place with their gradients.
 struct KeptExpertOperands {
-    bf16* moe_in = nullptr;     // (NK, d): X of w1, w2
-    bf16* moe_act = nullptr;    // (NK, de): X of w3
-    bf16* d_moe_h1 = nullptr;   // (NK, de): dY of w1
-    bf16* d_moe_h2 = nullptr;   // (NK, de): dY of w2
-    bf16* d_moe_out = nullptr;  // (NK, d): dY of w3
+    bf16* moe_in = nullptr;        // (NK, d): X of w1, w2
+    bf16* moe_act = nullptr;       // (NK, de): X of w3
+    bf16* d_moe_h1 = nullptr;      // (NK, de): dY of w1
+    bf16* d_moe_h2 = nullptr;      // (NK, de): dY of w2
+    bf16* d_moe_out = nullptr;     // (NK, d): dY of w3
     std::vector<int64_t> offsets;  // (E + 1), host
 };
 
@@ -67,11 +69,11 @@ struct KeptExpertOperands {
 struct DeferredExperts {
     bool on = false;
     std::vector<std::vector<KeptExpertOperands>> kept;  // [block][microbatch]; empty for dense blocks
-    TensorRef scratch;        // ws.expert_grad: one expert matrix (d_expert x d_model), grad dtype
-    float* gram = nullptr;    // ws.expert_gram (fp32): partials (3 E) then two gram_rows^2 Gram blocks
-    int64_t gram_rows = 0;    // rows of one Gram block (deferred_gram_chunk_rows)
+    TensorRef scratch;          // ws.expert_grad: one expert matrix (d_expert x d_model), grad dtype
+    float* gram = nullptr;      // ws.expert_gram (fp32): partials (3 E) then two gram_rows^2 Gram blocks
+    int64_t gram_rows = 0;      // rows of one Gram block (deferred_gram_chunk_rows)
     int64_t gram_partials = 0;  // fp32 words of partials before the blocks (deferred_gram_partials_words)
-    float clip_coef = 1.0f;   // set by model_clip_gradients: the caller rescales the scratch by it
+    float clip_coef = 1.0f;     // set by model_clip_gradients: the caller rescales the scratch by it
 };
 
 /// Expert parallelism (docs/distributed.md, "Expert parallel"): the MoE blocks' experts are split
@@ -80,7 +82,8 @@ struct DeferredExperts {
 /// experts and come back by Communicator::alltoallv. Host copies of the last exchange's row counts
 /// serve the backward of the same block (the recompute plans it again, identically).
 struct ExpertParallelState {
-    Communicator* comm = nullptr;  // the expert-parallel group: world_size() == M, rank() owns experts [rank*El, (rank+1)*El)
+    Communicator* comm =
+        nullptr;  // the expert-parallel group: world_size() == M, rank() owns experts [rank*El, (rank+1)*El)
     int64_t M = 1, El = 0;
     std::vector<int64_t> send_rows, send_row_displs;  // (M) rows this rank sends to each owner, from moe_in's row
     std::vector<int64_t> recv_rows, recv_row_displs;  // (M) rows received from each rank, into ep_recv's row
@@ -95,16 +98,17 @@ struct Model {
     Backend* backend = nullptr;
     int64_t microbatch = 0;  // sequences per forward/backward (the plan's)
     int64_t seq_len = 0;     // T
-    ParamRef wte;            // (padded_vocab_size, d_model) bf16, tied LM head
-    ParamRef wpe;            // (max_seq_len, d_model) bf16
+    ParamRef wte;            // (padded_vocab_size, d_model) bf16
+    ParamRef wpe;            // (max_seq_len, d_model) bf16; absent (no info) with rotary positions
     std::vector<BlockParams> blocks;
-    ParamRef lnf_w, lnf_b;   // (d_model) fp32
+    ParamRef lnf_w, lnf_b;         // (d_model) fp32; lnf_b absent with RMSNorm (as each block's ln*_b)
+    ParamRef head;                 // the LM head (padded_vocab_size, d_model) bf16: wte, or lm_head when untied
     std::vector<ParamRef> params;  // every parameter, in table order
-    ActSlots act;            // the activation table bound to the arena (model/activations.h)
+    ActSlots act;                  // the activation table bound to the arena (model/activations.h)
     int64_t n_moe_blocks = 0;
     std::vector<int64_t> probe_rows;  // token rows (b*T + t) whose logits a forward copies out (tests)
-    DeferredExperts deferred;  // train.expert_grads: deferred (empty kept when stored)
-    ExpertParallelState ep;    // M = 1: every expert on this rank, no exchange (set comm with model_set_expert_comm)
+    DeferredExperts deferred;         // train.expert_grads: deferred (empty kept when stored)
+    ExpertParallelState ep;  // M = 1: every expert on this rank, no exchange (set comm with model_set_expert_comm)
     /// When set, model_forward_backward calls it during the backward each time a group of
     /// parameters has received its last gradient contribution of the microbatch (indices into
     /// `params`, ascending): the final LayerNorm after the head, each block's parameters after its
@@ -130,7 +134,7 @@ struct LossParts {
     double balance_loss = 0.0;  // Σ over MoE blocks
     double z_loss = 0.0;        // Σ over MoE blocks
     double total = 0.0;
-    std::vector<MoeStats> moe;  // one per MoE block, in block order
+    std::vector<MoeStats> moe;        // one per MoE block, in block order
     std::vector<float> probe_logits;  // (probe_rows.size(), padded_vocab_size) fp32 logits of Model::probe_rows
 };
 

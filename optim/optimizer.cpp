@@ -26,17 +26,22 @@ OptimizerKind optimizer_kind(const OptimizerConfig& opt) {
 
 bool muon_uses_adam(const ParamInfo& p) {
     return p.is_vector() || p.role == Role::TOKEN_EMBEDDING || p.role == Role::POSITION_EMBEDDING ||
-           p.role == Role::ROUTER;
+           p.role == Role::OUTPUT_HEAD || p.role == Role::ROUTER;
 }
 
 static bool is_attn_or_mlp(Role r) {
     switch (r) {
-        case Role::ATTN_Q: case Role::ATTN_K: case Role::ATTN_V: case Role::ATTN_O:
-        case Role::FFN_W1: case Role::FFN_W2: case Role::FFN_W3:
-        case Role::EXPERT_W1: case Role::EXPERT_W2: case Role::EXPERT_W3:
-            return true;
-        default:
-            return false;
+        case Role::ATTN_Q:
+        case Role::ATTN_K:
+        case Role::ATTN_V:
+        case Role::ATTN_O:
+        case Role::FFN_W1:
+        case Role::FFN_W2:
+        case Role::FFN_W3:
+        case Role::EXPERT_W1:
+        case Role::EXPERT_W2:
+        case Role::EXPERT_W3: return true;
+        default: return false;
     }
 }
 
@@ -50,7 +55,8 @@ ParamPolicy param_policy(const OptimizerConfig& opt, const ParamInfo& p) {
             const TierPolicy& tp = opt.tiers[size_t(p.tier)];
             pol.momentum = tp.momentum;
             pol.second_moment = tp.second_moment;
-            if (pol.second_moment == SecondMomentKind::FACTORED && p.is_vector()) pol.second_moment = SecondMomentKind::FULL;
+            if (pol.second_moment == SecondMomentKind::FACTORED && p.is_vector())
+                pol.second_moment = SecondMomentKind::FULL;
             pol.weight_decay = tp.weight_decay;
             break;
         }
@@ -58,9 +64,7 @@ ParamPolicy param_policy(const OptimizerConfig& opt, const ParamInfo& p) {
             pol.momentum = MomentumKind::FP32;
             pol.second_moment = SecondMomentKind::FULL;
             break;
-        case OptimizerKind::LION:
-            pol.momentum = MomentumKind::FP32;
-            break;
+        case OptimizerKind::LION: pol.momentum = MomentumKind::FP32; break;
         case OptimizerKind::MUON:
             pol.muon_adam = p.is_vector() || muon_uses_adam(p);
             pol.momentum = MomentumKind::FP32;
@@ -132,8 +136,7 @@ std::vector<StateSlotSpec> optimizer_param_state(const OptimizerConfig& opt, con
                 }
             }
             return out;
-        default:
-            break;
+        default: break;
     }
     if (pol.momentum == MomentumKind::FP32) out.push_back({StateKind::MOMENTUM, p.shape});
     if (pol.second_moment == SecondMomentKind::FULL) out.push_back({StateKind::SECOND_FULL, p.shape});
@@ -170,10 +173,8 @@ bool optimizer_folds_grad_scale(const OptimizerConfig& opt) {
         case OptimizerKind::SKEWADAM:
         case OptimizerKind::ADAMW:
         case OptimizerKind::LION:
-        case OptimizerKind::ADAFACTOR:
-            return true;
-        default:
-            return false;
+        case OptimizerKind::ADAFACTOR: return true;
+        default: return false;
     }
 }
 
@@ -212,8 +213,7 @@ double optimizer_bytes_per_param(const OptimizerConfig& opt, const ParamInfo& p,
         if (s.numel() == p.numel()) full += 1;
     switch (pol.kind) {
         case OptimizerKind::ADAMW:
-        case OptimizerKind::LION:
-            return 2 * w + g + 8 * full;
+        case OptimizerKind::LION: return 2 * w + g + 8 * full;
         case OptimizerKind::SKEWADAM:
         case OptimizerKind::ADAFACTOR: {
             bool factored = pol.second_moment == SecondMomentKind::FACTORED;
@@ -238,7 +238,7 @@ namespace optim_detail {
 void factored_means(const ParamSlot& s, int64_t e, int64_t rows, int64_t cols, float add, double* rowmean,
                     double* colmean) {
     const int64_t base = e * rows * cols;
-#pragma omp parallel for schedule(static) if(rows * cols >= OPTIM_PARALLEL_MIN)
+#pragma omp parallel for schedule(static) if (rows * cols >= OPTIM_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; ++r) {
         double acc = 0;
         for (int64_t c = 0; c < cols; ++c) {
@@ -249,7 +249,7 @@ void factored_means(const ParamSlot& s, int64_t e, int64_t rows, int64_t cols, f
     }
     const int64_t CB = 256;  // column block: each thread sweeps all rows of its block (row-major reads)
     const int64_t nblk = (cols + CB - 1) / CB;
-#pragma omp parallel for schedule(static) if(rows * cols >= OPTIM_PARALLEL_MIN)
+#pragma omp parallel for schedule(static) if (rows * cols >= OPTIM_PARALLEL_MIN)
     for (int64_t b = 0; b < nblk; ++b) {
         int64_t c0 = b * CB, c1 = std::min(cols, c0 + CB);
         double acc[256] = {};

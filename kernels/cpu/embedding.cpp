@@ -40,8 +40,12 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
     for (int64_t i = 0; i < n; ++i) {
         const int64_t t = i % seq_len;
         const T* we = wte + int64_t(tokens[i]) * channels;
-        const T* pe = wpe + t * channels;
         T* o = out + i * channels;
+        if (!wpe) {
+            for (int64_t c = 0; c < channels; ++c) store(o + c, load(we[c]));
+            continue;
+        }
+        const T* pe = wpe + t * channels;
         for (int64_t c = 0; c < channels; ++c) store(o + c, load(we[c]) + load(pe[c]));
     }
 }

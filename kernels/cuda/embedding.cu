@@ -25,7 +25,8 @@ __global__ void embedding_forward_kernel(bf16* __restrict__ out, const int32_t* 
             out[e] = bf16{0};
             continue;
         }
-        st(out + e, ld(wte[int64_t(tok) * C + c]) + ld(wpe[(i % T) * C + c]));
+        const float w = ld(wte[int64_t(tok) * C + c]);
+        st(out + e, wpe ? w + ld(wpe[(i % T) * C + c]) : w);
     }
 }
 

@@ -16,7 +16,8 @@ TEST_CASE("the paper's model has the Appendix B parameter counts") {
     // token embedding 206.0M, positions 1.0M, attention 83.9M, dense FFN 50.3M, norms 0.04M
     int64_t attn = 0, ffn = 0, norms = 0;
     for (const auto& p : t.params) {
-        if (p.role == Role::ATTN_Q || p.role == Role::ATTN_K || p.role == Role::ATTN_V || p.role == Role::ATTN_O) attn += p.numel();
+        if (p.role == Role::ATTN_Q || p.role == Role::ATTN_K || p.role == Role::ATTN_V || p.role == Role::ATTN_O)
+            attn += p.numel();
         if (p.role == Role::FFN_W1 || p.role == Role::FFN_W2 || p.role == Role::FFN_W3) ffn += p.numel();
         if (p.role == Role::NORM_WEIGHT || p.role == Role::NORM_BIAS) norms += p.numel();
     }
@@ -72,14 +73,16 @@ TEST_CASE("an expert-parallel rank's table holds n_experts / M experts of each b
         CHECK(t.active_numel(c.model.top_k, c.model.n_experts) == whole.active_numel(c.model.top_k, c.model.n_experts));
     }
     CHECK(build_param_table(c.model, ExpertShard{1, 0}).total_numel() == whole.total_numel());
-    CHECK_THROWS_WITH(build_param_table(c.model, ExpertShard{3, 0}), Catch::Contains("does not divide model.n_experts 128"));
-    CHECK_THROWS_WITH(build_param_table(c.model, ExpertShard{8, 8}), Catch::Contains("outside the expert-parallel group"));
+    CHECK_THROWS_WITH(build_param_table(c.model, ExpertShard{3, 0}),
+                      Catch::Contains("does not divide model.n_experts 128"));
+    CHECK_THROWS_WITH(build_param_table(c.model, ExpertShard{8, 8}),
+                      Catch::Contains("outside the expert-parallel group"));
     CHECK_THROWS_WITH(build_param_table(c.model, ExpertShard{0, 0}), Catch::Contains("parallel.expert"));
 }
 
 TEST_CASE("is_expert_bank: exactly the three stacked expert roles, the experts tier's 3-D tensors") {
     // every role, by its value: only EXPERT_W1, EXPERT_W2 and EXPERT_W3 are banks
-    for (int r = int(Role::TOKEN_EMBEDDING); r <= int(Role::EXPERT_W3); ++r) {
+    for (int r = int(Role::TOKEN_EMBEDDING); r <= int(Role::OUTPUT_HEAD); ++r) {
         ParamInfo p;
         p.role = Role(r);
         INFO(role_name(p.role));

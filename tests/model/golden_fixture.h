@@ -13,6 +13,36 @@
 
 namespace skew::test {
 
+/// Must match CFG in make_golden_llama.py (checked through the fixture's "config" record).
+inline const char* LLAMA_GOLDEN_YAML = R"(
+model:
+  vocab_size: 96
+  padded_vocab_size: 128
+  d_model: 32
+  n_blocks: 2
+  moe_blocks: [0, 1]
+  n_heads: 4
+  n_kv_heads: 2
+  max_seq_len: 16
+  n_experts: 4
+  d_expert: 32
+  top_k: 2
+  router_noise_std: 0
+  positions: rope
+  rope_theta: 100
+  norm: rmsnorm
+  tie_embeddings: false
+train:
+  batch_size: 2
+  seq_len: 16
+  microbatch: 2
+  seed: 42
+runtime:
+  backend: cpu
+  workspace_gib: 0
+  grad_dtype: fp32
+)";
+
 /// Must match CFG in make_golden.py (the fixture's "config" record is checked against it).
 inline const char* GOLDEN_YAML = R"(
 model:
@@ -54,8 +84,8 @@ inline std::map<std::string, GoldenRecord> read_golden_records(const std::string
     char magic[8];
     uint32_t count = 0;
     std::map<std::string, GoldenRecord> out;
-    bool ok = std::fread(magic, 1, 8, f) == 8 && std::memcmp(magic, "SKEWGOLD", 8) == 0 &&
-              std::fread(&count, 4, 1, f) == 1;
+    bool ok =
+        std::fread(magic, 1, 8, f) == 8 && std::memcmp(magic, "SKEWGOLD", 8) == 0 && std::fread(&count, 4, 1, f) == 1;
     for (uint32_t r = 0; ok && r < count; ++r) {
         uint32_t len = 0, ndim = 0;
         ok = std::fread(&len, 4, 1, f) == 1;

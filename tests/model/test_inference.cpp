@@ -8,11 +8,11 @@
 #include <cstring>
 #include <map>
 
-#include "runtime/session.h"
 #include "engine/error.h"
-#include "model/inference.h"
 #include "golden_fixture.h"
+#include "model/inference.h"
 #include "model_test_util.h"
+#include "runtime/session.h"
 
 using namespace skew;
 using namespace skew::test;
@@ -21,10 +21,14 @@ namespace {
 
 std::string source_path(const std::string& rel) { return std::string(SKEW_SOURCE_DIR) + "/" + rel; }
 
-// A CPU model of `microbatch` sequences carrying the golden weights.
-std::unique_ptr<TestModel> golden_model(int64_t microbatch) {
-    auto in = read_golden_records(source_path("tests/reference/model/golden_inputs.bin"), "tests/reference/model/make_golden.py");
-    auto t = make_test_model(GOLDEN_YAML, {}, microbatch);
+// A CPU model of `microbatch` sequences carrying the golden weights (the paper's block, or with
+// `llama` the rope + rmsnorm + untied-head model of make_golden_llama.py).
+std::unique_ptr<TestModel> golden_model(int64_t microbatch, bool llama = false) {
+    auto in = llama ? read_golden_records(source_path("tests/reference/model/golden_llama_inputs.bin"),
+                                          "tests/reference/model/make_golden_llama.py")
+                    : read_golden_records(source_path("tests/reference/model/golden_inputs.bin"),
+                                          "tests/reference/model/make_golden.py");
+    auto t = make_test_model(llama ? LLAMA_GOLDEN_YAML : GOLDEN_YAML, {}, microbatch);
     for (const ParamRef& p : t->model.params) {
         const auto it = in.find("weight." + p.info->name);
         REQUIRE(it != in.end());
@@ -35,7 +39,8 @@ std::unique_ptr<TestModel> golden_model(int64_t microbatch) {
 
 // The golden token stream of row `row` (17 tokens: its inputs and the last target).
 std::vector<int32_t> golden_row(int row) {
-    auto in = read_golden_records(source_path("tests/reference/model/golden_inputs.bin"), "tests/reference/model/make_golden.py");
+    auto in = read_golden_records(source_path("tests/reference/model/golden_inputs.bin"),
+                                  "tests/reference/model/make_golden.py");
     std::vector<int32_t> s;
     for (int i = 0; i < 16; ++i) s.push_back(int32_t(in["tokens"].data[size_t(row * 16 + i)]));
     s.push_back(int32_t(in["targets"].data[size_t(row * 16 + 15)]));
@@ -49,7 +54,8 @@ std::vector<int32_t> golden_row(int row) {
 // 0.044 per token, sums within 0.2%). A wrong position (off by one), a wrong target or padding
 // leaking into the scored positions moves a token by nats and a sum by far more than 1%.
 TEST_CASE("token log-probabilities of variable-length sequences match the PyTorch reference", "[model][inference]") {
-    auto ref = read_golden_records(source_path("tests/reference/eval/golden_logprobs.bin"), "tests/reference/eval/make_logprobs.py");
+    auto ref = read_golden_records(source_path("tests/reference/eval/golden_logprobs.bin"),
+                                   "tests/reference/eval/make_logprobs.py");
     auto t = golden_model(2);
     std::vector<std::vector<int32_t>> seqs;
     const size_t n_seq = ref["sequences"].shape[0];
@@ -89,21 +95,23 @@ TEST_CASE("token log-probabilities refuse sequences longer than seq_len + 1 or w
 
 // The cached path computes each row with the same ops on fewer rows; CPU GEMMs round the same
 // row the same way, so the logits agree to bf16 round-off (measured: max relative error ~1e-3).
-TEST_CASE("the KV cache's logits equal the uncached full forward at every position", "[model][inference]") {
-    auto full = golden_model(1);
+static void check_kv_cache_equals_full_forward(bool llama) {
+    auto full = golden_model(1, llama);
     const std::vector<int32_t> s = golden_row(0);
     std::vector<int32_t> tokens(s.begin(), s.begin() + 16), targets(s.begin() + 1, s.end());
     for (int64_t r = 0; r < 16; ++r) full->model.probe_rows.push_back(r);
     const LossParts lp = model_eval(full->model, tokens.data(), targets.data());
     const int64_t Vp = 128;
 
-    auto t = golden_model(1);
+    auto t = golden_model(1, llama);
     for (int prefill : {1, 6, 16}) {
         KvCache kc = open_kv_cache(t->model, 16);
-        std::vector<float> got = kv_cache_forward(t->model, kc, std::span<const int32_t>(tokens.data(), size_t(prefill)), true);
+        std::vector<float> got =
+            kv_cache_forward(t->model, kc, std::span<const int32_t>(tokens.data(), size_t(prefill)), true);
         REQUIRE(int64_t(got.size()) == prefill * Vp);
         for (int64_t p = prefill; p < 16; ++p) {
-            const std::vector<float> row = kv_cache_forward(t->model, kc, std::span<const int32_t>(&tokens[size_t(p)], 1));
+            const std::vector<float> row =
+                kv_cache_forward(t->model, kc, std::span<const int32_t>(&tokens[size_t(p)], 1));
             got.insert(got.end(), row.begin(), row.end());
         }
         REQUIRE(kc.length == 16);
@@ -116,6 +124,17 @@ TEST_CASE("the KV cache's logits equal the uncached full forward at every positi
     }
 }
 
+TEST_CASE("the KV cache's logits equal the uncached full forward at every position", "[model][inference]") {
+    check_kv_cache_equals_full_forward(false);
+}
+
+// With rotary positions the cache holds rotated keys: a new row is rotated to its own position
+// (pos0 = the cached length), an off-by-one or a cache rotated twice moves every later logit.
+TEST_CASE("the KV cache of a rope + rmsnorm + untied-head model equals its full forward at every position",
+          "[model][inference]") {
+    check_kv_cache_equals_full_forward(true);
+}
+
 TEST_CASE("the KV cache refuses positions beyond max_seq_len and tokens outside the table", "[model][inference]") {
     auto t = golden_model(1);
     CHECK_THROWS_WITH(open_kv_cache(t->model, 17), Catch::Contains("max_seq_len"));
@@ -126,5 +145,6 @@ TEST_CASE("the KV cache refuses positions beyond max_seq_len and tokens outside 
                       Catch::Contains("overflow the KV cache of 16 positions"));
     CHECK(kc.length == 10);
     const int32_t bad = 128;
-    CHECK_THROWS_WITH(kv_cache_forward(t->model, kc, std::span<const int32_t>(&bad, 1)), Catch::Contains("outside the embedding table"));
+    CHECK_THROWS_WITH(kv_cache_forward(t->model, kc, std::span<const int32_t>(&bad, 1)),
+                      Catch::Contains("outside the embedding table"));
 }

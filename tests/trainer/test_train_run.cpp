@@ -534,3 +534,31 @@ TEST_CASE("the OpenBLAS core skew chooses gives the generic Prescott core's trai
         CHECK(chosen[key].get<double>() == Approx(generic[key].get<double>()).epsilon(1e-4));
     }
 }
+
+TEST_CASE("a rope + rmsnorm + untied-head model with every block MoE trains, and resumes bit for bit") {
+    const std::string a = work_dir() + "/llama", b = work_dir() + "/llama-stopped";
+    const std::string common =
+        "--set model.positions=rope --set model.rope_theta=1e6 --set model.norm=rmsnorm --set model.tie_embeddings=false "
+        "--set model.moe_blocks=[0,1] --set train.steps=6 --set train.eval_every=3 --set train.checkpoint_every=100 "
+        "--optimizers skewadam,muon ";
+    Run full = run(train_args(common + "--out " + a));
+    INFO(full.output);
+    REQUIRE(full.status == 0);
+    REQUIRE(run(train_args(common + "--out " + b + " --stop-after 3")).status == 0);
+    Run resume = run("train --plain --resume " + b);
+    INFO(resume.output);
+    REQUIRE(resume.status == 0);
+    for (std::string opt : {"skewadam", "muon"}) {
+        INFO("optimizer " << opt);
+        auto sa = read_jsonl(a + "/steps_" + opt + ".jsonl"), sb = read_jsonl(b + "/steps_" + opt + ".jsonl");
+        REQUIRE(sa.size() == 6);
+        REQUIRE(sb.size() == 6);
+        CHECK(sa.back()["lm_loss"].get<double>() < sa.front()["lm_loss"].get<double>());  // it learns
+        for (size_t i = 0; i < sa.size(); ++i)
+            for (const char* key : {"lm_loss", "balance_loss", "z_loss", "grad_norm"}) CHECK(sa[i][key] == sb[i][key]);
+        CHECK(read_bytes(a + "/checkpoints/" + opt + "/last/model.safetensors") ==
+              read_bytes(b + "/checkpoints/" + opt + "/last/model.safetensors"));
+        CHECK(read_bytes(a + "/checkpoints/" + opt + "/last/optimizer.safetensors") ==
+              read_bytes(b + "/checkpoints/" + opt + "/last/optimizer.safetensors"));
+    }
+}

@@ -1,0 +1,30 @@
+// The parts of a block that follow the config's architecture choices (docs/architectures.md): the
+// normalization (model.norm: LayerNorm with bias, or RMSNorm) and the positions (model.positions:
+// learned rows added by the embedding, or RoPE on q and k). The training model (model/model.cpp)
+// and the KV-cache decoder (model/inference.cpp) call these, so both follow one rule.
+#pragma once
+#include <cstdint>
+
+#include "engine/config.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+
+namespace skew {
+
+/// out = norm(x) of n_rows rows of d_model (bf16): LayerNorm with weight w and bias b (mean and
+/// rstd saved where non-null), or RMSNorm with weight w (rstd saved; mean and b unused).
+void norm_forward(Backend& be, const ModelConfig& c, bf16* out, float* mean, float* rstd, const bf16* x,
+                  const ParamRef& w, const ParamRef& b, int64_t n_rows);
+
+/// The normalization's backward: dx (n_rows, d_model) bf16 overwritten from dout, the weight's (and
+/// LayerNorm's bias's) fp32 gradient accumulated, from the forward's input x and saved mean, rstd.
+void norm_backward(Backend& be, const ModelConfig& c, bf16* dx, const ParamRef& w, const ParamRef& b, const bf16* dout,
+                   const bf16* x, const float* mean, const float* rstd, int64_t n_rows);
+
+/// With model.positions rope: q (batch, seq_len, n_heads, head_dim) and k (..., n_kv_heads, ...)
+/// rotated in place to positions pos0 + t (inverse: rotated back, the backward of dq and dk); with
+/// learned positions nothing (the embedding added them).
+void rotate_qk(Backend& be, const ModelConfig& c, bf16* q, bf16* k, int64_t batch, int64_t seq_len, int64_t pos0,
+               bool inverse = false);
+
+}  // namespace skew
