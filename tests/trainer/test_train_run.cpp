@@ -4,13 +4,13 @@
 // a NaN in a gradient is caught, reported and skipped; the OpenBLAS core skew picks gives the generic
 // core's step.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -41,8 +41,8 @@ const std::string& prepared() {
     static const std::string dir = [] {
         std::string out = work_dir() + "/prep";
         std::string src = std::string(SKEW_SOURCE_DIR);
-        Run r = run("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " + out + " --tokenizer " + src +
-                    "/tests/fixtures/data/gpt2 --no-progress");
+        Run r = run("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " + out + " --tokenizer " +
+                    src + "/tests/fixtures/data/gpt2 --no-progress");
         INFO(r.output);
         REQUIRE(r.status == 0);
         return out;
@@ -105,10 +105,13 @@ std::string read_bytes(const std::string& path) {
 TEST_CASE("a short run on real text: loss falls, metrics complete, one initialization and one batch order") {
     const std::string out = work_dir() + "/short";
     const auto wall_start = std::chrono::steady_clock::now();
-    Run r = run(train_args("--set train.steps=12 --set train.eval_every=6 --set optimizers.skewadam.lr=3e-3 "
-                           "--set optimizers.adamw.lr=3e-3 --optimizers skewadam,adamw,lion,muon --out " + out));
+    Run r =
+        run(train_args("--set train.steps=12 --set train.eval_every=6 --set optimizers.skewadam.lr=3e-3 "
+                       "--set optimizers.adamw.lr=3e-3 --optimizers skewadam,adamw,lion,muon --out " +
+                       out));
     // the test's own clock around the whole process: an upper bound on every step time the run reports
-    const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start).count();
+    const double wall_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start).count();
     double steps_ms_total = 0;
     INFO(r.output);
     REQUIRE(r.status == 0);
@@ -158,8 +161,10 @@ TEST_CASE("a short run on real text: loss falls, metrics complete, one initializ
 
 TEST_CASE("train.microbatch 0 takes the largest divisor of the batch that fits the host: the whole batch here") {
     const std::string out = work_dir() + "/auto_mb";
-    Run r = run(train_args("--set train.microbatch=0 --set train.steps=2 --set train.eval_every=2 --optimizers skewadam "
-                           "--out " + out));
+    Run r =
+        run(train_args("--set train.microbatch=0 --set train.steps=2 --set train.eval_every=2 --optimizers skewadam "
+                       "--out " +
+                       out));
     INFO(r.output);
     REQUIRE(r.status == 0);
     CHECK(r.output.find("train.microbatch 0: 4 sequences, the largest divisor of batch_size 4") != std::string::npos);
@@ -168,8 +173,9 @@ TEST_CASE("train.microbatch 0 takes the largest divisor of the batch that fits t
 
 TEST_CASE("interrupted at step k and resumed equals uninterrupted, bit for bit on the CPU") {
     const std::string a = work_dir() + "/uninterrupted", b = work_dir() + "/interrupted";
-    const std::string common = "--set train.steps=6 --set train.eval_every=2 --set train.checkpoint_every=100 "
-                               "--optimizers skewadam,adamw,lion,muon,adafactor,galore,galore-paper ";
+    const std::string common =
+        "--set train.steps=6 --set train.eval_every=2 --set train.checkpoint_every=100 "
+        "--optimizers skewadam,adamw,lion,muon,adafactor,galore,galore-paper ";
     REQUIRE(run(train_args(common + "--out " + a)).status == 0);
     Run stop = run(train_args(common + "--out " + b + " --stop-after 3"));
     INFO(stop.output);
@@ -201,7 +207,8 @@ TEST_CASE("interrupted at step k and resumed equals uninterrupted, bit for bit o
 TEST_CASE("a truncated checkpoint is refused on resume with a message naming the file") {
     const std::string d = work_dir() + "/corrupt";
     REQUIRE(run(train_args("--set train.steps=4 --set train.eval_every=2 --optimizers skewadam --out " + d +
-                           " --stop-after 2")).status == 0);
+                           " --stop-after 2"))
+                .status == 0);
     const std::string model = d + "/checkpoints/skewadam/last/model.safetensors";
     REQUIRE(fs::exists(model));
     fs::resize_file(model, fs::file_size(model) / 2);
@@ -238,7 +245,8 @@ TEST_CASE("a NaN injected into a gradient is caught, reported with the tensor an
 TEST_CASE("a run folder is never clobbered: reuse, changed settings and lost checkpoints are refused") {
     const std::string d = work_dir() + "/guard";
     REQUIRE(run(train_args("--set train.steps=4 --set train.eval_every=2 --optimizers skewadam --out " + d +
-                           " --stop-after 2")).status == 0);
+                           " --stop-after 2"))
+                .status == 0);
     const std::string config_before = read_bytes(d + "/config.yaml");
     Run again = run(train_args("--set train.steps=4 --optimizers skewadam --out " + d));
     CHECK(again.status == 1);
@@ -257,8 +265,10 @@ TEST_CASE("a run folder is never clobbered: reuse, changed settings and lost che
 
 TEST_CASE("a run killed before its first checkpoint and evaluation resumes by training again from step 1") {
     const std::string d = work_dir() + "/killed-early";
-    const std::string args = "--set train.steps=4 --set train.eval_every=4 --set train.checkpoint_every=100 "
-                             "--optimizers skewadam --out " + d;
+    const std::string args =
+        "--set train.steps=4 --set train.eval_every=4 --set train.checkpoint_every=100 "
+        "--optimizers skewadam --out " +
+        d;
     REQUIRE(run(train_args(args + " --stop-after 2")).status == 0);
     const auto first = read_jsonl(d + "/steps_skewadam.jsonl");
     REQUIRE(first.size() == 2);
@@ -281,15 +291,17 @@ TEST_CASE("bad train inputs are refused with a message") {
     Run r = run(train_args("--set data.dir=/nonexistent-data --out " + work_dir() + "/bad"));
     CHECK(r.status == 1);
     CHECK(r.output.find("/nonexistent-data") != std::string::npos);
-    Run big = run(train_args("--set train.eval_batches=1000 --set train.steps=1 --optimizers skewadam --out " + work_dir() +
-                             "/big"));
+    Run big = run(train_args("--set train.eval_batches=1000 --set train.steps=1 --optimizers skewadam --out " +
+                             work_dir() + "/big"));
     CHECK_FALSE(fs::exists(work_dir() + "/big"));  // refused before the run folder is made
     CHECK(run(train_args("--optimizers '' --out " + work_dir() + "/none")).status == 1);
     // Out of budget: the paper's model with 8,192 experts (about 5 TB of AdamW run) fits no host;
     // refused before anything is allocated, saying what the plan holds.
-    Run huge = run(train_args("--set model.d_model=4096 --set model.n_heads=32 --set model.n_kv_heads=8 "
-                              "--set model.n_experts=8192 --set model.d_expert=4096 --set model.d_ff=4096 "
-                              "--set model.max_seq_len=256 --optimizers adamw --out " + work_dir() + "/huge"));
+    Run huge =
+        run(train_args("--set model.d_model=4096 --set model.n_heads=32 --set model.n_kv_heads=8 "
+                       "--set model.n_experts=8192 --set model.d_expert=4096 --set model.d_ff=4096 "
+                       "--set model.max_seq_len=256 --optimizers adamw --out " +
+                       work_dir() + "/huge"));
     CHECK(huge.status == 1);
     CHECK(huge.output.find("GiB available") != std::string::npos);
     CHECK(huge.output.find("optimizer state") != std::string::npos);
@@ -299,7 +311,8 @@ TEST_CASE("bad train inputs are refused with a message") {
     CHECK(big.output.find("1000") != std::string::npos);
     // GPT-2 token ids for a 1,000-token model: refused from the manifest before the run starts;
     // without a manifest (llm.c shards) the startup pass over the tokens names the shard and offset.
-    const std::string small_vocab = "--set model.vocab_size=1000 --set model.padded_vocab_size=1024 --optimizers skewadam ";
+    const std::string small_vocab =
+        "--set model.vocab_size=1000 --set model.padded_vocab_size=1024 --optimizers skewadam ";
     Run vocab = run(train_args(small_vocab + "--out " + work_dir() + "/vocab"));
     CHECK(vocab.status == 1);
     CHECK(vocab.output.find("50257-token vocabulary") != std::string::npos);
@@ -319,7 +332,8 @@ TEST_CASE("bad train inputs are refused with a message") {
 
 TEST_CASE("resume refuses data that changed since the run started, naming both manifests and the first difference") {
     const std::string data = copy_prepared("resume-data"), d = work_dir() + "/resume-data-run";
-    const std::string common = "--set data.dir=" + data + " --set train.steps=4 --set train.eval_every=2 --optimizers skewadam ";
+    const std::string common =
+        "--set data.dir=" + data + " --set train.steps=4 --set train.eval_every=2 --optimizers skewadam ";
     REQUIRE(run(train_args(common + "--out " + d + " --stop-after 2")).status == 0);
     const std::string manifest = data + "/manifest.json";
     const std::string original = read_bytes(manifest);
@@ -331,8 +345,8 @@ TEST_CASE("resume refuses data that changed since the run started, naming both m
     Run changed = run("train --plain --resume " + d);
     INFO(changed.output);
     CHECK(changed.status == 1);
-    CHECK(changed.output.find("the data changed since the run started: " + manifest + " differs from the run's copy " + d +
-                              "/manifest.json") != std::string::npos);
+    CHECK(changed.output.find("the data changed since the run started: " + manifest + " differs from the run's copy " +
+                              d + "/manifest.json") != std::string::npos);
     CHECK(changed.output.find("shard 1 (\"train_000000.bin\"): md5 \"" + md5 +
                               "\" in the run's copy, \"00000000000000000000000000000000\" now") != std::string::npos);
     m = json::parse(original);
@@ -374,9 +388,11 @@ TEST_CASE("a relative data.dir on resume from another directory says so and name
     fs::create_directories(base);
     fs::remove_all(base + "/data");
     fs::copy(prepared(), base + "/data", fs::copy_options::recursive);
-    const std::string args = "train " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --plain --set data.dir=data "
-                             "--set train.batch_size=4 --set train.microbatch=2 --set train.eval_batches=2 "
-                             "--set train.steps=4 --set train.eval_every=2 --optimizers skewadam --out run --stop-after 2";
+    const std::string args =
+        "train " + std::string(SKEW_SOURCE_DIR) +
+        "/configs/tiny.yaml --plain --set data.dir=data "
+        "--set train.batch_size=4 --set train.microbatch=2 --set train.eval_batches=2 "
+        "--set train.steps=4 --set train.eval_every=2 --optimizers skewadam --out run --stop-after 2";
     Run start = run_in(base, args);
     INFO(start.output);
     REQUIRE(start.status == 0);
@@ -407,8 +423,8 @@ TEST_CASE("a token id past model.vocab_size is refused at startup naming the spl
     poke_token(val + "/val_000000.bin", 3, 60000);
     Run v = run(train_args("--set data.dir=" + val + " --set train.steps=2 --optimizers skewadam --out " + d));
     CHECK(v.status == 1);
-    CHECK(v.output.find("data: split val: token id 60000 at offset 3 of shard " + val + "/val_000000.bin (byte 1030)") !=
-          std::string::npos);
+    CHECK(v.output.find("data: split val: token id 60000 at offset 3 of shard " + val +
+                        "/val_000000.bin (byte 1030)") != std::string::npos);
     CHECK_FALSE(fs::exists(d));
 }
 
@@ -428,8 +444,10 @@ TEST_CASE("a failed start leaves no run folder and the same --out then works wit
     CHECK(profile.status == 1);
     CHECK(profile.output.find("--profile-steps 1:1: profiling brackets steps") != std::string::npos);
     CHECK_FALSE(fs::exists(d));
-    Run huge = run(train_args("--set model.d_model=4096 --set model.n_heads=32 --set model.n_kv_heads=8 "
-                              "--set model.n_experts=8192 --set model.d_expert=4096 --set model.d_ff=4096 " + common));
+    Run huge =
+        run(train_args("--set model.d_model=4096 --set model.n_heads=32 --set model.n_kv_heads=8 "
+                       "--set model.n_experts=8192 --set model.d_expert=4096 --set model.d_ff=4096 " +
+                       common));
     CHECK(huge.status == 1);
     CHECK(huge.output.find("GiB available") != std::string::npos);
     CHECK_FALSE(fs::exists(d));
@@ -443,7 +461,9 @@ TEST_CASE("a failed start leaves no run folder and the same --out then works wit
     Run in_mine = run(train_args("--set train.steps=2 --optimizers skewadam --profile-steps 1:2 --out " + mine));
     CHECK(in_mine.status == 1);
     CHECK(empty_dir(mine));
-    REQUIRE(run(train_args("--set train.steps=2 --set train.eval_every=2 --optimizers skewadam --out " + mine)).status == 0);
+    REQUIRE(
+        run(train_args("--set train.steps=2 --set train.eval_every=2 --optimizers skewadam --out " + mine)).status ==
+        0);
     CHECK(fs::exists(mine + "/metrics_skewadam.json"));
 }
 
@@ -455,7 +475,8 @@ TEST_CASE("a run failing after its folder is made and before any checkpoint take
     Run r = run(train_args("--set train.steps=2 --set train.eval_every=2 --optimizers skewadam --out " + d));
     INFO(r.output);
     CHECK(r.status == 1);
-    CHECK(r.output.find("failed before the first checkpoint; removed what this run wrote to " + d) != std::string::npos);
+    CHECK(r.output.find("failed before the first checkpoint; removed what this run wrote to " + d) !=
+          std::string::npos);
     CHECK_FALSE(fs::exists(d + "/config.yaml"));
     CHECK_FALSE(fs::exists(d + "/manifest.json"));
     CHECK_FALSE(fs::exists(d + "/checkpoints"));
@@ -478,7 +499,9 @@ TEST_CASE("train --out with an empty path is an error, not runtime.out_dir") {
 TEST_CASE("a resumed run already at or past its stop-after step stops at once with the checkpoint unchanged") {
     const std::string d = work_dir() + "/stop-resumed";
     REQUIRE(run(train_args("--set train.steps=6 --set train.eval_every=2 --set train.checkpoint_every=100 "
-                           "--optimizers skewadam,adamw --out " + d + " --stop-after 3")).status == 0);
+                           "--optimizers skewadam,adamw --out " +
+                           d + " --stop-after 3"))
+                .status == 0);
     const std::string model = d + "/checkpoints/skewadam/last/model.safetensors";
     const std::string before = read_bytes(model);
     const std::string state_before = read_bytes(d + "/checkpoints/skewadam/last/trainer_state.json");
@@ -511,10 +534,9 @@ TEST_CASE("a resumed run already at or past its stop-after step stops at once wi
 TEST_CASE("the OpenBLAS core skew chooses gives the generic Prescott core's training step within 1e-4") {
     auto step1 = [&](const std::string& env, const std::string& name) {
         const std::string out = work_dir() + "/" + name;
-        Run r = skew::test::run_shell("env -u OPENBLAS_CORETYPE -u SKEW_BLAS_CORE_CHOICE " + env + " " +
-                                      std::string(SKEW_BINARY) + " " +
-                                      train_args("--set train.steps=1 --set train.eval_every=1 --optimizers adamw --out " +
-                                                 out));
+        Run r = skew::test::run_shell(
+            "env -u OPENBLAS_CORETYPE -u SKEW_BLAS_CORE_CHOICE " + env + " " + std::string(SKEW_BINARY) + " " +
+            train_args("--set train.steps=1 --set train.eval_every=1 --optimizers adamw --out " + out));
         INFO(r.output);
         REQUIRE(r.status == 0);
         const auto steps = read_jsonl(out + "/steps_adamw.jsonl");
@@ -538,7 +560,8 @@ TEST_CASE("the OpenBLAS core skew chooses gives the generic Prescott core's trai
 TEST_CASE("a rope + rmsnorm + untied-head model with every block MoE trains, and resumes bit for bit") {
     const std::string a = work_dir() + "/llama", b = work_dir() + "/llama-stopped";
     const std::string common =
-        "--set model.positions=rope --set model.rope_theta=1e6 --set model.norm=rmsnorm --set model.tie_embeddings=false "
+        "--set model.positions=rope --set model.rope_theta=1e6 --set model.norm=rmsnorm --set "
+        "model.tie_embeddings=false "
         "--set model.moe_blocks=[0,1] --set train.steps=6 --set train.eval_every=3 --set train.checkpoint_every=100 "
         "--optimizers skewadam,muon ";
     Run full = run(train_args(common + "--out " + a));
