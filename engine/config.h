@@ -28,6 +28,7 @@ struct ModelConfig {
     int64_t n_experts = 128;
     int64_t d_expert = 4096;  // expert SwiGLU hidden width
     int64_t top_k = 2;
+    bool normalize_top_k = true;      // top_k > 1: the chosen probabilities renormalized to sum 1 (OLMoE: false)
     double router_noise_std = 0.5;    // N(0, std^2) added to router logits in training
     double balance_loss_coef = 0.05;  // Switch balance loss alpha
     double z_loss_coef = 1e-4;        // ST-MoE router z-loss

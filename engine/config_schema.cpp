@@ -165,6 +165,9 @@ const std::vector<KeySpec>& section_key_specs() {
             SKEW_INT("model.top_k", model.top_k, 1, 1 << 16,
                      "Experts per token (top-k routing, dropless; top_k 1 gates by the router probability, as Switch "
                      "Transformer)"),
+            SKEW_BOOL("model.normalize_top_k", model.normalize_top_k,
+                      "top_k > 1: the gates are the chosen experts' probabilities renormalized to sum 1 (true: the "
+                      "paper, Mixtral, Qwen3), or the probabilities themselves (false: OLMoE)"),
             SKEW_FLOAT("model.router_noise_std", model.router_noise_std, 0, 100, false,
                        "Std of the N(0, std^2) noise added to router logits in training"),
             SKEW_FLOAT("model.balance_loss_coef", model.balance_loss_coef, 0, 100, false,

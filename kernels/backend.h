@@ -105,6 +105,7 @@ struct RouterOptions {
     uint64_t noise_offset = 0;
     float balance_alpha = 0.05f;  // α of the Switch balance loss α·E·Σ p̄_i f_i
     float z_coef = 1e-4f;         // coefficient of the z-loss coef·mean(logsumexp(clean logits)^2)
+    bool normalize_top_k = true;  // k > 1: the chosen probabilities renormalized to sum 1 (else the probabilities)
 };
 
 /// Tied LM head + cross-entropy over the padded vocabulary.
@@ -298,8 +299,9 @@ struct Backend {
     /// From the clean logits (n_tokens, E) fp32 (= x·Wr^T via matmul): noisy logits (training),
     /// probs = softmax(noisy) (n_tokens, E) fp32; top-k experts by probs, distinct, ties to the
     /// lower index: expert_idx (n_tokens, k) int32 in descending order of probability; gates
-    /// (n_tokens, k) fp32, the chosen probabilities renormalized to sum 1 for k > 1, the probability
-    /// itself for k = 1 (Switch Transformer; router_renormalizes_gates); counts (E) int64, the
+    /// (n_tokens, k) fp32, the chosen probabilities renormalized to sum 1 for k > 1 when
+    /// o.normalize_top_k, else the probabilities themselves (always for k = 1: Switch Transformer;
+    /// router_renormalizes_gates); counts (E) int64, the
     /// assignments per expert; balance_loss = α·E·Σ_i p̄_i·f_i (p̄ the mean of probs over tokens,
     /// f_i = counts_i / (n·k)); z_loss = coef·mean_t(logsumexp(clean logits_t)^2). mean_probs (E)
     /// fp32 p̄ is optional (null: skipped), for metrics. Errors: top_k < 1 or > E.

@@ -178,6 +178,7 @@ std::vector<float> kv_cache_forward(Model& m, KvCache& kc, std::span<const int32
             RouterOptions ro;  // noise_std 0: inference
             ro.balance_alpha = float(c.balance_loss_coef);
             ro.z_coef = float(c.z_loss_coef);
+            ro.normalize_top_k = c.normalize_top_k;
             be.moe_router_forward(kc.router_probs, kc.topk_idx, kc.topk_gate, kc.counts, kc.scalars + 0, kc.scalars + 1,
                                   nullptr, kc.router_logits, RouterShape{n, E, K}, ro);
             be.moe_dispatch(kc.sorted_to_copy, kc.copy_to_sorted, kc.offsets, kc.topk_idx, n, K, E);

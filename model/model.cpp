@@ -87,6 +87,7 @@ RouterOptions router_options(const Model& m, const BlockParams& blk, int64_t mb,
     o.noise_offset = uint64_t(mb) * uint64_t(x.N) * uint64_t(x.E);
     o.balance_alpha = float(c.balance_loss_coef);
     o.z_coef = float(c.z_loss_coef);
+    o.normalize_top_k = c.normalize_top_k;
     return o;
 }
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of every parser of untrusted files (fuzz/): build the libFuzzer targets with
-# clang, ASan and UBSan into build-fuzz/, then run each for FUZZ_SECONDS (default 25; 8 targets, under
+# clang, ASan and UBSan into build-fuzz/, then run each for FUZZ_SECONDS (default 15; 8 targets, under
 # 5 minutes in all) from its committed seeds (fuzz/corpus/<target>) and regression inputs
 # (fuzz/regressions/<target>). Fails on any crash, leak, timeout or sanitizer report; the input is left
 # in build-fuzz/artifacts/. Prints executions per target. Usage: scripts/fuzz.sh [target...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds="${FUZZ_SECONDS:-25}"
+seconds="${FUZZ_SECONDS:-15}"
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(config safetensors trainer_state manifest shard jsonl tokenizer tokenizer_json)
 

@@ -10,21 +10,22 @@
 
 namespace skew {
 
-/// Whether the gates of the chosen experts are renormalized to sum to 1. Only for top_k > 1: a
-/// top-1 gate renormalized would be p / p = 1 and give the router no gradient from the LM loss, so
-/// for top_k = 1 the gate is the router probability itself, as in the Switch Transformer (Fedus et
-/// al. 2021, Section 2.1: y = p_i(x) E_i(x)).
-SKEW_HD bool router_renormalizes_gates(int64_t K) { return K > 1; }
+/// Whether the gates of the chosen experts are renormalized to sum to 1: when `normalize`
+/// (model.normalize_top_k: Mixtral, Qwen3; not OLMoE) and top_k > 1. A top-1 gate renormalized
+/// would be p / p = 1 and give the router no gradient from the LM loss, so for top_k = 1 the gate is
+/// the router probability itself, as in the Switch Transformer (Fedus et al. 2021, Section 2.1:
+/// y = p_i(x) E_i(x)).
+SKEW_HD bool router_renormalizes_gates(int64_t K, bool normalize = true) { return normalize && K > 1; }
 
 /// Route token t. logits (E) fp32 clean router logits of the token; probs (E) fp32 out:
 /// softmax(logits + noise), noise_std * N(0, 1) drawn from Philox (key, step, tensor,
 /// noise_offset + t*E + e) when noise_std != 0; expert_idx (K) int32 out: the K most probable
 /// experts in descending order, distinct, ties to the lower index (k passes of a strict-greater
-/// argmax); gates (K) fp32 out: their probabilities renormalized to sum to 1 when K > 1, the
-/// probability itself when K = 1 (router_renormalizes_gates).
+/// argmax); gates (K) fp32 out: their probabilities, renormalized to sum to 1 when
+/// router_renormalizes_gates(K, normalize).
 SKEW_HD void router_route_token(float* probs, int32_t* expert_idx, float* gates, const float* logits, int64_t E,
                                 int64_t K, int64_t t, float noise_std, PhiloxKey key, uint32_t step, uint32_t tensor,
-                                uint64_t noise_offset) {
+                                uint64_t noise_offset, bool normalize = true) {
     float mx = -INFINITY;
     for (int64_t e = 0; e < E; ++e) {
         float x = logits[e];
@@ -52,7 +53,7 @@ SKEW_HD void router_route_token(float* probs, int32_t* expert_idx, float* gates,
         gates[j] = probs[best];
         psum += probs[best];
     }
-    if (router_renormalizes_gates(K))
+    if (router_renormalizes_gates(K, normalize))
         for (int64_t j = 0; j < K; ++j) gates[j] /= psum;
 }
 

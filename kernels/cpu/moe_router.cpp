@@ -46,7 +46,7 @@ void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t
         float* p = probs + t * E;
         z_tok[size_t(t)] = std::pow(row_lse(lg, E), 2.0);
         router_route_token(p, expert_idx + t * K, gates + t * K, lg, E, K, t, o.noise_std, key, o.step, o.tensor,
-                           o.noise_offset);
+                           o.noise_offset, o.normalize_top_k);
     }
 
     std::vector<int64_t> cnt(size_t(E), 0);
@@ -89,15 +89,15 @@ void moe_router_backward(float* dlogits, const float* dgates, const float* logit
             const float* g = gates + t * K;
             for (int64_t e = 0; e < E; ++e) dp[size_t(e)] = dbal[size_t(e)];
             if (dgates) {
-                // g_i = p_i / P over the chosen set: dp_j = (dg_j - Σ_i dg_i g_i) / P; top-1
-                // (no renormalization, g = p): dp_j = dg_j, i.e. P = 1 and no dot term.
+                // g_i = p_i / P over the chosen set: dp_j = (dg_j - Σ_i dg_i g_i) / P; top-1 or
+                // normalize_top_k off (no renormalization, g = p): dp_j = dg_j, i.e. P = 1, no dot term.
                 const float* dg = dgates + t * K;
                 float P = 0.0f, dot = 0.0f;
                 for (int64_t j = 0; j < K; ++j) {
                     P += p[idx[j]];
                     dot += dg[j] * g[j];
                 }
-                if (!router_renormalizes_gates(K)) P = 1.0f, dot = 0.0f;
+                if (!router_renormalizes_gates(K, o.normalize_top_k)) P = 1.0f, dot = 0.0f;
                 for (int64_t j = 0; j < K; ++j) dp[size_t(idx[j])] += (dg[j] - dot) / P;
             }
             // softmax backward: dx_e = p_e (dp_e - Σ p·dp); noise is additive, so dx = dlogits.

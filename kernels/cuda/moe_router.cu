@@ -34,7 +34,8 @@ __global__ void router_softmax_topk_kernel(float* __restrict__ probs, int32_t* _
     const double lse = double(logits_row_lse(lg, E));
     z_tok[t] = lse * lse;
     int32_t* idx = expert_idx + t * K;
-    router_route_token(p, idx, gates + t * K, lg, E, K, t, o.noise_std, key, o.step, o.tensor, o.noise_offset);
+    router_route_token(p, idx, gates + t * K, lg, E, K, t, o.noise_std, key, o.step, o.tensor, o.noise_offset,
+                       o.normalize_top_k);
     for (int64_t j = 0; j < K; ++j) atomicAdd(counts + idx[j], 1ull);  // integer: order-independent
 }
 
@@ -76,7 +77,7 @@ __global__ void router_backward_kernel(float* __restrict__ dlogits, const float*
                                        const float* __restrict__ logits, const float* __restrict__ probs,
                                        const int32_t* __restrict__ expert_idx, const float* __restrict__ gates,
                                        const int64_t* __restrict__ counts, double bal_coef, double zs, int64_t n,
-                                       int64_t E, int64_t K) {
+                                       int64_t E, int64_t K, bool normalize) {
     const int64_t t = thread_index();
     if (t >= n) return;
     const float* p = probs + t * E;
@@ -90,7 +91,7 @@ __global__ void router_backward_kernel(float* __restrict__ dlogits, const float*
             P += p[idx[j]];
             dot += dg[j] * g[j];
         }
-        if (!router_renormalizes_gates(K)) P = 1.0f, dot = 0.0f;
+        if (!router_renormalizes_gates(K, normalize)) P = 1.0f, dot = 0.0f;
     }
     auto dp_of = [&](int64_t e) {
         float v = float(bal_coef * double(counts[e]));
@@ -157,8 +158,8 @@ void moe_router_backward(float* dlogits, const float* dgates, const float* logit
     // d balance / d p[t, e] = d_balance·α·E·counts_e / (n·K) / n; d z / d logit = d_z·coef·2·lse·q / n.
     const double bal_coef = double(d_balance) * double(o.balance_alpha) * double(E) / double(n * K) / double(n);
     const double zs = double(d_z) * double(o.z_coef) * 2.0 / double(n);
-    router_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dlogits, dgates, logits, probs, expert_idx,
-                                                                           gates, counts, bal_coef, zs, n, E, K);
+    router_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        dlogits, dgates, logits, probs, expert_idx, gates, counts, bal_coef, zs, n, E, K, o.normalize_top_k);
     cuda_check_kernel("router_backward_kernel");
 }
 

@@ -102,7 +102,8 @@ Case router_fwd_case(const RouterShape& s, Tensor logits, const RouterOptions& o
                               b.at<float>(6), b.at<float>(7), b.at<float>(0), s, o);
     };
     c.ref = [s, o](std::vector<Tensor>& t) {
-        const auto r = ref::moe_router_forward(noisy_logits(t[0].v, s, o), t[0].v, s, o.balance_alpha, o.z_coef);
+        const auto r = ref::moe_router_forward(noisy_logits(t[0].v, s, o), t[0].v, s, o.balance_alpha, o.z_coef,
+                                               o.normalize_top_k);
         t[1].v = r.probs, t[2].v = r.expert_idx, t[3].v = r.gates, t[4].v = r.counts;
         t[5].v = {r.balance}, t[6].v = {r.z}, t[7].v = r.mean_probs;
     };
@@ -130,7 +131,8 @@ Case router_bwd_case(const RouterShape& s, Tensor logits, const RouterOptions& o
               note;
     c.dtypes = "f32";
     // probs, expert_idx, gates and counts as the forward saves them (probs of the noisy logits).
-    auto r = ref::moe_router_forward(noisy_logits(logits.v, s, o), logits.v, s, o.balance_alpha, o.z_coef);
+    auto r = ref::moe_router_forward(noisy_logits(logits.v, s, o), logits.v, s, o.balance_alpha, o.z_coef,
+                                     o.normalize_top_k);
     const float d_balance = 0.7f, d_z = 1.3f;
     const double scale = std::max(1.0, std::fabs(logits.v.empty() ? 1.0 : logits.v[0]));
     c.t = {std::move(logits), input("dgates", DT::F32, with_dgates ? n * k : 0, seed + 1),
@@ -144,7 +146,7 @@ Case router_bwd_case(const RouterShape& s, Tensor logits, const RouterOptions& o
     };
     c.ref = [=](std::vector<Tensor>& t) {
         ref::moe_router_backward(t[6].v, t[1].v, t[0].v, t[2].v, t[3].v, t[5].v, d_balance, d_z, s, o.balance_alpha,
-                                 o.z_coef);
+                                 o.z_coef, o.normalize_top_k);
     };
     c.flops = 12.0 * double(n * E);
     c.bytes = tensor_bytes(c.t);
@@ -370,6 +372,16 @@ void add_moe_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(router_fwd_case({4, 8, 2}, input("logits", DT::F32, 32, 3, 300, 900), router_options(0.0f),
                                   " logits in [300, 900): finite z-loss"));
     out.push_back(router_bad_k_case());
+    {  // top-8 of 64 without renormalization (OLMoE: model.normalize_top_k false)
+        RouterOptions o = router_options(0.0f);
+        o.normalize_top_k = false;
+        out.push_back(router_fwd_case({20, 64, 8}, input("logits", DT::F32, 20 * 64, 11, -3, 3), o,
+                                      " top-8, gates not renormalized"));
+        out.push_back(
+            router_fwd_case({9, 8, 2}, input("logits", DT::F32, 72, 12, -3, 3), o, " gates not renormalized"));
+        out.push_back(router_bwd_case({20, 64, 8}, input("logits", DT::F32, 20 * 64, 13, -3, 3), o, true, 14,
+                                      " top-8, gates not renormalized"));
+    }
     out.push_back(router_bwd_case(37, 8, 2, true, 6));
     out.push_back(router_bwd_case(16, 5, 1, true, 7));
     out.push_back(router_bwd_case(9, 128, 3, false, 8));
@@ -419,24 +431,28 @@ double dotf(const std::vector<float>& a, const std::vector<float>& w) {
 }  // namespace
 
 void add_moe_grad_cases(std::vector<GradCase>& out) {
-    for (int64_t top_k : {2, 1})
+    for (int64_t top_k : {2, 1, -3})        // -3: top-3 with the gates not renormalized (model.normalize_top_k false)
         for (float noise : {0.0f, 0.5f}) {  // the loss Σ gates·r + 0.7 balance + 1.3 z at a fixed top-k choice
+            const bool normalize = top_k > 0;
+            if (!normalize && noise != 0.0f) continue;
             struct S {
                 RouterShape s;
                 RouterOptions o;
                 std::vector<float> logits, r;
             };
             auto st = std::make_shared<S>();
-            st->s = RouterShape{6, 5, top_k};
+            st->s = RouterShape{6, 5, normalize ? top_k : -top_k};
             st->o = router_options(noise, 9);
+            st->o.normalize_top_k = normalize;
             st->o.balance_alpha = 0.5f;  // large weights so every term shows in the check
             st->o.z_coef = 0.1f;
             const Tensor lg = input_normal("", DT::F32, 30, 5);
             st->logits.assign(lg.v.begin(), lg.v.end());
-            st->r = uniform(6 * top_k, 4);
+            st->r = uniform(6 * st->s.top_k, 4);
             GradCase g;
             g.op = "moe_router_backward";
-            g.shape = label("n6 E5 k%lld noise %g, loss gates·r + 0.7 balance + 1.3 z", (long long)top_k, noise);
+            g.shape = label("n6 E5 k%lld noise %g%s, loss gates·r + 0.7 balance + 1.3 z", (long long)st->s.top_k, noise,
+                            normalize ? "" : " not renormalized");
             g.in = {{"logits", &st->logits, 1e-3f, 3e-4, 1e-2, "fp32 softmax, eps 1e-3: rounding ~1e-4 / 2e-3"}};
             auto forward = [st](std::vector<float>& probs, std::vector<int32_t>& idx, std::vector<float>& gates,
                                 std::vector<int64_t>& counts, float& bal, float& z) {

@@ -214,7 +214,8 @@ void swiglu_backward(Vec& da, Vec& db, const Vec& dh, const Vec& a, const Vec& b
     }
 }
 
-RouterOut moe_router_forward(const Vec& noisy, const Vec& clean, const RouterShape& s, double alpha, double zc) {
+RouterOut moe_router_forward(const Vec& noisy, const Vec& clean, const RouterShape& s, double alpha, double zc,
+                             bool normalize) {
     const int64_t n = s.n_tokens, E = s.n_experts, K = s.top_k;
     RouterOut r;
     r.probs.assign(z(n * E), 0.0);
@@ -245,7 +246,7 @@ RouterOut moe_router_forward(const Vec& noisy, const Vec& clean, const RouterSha
             psum += r.probs[z(t * E + best)];
             r.counts[z(best)] += 1.0;
         }
-        if (K > 1)
+        if (K > 1 && normalize)
             for (int64_t j = 0; j < K; ++j) r.gates[z(t * K + j)] /= psum;
         for (int64_t e = 0; e < E; ++e) r.mean_probs[z(e)] += r.probs[z(t * E + e)];
     }
@@ -260,11 +261,12 @@ RouterOut moe_router_forward(const Vec& noisy, const Vec& clean, const RouterSha
 }
 
 void moe_router_backward(Vec& dlogits, const Vec& dgates, const Vec& clean, const Vec& probs, const Vec& expert_idx,
-                         const Vec& counts, double d_balance, double d_z, const RouterShape& s, double alpha,
-                         double zc) {
+                         const Vec& counts, double d_balance, double d_z, const RouterShape& s, double alpha, double zc,
+                         bool normalize) {
     const int64_t n = s.n_tokens, E = s.n_experts, K = s.top_k;
     for (int64_t t = 0; t < n; ++t) {
-        // d total / d p_e: balance α·E·f_e/n, plus the gates' share (g_j = p_j / P for K > 1)
+        // d total / d p_e: balance α·E·f_e/n, plus the gates' share (g_j = p_j / P for K > 1 when
+        // normalizing, else g_j = p_j)
         Vec dp(z(E));
         for (int64_t e = 0; e < E; ++e)
             dp[z(e)] = d_balance * alpha * double(E) * counts[z(e)] / double(n * K) / double(n);
@@ -272,7 +274,7 @@ void moe_router_backward(Vec& dlogits, const Vec& dgates, const Vec& clean, cons
         for (int64_t j = 0; j < K; ++j) P += probs[z(t * E + int64_t(expert_idx[z(t * K + j)]))];
         for (int64_t j = 0; j < K; ++j) {
             const int64_t ej = int64_t(expert_idx[z(t * K + j)]);
-            if (K == 1) {
+            if (K == 1 || !normalize) {
                 dp[z(ej)] += dgates.empty() ? 0.0 : dgates[z(t * K + j)];
                 continue;
             }

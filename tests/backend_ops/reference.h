@@ -48,11 +48,11 @@ struct RouterOut {
     double balance = 0.0, z = 0.0;
 };
 RouterOut moe_router_forward(const Vec& noisy_logits, const Vec& clean_logits, const RouterShape& s,
-                             double balance_alpha, double z_coef);
+                             double balance_alpha, double z_coef, bool normalize = true);
 /// dlogits from dgates (through renormalization and softmax), the balance loss (f constant) and the z-loss.
 void moe_router_backward(Vec& dlogits, const Vec& dgates, const Vec& clean_logits, const Vec& probs,
                          const Vec& expert_idx, const Vec& counts, double d_balance, double d_z, const RouterShape& s,
-                         double balance_alpha, double z_coef);
+                         double balance_alpha, double z_coef, bool normalize = true);
 
 /// Stable counting sort of the n·k copies by expert.
 void moe_dispatch(Vec& sorted_to_copy, Vec& copy_to_sorted, Vec& offsets, const Vec& expert_idx, int64_t E);
