@@ -2,10 +2,11 @@
 // the checkpoint reader (safetensors), into an arena planned like the trainer's without state.
 #include "eval/load.h"
 
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "data/tokenizer_identity.h"
 #include "engine/config_schema.h"
@@ -20,21 +21,24 @@ namespace skew::eval {
 
 data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_cfg, const std::string& flag_dir) {
     const std::string dir = flag_dir.empty() ? run_cfg.data.tokenizer_dir : flag_dir;
-    const std::string what = flag_dir.empty()
-                                 ? fmt::format("data.tokenizer_dir {} of {}/config.yaml", dir, ref.run_dir)
-                                 : "--tokenizer " + dir;
+    const std::string what = flag_dir.empty() ? fmt::format("data.tokenizer_dir {} of {}/config.yaml", dir, ref.run_dir)
+                                              : "--tokenizer " + dir;
     std::error_code ec;
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-        fail("{}: is a file, not a tokenizer folder (one holding tokenizer.json, tokenizer.model, or encoder.json + vocab.bpe)",
-             what);
+        fail(
+            "{}: is a file, not a tokenizer folder (one holding tokenizer.json, tokenizer.model, or encoder.json + "
+            "vocab.bpe)",
+            what);
     if (!fs::is_directory(dir, ec))
         fail("{}: no such folder{}", what, flag_dir.empty() ? "; give --tokenizer DIR" : "");
     data::Tokenizer tok = data::tokenizer_load(dir);
     data::check_run_tokenizer(ref.run_dir, dir, what);
     if (tok.vocab_size() > run_cfg.model.vocab_size)
-        fail("{}: the tokenizer has {} ids, more than the model's vocabulary (model.vocab_size {} in {}/config.yaml): its "
-             "ids past that have no embedding; give the run's own tokenizer", what, tok.vocab_size(), run_cfg.model.vocab_size,
-             ref.run_dir);
+        fail(
+            "{}: the tokenizer has {} ids, more than the model's vocabulary (model.vocab_size {} in {}/config.yaml): "
+            "its "
+            "ids past that have no embedding; give the run's own tokenizer",
+            what, tok.vocab_size(), run_cfg.model.vocab_size, ref.run_dir);
     return tok;
 }
 
@@ -67,11 +71,13 @@ CheckpointRef resolve_checkpoint(const std::string& path, const std::string& opt
             opt = names[0];
         }
         const fs::path od = ck / opt;
-        if (!fs::is_directory(od, ec)) fail("{}: no checkpoints of optimizer '{}' ({} is missing)", path, opt, od.string());
+        if (!fs::is_directory(od, ec))
+            fail("{}: no checkpoints of optimizer '{}' ({} is missing)", path, opt, od.string());
         std::string w = which;
         if (w.empty()) w = checkpoint_exists((od / "best").string()) ? "best" : "last";
         if (!checkpoint_exists((od / w).string()))
-            fail("{}: no '{}' checkpoint of optimizer '{}' ({} has no trainer_state.json)", path, w, opt, (od / w).string());
+            fail("{}: no '{}' checkpoint of optimizer '{}' ({} has no trainer_state.json)", path, w, opt,
+                 (od / w).string());
         r.dir = (od / w).string();
         r.run_dir = path;
         r.which = w;
@@ -98,19 +104,15 @@ Config load_run_config(const CheckpointRef& ref) {
              config_path, ref.dir);
     Config cfg = load_config(config_path);
     if (!ref.model_config.empty()) {
-        std::map<std::string, std::string> now;
-        for (auto& [key, value] : config_section_values(cfg, "model")) now[key] = value;
-        for (const auto& [key, was] : ref.model_config) {
-            const auto it = now.find(key);
-            if (it == now.end() || it->second != was)
-                fail("{}: model.{} is {} but the checkpoint {} was trained with {}: its weights would be read as "
-                     "another model; put config.yaml back as the run wrote it",
-                     config_path, key, it == now.end() ? "absent" : it->second, ref.dir, was);
-        }
-    } else if (const std::string hash = config_hash(cfg.resolved_yaml); !ref.config_hash.empty() && ref.config_hash != hash) {
-        spdlog::warn("{}: not the config the checkpoint {} was trained under (config hash {} vs {}; the checkpoint "
-                     "predates the model record that would say which setting differs): if config.yaml was edited, "
-                     "the results are another model's", config_path, ref.dir, ref.config_hash, hash);
+        check_model_config(cfg, ref.model_config, config_path, ref.dir,
+                           "its weights would be read as another model; put config.yaml back as the run wrote it");
+    } else if (const std::string hash = config_hash(cfg.resolved_yaml);
+               !ref.config_hash.empty() && ref.config_hash != hash) {
+        spdlog::warn(
+            "{}: not the config the checkpoint {} was trained under (config hash {} vs {}; the checkpoint "
+            "predates the model record that would say which setting differs): if config.yaml was edited, "
+            "the results are another model's",
+            config_path, ref.dir, ref.config_hash, hash);
     }
     return cfg;
 }

@@ -19,6 +19,7 @@
 #include <optional>
 #include <sstream>
 
+#include "engine/config_schema.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
 #include "train/faults.h"
@@ -655,15 +656,19 @@ void save_checkpoint(const std::string& dir, const Arena& arena, const TrainerSt
     commit_checkpoint_folder(temp.string(), dir);
 }
 
-TrainerState load_checkpoint(const std::string& dir, const Arena& arena, Backend* backend) {
-    if (!arena.plan) fail("{}: the arena has no memory plan", dir);
+namespace {
+
+/// The folder of checkpoint `dir`: itself, or `dir`.old where a save was interrupted between the
+/// two renames of the fallback path (only <dir>.old is left then).
+fs::path resolve_checkpoint(const std::string& dir) {
     fs::path d(dir);
-    if (!checkpoint_exists(dir)) {
-        // A save interrupted between the two renames of the fallback path leaves only <dir>.old.
-        fs::path old = fs::path(fs::path(dir).lexically_normal().string() + ".old");
-        if (fs::exists(old / STATE_FILE)) d = old;
-        else fail("{}: no checkpoint here ({} is missing)", dir, (d / STATE_FILE).string());
-    }
+    if (checkpoint_exists(dir)) return d;
+    fs::path old = fs::path(fs::path(dir).lexically_normal().string() + ".old");
+    if (fs::exists(old / STATE_FILE)) return old;
+    fail("{}: no checkpoint here ({} is missing)", dir, (d / STATE_FILE).string());
+}
+
+TrainerState parse_trainer_state(const fs::path& d) {
     const std::string state_path = (d / STATE_FILE).string();
     std::ifstream in(state_path);
     if (!in) fail("{}: cannot open", state_path);
@@ -672,7 +677,32 @@ TrainerState load_checkpoint(const std::string& dir, const Arena& arena, Backend
     nlohmann::json j;
     std::string json_error;
     if (!json_try_parse_strict(ss.str(), j, json_error)) fail("{}: not valid JSON: {}", state_path, json_error);
-    TrainerState s = trainer_state_from_json(j, state_path);
+    return trainer_state_from_json(j, state_path);
+}
+
+}  // namespace
+
+TrainerState read_trainer_state(const std::string& dir) { return parse_trainer_state(resolve_checkpoint(dir)); }
+
+void check_model_config(const Config& cfg, const std::map<std::string, std::string>& recorded,
+                        const std::string& config_path, const std::string& checkpoint_dir,
+                        const std::string& what_to_do) {
+    if (recorded.empty()) return;
+    std::map<std::string, std::string> now;
+    for (auto& [key, value] : config_section_values(cfg, "model")) now[key] = value;
+    for (const auto& [key, was] : recorded) {
+        const auto it = now.find(key);
+        if (it == now.end() || it->second != was)
+            fail("{}: model.{} is {} but the checkpoint {} was trained with {}: {}", config_path, key,
+                 it == now.end() ? "absent" : it->second, checkpoint_dir, was, what_to_do);
+    }
+}
+
+TrainerState load_checkpoint(const std::string& dir, const Arena& arena, Backend* backend) {
+    if (!arena.plan) fail("{}: the arena has no memory plan", dir);
+    const fs::path d = resolve_checkpoint(dir);
+    const std::string state_path = (d / STATE_FILE).string();
+    TrainerState s = parse_trainer_state(d);
     if (fs::exists(d / "layout.json"))
         fail(
             "{}: a sharded checkpoint (written by several ranks, see its layout.json); this run is one process: resume "

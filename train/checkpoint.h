@@ -2,16 +2,18 @@
 // left half-written). Weights and optimizer state are safetensors files (header JSON + raw
 // little-endian data, readable by PyTorch's `safetensors`); the trainer's scalars are a JSON file.
 #pragma once
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/arena.h"
+#include "engine/config.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 
@@ -21,7 +23,7 @@ namespace skew {
 
 /// A named tensor in host or device memory: what a safetensors file stores or a fault check scans.
 struct NamedTensor {
-    std::string name;            // name in the file / in messages
+    std::string name;  // name in the file / in messages
     DType dtype = DType::F32;
     std::vector<int64_t> shape;  // row-major
     void* data = nullptr;        // host pointer, or device pointer when device == CUDA
@@ -84,8 +86,8 @@ struct SafetensorsEntry {
 struct SafetensorsHeader {
     std::string path;
     int64_t file_bytes = 0;
-    int64_t data_start = 0;  // 8 + header length
-    std::vector<SafetensorsEntry> tensors;  // in data order
+    int64_t data_start = 0;                       // 8 + header length
+    std::vector<SafetensorsEntry> tensors;        // in data order
     std::map<std::string, std::string> metadata;  // "__metadata__"
 
     /// The entry of that name, or nullptr.
@@ -107,7 +109,8 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 /// Load `path` into `tensors`: every tensor must be in the file with the same dtype and shape,
 /// and the file may hold no other tensor. Returns the metadata. Throws skew::Error naming the file
 /// and the tensor (missing, extra, dtype or shape mismatch, unreadable).
-std::map<std::string, std::string> read_safetensors_into(const std::string& path, const std::vector<NamedTensor>& tensors);
+std::map<std::string, std::string> read_safetensors_into(const std::string& path,
+                                                         const std::vector<NamedTensor>& tensors);
 
 // ---- checkpoints
 
@@ -115,21 +118,35 @@ std::map<std::string, std::string> read_safetensors_into(const std::string& path
 /// own: every draw is Philox keyed by (seed, stream, step, tensor, element), so seed and step
 /// reproduce it.
 struct TrainerState {
-    int64_t step = 0;            // optimizer steps completed (the next step is step + 1)
-    std::string optimizer;       // OptimizerConfig::name
-    int64_t data_position = 0;   // index of the next training batch (BatchStream::position)
-    int64_t seed = 0;            // train.seed
-    int64_t skipped_steps = 0;   // steps skipped for a NaN/inf so far
+    int64_t step = 0;           // optimizer steps completed (the next step is step + 1)
+    std::string optimizer;      // OptimizerConfig::name
+    int64_t data_position = 0;  // index of the next training batch (BatchStream::position)
+    int64_t seed = 0;           // train.seed
+    int64_t skipped_steps = 0;  // steps skipped for a NaN/inf so far
     double best_val_loss = std::numeric_limits<double>::infinity();  // lowest validation loss so far
-    int64_t best_val_step = 0;   // the step it was reached at (0: no evaluation yet)
-    int64_t tokens_seen = 0;     // training tokens consumed so far
-    double train_seconds = 0;    // time spent in training steps so far (for the summary's mean tokens/s)
-    std::string config_hash;     // config_hash(resolved config) of the run that wrote it
+    int64_t best_val_step = 0;  // the step it was reached at (0: no evaluation yet)
+    int64_t tokens_seen = 0;    // training tokens consumed so far
+    double train_seconds = 0;   // time spent in training steps so far (for the summary's mean tokens/s)
+    std::string config_hash;    // config_hash(resolved config) of the run that wrote it
     // The model section of that config, key -> value text (config_section_values): what eval, sample
     // and export check the run's config.yaml against. Empty in checkpoints from before it was written.
     std::map<std::string, std::string> model_config;
     nlohmann::json extra = nlohmann::json::object();  // optimizer scalars that live outside the arena
 };
+
+/// The trainer_state.json of checkpoint folder `dir` (or of `dir`.old, where a save was interrupted
+/// between its two renames). Throws skew::Error naming the file: missing, not valid JSON, a field
+/// missing or of the wrong type.
+TrainerState read_trainer_state(const std::string& dir);
+
+/// Refuse `cfg` when its model section differs from `recorded` (a checkpoint's model_config, the
+/// model keys of the config it was trained under): "CONFIG_PATH: model.KEY is NOW but the checkpoint
+/// DIR was trained with WAS: ...", then `what_to_do`. No check when `recorded` is empty (checkpoints
+/// written before the record). Run by `skew train --resume` before any tensor is read, and by eval,
+/// sample and export.
+void check_model_config(const Config& cfg, const std::map<std::string, std::string>& recorded,
+                        const std::string& config_path, const std::string& checkpoint_dir,
+                        const std::string& what_to_do);
 
 /// Refuse a checkpoint whose counters cannot come from a run (a hand-edited trainer_state.json):
 /// every step takes one batch, so data_position == step; extra.optimizer_t, the updates taken, is

@@ -138,6 +138,11 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     r.metrics = make_run_metrics(cfg, opt, r.plan);
     r.metrics.unigram_val_ppl = data.unigram_val_ppl;
     if (opts.resume && checkpoint_exists(r.last_dir)) {
+        // a changed model key, named before any tensor is read (which would only say which one is missing)
+        check_model_config(cfg, read_trainer_state(r.last_dir).model_config,
+                           (fs::path(run_dir) / "config.yaml").string(), r.last_dir,
+                           "put config.yaml back as the run wrote it; another model needs a new run (skew train "
+                           "CONFIG --out NEW_FOLDER)");
         r.state = r.layout.world_size > 1 ? load_sharded_checkpoint(r.last_dir, r.arena, &backend, r.layout,
                                                                     r.partition, r.global, *opts.comm)
                                           : load_checkpoint(r.last_dir, r.arena, &backend);

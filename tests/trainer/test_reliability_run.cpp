@@ -4,21 +4,20 @@
 // one run folder, a data hint proposing a value the schema refuses, a run stopped before its first
 // evaluation, and a resume with no record of its data left.
 #include <catch2/catch.hpp>
-
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
-#include "train/checkpoint.h"
 #include "engine/dir_lock.h"
 #include "engine/error.h"
 #include "tests/cli_util.h"
+#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -78,8 +77,10 @@ std::string tensor_bytes(const std::string& path, const std::string& name) {
 TEST_CASE("with top_k 1 and no aux losses the router still learns from the LM loss (the gate is the probability)") {
     const std::string data = prepare("prep");
     const std::string d = work_dir() + "/top1";
-    const std::string args = "--set model.top_k=1 --set model.balance_loss_coef=0 --set model.z_loss_coef=0 "
-                             "--set train.steps=3 --set train.eval_every=3 --optimizers adamw --out " + d;
+    const std::string args =
+        "--set model.top_k=1 --set model.balance_loss_coef=0 --set model.z_loss_coef=0 "
+        "--set train.steps=3 --set train.eval_every=3 --optimizers adamw --out " +
+        d;
     Run first = run(train_args(data, args + " --stop-after 1"));
     INFO(first.output);
     REQUIRE(first.status == 0);
@@ -96,16 +97,18 @@ TEST_CASE("with top_k 1 and no aux losses the router still learns from the LM lo
 TEST_CASE("a diverged run keeps overflowed apart from missing, takes best from the loss and the report says diverged") {
     const std::string data = prepare("prep");
     const std::string d = work_dir() + "/diverged";
-    Run r = run(train_args(data, "--set optimizers.adamw.lr=5 --set model.init_std=10 --set train.grad_clip=0 "
-                                 "--set train.warmup_frac=0 --set train.steps=4 --set train.eval_every=2 "
-                                 "--set train.max_skipped_steps=100 --optimizers adamw --out " + d));
+    Run r = run(train_args(data,
+                           "--set optimizers.adamw.lr=5 --set model.init_std=10 --set train.grad_clip=0 "
+                           "--set train.warmup_frac=0 --set train.steps=4 --set train.eval_every=2 "
+                           "--set train.max_skipped_steps=100 --optimizers adamw --out " +
+                               d));
     INFO(r.output);
     const json m = read_json(d + "/metrics_adamw.json");
     const json& last = m["history"].back();
     INFO(m.dump(1));
     REQUIRE(last["val_loss"].is_number());
     const double loss = last["val_loss"].get<double>();
-    REQUIRE(loss > 50);  // diverged: far above ln(50257) = 10.8
+    REQUIRE(loss > 50);                               // diverged: far above ln(50257) = 10.8
     if (loss > 709) CHECK(last["val_ppl"] == "inf");  // exp overflows a double: "inf", never null
     else CHECK(last["val_ppl"].get<double>() == Approx(std::exp(loss)).epsilon(1e-6));
     // best: the lowest finite validation loss, the step the best/ checkpoint holds.
@@ -123,7 +126,8 @@ TEST_CASE("a NaN weight in the checkpoint is refused on resume naming the tensor
     const std::string data = prepare("prep");
     const std::string d = work_dir() + "/nan-weight";
     REQUIRE(run(train_args(data, "--set train.steps=4 --set train.eval_every=2 --optimizers adamw --out " + d +
-                                     " --stop-after 2")).status == 0);
+                                     " --stop-after 2"))
+                .status == 0);
     const std::string model = d + "/checkpoints/adamw/last/model.safetensors";
     const skew::SafetensorsHeader h = skew::read_safetensors_header(model);
     const skew::SafetensorsEntry* e = h.find("final_ln.weight");
@@ -145,8 +149,8 @@ TEST_CASE("a NaN weight in the checkpoint is refused on resume naming the tensor
 TEST_CASE("every step skipped to the end of a run is an error, with the checkpoint and metrics written") {
     const std::string data = prepare("prep");
     const std::string d = work_dir() + "/skipped-end";
-    Run r = run(train_args(data, "--set train.steps=2 --set train.eval_every=2 --optimizers adamw --out " + d +
-                                     " --debug-inject-nan 2"));
+    Run r = run(train_args(
+        data, "--set train.steps=2 --set train.eval_every=2 --optimizers adamw --out " + d + " --debug-inject-nan 2"));
     INFO(r.output);
     CHECK(r.status != 0);
     CHECK(r.output.find("ended with 1 step(s) skipped") != std::string::npos);
@@ -159,8 +163,8 @@ TEST_CASE("llm.c shards without a manifest replaced between stop and resume are 
     fs::copy(prepare("prep"), data, fs::copy_options::recursive);
     fs::remove(data + "/manifest.json");
     const std::string d = work_dir() + "/no-manifest-run";
-    Run first = run(train_args(data, "--set train.steps=4 --set train.eval_every=2 --optimizers adamw --out " + d +
-                                         " --stop-after 2"));
+    Run first = run(train_args(
+        data, "--set train.steps=4 --set train.eval_every=2 --optimizers adamw --out " + d + " --stop-after 2"));
     INFO(first.output);
     REQUIRE(first.status == 0);
     REQUIRE(fs::exists(d + "/data_identity.json"));
@@ -185,7 +189,8 @@ TEST_CASE("a second writer on a run folder is refused naming the folder and its 
     const std::string data = prepare("prep");
     const std::string d = work_dir() + "/locked";
     REQUIRE(run(train_args(data, "--set train.steps=4 --set train.eval_every=2 --optimizers adamw --out " + d +
-                                     " --stop-after 2")).status == 0);
+                                     " --stop-after 2"))
+                .status == 0);
     {
         skew::DirLock held;  // as a running `skew train --resume` holds it
         skew::dir_lock(held, d, ".skew-train.lock", "skew train");
@@ -229,8 +234,10 @@ TEST_CASE("data prepared with --val-ratio 0 is refused without proposing data.va
 TEST_CASE("a run stopped on non-finite steps writes its metrics with where and why, and the report says it stopped") {
     const std::string data = prepare("prep");
     const std::string d = work_dir() + "/nan-stop";
-    Run r = run(train_args(data, "--set train.steps=6 --set train.eval_every=2 --set train.max_skipped_steps=0 "
-                                 "--optimizers adamw,lion --debug-inject-nan 5 --out " + d));
+    Run r = run(train_args(data,
+                           "--set train.steps=6 --set train.eval_every=2 --set train.max_skipped_steps=0 "
+                           "--optimizers adamw,lion --debug-inject-nan 5 --out " +
+                               d));
     INFO(r.output);
     CHECK(r.status == 1);
     CHECK(r.output.find("adamw: step 5: non-finite") != std::string::npos);
@@ -270,14 +277,16 @@ TEST_CASE("resuming after config.yaml was edited says so and what to do, naming 
     Run r = run("train --plain --resume " + d);
     INFO(r.output);
     CHECK(r.status == 1);
-    CHECK(r.output.find("the checkpoint was written under another config than " + d + "/config.yaml") != std::string::npos);
+    CHECK(r.output.find("the checkpoint was written under another config than " + d + "/config.yaml") !=
+          std::string::npos);
     CHECK(r.output.find("was config.yaml edited after the run started") != std::string::npos);
 }
 
 TEST_CASE("a run stopped before its first evaluation logs 'no evaluation yet', as the report says, not a nan") {
     const std::string data = prepare("prep");
     const std::string d = work_dir() + "/no-eval-yet";
-    Run r = run(train_args(data, "--set train.steps=4 --set train.eval_every=4 --optimizers adamw --stop-after 1 --out " + d));
+    Run r = run(
+        train_args(data, "--set train.steps=4 --set train.eval_every=4 --optimizers adamw --stop-after 1 --out " + d));
     INFO(r.output);
     REQUIRE(r.status == 0);
     CHECK(r.output.find("adamw: 1 steps, no evaluation yet (stopped; resume with skew train --resume " + d + ")") !=
@@ -286,7 +295,8 @@ TEST_CASE("a run stopped before its first evaluation logs 'no evaluation yet', a
     CHECK(run("report " + d).output.find("adamw at step 1 (no evaluation yet)") != std::string::npos);
     // stopped after an evaluation: the value and the step it is from
     const std::string e = work_dir() + "/eval-then-stop";
-    Run s = run(train_args(data, "--set train.steps=4 --set train.eval_every=2 --optimizers adamw --stop-after 3 --out " + e));
+    Run s = run(
+        train_args(data, "--set train.steps=4 --set train.eval_every=2 --optimizers adamw --stop-after 3 --out " + e));
     INFO(s.output);
     REQUIRE(s.status == 0);
     CHECK(s.output.find("adamw: 3 steps, val ppl ") != std::string::npos);
@@ -297,7 +307,8 @@ TEST_CASE("a run stopped before its first evaluation logs 'no evaluation yet', a
     CHECK(rest.output.find("adamw: 4 steps, final val ppl ") != std::string::npos);
 }
 
-TEST_CASE("a resume whose run folder lost both manifest.json and data_identity.json is refused: nothing can check the data") {
+TEST_CASE(
+    "a resume whose run folder lost both manifest.json and data_identity.json is refused: nothing can check the data") {
     const std::string data = prepare("prep");
     const std::string d = work_dir() + "/no-data-record";
     Run first = run(train_args(data, "--set train.steps=4 --optimizers adamw --stop-after 2 --out " + d));
@@ -318,4 +329,27 @@ TEST_CASE("a resume whose run folder lost both manifest.json and data_identity.j
     CHECK(r.output.find("--resume " + d + ": the run folder has neither manifest.json nor data_identity.json") !=
           std::string::npos);
     CHECK(r.output.find("skew cannot tell whether " + data + " still holds it") != std::string::npos);
+}
+
+TEST_CASE("resuming after a model key of config.yaml was edited names the key and both values, before any tensor") {
+    const std::string data = prepare("prep");
+    const std::string d = work_dir() + "/edited-model";
+    Run first = run(train_args(data, "--set train.steps=4 --optimizers adamw --stop-after 2 --out " + d));
+    INFO(first.output);
+    REQUIRE(fs::exists(d + "/checkpoints/adamw/last/trainer_state.json"));
+    std::string yaml;
+    {
+        std::ifstream in(d + "/config.yaml");
+        yaml.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const size_t at = yaml.find("  positions: learned\n");
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, 21, "  positions: rope\n");  // the plan then has no embed.positions tensor
+    std::ofstream(d + "/config.yaml") << yaml;
+    Run r = run("train --plain --resume " + d);
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find(d + "/config.yaml: model.positions is rope but the checkpoint " + d +
+                        "/checkpoints/adamw/last was trained with learned") != std::string::npos);
+    CHECK(r.output.find("missing tensor") == std::string::npos);
 }
