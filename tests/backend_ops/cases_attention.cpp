@@ -131,18 +131,13 @@ void add_attention_cases(std::vector<Case>& out, const TableOptions& o) {
 
 namespace {
 
-std::vector<float> uniform(int64_t n, uint32_t seed) {
-    const Tensor t = input("", DT::F32, n, seed);
-    return std::vector<float>(t.v.begin(), t.v.end());
-}
-
 GradCase grad_case(const AttentionShape& s, uint32_t seed, std::string note) {
     struct S {
         AttentionShape s;
         std::vector<float> q, k, v, r;
     };
-    auto st = std::make_shared<S>(
-        S{s, uniform(nq(s), seed), uniform(nkv(s), seed + 1), uniform(nkv(s), seed + 2), uniform(nq(s), seed + 3)});
+    auto st = std::make_shared<S>(S{s, uniform_f32(nq(s), seed), uniform_f32(nkv(s), seed + 1),
+                                    uniform_f32(nkv(s), seed + 2), uniform_f32(nq(s), seed + 3)});
     GradCase g;
     g.op = "attention_backward";
     g.shape = label(s) + note;

@@ -13,20 +13,14 @@ namespace skew::ops {
 
 namespace {
 
-std::string fmt_shape(const char* f, auto... a) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, f, a...);
-    return buf;
-}
-
 // ---- matmul
 
 Case matmul_case(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha, float beta, DT da, DT db, DT dc,
                  uint32_t seed) {
     Case c;
     c.op = "matmul";
-    c.shape = fmt_shape("m%lld n%lld k%lld %s%s alpha %g beta %g", (long long)m, (long long)n, (long long)k,
-                        ta ? "T" : "N", tb ? "T" : "N", alpha, beta);
+    c.shape = label("m%lld n%lld k%lld %s%s alpha %g beta %g", (long long)m, (long long)n, (long long)k, ta ? "T" : "N",
+                    tb ? "T" : "N", alpha, beta);
     c.dtypes = std::string(dt_name(da)) + "·" + dt_name(db) + "->" + dt_name(dc);
     c.t.push_back(input("a", da, m * k, seed));
     c.t.push_back(input("b", db, k * n, seed + 1));
@@ -44,7 +38,7 @@ Case matmul_case(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha,
 Case matmul_empty_k_case(float beta) {
     Case c;
     c.op = "matmul";
-    c.shape = fmt_shape("m2 n2 k0 NN beta %g, null operands", beta);
+    c.shape = label("m2 n2 k0 NN beta %g, null operands", beta);
     c.dtypes = "f32·f32->f32";
     c.t = {output_values("c", DT::F32, {1, 2, 3, 4}, Tol{0, 0, "beta·C: exact"})};
     const MatmulShape s{2, 2, 0, false, false, 1.0f, beta};
@@ -87,7 +81,7 @@ std::vector<double> tokens_of(int64_t n, int64_t V, uint32_t seed) {
 Case embedding_fwd_case(int64_t B, int64_t T, int64_t C, int64_t V, uint32_t seed, std::vector<double> tokens = {}) {
     Case c;
     c.op = "embedding_forward";
-    c.shape = fmt_shape("B%lld T%lld C%lld V%lld", (long long)B, (long long)T, (long long)C, (long long)V);
+    c.shape = label("B%lld T%lld C%lld V%lld", (long long)B, (long long)T, (long long)C, (long long)V);
     c.dtypes = "bf16";
     const bool bad = !tokens.empty();  // a token outside [0, V): the op must refuse
     if (bad) c.shape += " token V (out of range): throws", c.expect_error = true;
@@ -115,9 +109,9 @@ Case embedding_bwd_case(int64_t B, int64_t T, int64_t C, int64_t V, DT dwte_dt, 
                         uint32_t seed, bool repeated = false) {
     Case c;
     c.op = "embedding_backward";
-    c.shape = fmt_shape("B%lld T%lld C%lld V%lld dwte %s dwpe %s%s", (long long)B, (long long)T, (long long)C,
-                        (long long)V, dt_name(dwte_dt), with_wpe ? dt_name(dwpe_dt) : "null",
-                        repeated ? " tokens (5i mod 3): heavy repetition" : "");
+    c.shape = label("B%lld T%lld C%lld V%lld dwte %s dwpe %s%s", (long long)B, (long long)T, (long long)C, (long long)V,
+                    dt_name(dwte_dt), with_wpe ? dt_name(dwpe_dt) : "null",
+                    repeated ? " tokens (5i mod 3): heavy repetition" : "");
     c.dtypes = std::string("bf16->") + dt_name(dwte_dt) + "," + dt_name(dwpe_dt);
     c.deterministic = true;  // documented: fixed summation order, no atomics
     std::vector<double> tok = tokens_of(B * T, V, seed);
@@ -146,7 +140,7 @@ Case embedding_bwd_case(int64_t B, int64_t T, int64_t C, int64_t V, DT dwte_dt, 
 Case layernorm_fwd_case(int64_t N, int64_t C, uint32_t seed) {
     Case c;
     c.op = "layernorm_forward";
-    c.shape = fmt_shape("N%lld C%lld", (long long)N, (long long)C);
+    c.shape = label("N%lld C%lld", (long long)N, (long long)C);
     c.dtypes = "bf16 (f32 params)";
     c.t.push_back(input("x", DT::BF16, N * C, seed, -1.0, 5.0));  // mean ~2: centring matters
     c.t.push_back(input("weight", DT::F32, C, seed + 1, 0.5, 1.5));
@@ -169,7 +163,7 @@ Case layernorm_fwd_case(int64_t N, int64_t C, uint32_t seed) {
 Case layernorm_bwd_case(int64_t N, int64_t C, bool accumulate, uint32_t seed) {
     Case c;
     c.op = "layernorm_backward";
-    c.shape = fmt_shape("N%lld C%lld%s", (long long)N, (long long)C, accumulate ? " accumulate dinp" : "");
+    c.shape = label("N%lld C%lld%s", (long long)N, (long long)C, accumulate ? " accumulate dinp" : "");
     c.dtypes = "bf16 (f32 params)";
     Tensor x = input("x", DT::BF16, N * C, seed, -1.0, 5.0);
     std::vector<double> out(static_cast<size_t>(N * C)), w1(static_cast<size_t>(C), 1.0),
@@ -203,7 +197,7 @@ Case layernorm_bwd_case(int64_t N, int64_t C, bool accumulate, uint32_t seed) {
 Case swiglu_fwd_case(int64_t n, uint32_t seed) {
     Case c;
     c.op = "swiglu_forward";
-    c.shape = fmt_shape("n%lld", (long long)n);
+    c.shape = label("n%lld", (long long)n);
     c.dtypes = "bf16";
     c.t.push_back(input("a", DT::BF16, n, seed, -8.0, 8.0));
     c.t.push_back(input("b", DT::BF16, n, seed + 1, -2.0, 2.0));
@@ -218,7 +212,7 @@ Case swiglu_fwd_case(int64_t n, uint32_t seed) {
 Case swiglu_bwd_case(int64_t n, uint32_t seed) {
     Case c;
     c.op = "swiglu_backward";
-    c.shape = fmt_shape("n%lld", (long long)n);
+    c.shape = label("n%lld", (long long)n);
     c.dtypes = "bf16";
     c.t.push_back(input("dh", DT::BF16, n, seed));
     c.t.push_back(input("a", DT::BF16, n, seed + 1, -8.0, 8.0));
@@ -288,26 +282,13 @@ void add_dense_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(swiglu_bwd_case(7, 43));
 }
 
-namespace {
-
-std::vector<float> uniform(int64_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
-    const Tensor t = input("", DT::F32, n, seed, lo, hi);
-    return std::vector<float>(t.v.begin(), t.v.end());
-}
-
-double dotf(const std::vector<float>& a, const std::vector<float>& w) {
-    double s = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * double(w[i]);
-    return s;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void add_dense_grad_cases(std::vector<GradCase>& out) {
     {  // the linear layer (Backend::matmul_forward / matmul_backward over matmul), fp32
         struct S {
             int64_t n = 4, in = 5, outf = 3;
-            std::vector<float> x = uniform(20, 20), w = uniform(15, 21), r = uniform(12, 22);
+            std::vector<float> x = uniform_f32(20, 20), w = uniform_f32(15, 21), r = uniform_f32(12, 22);
             std::unique_ptr<Backend> be = make_cpu_backend();
         };
         auto s = std::make_shared<S>();
@@ -319,7 +300,7 @@ void add_dense_grad_cases(std::vector<GradCase>& out) {
         g.loss = [s] {
             std::vector<float> o(size_t(s->n * s->outf));
             s->be->matmul_forward(o.data(), s->x.data(), s->w.data(), s->n, s->in, s->outf);
-            return dotf(o, s->r);
+            return dot_f32(o, s->r);
         };
         g.analytic = [s] {
             std::vector<float> dx(s->x.size()), dw(s->w.size(), 0.0f);
@@ -332,7 +313,7 @@ void add_dense_grad_cases(std::vector<GradCase>& out) {
     {  // embedding: linear, so central differences are exact up to the fp32 rounding of the loss
         struct S {
             int64_t B = 2, T = 3, C = 4, V = 5;
-            std::vector<float> wte = uniform(20, 3), wpe = uniform(12, 4), r = uniform(24, 5);
+            std::vector<float> wte = uniform_f32(20, 3), wpe = uniform_f32(12, 4), r = uniform_f32(24, 5);
             std::vector<int32_t> tok{4, 0, 4, 2, 4, 1};
         };
         auto s = std::make_shared<S>();
@@ -344,7 +325,7 @@ void add_dense_grad_cases(std::vector<GradCase>& out) {
         g.loss = [s] {
             std::vector<float> o(static_cast<size_t>(s->B * s->T * s->C));
             cpu::embedding_forward(o.data(), s->tok.data(), s->wte.data(), s->wpe.data(), s->B, s->T, s->C, s->V);
-            return dotf(o, s->r);
+            return dot_f32(o, s->r);
         };
         g.analytic = [s] {
             std::vector<float> dwte(s->wte.size(), 0.0f), dwpe(s->wpe.size(), 0.0f);
@@ -357,7 +338,8 @@ void add_dense_grad_cases(std::vector<GradCase>& out) {
     {  // layernorm
         struct S {
             int64_t N = 3, C = 8;
-            std::vector<float> x = uniform(24, 2), w = uniform(8, 3, 0.5, 1.5), b = uniform(8, 4), r = uniform(24, 5);
+            std::vector<float> x = uniform_f32(24, 2), w = uniform_f32(8, 3, 0.5, 1.5), b = uniform_f32(8, 4),
+                               r = uniform_f32(24, 5);
         };
         auto s = std::make_shared<S>();
         GradCase g;
@@ -371,7 +353,7 @@ void add_dense_grad_cases(std::vector<GradCase>& out) {
             std::vector<float> o(s->x.size());
             cpu::layernorm_forward(o.data(), (float*)nullptr, (float*)nullptr, s->x.data(), s->w.data(), s->b.data(),
                                    s->N, s->C, 1e-5f);
-            return dotf(o, s->r);
+            return dot_f32(o, s->r);
         };
         g.analytic = [s] {
             std::vector<float> o(s->x.size()), mean(static_cast<size_t>(s->N)), rstd(static_cast<size_t>(s->N)),
@@ -388,7 +370,7 @@ void add_dense_grad_cases(std::vector<GradCase>& out) {
     {  // swiglu
         struct S {
             int64_t n = 40;
-            std::vector<float> a = uniform(40, 1, -4, 4), b = uniform(40, 2, -2, 2), r = uniform(40, 3);
+            std::vector<float> a = uniform_f32(40, 1, -4, 4), b = uniform_f32(40, 2, -2, 2), r = uniform_f32(40, 3);
         };
         auto s = std::make_shared<S>();
         GradCase g;
@@ -399,7 +381,7 @@ void add_dense_grad_cases(std::vector<GradCase>& out) {
         g.loss = [s] {
             std::vector<float> h(static_cast<size_t>(s->n));
             cpu::swiglu_forward(h.data(), s->a.data(), s->b.data(), s->n);
-            return dotf(h, s->r);
+            return dot_f32(h, s->r);
         };
         g.analytic = [s] {
             std::vector<float> da(static_cast<size_t>(s->n)), db(static_cast<size_t>(s->n));

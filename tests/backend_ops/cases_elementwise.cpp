@@ -10,12 +10,6 @@ namespace skew::ops {
 
 namespace {
 
-std::string label(const char* f, auto... a) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, f, a...);
-    return buf;
-}
-
 // The element-wise ops compute in fp32 and round once to the destination: the reference does the
 // same float operation and rounding, so the limit is exact (every backend must match it bit for bit).
 const char* kExactF32 = "the fp32 operation and one rounding to nearest even, reproduced exactly";

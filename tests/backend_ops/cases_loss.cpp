@@ -13,12 +13,6 @@ namespace skew::ops {
 
 namespace {
 
-std::string label(const char* f, auto... a) {
-    char buf[200];
-    std::snprintf(buf, sizeof buf, f, a...);
-    return buf;
-}
-
 std::vector<double> targets_of(int64_t n, int64_t V, uint32_t seed) {
     std::vector<double> t(static_cast<size_t>(n));
     uint32_t x = seed;
@@ -148,18 +142,13 @@ void add_loss_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(lm_head_case(520, 4, 50257, 50304, DT::BF16, DT::BF16, DT::BF16, DT::F32, true, 15));
 }
 
-namespace {
-std::vector<float> uniform(int64_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
-    const Tensor t = input("", DT::F32, n, seed, lo, hi);
-    return std::vector<float>(t.v.begin(), t.v.end());
-}
-}  // namespace
+namespace {}  // namespace
 
 void add_loss_grad_cases(std::vector<GradCase>& out) {
     {  // cross-entropy: mean loss times dloss
         struct S {
             int64_t n = 4, V = 7, Vp = 8;
-            std::vector<float> logits = uniform(32, 1, -3, 3);
+            std::vector<float> logits = uniform_f32(32, 1, -3, 3);
             std::vector<int32_t> targets{0, 6, 3, 3};
         };
         auto st = std::make_shared<S>();
@@ -186,7 +175,7 @@ void add_loss_grad_cases(std::vector<GradCase>& out) {
     {  // the fused head: dx and dwte of dloss · mean loss
         struct S {
             ClassifierShape s{5, 4, 6, 8, false};
-            std::vector<float> x = uniform(20, 2), wte = uniform(32, 3);
+            std::vector<float> x = uniform_f32(20, 2), wte = uniform_f32(32, 3);
             std::vector<int32_t> targets{1, 5, 0, 2, 2};
             std::vector<unsigned char> ws;
         };

@@ -13,12 +13,6 @@ namespace skew::ops {
 
 namespace {
 
-std::string label(const char* f, auto... a) {
-    char buf[200];
-    std::snprintf(buf, sizeof buf, f, a...);
-    return buf;
-}
-
 // ---- routing of the test cases: k distinct experts per token
 
 enum class Routing { SPREAD, SKEWED };  // SKEWED: every token to experts 0..k-1 (overfull 0, the rest empty)
@@ -415,18 +409,7 @@ void add_moe_cases(std::vector<Case>& out, const TableOptions& o) {
 
 namespace {
 
-std::vector<float> uniform(int64_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
-    const Tensor t = input("", DT::F32, n, seed, lo, hi);
-    return std::vector<float>(t.v.begin(), t.v.end());
-}
-
 std::vector<int64_t> as_i64(const std::vector<double>& v) { return std::vector<int64_t>(v.begin(), v.end()); }
-
-double dotf(const std::vector<float>& a, const std::vector<float>& w) {
-    double s = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * double(w[i]);
-    return s;
-}
 
 }  // namespace
 
@@ -448,7 +431,7 @@ void add_moe_grad_cases(std::vector<GradCase>& out) {
             st->o.z_coef = 0.1f;
             const Tensor lg = input_normal("", DT::F32, 30, 5);
             st->logits.assign(lg.v.begin(), lg.v.end());
-            st->r = uniform(6 * st->s.top_k, 4);
+            st->r = uniform_f32(6 * st->s.top_k, 4);
             GradCase g;
             g.op = "moe_router_backward";
             g.shape = label("n6 E5 k%lld noise %g%s, loss gates·r + 0.7 balance + 1.3 z", (long long)st->s.top_k, noise,
@@ -468,7 +451,7 @@ void add_moe_grad_cases(std::vector<GradCase>& out) {
                 std::vector<int64_t> counts;
                 float bal = 0, z = 0;
                 forward(probs, idx, gates, counts, bal, z);
-                return dotf(gates, st->r) + 0.7 * bal + 1.3 * z;
+                return dot_f32(gates, st->r) + 0.7 * bal + 1.3 * z;
             };
             g.analytic = [st, forward] {
                 std::vector<float> probs, gates, dl(st->logits.size());
@@ -487,9 +470,9 @@ void add_moe_grad_cases(std::vector<GradCase>& out) {
         struct S {
             int64_t n = 7, k = 2, E = 4, C = 5, F = 3;
             Dispatch d = dispatch_of(7, 2, 4, Routing::SPREAD, 9);
-            std::vector<float> x = uniform(35, 3), xs = uniform(70, 4), w = uniform(4 * 3 * 5, 5), ys = uniform(70, 6),
-                               gates = uniform(14, 7, 0, 1), r_xs = uniform(70, 8), r_h = uniform(42, 9),
-                               r_out = uniform(35, 10);
+            std::vector<float> x = uniform_f32(35, 3), xs = uniform_f32(70, 4), w = uniform_f32(4 * 3 * 5, 5),
+                               ys = uniform_f32(70, 6), gates = uniform_f32(14, 7, 0, 1), r_xs = uniform_f32(70, 8),
+                               r_h = uniform_f32(42, 9), r_out = uniform_f32(35, 10);
         };
         auto st = std::make_shared<S>();
         const std::string why = "linear in each input: fd exact up to the loss's fp32 rounding";
@@ -501,7 +484,7 @@ void add_moe_grad_cases(std::vector<GradCase>& out) {
             g.loss = [st] {
                 std::vector<float> xs(size_t(st->n * st->k * st->C));
                 cpu::moe_gather_forward(xs.data(), st->x.data(), as_i64(st->d.s2c).data(), st->n, st->k, st->C);
-                return dotf(xs, st->r_xs);
+                return dot_f32(xs, st->r_xs);
             };
             g.analytic = [st] {
                 std::vector<float> dx(st->x.size());
@@ -522,7 +505,7 @@ void add_moe_grad_cases(std::vector<GradCase>& out) {
                 cpu::moe_matmul_forward(TensorRef(h.data()), ConstTensorRef(st->xs.data()),
                                         ConstTensorRef(st->w.data()), as_i64(st->d.offsets).data(), st->E, st->C,
                                         st->F);
-                return dotf(h, st->r_h);
+                return dot_f32(h, st->r_h);
             };
             g.analytic = [st] {
                 std::vector<float> dinp(st->xs.size()), dw(st->w.size(), 0.0f);
@@ -543,7 +526,7 @@ void add_moe_grad_cases(std::vector<GradCase>& out) {
                 std::vector<float> o(size_t(st->n * st->C));
                 cpu::moe_combine_forward(o.data(), st->ys.data(), st->gates.data(), as_i64(st->d.c2s).data(), st->n,
                                          st->k, st->C);
-                return dotf(o, st->r_out);
+                return dot_f32(o, st->r_out);
             };
             g.analytic = [st] {
                 std::vector<float> dys(st->ys.size()), dg(st->gates.size());

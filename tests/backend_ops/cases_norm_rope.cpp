@@ -15,18 +15,12 @@ namespace skew::ops {
 
 namespace {
 
-std::string fmt_shape(const char* f, auto... a) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, f, a...);
-    return buf;
-}
-
 // ---- rmsnorm
 
 Case rmsnorm_fwd_case(int64_t N, int64_t C, uint32_t seed) {
     Case c;
     c.op = "rmsnorm_forward";
-    c.shape = fmt_shape("N%lld C%lld", (long long)N, (long long)C);
+    c.shape = label("N%lld C%lld", (long long)N, (long long)C);
     c.dtypes = "bf16 (f32 weight)";
     c.t.push_back(input("x", DT::BF16, N * C, seed, -1.0, 5.0));  // a mean ~2: no centring
     c.t.push_back(input("weight", DT::F32, C, seed + 1, 0.5, 1.5));
@@ -44,7 +38,7 @@ Case rmsnorm_fwd_case(int64_t N, int64_t C, uint32_t seed) {
 Case rmsnorm_bwd_case(int64_t N, int64_t C, bool accumulate, uint32_t seed) {
     Case c;
     c.op = "rmsnorm_backward";
-    c.shape = fmt_shape("N%lld C%lld%s", (long long)N, (long long)C, accumulate ? " accumulate dinp" : "");
+    c.shape = label("N%lld C%lld%s", (long long)N, (long long)C, accumulate ? " accumulate dinp" : "");
     c.dtypes = "bf16 (f32 weight)";
     Tensor x = input("x", DT::BF16, N * C, seed, -1.0, 5.0);
     std::vector<double> out(static_cast<size_t>(N * C)), w1(static_cast<size_t>(C), 1.0), rstd(static_cast<size_t>(N));
@@ -74,8 +68,8 @@ Case rmsnorm_bwd_case(int64_t N, int64_t C, bool accumulate, uint32_t seed) {
 Case rope_case(int64_t B, int64_t T, int64_t H, int64_t d, int64_t pos0, float theta, bool inverse, uint32_t seed) {
     Case c;
     c.op = "rope";
-    c.shape = fmt_shape("B%lld T%lld H%lld d%lld pos0 %lld theta %g%s", (long long)B, (long long)T, (long long)H,
-                        (long long)d, (long long)pos0, double(theta), inverse ? " inverse" : "");
+    c.shape = label("B%lld T%lld H%lld d%lld pos0 %lld theta %g%s", (long long)B, (long long)T, (long long)H,
+                    (long long)d, (long long)pos0, double(theta), inverse ? " inverse" : "");
     c.dtypes = "bf16";
     // one rounding to bf16 of an fp32 rotation: each output is a 2-term sum; the fp32 angle
     // (pos·inv_freq, up to ~10^2 rad here) is off by ~2^-24 relative, far below u_bf16
@@ -97,17 +91,6 @@ Case rope_bad_case() {
     c.run = [](Backend& be, Bufs& b) { be.rope(b.at<bf16>(0), 1, 1, 3, 5, 0, 1e4f); };
     c.ref = [](std::vector<Tensor>&) {};
     return c;
-}
-
-std::vector<float> uniform(int64_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
-    const Tensor t = input("", DT::F32, n, seed, lo, hi);
-    return std::vector<float>(t.v.begin(), t.v.end());
-}
-
-double dotf(const std::vector<float>& a, const std::vector<float>& w) {
-    double s = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * double(w[i]);
-    return s;
 }
 
 }  // namespace
@@ -138,7 +121,7 @@ void add_norm_rope_grad_cases(std::vector<GradCase>& out) {
     {  // rmsnorm
         struct S {
             int64_t N = 3, C = 8;
-            std::vector<float> x = uniform(24, 2), w = uniform(8, 3, 0.5, 1.5), r = uniform(24, 5);
+            std::vector<float> x = uniform_f32(24, 2), w = uniform_f32(8, 3, 0.5, 1.5), r = uniform_f32(24, 5);
         };
         auto s = std::make_shared<S>();
         GradCase g;
@@ -149,7 +132,7 @@ void add_norm_rope_grad_cases(std::vector<GradCase>& out) {
         g.loss = [s] {
             std::vector<float> o(s->x.size());
             cpu::rmsnorm_forward(o.data(), (float*)nullptr, s->x.data(), s->w.data(), s->N, s->C, 1e-5f);
-            return dotf(o, s->r);
+            return dot_f32(o, s->r);
         };
         g.analytic = [s] {
             std::vector<float> o(s->x.size()), rstd(static_cast<size_t>(s->N)), dx(s->x.size()), dw(s->w.size(), 0.0f);
@@ -164,7 +147,7 @@ void add_norm_rope_grad_cases(std::vector<GradCase>& out) {
     {  // rope: the inverse rotation of the output gradient is the input gradient
         struct S {
             int64_t B = 1, T = 9, H = 2, d = 16;
-            std::vector<float> x = uniform(288, 6), r = uniform(288, 7);
+            std::vector<float> x = uniform_f32(288, 6), r = uniform_f32(288, 7);
         };
         auto s = std::make_shared<S>();
         GradCase g;
@@ -175,7 +158,7 @@ void add_norm_rope_grad_cases(std::vector<GradCase>& out) {
         g.loss = [s] {
             std::vector<float> y = s->x;
             cpu::rope(y.data(), s->B, s->T, s->H, s->d, 0, 1e4f, false);
-            return dotf(y, s->r);
+            return dot_f32(y, s->r);
         };
         g.analytic = [s] {
             std::vector<float> dx = s->r;

@@ -4,6 +4,7 @@
 // The same table runs in every mode of the backend_ops binary (test, grad, perf, support, list).
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -145,6 +146,18 @@ Tensor output(std::string name, DT dt, int64_t n, Tol tol);
 Tensor output_values(std::string name, DT dt, std::vector<double> v, Tol tol);
 /// An output that starts as seeded uniform values (an accumulating op's previous contents).
 Tensor output_random(std::string name, DT dt, int64_t n, uint32_t seed, Tol tol);
+
+/// A case's printf-formatted label (at most 255 characters).
+template <class... A>
+std::string label(const char* f, A... a) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, f, a...);
+    return buf;
+}
+/// n fp32 values uniform in [lo, hi) from seed (input()'s generator): the grad cases' inputs.
+std::vector<float> uniform_f32(int64_t n, uint32_t seed, double lo = -1.0, double hi = 1.0);
+/// Σ a_i·w_i in double: the grad cases' scalar loss.
+double dot_f32(const std::vector<float>& a, const std::vector<float>& w);
 
 /// x rounded to dt (bf16: nearest even; f32: nearest float; integers: unchanged).
 double round_to(DT dt, double x);

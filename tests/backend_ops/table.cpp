@@ -118,6 +118,17 @@ Tol tol_rounded(DT dt, int64_t k, double atol_scale, double cond) {
     return t;
 }
 
+std::vector<float> uniform_f32(int64_t n, uint32_t seed, double lo, double hi) {
+    const Tensor t = input("", DT::F32, n, seed, lo, hi);
+    return std::vector<float>(t.v.begin(), t.v.end());
+}
+
+double dot_f32(const std::vector<float>& a, const std::vector<float>& w) {
+    double s = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * double(w[i]);
+    return s;
+}
+
 std::vector<Case> all_cases(const TableOptions& o) {
     std::vector<Case> c;
     add_dense_cases(c, o);
