@@ -6,12 +6,14 @@
 // against the exact equations (golden_<variant>.bin), and tightly against the same equations
 // rounded to bf16 where the engine stores bf16 activations and gradients (golden_<variant>.bf16.bin).
 #include <catch2/catch.hpp>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 
 #include "engine/error.h"
+#include "golden_check.h"
 #include "golden_fixture.h"
 #include "model_test_util.h"
 
@@ -20,9 +22,7 @@ using namespace skew::test;
 
 namespace {
 
-std::string fixture(const std::string& name) {
-    return std::string(SKEW_SOURCE_DIR) + "/tests/reference/model/" + name;
-}
+std::string fixture(const std::string& name) { return std::string(SKEW_SOURCE_DIR) + "/tests/reference/model/" + name; }
 
 // Tolerances (engine: bf16 weights and activations, fp32 accumulation and fp32 gradients;
 // reference: the same bf16-valued weights in float64). One bf16 rounding is 2^-9 = 0.2% relative;
@@ -31,11 +31,9 @@ std::string fixture(const std::string& name) {
 // the reference (the projection scale <g, ref>/<ref, ref> is within 2.5% of 1, either side), so a wrong
 // equation (O(1) error) or a systematic factor (scale off by > 3%) fails. The fixture's weights are
 // drawn so no token sits within 0.04 of a top-k tie in router logits (make_golden.py, MIN_MARGIN).
-constexpr double LOSS_REL = 3e-3;    // LM, balance, total loss (z: 5x, a square of the lse)
-constexpr double LOGITS_REL = 2e-2;  // ||logits - ref|| / ||ref|| over the probed rows
-constexpr double GRAD_REL = 5e-2;    // ||g - ref|| / ||ref|| per parameter tensor
-constexpr double GRAD_REL_BF16 = 6e-2;  // the same with bf16 gradient buffers (one more rounding)
-constexpr double GRAD_SCALE = 3e-2;  // |<g, ref> / <ref, ref> - 1| per parameter tensor
+// The loss, logits and scale limits: GoldenLimits' defaults (tests/model/golden_check.h).
+constexpr double GRAD_REL = 5e-2;          // ||g - ref|| / ||ref|| per parameter tensor (GoldenLimits::grad_rel)
+constexpr double GRAD_REL_BF16 = 6e-2;     // the same with bf16 gradient buffers (one more rounding)
 constexpr double ROUTER_REL_AUX = 2.5e-2;  // router gradients of the aux-dominated variant
 
 // Against the bf16-rounding reference (the same roundings at the same points), what remains is fp32
@@ -78,11 +76,20 @@ void run_golden(const Variant& v) {
                              v.head_chunk_rows > 0 ? v.head_chunk_rows : 512);
     Model& m = t->model;
     const ModelConfig& c = t->cfg.model;
-    const std::vector<double> want_cfg = {double(c.vocab_size), double(c.padded_vocab_size), double(c.d_model),
-                                          double(c.n_blocks), double(c.n_heads), double(c.n_kv_heads),
-                                          double(c.d_ff), double(c.max_seq_len), double(c.n_experts),
-                                          double(c.d_expert), double(c.top_k), double(t->cfg.train.batch_size),
-                                          double(t->cfg.train.seq_len), double(t->cfg.train.seed)};
+    const std::vector<double> want_cfg = {double(c.vocab_size),
+                                          double(c.padded_vocab_size),
+                                          double(c.d_model),
+                                          double(c.n_blocks),
+                                          double(c.n_heads),
+                                          double(c.n_kv_heads),
+                                          double(c.d_ff),
+                                          double(c.max_seq_len),
+                                          double(c.n_experts),
+                                          double(c.d_expert),
+                                          double(c.top_k),
+                                          double(t->cfg.train.batch_size),
+                                          double(t->cfg.train.seq_len),
+                                          double(t->cfg.train.seed)};
     REQUIRE(in["config"].data.size() == want_cfg.size());
     for (size_t i = 0; i < want_cfg.size(); ++i) REQUIRE(double(in["config"].data[i]) == want_cfg[i]);
 
@@ -107,8 +114,8 @@ void run_golden(const Variant& v) {
         m.probe_rows.clear();
         for (int64_t r : probe_rows)
             if (r >= mi * rows && r < (mi + 1) * rows) m.probe_rows.push_back(r - mi * rows);
-        const LossParts part = model_forward_backward(m, tokens.data() + mi * rows, targets.data() + mi * rows, mi, step,
-                                                      v.accum, noise);
+        const LossParts part =
+            model_forward_backward(m, tokens.data() + mi * rows, targets.data() + mi * rows, mi, step, v.accum, noise);
         lp.lm_loss += part.lm_loss / double(v.accum);
         lp.balance_loss += part.balance_loss / double(v.accum);
         lp.z_loss += part.z_loss / double(v.accum);
@@ -122,50 +129,16 @@ void run_golden(const Variant& v) {
         }
     }
 
-    const auto& loss = ref["loss"].data;  // lm, balance, z, total
-    INFO("variant " << variant << ": lm " << lp.lm_loss << " vs " << loss[0] << ", balance " << lp.balance_loss
-                    << " vs " << loss[1] << ", z " << lp.z_loss << " vs " << loss[2]);
-    CHECK(std::fabs(lp.lm_loss - loss[0]) <= LOSS_REL * std::fabs(loss[0]));
-    CHECK(std::fabs(lp.balance_loss - loss[1]) <= LOSS_REL * std::fabs(loss[1]));
-    CHECK(std::fabs(lp.z_loss - loss[2]) <= 5 * LOSS_REL * std::fabs(loss[2]));
-    CHECK(std::fabs(lp.total - loss[3]) <= LOSS_REL * std::fabs(loss[3]));
-
-    // routing: the same experts chosen (counts per expert, exact)
-    REQUIRE(lp.moe.size() == 2);
-    for (size_t i = 0; i < lp.moe.size(); ++i) {
-        const auto& rc = ref["counts." + std::to_string(i)].data;
-        REQUIRE(lp.moe[i].counts.size() == rc.size());
-        for (size_t e = 0; e < rc.size(); ++e) {
-            INFO("MoE block " << lp.moe[i].block << " expert " << e);
-            CHECK(lp.moe[i].counts[e] == int64_t(rc[e]));
-        }
-    }
-
-    const double logit_err = rel_err(lp.probe_logits, ref["logits"].data);
-    INFO("logits rel err " << logit_err);
-    CHECK(logit_err <= LOGITS_REL);
-
-    double worst = 0.0;
-    std::string worst_name;
-    for (const ParamRef& p : m.params) {
-        const auto& g = ref["grad." + p.info->name].data;
-        const std::vector<float> gh = grad_host(p);
-        const double e = rel_err(gh, g);
-        double dot = 0.0, rr = 0.0;
-        for (size_t i = 0; i < g.size(); ++i) dot += double(gh[i]) * g[i], rr += double(g[i]) * g[i];
-        const double scale = rr > 0 ? dot / rr : 1.0;
-        if (e > worst) worst = e, worst_name = p.info->name;
-        if (std::getenv("SKEW_GOLDEN_VERBOSE"))
-            std::fprintf(stderr, "%s %s rel err %.5f scale %.5f\n", variant.c_str(), p.info->name.c_str(), e, scale);
-        INFO("grad." << p.info->name << " rel err " << e << ", scale " << scale << " (|ref| max " << max_abs(g) << ")");
-        CHECK(e <= (grad_dtype == "fp32" ? GRAD_REL : GRAD_REL_BF16));
-        // With the auxiliary losses dominant the router's gradient is mostly fp32 router math
-        // (measured 1.0-1.3%): a halved balance or a missing z-loss gradient moves it by far more.
+    GoldenLimits lim;
+    lim.grad_rel = grad_dtype == "fp32" ? GRAD_REL : GRAD_REL_BF16;
+    // With the auxiliary losses dominant the router's gradient is mostly fp32 router math
+    // (measured 1.0-1.3%): a halved balance or a missing z-loss gradient moves it by far more.
+    const GoldenWorst w = check_against_golden(lp, m, ref, 2, lim, variant, [&](const ParamRef& p, double e) {
         if (variant == "aux" && p.info->role == Role::ROUTER) CHECK(e <= ROUTER_REL_AUX);
-        CHECK(std::fabs(scale - 1.0) <= GRAD_SCALE);
-    }
-    WARN("golden " << variant << " (" << grad_dtype << " gradients)" << ": worst gradient error " << worst << " (" << worst_name << "), logits " << logit_err
-                   << ", lm " << lp.lm_loss << " vs " << loss[0]);
+    });
+    WARN("golden " << variant << " (" << grad_dtype << " gradients): worst gradient error " << w.grad << " ("
+                   << w.grad_name << "), logits " << w.logits << ", lm " << lp.lm_loss << " vs "
+                   << ref["loss"].data[0]);
 
     // The bf16-rounding reference: same roundings, so the differences left are arithmetic-sized.
     auto r16 = read_golden_records(fixture("golden_" + variant + ".bf16.bin"), "tests/reference/model/make_golden.py");
@@ -195,8 +168,9 @@ void run_golden(const Variant& v) {
         INFO("bf16 reference: " << grad_key << p.info->name << " rel err " << e);
         CHECK(e <= (p.info->role == Role::ROUTER ? BF16REF_ROUTER_REL : BF16REF_GRAD_REL));
     }
-    WARN("golden " << variant << " (" << grad_dtype << " gradients) vs the bf16-rounding reference: worst gradient error "
-                   << worst16 << " (" << worst16_name << "), logits " << logit16 << ", worst loss part " << worst_loss16);
+    WARN("golden " << variant << " (" << grad_dtype
+                   << " gradients) vs the bf16-rounding reference: worst gradient error " << worst16 << " ("
+                   << worst16_name << "), logits " << logit16 << ", worst loss part " << worst_loss16);
 }
 
 }  // namespace
