@@ -259,9 +259,11 @@ TEST_CASE("a run stopped on non-finite steps writes its metrics with where and w
     CHECK(rep.output.find("adamw | not run") == std::string::npos);
 }
 
-TEST_CASE("resuming after config.yaml was edited says so and what to do, naming the file") {
-    const std::string data = prepare("prep");
-    const std::string d = work_dir() + "/edited-config";
+// A 4-step AdamW run stopped after step 2 in work_dir()/NAME whose config.yaml then has `from`
+// replaced by `to` (as a user editing it between stop and resume); returns the run folder.
+static std::string stopped_run_with_edited_config(const std::string& data, const std::string& name,
+                                                  const std::string& from, const std::string& to) {
+    const std::string d = work_dir() + "/" + name;
     Run first = run(train_args(data, "--set train.steps=4 --optimizers adamw --stop-after 2 --out " + d));
     INFO(first.output);
     REQUIRE(fs::exists(d + "/checkpoints/adamw/last/trainer_state.json"));
@@ -270,10 +272,16 @@ TEST_CASE("resuming after config.yaml was edited says so and what to do, naming 
         std::ifstream in(d + "/config.yaml");
         yaml.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
-    const size_t at = yaml.find("  steps: 4\n");
+    const size_t at = yaml.find(from);
     REQUIRE(at != std::string::npos);
-    yaml.replace(at, 11, "  steps: 6\n");
+    yaml.replace(at, from.size(), to);
     std::ofstream(d + "/config.yaml") << yaml;
+    return d;
+}
+
+TEST_CASE("resuming after config.yaml was edited says so and what to do, naming the file") {
+    const std::string data = prepare("prep");
+    const std::string d = stopped_run_with_edited_config(data, "edited-config", "  steps: 4\n", "  steps: 6\n");
     Run r = run("train --plain --resume " + d);
     INFO(r.output);
     CHECK(r.status == 1);
@@ -333,19 +341,9 @@ TEST_CASE(
 
 TEST_CASE("resuming after a model key of config.yaml was edited names the key and both values, before any tensor") {
     const std::string data = prepare("prep");
-    const std::string d = work_dir() + "/edited-model";
-    Run first = run(train_args(data, "--set train.steps=4 --optimizers adamw --stop-after 2 --out " + d));
-    INFO(first.output);
-    REQUIRE(fs::exists(d + "/checkpoints/adamw/last/trainer_state.json"));
-    std::string yaml;
-    {
-        std::ifstream in(d + "/config.yaml");
-        yaml.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-    const size_t at = yaml.find("  positions: learned\n");
-    REQUIRE(at != std::string::npos);
-    yaml.replace(at, 21, "  positions: rope\n");  // the plan then has no embed.positions tensor
-    std::ofstream(d + "/config.yaml") << yaml;
+    // the plan then has no embed.positions tensor
+    const std::string d =
+        stopped_run_with_edited_config(data, "edited-model", "  positions: learned\n", "  positions: rope\n");
     Run r = run("train --plain --resume " + d);
     INFO(r.output);
     CHECK(r.status == 1);
