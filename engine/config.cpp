@@ -24,6 +24,7 @@
 #include "engine/error.h"
 #include "engine/param_table.h"
 #include "engine/text.h"
+#include "kernels/common/attention_head_dims.h"
 
 namespace skew {
 
@@ -578,19 +579,32 @@ struct Loader {
 
     void check_rules() {
         const ModelConfig& m = cfg.model;
-        rule(m.d_model % m.n_heads == 0, "model.n_heads",
-             fmt::format("d_model ({}) must be divisible by n_heads ({})", m.d_model, m.n_heads), {"model.d_model"});
+        if (m.head_dim_key == 0)  // head_dim = d_model / n_heads
+            rule(m.d_model % m.n_heads == 0, "model.n_heads",
+                 fmt::format("d_model ({}) must be divisible by n_heads ({})", m.d_model, m.n_heads),
+                 {"model.d_model"});
+        else  // the CPU kernels take any width; a config that may run on a GPU needs one the CUDA kernels take
+            rule(cfg.runtime.backend == BackendChoice::CPU || attention_head_dim_supported(m.head_dim_key),
+                 "model.head_dim",
+                 fmt::format("head_dim ({}) must be 16, 32, 64 or 128, the head widths the CUDA attention kernels "
+                             "take (any width runs with runtime.backend: cpu; 0: d_model / n_heads)",
+                             m.head_dim_key),
+                 {"runtime.backend"});
         rule(m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads",
              fmt::format("n_heads ({}) must be divisible by n_kv_heads ({})", m.n_heads, m.n_kv_heads),
              {"model.n_heads"});
         rule(m.n_kv_heads <= m.n_heads, "model.n_kv_heads",
              fmt::format("n_kv_heads ({}) must not exceed n_heads ({})", m.n_kv_heads, m.n_heads), {"model.n_heads"});
-        if (m.d_model % m.n_heads == 0)
+        if (m.head_dim_key == 0 && m.d_model % m.n_heads == 0)
             rule(m.positions != Positions::ROPE || m.head_dim() % 2 == 0, "model.positions",
                  fmt::format(
                      "rope pairs lane i with lane i + head_dim/2: head_dim (d_model / n_heads = {}) must be even",
                      m.head_dim()),
                  {"model.n_heads", "model.d_model"});
+        else if (m.head_dim_key > 0)
+            rule(m.positions != Positions::ROPE || m.head_dim() % 2 == 0, "model.head_dim",
+                 fmt::format("rope pairs lane i with lane i + head_dim/2: head_dim ({}) must be even", m.head_dim()),
+                 {"model.positions"});
         rule(m.top_k <= m.n_experts, "model.top_k",
              fmt::format("top_k ({}) must not exceed n_experts ({})", m.top_k, m.n_experts), {"model.n_experts"});
         rule(m.padded_vocab_size >= m.vocab_size, "model.padded_vocab_size",

@@ -38,8 +38,12 @@ struct ModelConfig {
     double rope_theta = 10000.0;               // RoPE base: lane pair i turns by theta^(-2i/head_dim) per position
     NormKind norm = NormKind::LAYERNORM;       // pre-norm of every block and the final norm
     bool tie_embeddings = true;                // the LM head is the token embedding (else its own lm_head weight)
+    int64_t head_dim_key = 0;                  // model.head_dim as given; 0: d_model / n_heads (head_dim())
+    QkNorm qk_norm = QkNorm::NONE;             // RMSNorm of q and k before RoPE: none | full (OLMoE) | per_head (Qwen3)
+    bool attention_bias = false;               // q, k and v projections with biases (Qwen2)
 
-    int64_t head_dim() const { return d_model / n_heads; }
+    /// Lanes per attention head: model.head_dim when given, else d_model / n_heads.
+    int64_t head_dim() const { return head_dim_key > 0 ? head_dim_key : d_model / n_heads; }
     bool is_moe_block(int64_t b) const;
 };
 

@@ -1,5 +1,5 @@
 // The config's choices as types: each key whose value is one of a few names (model.positions,
-// model.norm, train.expert_grads, train.idle_experts, train.recompute, runtime.backend,
+// model.norm, model.qk_norm, train.expert_grads, train.idle_experts, train.recompute, runtime.backend,
 // runtime.grad_dtype, an optimizer's type) is
 // parsed once into an enum. One name table per enum serves the schema's allowed values, the parser,
 // the resolved config and every message (README.md, "Config reference": `skew config --reference`).
@@ -34,6 +34,10 @@ enum class GradDtype : uint8_t { BF16, FP32 };
 enum class Positions : uint8_t { LEARNED, ROPE };
 /// model.norm: LayerNorm with bias (the paper) or RMSNorm without (Llama-family models).
 enum class NormKind : uint8_t { LAYERNORM, RMSNORM };
+/// model.qk_norm: no normalization of q and k (the paper, Mixtral), RMSNorm over the whole q and k
+/// projection widths (OLMoE), or over each head's head_dim lanes with one weight shared by the
+/// heads (Qwen3); docs/architectures.md, "QK-norm".
+enum class QkNorm : uint8_t { NONE, FULL, PER_HEAD };
 /// An optimizer's `type`: its algorithm (docs/optimizers.md).
 enum class OptimizerType : uint8_t { SKEWADAM, ADAMW, LION, MUON, MUON_KJ, ADAFACTOR, GALORE, GALORE_PAPER };
 
@@ -75,6 +79,11 @@ template <>
 struct ChoiceNames<NormKind> {
     static constexpr std::array<std::pair<NormKind, std::string_view>, 2> items{
         {{NormKind::LAYERNORM, "layernorm"}, {NormKind::RMSNORM, "rmsnorm"}}};
+};
+template <>
+struct ChoiceNames<QkNorm> {
+    static constexpr std::array<std::pair<QkNorm, std::string_view>, 3> items{
+        {{QkNorm::NONE, "none"}, {QkNorm::FULL, "full"}, {QkNorm::PER_HEAD, "per_head"}}};
 };
 template <>
 struct ChoiceNames<OptimizerType> {

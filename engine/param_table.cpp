@@ -54,6 +54,8 @@ const char* role_name(Role r) {
         case Role::EXPERT_W2: return "expert_w2";
         case Role::EXPERT_W3: return "expert_w3";
         case Role::OUTPUT_HEAD: return "output_head";
+        case Role::QK_NORM_WEIGHT: return "qk_norm_weight";
+        case Role::ATTN_BIAS: return "attn_bias";
     }
     return "?";
 }
@@ -145,10 +147,21 @@ ParamTable build_param_table(const ModelConfig& m, const ExpertShard& shard) {
         const int bi = int(b);
         add(pre + "ln1.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, bi);
         if (bias) add(pre + "ln1.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, bi);
+        // Hugging Face's order (Qwen2/Qwen3, OLMoE): q, k, v projections each with its bias, o, then
+        // q_norm and k_norm (docs/architectures.md, "Tensor roles")
         add(pre + "attn.wq", {q_out, d}, DType::BF16, Tier::BACKBONE, Role::ATTN_Q, bi);
+        if (m.attention_bias) add(pre + "attn.bq", {q_out}, DType::F32, Tier::BACKBONE, Role::ATTN_BIAS, bi);
         add(pre + "attn.wk", {kv_out, d}, DType::BF16, Tier::BACKBONE, Role::ATTN_K, bi);
+        if (m.attention_bias) add(pre + "attn.bk", {kv_out}, DType::F32, Tier::BACKBONE, Role::ATTN_BIAS, bi);
         add(pre + "attn.wv", {kv_out, d}, DType::BF16, Tier::BACKBONE, Role::ATTN_V, bi);
+        if (m.attention_bias) add(pre + "attn.bv", {kv_out}, DType::F32, Tier::BACKBONE, Role::ATTN_BIAS, bi);
         add(pre + "attn.wo", {d, q_out}, DType::BF16, Tier::BACKBONE, Role::ATTN_O, bi);
+        if (m.qk_norm != QkNorm::NONE) {  // full: the whole q (k) width; per_head: one head, shared
+            const bool full = m.qk_norm == QkNorm::FULL;
+            add(pre + "attn.q_norm.weight", {full ? q_out : hd}, DType::F32, Tier::BACKBONE, Role::QK_NORM_WEIGHT, bi);
+            add(pre + "attn.k_norm.weight", {full ? kv_out : hd}, DType::F32, Tier::BACKBONE, Role::QK_NORM_WEIGHT,
+                bi);
+        }
         add(pre + "ln2.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, bi);
         if (bias) add(pre + "ln2.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, bi);
         if (m.is_moe_block(b)) {

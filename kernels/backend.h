@@ -263,6 +263,16 @@ struct Backend {
                                   const float* rstd, int64_t n_rows, int64_t channels,
                                   bool accumulate_dinp = false) = 0;
 
+    // ---- bias of a linear layer (model.attention_bias; docs/architectures.md)
+
+    /// out[r, c] += bias[c] in place: out (n_rows, C) bf16, bias (C) fp32; the sum in fp32, rounded
+    /// to bf16 once (the q, k and v projections' biases).
+    virtual void bias_add_forward(bf16* out, const float* bias, int64_t n_rows, int64_t channels) = 0;
+
+    /// The bias's gradient: dbias[c] += Σ_r dout[r, c] (fp32, accumulated), the column sums of dout
+    /// (n_rows, C) bf16 in an order fixed by the shape (deterministic run to run).
+    virtual void bias_add_backward(float* dbias, const bf16* dout, int64_t n_rows, int64_t channels) = 0;
+
     // ---- rotary position embedding (RoPE)
 
     /// Rotates x (batch, seq_len, n_heads, head_dim) bf16 in place: token t of every sequence sits

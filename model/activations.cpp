@@ -20,6 +20,7 @@ bool block_holds(const Config& cfg, const ActDims& D, ActWhen when, int64_t b) {
         case ActWhen::DENSE: return !m.is_moe_block(b);
         case ActWhen::MOE: return m.is_moe_block(b);
         case ActWhen::MOE_STORED: return m.is_moe_block(b) && cfg.train.expert_grads != ExpertGrads::DEFERRED;
+        case ActWhen::QK_NORM: return m.qk_norm != QkNorm::NONE;
     }
     return false;
 }
@@ -85,6 +86,9 @@ ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int6
     D.H = m.n_heads;
     D.qd = m.n_heads * m.head_dim();
     D.kvd = m.n_kv_heads * m.head_dim();
+    const bool per_head = m.qk_norm == QkNorm::PER_HEAD;
+    D.q_norm_rows = per_head ? D.N * m.n_heads : D.N;
+    D.k_norm_rows = per_head ? D.N * m.n_kv_heads : D.N;
     D.ff = m.d_ff;
     D.de = m.d_expert;
     D.E = m.n_experts;

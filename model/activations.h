@@ -27,6 +27,7 @@ namespace skew {
 struct ActDims {
     int64_t B = 0, T = 0, N = 0;            // sequences, tokens per sequence, N = B*T tokens
     int64_t d = 0, qd = 0, kvd = 0, H = 0;  // d_model, n_heads*head_dim, n_kv_heads*head_dim, n_heads
+    int64_t q_norm_rows = 0, k_norm_rows = 0;  // rows of q's and k's RMSNorm (model.qk_norm): N (full), N*heads (per_head)
     int64_t ff = 0, de = 0;                 // d_ff, d_expert
     int64_t E = 0, k = 0, NK = 0;           // n_experts, top_k, N*top_k token copies
     int64_t logits = 0;                     // fp32 words of act.logits (LM head chunk, or the backend's fused head)
@@ -53,7 +54,8 @@ int64_t table_expert_parallel(const ParamTable& table, const ModelConfig& m);
 /// operands of deferred_expert_buffers serve as these slots, one set per MoE block and
 /// microbatch). A slot kept once exists when the model has such a block; one kept per block exists
 /// for each such block. EXPERT_PARALLEL: the MoE blocks under expert parallelism (ActDims::M > 1).
-enum class ActWhen : uint8_t { ALL, DENSE, MOE, MOE_STORED, EXPERT_PARALLEL };
+/// QK_NORM: every block of a model with model.qk_norm full or per_head.
+enum class ActWhen : uint8_t { ALL, DENSE, MOE, MOE_STORED, EXPERT_PARALLEL, QK_NORM };
 
 /// How many copies of a slot the plan holds: ONE for the whole step; one per block in EVERY_MODE
 /// (the checkpointed block inputs); one per block UNLESS_BLOCK recompute (a block's working slots:
@@ -110,6 +112,11 @@ constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scala
     X(q,               bf16*,    "act.q",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.qd)          \
     X(k,               bf16*,    "act.k",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.kvd)         \
     X(v,               bf16*,    "act.v",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.kvd)         \
+    /* model.qk_norm: q and k before their RMSNorm (after the biases) and its rstd, for the backward */                        \
+    X(q_pre,           bf16*,    "act.q_pre",               BF16, QK_NORM, UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.qd)        \
+    X(k_pre,           bf16*,    "act.k_pre",               BF16, QK_NORM, UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.kvd)       \
+    X(q_rstd,          float*,   "act.q_rstd",              F32,  QK_NORM, UNLESS_BLOCK, ACTIVATION, FR, BW, D.q_norm_rows)    \
+    X(k_rstd,          float*,   "act.k_rstd",              F32,  QK_NORM, UNLESS_BLOCK, ACTIVATION, FR, BW, D.k_norm_rows)    \
     X(attn_lse,        float*,   "act.attn_lse",            F32,  ALL,   IF_NONE,      ACTIVATION, FR, BW, D.B, D.H, D.T)      \
     X(attn_out,        bf16*,    "act.attn_out",            BF16, ALL,   IF_NONE,      ACTIVATION, FR, BW, D.N, D.qd)          \
     X(resid1,          bf16*,    "act.resid1",              BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.d)           \

@@ -61,11 +61,12 @@ KvDims kv_dims(const ModelConfig& c, int64_t max_len) {
                   c.top_k, c.d_expert, c.d_ff,         c.padded_vocab_size};
 }
 
-enum class KvWhen : uint8_t { ALL, DENSE, MOE };
+enum class KvWhen : uint8_t { ALL, DENSE, MOE, QK_NORM };
 
 bool kv_row_held(const ModelConfig& c, KvWhen when) {
     const bool has_moe = !c.moe_blocks.empty(), has_dense = int64_t(c.moe_blocks.size()) < c.n_blocks;
-    return when == KvWhen::ALL || (when == KvWhen::DENSE && has_dense) || (when == KvWhen::MOE && has_moe);
+    return when == KvWhen::ALL || (when == KvWhen::DENSE && has_dense) || (when == KvWhen::MOE && has_moe) ||
+           (when == KvWhen::QK_NORM && c.qk_norm != QkNorm::NONE);
 }
 
 /// Every row of the cache as (spec, where its pointer goes), in the table's order with each
@@ -158,11 +159,21 @@ std::vector<float> kv_cache_forward(Model& m, KvCache& kc, std::span<const int32
     for (size_t bi = 0; bi < m.blocks.size(); ++bi) {
         const BlockParams& p = m.blocks[bi];
         norm_forward(be, c, kc.ln_out, nullptr, nullptr, kc.x, p.ln1_w, p.ln1_b, n);
-        bf16* q_rows = kc.q + p0 * qd;
-        be.matmul_forward(q_rows, kc.ln_out, weight_of(kc, p.wq), n, d, qd);
-        be.matmul_forward(kc.k[bi] + p0 * kvd, kc.ln_out, weight_of(kc, p.wk), n, d, kvd);
-        be.matmul_forward(kc.v[bi] + p0 * kvd, kc.ln_out, weight_of(kc, p.wv), n, d, kvd);
-        rotate_qk(be, c, q_rows, kc.k[bi] + p0 * kvd, 1, n, p0);  // the new rows only: the cache holds rotated keys
+        // the new rows' q, k, v as the training forward (model.cpp block_forward): projections, biases,
+        // q and k normalized (from kc.qk_pre) before their rotation
+        bf16 *q_rows = kc.q + p0 * qd, *k_rows = kc.k[bi] + p0 * kvd, *v_rows = kc.v[bi] + p0 * kvd;
+        const bool qk_norm = c.qk_norm != QkNorm::NONE;
+        bf16* q_lin = qk_norm ? kc.qk_pre : q_rows;
+        be.matmul_forward(q_lin, kc.ln_out, weight_of(kc, p.wq), n, d, qd);
+        bias_forward(be, q_lin, p.bq, n);
+        if (qk_norm) qk_norm_forward(be, c, q_rows, nullptr, q_lin, p.q_norm_w, n, H);
+        bf16* k_lin = qk_norm ? kc.qk_pre : k_rows;
+        be.matmul_forward(k_lin, kc.ln_out, weight_of(kc, p.wk), n, d, kvd);
+        bias_forward(be, k_lin, p.bk, n);
+        if (qk_norm) qk_norm_forward(be, c, k_rows, nullptr, k_lin, p.k_norm_w, n, KV);
+        be.matmul_forward(v_rows, kc.ln_out, weight_of(kc, p.wv), n, d, kvd);
+        bias_forward(be, v_rows, p.bv, n);
+        rotate_qk(be, c, q_rows, k_rows, 1, n, p0);  // the new rows only: the cache holds rotated keys
         // causal attention over positions 0..L-1; rows before p0 recompute cached outputs (ignored)
         be.attention_forward(kc.attn_out, kc.lse, kc.q, kc.k[bi], kc.v[bi], AttentionShape{1, L, H, KV, hd});
         be.matmul_forward(kc.resid1, kc.attn_out + p0 * qd, weight_of(kc, p.wo), n, qd, d);

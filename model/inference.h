@@ -38,6 +38,7 @@ struct KvCache {
     bf16 *x = nullptr, *y = nullptr;                                // (R, d_model) residual stream in / out of a block
     bf16 *ln_out = nullptr, *resid1 = nullptr;                      // (R, d_model)
     bf16 *q = nullptr, *attn_out = nullptr;                         // (max_len, n_heads * head_dim), by position
+    bf16* qk_pre = nullptr;  // (R, n_heads * head_dim): q's, then k's projection before its RMSNorm (model.qk_norm)
     float* lse = nullptr;                                           // (n_heads, max_len)
     bf16 *ffn_h1 = nullptr, *ffn_h2 = nullptr, *ffn_act = nullptr;  // (R, d_ff)
     float *router_logits = nullptr, *router_probs = nullptr;        // (R, E)
@@ -56,7 +57,7 @@ struct KvCache {
 
 /// The rows of a KV cache of up to max_len positions (R = max_len), with their KvCache member:
 /// X(member, C++ type, plan name, plan dtype, when, element count); when: ALL, DENSE (the model has a
-/// dense FFN block), MOE (it has a MoE block). int64 index rows are pairs of 4-byte words, as in the
+/// dense FFN block), MOE (it has a MoE block), QK_NORM (model.qk_norm is full or per_head). int64 index rows are pairs of 4-byte words, as in the
 /// activation table (model/activations.h). Each block's keys and values ("kv.k.<b>", "kv.v.<b>",
 /// (R, kvd) bf16) sit between the two halves.
 // clang-format off
@@ -68,6 +69,7 @@ struct KvCache {
     X(resid1,         bf16*,    "kv.resid1",         BF16, ALL,   D.R * D.d)   \
     X(q,              bf16*,    "kv.q",              BF16, ALL,   D.R * D.qd)  \
     X(attn_out,       bf16*,    "kv.attn_out",       BF16, ALL,   D.R * D.qd)  \
+    X(qk_pre,         bf16*,    "kv.qk_pre",         BF16, QK_NORM, D.R * D.qd) \
     X(lse,            float*,   "kv.lse",            F32,  ALL,   D.H * D.R)   \
     X(logits,         float*,   "kv.logits",         F32,  ALL,   D.R * D.Vp)  \
     X(scalars,        float*,   "kv.scalars",        F32,  ALL,   8)

@@ -157,10 +157,21 @@ void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, b
     const bf16* inp = a.block_input[b];
 
     // attention sub-block: resid1 = inp + wo · attn(norm1(inp)), q and k at their positions
+    // (model.attention_bias: + bq, bk, bv; model.qk_norm: q and k normalized from act.q_pre, k_pre)
     norm_forward(be, c, a.ln1_out[b], a.ln1_mean[b], a.ln1_rstd[b], inp, p.ln1_w, p.ln1_b, x.N);
-    be.matmul_forward(a.q[b], a.ln1_out[b], p.wq.w(), x.N, x.d, x.qd);
-    be.matmul_forward(a.k[b], a.ln1_out[b], p.wk.w(), x.N, x.d, x.kvd);
+    const bool qk_norm = c.qk_norm != QkNorm::NONE;
+    bf16* q_lin = qk_norm ? a.q_pre[b] : a.q[b];  // the projections' outputs
+    bf16* k_lin = qk_norm ? a.k_pre[b] : a.k[b];
+    be.matmul_forward(q_lin, a.ln1_out[b], p.wq.w(), x.N, x.d, x.qd);
+    be.matmul_forward(k_lin, a.ln1_out[b], p.wk.w(), x.N, x.d, x.kvd);
     be.matmul_forward(a.v[b], a.ln1_out[b], p.wv.w(), x.N, x.d, x.kvd);
+    bias_forward(be, q_lin, p.bq, x.N);
+    bias_forward(be, k_lin, p.bk, x.N);
+    bias_forward(be, a.v[b], p.bv, x.N);
+    if (qk_norm) {
+        qk_norm_forward(be, c, a.q[b], a.q_rstd[b], q_lin, p.q_norm_w, x.N, x.H);
+        qk_norm_forward(be, c, a.k[b], a.k_rstd[b], k_lin, p.k_norm_w, x.N, x.KV);
+    }
     rotate_qk(be, c, a.q[b], a.k[b], x.B, x.T, 0);
     attention_core_forward(m, bi);
     be.matmul_forward(a.resid1[b], a.attn_out[b], p.wo.w(), x.N, x.qd, x.d);
@@ -299,8 +310,18 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
     const AttentionShape as{x.B, x.T, x.H, x.KV, x.hd};
     be.attention_backward(a.d_q, a.d_k, a.d_v, a.d_attn_out, a.q[b], a.k[b], a.v[b], a.attn_out[b], a.attn_lse[b], as);
     rotate_qk(be, c, a.d_q, a.d_k, x.B, x.T, 0, true);  // to the gradients of q and k before their rotation
-    be.matmul_backward(a.d_ln_out, p.wq.grad, a.d_q, a.ln1_out[b], p.wq.w(), x.N, x.d, x.qd);
-    be.matmul_backward(a.d_ln_out, p.wk.grad, a.d_k, a.ln1_out[b], p.wk.w(), x.N, x.d, x.kvd, true);
+    // model.qk_norm: back through q's, then k's RMSNorm into act.d_attn_out (free once the attention's
+    // backward has read it; (N, qd) holds k's (N, kvd) too), the gradient of the projection's output
+    const bool qk_norm = c.qk_norm != QkNorm::NONE;
+    const bf16* dq_lin = qk_norm ? a.d_attn_out : a.d_q;
+    if (qk_norm) qk_norm_backward(be, c, a.d_attn_out, p.q_norm_w, a.d_q, a.q_pre[b], a.q_rstd[b], x.N, x.H);
+    bias_backward(be, p.bq, dq_lin, x.N);
+    be.matmul_backward(a.d_ln_out, p.wq.grad, dq_lin, a.ln1_out[b], p.wq.w(), x.N, x.d, x.qd);
+    const bf16* dk_lin = qk_norm ? a.d_attn_out : a.d_k;
+    if (qk_norm) qk_norm_backward(be, c, a.d_attn_out, p.k_norm_w, a.d_k, a.k_pre[b], a.k_rstd[b], x.N, x.KV);
+    bias_backward(be, p.bk, dk_lin, x.N);
+    be.matmul_backward(a.d_ln_out, p.wk.grad, dk_lin, a.ln1_out[b], p.wk.w(), x.N, x.d, x.kvd, true);
+    bias_backward(be, p.bv, a.d_v, x.N);
     be.matmul_backward(a.d_ln_out, p.wv.grad, a.d_v, a.ln1_out[b], p.wv.w(), x.N, x.d, x.kvd, true);
     norm_backward(be, c, a.d_resid, p.ln1_w, p.ln1_b, a.d_ln_out, a.block_input[b], a.ln1_mean[b], a.ln1_rstd[b], x.N);
     be.accumulate(a.d_stream, a.d_resid, x.N * x.d);  // g = d block input
@@ -436,8 +457,6 @@ GradGroups grad_groups(const Model& m) {
 Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backend& backend) {
     if (!arena.plan) fail("model: the arena has no memory plan");
     const ModelConfig& c = cfg.model;
-    if (c.head_dim() * c.n_heads != c.d_model)
-        fail("model: d_model {} is not n_heads {} x head_dim", c.d_model, c.n_heads);
     Model m;
     m.cfg = &cfg;
     m.table = &table;
@@ -462,6 +481,11 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
         bp.wk = P(pre + "attn.wk");
         bp.wv = P(pre + "attn.wv");
         bp.wo = P(pre + "attn.wo");
+        bp.bq = maybe(pre + "attn.bq");
+        bp.bk = maybe(pre + "attn.bk");
+        bp.bv = maybe(pre + "attn.bv");
+        bp.q_norm_w = maybe(pre + "attn.q_norm.weight");
+        bp.k_norm_w = maybe(pre + "attn.k_norm.weight");
         bp.ln2_w = P(pre + "ln2.weight");
         bp.ln2_b = maybe(pre + "ln2.bias");
         bp.moe = c.is_moe_block(b);
@@ -559,7 +583,9 @@ void model_init(Model& m, uint64_t seed) {
     for (const ParamRef& p : m.params) {
         const ParamInfo& info = *p.info;
         const int64_t n = info.numel();
-        const bool normal = info.role != Role::NORM_WEIGHT && info.role != Role::NORM_BIAS && info.role != Role::ROUTER;
+        const bool normal = info.role != Role::NORM_WEIGHT && info.role != Role::NORM_BIAS &&
+                            info.role != Role::ROUTER && info.role != Role::QK_NORM_WEIGHT &&
+                            info.role != Role::ATTN_BIAS;
         const bool out_proj = info.role == Role::ATTN_O || info.role == Role::FFN_W3 || info.role == Role::EXPERT_W3;
         const float std = float(out_proj ? out_std : c.init_std);
         if (normal && info.element_offset() == 0) {
@@ -571,8 +597,10 @@ void model_init(Model& m, uint64_t seed) {
         }
         host.assign(size_t(n), 0.0f);
         switch (info.role) {
-            case Role::NORM_WEIGHT: std::fill(host.begin(), host.end(), 1.0f); break;
+            case Role::NORM_WEIGHT:
+            case Role::QK_NORM_WEIGHT: std::fill(host.begin(), host.end(), 1.0f); break;
             case Role::NORM_BIAS:
+            case Role::ATTN_BIAS:
             case Role::ROUTER: break;  // zero
             default: {
                 const int64_t offset = info.element_offset();

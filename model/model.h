@@ -36,6 +36,9 @@ struct BlockParams {
     ParamRef wq;            // (n_heads*head_dim, d_model) bf16
     ParamRef wk, wv;        // (n_kv_heads*head_dim, d_model) bf16
     ParamRef wo;            // (d_model, n_heads*head_dim) bf16
+    ParamRef bq, bk, bv;    // (n_heads*head_dim), (n_kv_heads*head_dim) x 2 fp32; absent without model.attention_bias
+    ParamRef q_norm_w, k_norm_w;  // fp32 RMSNorm gains of q and k (model.qk_norm; absent with none): full
+                                  // (n_heads*head_dim), (n_kv_heads*head_dim); per_head (head_dim) each
     ParamRef ln2_w, ln2_b;  // (d_model) fp32
     bool moe = false;
     ParamRef ffn_w1, ffn_w2;        // (d_ff, d_model) bf16
@@ -140,8 +143,7 @@ struct LossParts {
 
 /// Bind the model to an arena allocated from a plan built with the same Config and ParamTable
 /// (engine/memory_plan.h). The plan's microbatch and seq_len fix the shapes. Throws skew::Error
-/// when a buffer is missing, a slot is too small (e.g. the backend's LM-head workspace) or
-/// d_model is not n_heads * head_dim.
+/// when a buffer is missing or a slot is too small (e.g. the backend's LM-head workspace).
 Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backend& backend);
 
 /// Attach the expert-parallel group to a model bound over an expert-parallel rank's table
@@ -154,7 +156,7 @@ void model_set_expert_comm(Model& m, Communicator* comm);
 
 /// Initialize every weight (docs/design.md, "The paper's model"): linear and embedding weights
 /// N(0, init_std); attn.wo, ffn.w3 and experts.w3 N(0, init_std / sqrt(2 n_blocks)); the router
-/// zero; LayerNorm weight 1, bias 0. Element i of parameter p draws philox_normal(seed,
+/// zero; norm weights 1 (LayerNorm, RMSNorm, q and k norms), norm and attention biases 0. Element i of parameter p draws philox_normal(seed,
 /// PHILOX_STREAM_INIT, step 0, tensor p.index, element i), so every backend initializes alike.
 /// bf16 weights are rounded to nearest even. The normals are drawn by Backend::init_normal (on the
 /// device for the CUDA backend); ones and zeros are copied from the host.

@@ -56,6 +56,13 @@ BackendWorkspace cuda_backend_workspace(const Config& cfg, const ParamTable& tab
     int64_t scratch = cuda_ws::embedding_backward_scratch_bytes(B, T, m.padded_vocab_size);
     scratch = std::max(scratch, cuda_ws::layernorm_backward_scratch_bytes(N, d));
     scratch = std::max(scratch, cuda_ws::attention_backward_scratch_bytes(B, m.n_heads, T));
+    // q and k's RMSNorm (model.qk_norm) and the projections' biases (model.attention_bias): the
+    // weight gradients' row-chunk partials over q's width, the widest of q, k and v
+    const int64_t qd = m.n_heads * m.head_dim();
+    if (m.qk_norm == QkNorm::FULL) scratch = std::max(scratch, cuda_ws::rmsnorm_backward_scratch_bytes(N, qd));
+    if (m.qk_norm == QkNorm::PER_HEAD)
+        scratch = std::max(scratch, cuda_ws::rmsnorm_backward_scratch_bytes(N * m.n_heads, m.head_dim()));
+    if (m.attention_bias) scratch = std::max(scratch, cuda_ws::bias_add_backward_scratch_bytes(N, qd));
     scratch = std::max(scratch, cuda_ws::sum_squares_scratch_bytes(int64_t(table.params.size()), grad_blocks));
     if (has_moe) {
         scratch = std::max(scratch, cuda_ws::moe_router_forward_scratch_bytes(N, m.n_experts));

@@ -171,6 +171,13 @@ template <class T>
 void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, const float* weight, const float* rstd,
                       int64_t n_rows, int64_t channels, bool accumulate_dinp);
 
+// ---- bias add of a linear layer's output (bias.cpp)
+
+template <class T>
+void bias_add_forward(T* out, const float* bias, int64_t n_rows, int64_t channels);
+template <class T>
+void bias_add_backward(float* dbias, const T* dout, int64_t n_rows, int64_t channels);
+
 // ---- rotary position embedding (rope.cpp)
 
 template <class T>

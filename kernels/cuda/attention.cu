@@ -7,6 +7,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/workspace_sizes.h"
+#include "kernels/common/attention_head_dims.h"
 
 namespace skew::cuda {
 
@@ -81,9 +82,7 @@ void check_shape(const char* op, const AttentionShape& s) {
 
 }  // namespace
 
-bool attention_supports_head_dim(int64_t head_dim) {
-    return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
-}
+bool attention_supports_head_dim(int64_t head_dim) { return skew::attention_head_dim_supported(head_dim); }
 
 bool attention_uses_tensor_cores(const void* q, const void* k, const void* v, const void* out,
                                  const AttentionShape& s) {

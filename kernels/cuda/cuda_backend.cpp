@@ -11,6 +11,7 @@
 
 #include "engine/error.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/bias.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_alloc.h"
@@ -243,6 +244,17 @@ void CudaBackend::rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout,
     check_nonneg("rmsnorm_backward channels", channels);
     void* s = dweight ? scratch(cuda_ws::rmsnorm_backward_scratch_bytes(n_rows, channels)) : nullptr;
     cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, n_rows, channels, accumulate_dinp, s, stream_);
+}
+
+void CudaBackend::bias_add_forward(bf16* out, const float* bias, int64_t n_rows, int64_t channels) {
+    cuda::bias_add_forward(out, bias, n_rows, channels, stream_);
+}
+
+void CudaBackend::bias_add_backward(float* dbias, const bf16* dout, int64_t n_rows, int64_t channels) {
+    check_nonneg("bias_add_backward n_rows", n_rows);
+    check_nonneg("bias_add_backward channels", channels);
+    void* s = scratch(cuda_ws::bias_add_backward_scratch_bytes(n_rows, channels));
+    cuda::bias_add_backward(dbias, dout, n_rows, channels, s, stream_);
 }
 
 void CudaBackend::rope(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim, int64_t pos0,

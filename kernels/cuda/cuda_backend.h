@@ -89,6 +89,8 @@ public:
                          float eps) override;
     void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp, const float* weight,
                           const float* rstd, int64_t n_rows, int64_t channels, bool accumulate_dinp) override;
+    void bias_add_forward(bf16* out, const float* bias, int64_t n_rows, int64_t channels) override;
+    void bias_add_backward(float* dbias, const bf16* dout, int64_t n_rows, int64_t channels) override;
     void rope(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim, int64_t pos0, float theta,
               bool inverse) override;
 

@@ -49,6 +49,11 @@ inline int64_t rmsnorm_backward_scratch_bytes(int64_t n_rows, int64_t channels) 
     return layernorm_param_chunks(n_rows) * channels * 4;
 }
 
+/// Scratch of bias_add_backward: fp32 partial column sums, (chunks, channels) (as RMSNorm's dweight).
+inline int64_t bias_add_backward_scratch_bytes(int64_t n_rows, int64_t channels) {
+    return layernorm_param_chunks(n_rows) * channels * 4;
+}
+
 /// Scratch of attention_backward: the per-row D = <dout, out>, (batch, n_heads, seq_len) fp32.
 inline int64_t attention_backward_scratch_bytes(int64_t batch, int64_t n_heads, int64_t seq_len) {
     return std::max<int64_t>(1, batch * n_heads * seq_len) * 4;

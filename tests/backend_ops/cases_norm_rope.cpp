@@ -1,8 +1,9 @@
 // The op table's RMSNorm and rotary-position rows (kernels/backend.h "RMSNorm", "rotary position
 // embedding"; docs/architectures.md): test shapes with tails off the 64-column reduction block and
 // the 32-lane warp, T = 1, head_dim 16/32/64/128, positions offset by pos0 as a KV cache uses
-// them, the inverse rotation, an odd head_dim refused; the paper-width perf shapes; and their
-// finite-difference cases.
+// them, the inverse rotation, an odd head_dim refused; RMSNorm at the q and k norm shapes
+// (model.qk_norm: one head's head_dim lanes per row, or a whole projection's); the paper-width
+// perf shapes; and their finite-difference cases.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -102,6 +103,8 @@ void add_norm_rope_cases(std::vector<Case>& out, const TableOptions& o) {
         out.push_back(rmsnorm_fwd_case(N, C, 1));
         out.push_back(rmsnorm_bwd_case(N, C, true, 2));
         out.push_back(rope_case(B, T, 32, 128, 0, 1e6f, false, 3));
+        out.push_back(rmsnorm_fwd_case(N * 32, 128, 4));  // Qwen3's per-head q norm: 32 heads of 128
+        out.push_back(rmsnorm_bwd_case(N * 32, 128, false, 5));
         return;
     }
     out.push_back(rmsnorm_fwd_case(5, 67, 10));
@@ -109,6 +112,16 @@ void add_norm_rope_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(rmsnorm_bwd_case(5, 67, false, 12));
     out.push_back(rmsnorm_bwd_case(16, 64, true, 13));
     out.push_back(rmsnorm_bwd_case(1, 256, false, 14));
+    // q and k normalization (model.qk_norm): per_head rows of one head (head_dim 16..128, one warp
+    // per row on CUDA, a half-idle warp at 16), full rows of a whole projection (OLMoE's widths)
+    uint32_t qk_seed = 50;
+    for (int64_t d : {16, 32, 64, 128}) {
+        out.push_back(rmsnorm_fwd_case(2 * 9 * 4, d, qk_seed += 3));  // B 2, T 9, 4 heads
+        out.push_back(rmsnorm_bwd_case(2 * 9 * 4, d, false, qk_seed += 3));
+    }
+    out.push_back(rmsnorm_bwd_case(300, 64, false, 70));  // rows across two 256-row partial chunks
+    out.push_back(rmsnorm_fwd_case(7, 2048, 71));          // full: q of 16 heads of 128
+    out.push_back(rmsnorm_bwd_case(7, 2048, false, 72));
     uint32_t seed = 20;
     for (int64_t d : {16, 32, 64, 128}) out.push_back(rope_case(2, 70, 3, d, 0, 1e4f, false, seed += 3));
     out.push_back(rope_case(1, 9, 4, 128, 37, 1e6f, false, 40));  // a KV cache's positions

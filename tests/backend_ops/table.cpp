@@ -133,6 +133,7 @@ std::vector<Case> all_cases(const TableOptions& o) {
     std::vector<Case> c;
     add_dense_cases(c, o);
     add_norm_rope_cases(c, o);
+    add_bias_cases(c, o);
     add_attention_cases(c, o);
     add_moe_cases(c, o);
     add_loss_cases(c, o);
@@ -149,6 +150,7 @@ std::vector<GradCase> all_grad_cases() {
     std::vector<GradCase> g;
     add_dense_grad_cases(g);
     add_norm_rope_grad_cases(g);
+    add_bias_grad_cases(g);
     add_attention_grad_cases(g);
     add_moe_grad_cases(g);
     add_loss_grad_cases(g);

@@ -123,6 +123,14 @@ struct GuardedBackend : Backend {
         Open open_arena(*this);
         inner_->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, n_rows, channels, accumulate_dinp);
     }
+    void bias_add_forward(bf16* out, const float* bias, int64_t n_rows, int64_t channels) override {
+        Open open_arena(*this);
+        inner_->bias_add_forward(out, bias, n_rows, channels);
+    }
+    void bias_add_backward(float* dbias, const bf16* dout, int64_t n_rows, int64_t channels) override {
+        Open open_arena(*this);
+        inner_->bias_add_backward(dbias, dout, n_rows, channels);
+    }
     void rope(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim, int64_t pos0, float theta,
               bool inverse) override {
         Open open_arena(*this);
