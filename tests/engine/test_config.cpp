@@ -458,3 +458,49 @@ TEST_CASE("YAML nested past yaml-cpp's depth limit names the nesting and its lin
     const std::string set = error_of("train:\n  steps: 5\n", {"model.d_model=" + std::string(3000, '[')});
     CHECK(set.find("--set model.d_model: YAML nested too deeply") == 0);
 }
+
+// model.head_dim, model.qk_norm, model.attention_bias (docs/architectures.md): one test per rule.
+TEST_CASE("model.head_dim absent or 0 is d_model / n_heads; given, it is the head width and lifts d_model % n_heads") {
+    const Config plain = load_config_text("model:\n  d_model: 64\n  n_heads: 4\n  n_kv_heads: 2\n", "test.yaml");
+    CHECK(plain.model.head_dim_key == 0);
+    CHECK(plain.model.head_dim() == 16);
+    CHECK(plain.model.qk_norm == QkNorm::NONE);
+    CHECK_FALSE(plain.model.attention_bias);
+    // Qwen3-30B-A3B's attention: 32 heads of 128 over d_model 2048 (q 4096 wide)
+    const Config qwen = load_config_text(
+        "model:\n  d_model: 2048\n  n_heads: 32\n  n_kv_heads: 4\n  head_dim: 128\n  qk_norm: per_head\n", "test.yaml");
+    CHECK(qwen.model.head_dim() == 128);
+    CHECK(qwen.model.qk_norm == QkNorm::PER_HEAD);
+    // d_model 72 is not a multiple of 5 heads: allowed when head_dim is given, refused when it is not
+    CHECK(error_of("model:\n  d_model: 72\n  n_heads: 5\n  n_kv_heads: 1\n  head_dim: 32\n").empty());
+    CHECK(error_of("model:\n  d_model: 72\n  n_heads: 5\n  n_kv_heads: 1\n").find("d_model (72) must be divisible by "
+                                                                                  "n_heads (5)") != std::string::npos);
+}
+
+TEST_CASE("model.head_dim must be one the CUDA attention kernels take, unless the run is on the CPU") {
+    const std::string e = error_of("model:\n  d_model: 64\n  n_heads: 4\n  n_kv_heads: 2\n  head_dim: 24\n");
+    CHECK(e.find("test.yaml:5:13") != std::string::npos);
+    CHECK(e.find("model.head_dim: head_dim (24) must be 16, 32, 64 or 128") != std::string::npos);
+    CHECK(error_of("model:\n  d_model: 64\n  n_heads: 4\n  n_kv_heads: 2\n  head_dim: 24\nruntime:\n  backend: cpu\n")
+              .empty());
+    // the key's range: not negative
+    CHECK(error_of("model:\n  head_dim: -16\n").find("model.head_dim") != std::string::npos);
+}
+
+TEST_CASE("model.head_dim must be even with rope") {
+    const std::string yaml = "model:\n  d_model: 64\n  n_heads: 4\n  n_kv_heads: 2\n  head_dim: 23\nruntime:\n  backend: cpu\n";
+    CHECK(error_of(yaml).empty());  // learned positions: any width on the CPU
+    const std::string e = error_of(yaml, {"model.positions=rope"});
+    CHECK(e.find("model.head_dim: rope pairs lane i with lane i + head_dim/2: head_dim (23) must be even") !=
+          std::string::npos);
+    CHECK(e.find("--set model.positions=rope") != std::string::npos);  // the option that broke the rule is named
+}
+
+TEST_CASE("model.qk_norm takes none, full or per_head; model.attention_bias a bool") {
+    CHECK(load_config_text("model:\n  qk_norm: full\n", "test.yaml").model.qk_norm == QkNorm::FULL);
+    const std::string e = error_of("model:\n  qk_norm: per-head\n");
+    CHECK(e.find("model.qk_norm") != std::string::npos);
+    CHECK(e.find("per_head") != std::string::npos);  // the allowed values are listed
+    CHECK(load_config_text("model:\n  attention_bias: true\n", "test.yaml").model.attention_bias);
+    CHECK(error_of("model:\n  attention_bias: 2\n").find("model.attention_bias") != std::string::npos);
+}

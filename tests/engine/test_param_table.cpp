@@ -82,7 +82,7 @@ TEST_CASE("an expert-parallel rank's table holds n_experts / M experts of each b
 
 TEST_CASE("is_expert_bank: exactly the three stacked expert roles, the experts tier's 3-D tensors") {
     // every role, by its value: only EXPERT_W1, EXPERT_W2 and EXPERT_W3 are banks
-    for (int r = int(Role::TOKEN_EMBEDDING); r <= int(Role::OUTPUT_HEAD); ++r) {
+    for (int r = int(Role::TOKEN_EMBEDDING); r <= int(Role::ATTN_BIAS); ++r) {
         ParamInfo p;
         p.role = Role(r);
         INFO(role_name(p.role));
@@ -104,4 +104,55 @@ TEST_CASE("is_expert_bank: exactly the three stacked expert roles, the experts t
     }
     CHECK(is_expert_bank(*build_param_table(c.model).find("blocks.1.moe.experts.w3")));
     CHECK_FALSE(is_expert_bank(*build_param_table(c.model).find("blocks.1.moe.router.weight")));
+}
+
+// model.head_dim independent of d_model / n_heads (Qwen3-30B-A3B: d_model 2048, 32 heads of 128,
+// 4 KV heads), with q and k norms and the projections' biases, in Hugging Face's order.
+TEST_CASE("head_dim != d_model / n_heads sizes q, k, v and o by n_heads x head_dim; qk_norm and biases are fp32 vectors") {
+    Config c = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml");
+    c.model.d_model = 2048;
+    c.model.n_heads = 32;
+    c.model.n_kv_heads = 4;
+    c.model.head_dim_key = 128;
+    c.model.attention_bias = true;
+    for (QkNorm qn : {QkNorm::FULL, QkNorm::PER_HEAD}) {
+        c.model.qk_norm = qn;
+        const ParamTable t = build_param_table(c.model);
+        auto shape = [&](const std::string& n) {
+            const ParamInfo* p = t.find("blocks.0." + n);
+            REQUIRE(p);
+            return p->shape;
+        };
+        CHECK(shape("attn.wq") == std::vector<int64_t>{4096, 2048});
+        CHECK(shape("attn.wk") == std::vector<int64_t>{512, 2048});
+        CHECK(shape("attn.wv") == std::vector<int64_t>{512, 2048});
+        CHECK(shape("attn.wo") == std::vector<int64_t>{2048, 4096});
+        CHECK(shape("attn.bq") == std::vector<int64_t>{4096});
+        CHECK(shape("attn.bk") == std::vector<int64_t>{512});
+        CHECK(shape("attn.bv") == std::vector<int64_t>{512});
+        const bool full = qn == QkNorm::FULL;
+        CHECK(shape("attn.q_norm.weight") == std::vector<int64_t>{full ? 4096 : 128});
+        CHECK(shape("attn.k_norm.weight") == std::vector<int64_t>{full ? 512 : 128});
+        // the order: wq bq wk bk wv bv wo q_norm k_norm, then ln2
+        std::vector<std::string> names;
+        for (const ParamInfo& p : t.params)
+            if (p.block == 0) names.push_back(p.name.substr(9));
+        const std::vector<std::string> head(names.begin(), names.begin() + 11);
+        CHECK(head == std::vector<std::string>{"ln1.weight", "ln1.bias", "attn.wq", "attn.bq", "attn.wk", "attn.bk",
+                                               "attn.wv", "attn.bv", "attn.wo", "attn.q_norm.weight",
+                                               "attn.k_norm.weight"});
+        for (const ParamInfo& p : t.params) {
+            if (p.role != Role::QK_NORM_WEIGHT && p.role != Role::ATTN_BIAS) continue;
+            INFO(p.name);
+            CHECK(p.tier == Tier::BACKBONE);
+            CHECK(p.dtype == DType::F32);
+            CHECK(p.is_vector());
+        }
+    }
+    // the defaults add nothing: the paper's table is unchanged
+    Config paper = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/paper-6.78b.yaml");
+    for (const ParamInfo& p : build_param_table(paper.model).params) {
+        CHECK(p.role != Role::QK_NORM_WEIGHT);
+        CHECK(p.role != Role::ATTN_BIAS);
+    }
 }

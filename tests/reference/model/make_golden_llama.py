@@ -4,10 +4,19 @@
 # written from the published equations, not from the engine: RMSNorm y = x / sqrt(mean(x^2) + eps) * w;
 # rotary positions in the "rotate half" layout (lane i with lane i + d/2, angle pos * theta^(-2i/d))
 # on q and k before the scores; an untied LM head; every block an MoE (softmax over all experts,
-# top-k, gates renormalized to sum 1); the engine's balance loss (alpha * E * sum_e mean_p_e * f_e
-# per MoE block, f = counts / (N k)) and z-loss (coef * mean lse^2) summed over blocks. float64
-# autograd, router noise off. Writes golden_llama_inputs.bin and golden_llama.bin next to this
-# script (the SKEWGOLD records of make_golden.py), read by tests/model/test_golden_llama.cpp.
+# top-k, gates renormalized to sum 1, or not: OLMoE); the engine's balance loss (alpha * E * sum_e
+# mean_p_e * f_e per MoE block, f = counts / (N k)) and z-loss (coef * mean lse^2) summed over
+# blocks. float64 autograd, router noise off. Four variants (VARIANTS), each written as
+# golden_<name>_inputs.bin and golden_<name>.bin next to this script (the SKEWGOLD records of
+# make_golden.py), read by tests/model/test_golden_llama.cpp:
+#   llama  Mixtral's block (GQA, renormalized top-2 of 4).
+#   olmoe  OLMoE's (Groeneveld et al. / Muennighoff et al. 2024): MHA, QK-norm over the full q and k
+#          widths (q = RMSNorm_{H*hd}(x Wq^T) * w_q, k likewise), top-8 of 16 not renormalized, theta 1e4.
+#   qwen3  Qwen3-MoE's (Qwen3 technical report 2025): GQA, head_dim 16 > d_model / n_heads = 8, QK-norm
+#          per head (each head's hd lanes normalized, one weight of hd shared by the heads), top-8 of 16
+#          renormalized, eps 1e-6, theta 1e6.
+#   qwen2  Qwen2's attention biases (q = x Wq^T + b_q, k and v likewise; none on o), GQA, top-2 of 4.
+# QK-norm is applied after the projections (and biases), before the rotation.
 #
 # Run with Debian's python3 (torch 1.13, numpy):  /usr/bin/python3 tests/reference/model/make_golden_llama.py
 import math
@@ -17,28 +26,56 @@ import struct
 import numpy as np
 import torch
 
-# Must match LLAMA_YAML in tests/model/test_golden_llama.cpp (checked through the "config" record).
+# Each must match its YAML in tests/model/golden_fixture.h (checked through the "config" record).
 CFG = dict(vocab_size=96, padded_vocab_size=128, d_model=32, n_blocks=2, n_heads=4, n_kv_heads=2, max_seq_len=16,
            n_experts=4, d_expert=32, top_k=2, batch=2, seq_len=16, rope_theta=100.0, eps=1e-5, balance_alpha=0.05,
-           z_coef=1e-4)
+           z_coef=1e-4, head_dim=0, qk_norm="none", attention_bias=False, normalize_top_k=True)
 CONFIG_KEYS = ["vocab_size", "padded_vocab_size", "d_model", "n_blocks", "n_heads", "n_kv_heads", "max_seq_len",
                "n_experts", "d_expert", "top_k", "batch", "seq_len", "rope_theta"]
+# the variants' config record adds these (qk_norm as 0 none, 1 full, 2 per_head)
+EXTRA_KEYS = ["head_dim", "qk_norm", "attention_bias", "normalize_top_k", "eps"]
+QK_NORMS = ["none", "full", "per_head"]
+# name: (config, first weights seed, router weights' std, config keys recorded)
+VARIANTS = {
+    "llama": (CFG, 20261203, 0.3, CONFIG_KEYS),
+    "olmoe": (dict(CFG, n_kv_heads=4, n_experts=16, d_expert=16, top_k=8, rope_theta=1e4, qk_norm="full",
+                   normalize_top_k=False), 20270101, 1.0, CONFIG_KEYS + EXTRA_KEYS),
+    "qwen3": (dict(CFG, head_dim=16, n_experts=16, d_expert=16, top_k=8, rope_theta=1e6, eps=1e-6,
+                   qk_norm="per_head"), 20270201, 1.0, CONFIG_KEYS + EXTRA_KEYS),
+    "qwen2": (dict(CFG, rope_theta=1e6, eps=1e-6, attention_bias=True), 20270301, 0.3, CONFIG_KEYS + EXTRA_KEYS),
+}
 PROBE_ROWS = [0, 7, 20, 31]
 MIN_MARGIN = 0.04  # no token within this of a top-k tie in router logits
 ROUTING_MARGIN = []
 
 
+def head_dim(c):
+    return c["head_dim"] or c["d_model"] // c["n_heads"]
+
+
 def param_table(c):
-    """Names, shapes, dtypes in engine/param_table.cpp's order for this architecture."""
-    d, hd = c["d_model"], c["d_model"] // c["n_heads"]
+    """Names, shapes, dtypes in engine/param_table.cpp's order for this architecture (Hugging Face's
+    order within attention: q, k, v projections each followed by its bias, o, q_norm, k_norm)."""
+    d, hd = c["d_model"], head_dim(c)
     q, kv, E, h = c["n_heads"] * hd, c["n_kv_heads"] * hd, c["n_experts"], c["d_expert"]
+    bias = c["attention_bias"]
     t = [("embed.tokens", (c["padded_vocab_size"], d), "bf16")]
     for b in range(c["n_blocks"]):
         p = f"blocks.{b}."
-        t += [(p + "ln1.weight", (d,), "f32"), (p + "attn.wq", (q, d), "bf16"), (p + "attn.wk", (kv, d), "bf16"),
-              (p + "attn.wv", (kv, d), "bf16"), (p + "attn.wo", (d, q), "bf16"), (p + "ln2.weight", (d,), "f32"),
-              (p + "moe.router.weight", (E, d), "f32"), (p + "moe.experts.w1", (E, h, d), "bf16"),
-              (p + "moe.experts.w2", (E, h, d), "bf16"), (p + "moe.experts.w3", (E, d, h), "bf16")]
+        t += [(p + "ln1.weight", (d,), "f32"), (p + "attn.wq", (q, d), "bf16")]
+        t += [(p + "attn.bq", (q,), "f32")] if bias else []
+        t += [(p + "attn.wk", (kv, d), "bf16")]
+        t += [(p + "attn.bk", (kv,), "f32")] if bias else []
+        t += [(p + "attn.wv", (kv, d), "bf16")]
+        t += [(p + "attn.bv", (kv,), "f32")] if bias else []
+        t += [(p + "attn.wo", (d, q), "bf16")]
+        if c["qk_norm"] != "none":
+            full = c["qk_norm"] == "full"
+            t += [(p + "attn.q_norm.weight", (q if full else hd,), "f32"),
+                  (p + "attn.k_norm.weight", (kv if full else hd,), "f32")]
+        t += [(p + "ln2.weight", (d,), "f32"), (p + "moe.router.weight", (E, d), "f32"),
+              (p + "moe.experts.w1", (E, h, d), "bf16"), (p + "moe.experts.w2", (E, h, d), "bf16"),
+              (p + "moe.experts.w3", (E, d, h), "bf16")]
     t += [("final_ln.weight", (d,), "f32"), ("lm_head", (c["padded_vocab_size"], d), "bf16")]
     return t
 
@@ -50,15 +87,18 @@ def round_bf16(x):
     return u.astype(np.uint32).view(np.float32)
 
 
-def make_weights(c, rng):
+def make_weights(c, rng, router_std):
     w = {}
     for name, shape, dt in param_table(c):
-        if name.endswith("ln1.weight") or name.endswith("ln2.weight") or name == "final_ln.weight":
+        if name.endswith("norm.weight") or name.endswith("ln1.weight") or name.endswith("ln2.weight") or \
+                name == "final_ln.weight":
             v = 1.0 + 0.1 * rng.standard_normal(shape)
         elif name in ("embed.tokens", "lm_head"):
             v = 0.3 * rng.standard_normal(shape)
         elif "router" in name:
-            v = 0.3 * rng.standard_normal(shape)
+            v = router_std * rng.standard_normal(shape)
+        elif name.endswith(("attn.bq", "attn.bk", "attn.bv")):
+            v = 0.5 * rng.standard_normal(shape)
         else:
             v = rng.standard_normal(shape) / math.sqrt(shape[-1])
         v = v.astype(np.float32)
@@ -83,10 +123,18 @@ def rope(x, theta):
 def attention(x, p, pre, c):
     B, T, d = x.shape
     H, KV = c["n_heads"], c["n_kv_heads"]
-    hd = d // H
-    q = (x @ p[pre + "attn.wq"].T).view(B, T, H, hd).transpose(1, 2)
-    k = (x @ p[pre + "attn.wk"].T).view(B, T, KV, hd).transpose(1, 2)
-    v = (x @ p[pre + "attn.wv"].T).view(B, T, KV, hd).transpose(1, 2)
+    hd = head_dim(c)
+    q, k, v = x @ p[pre + "attn.wq"].T, x @ p[pre + "attn.wk"].T, x @ p[pre + "attn.wv"].T  # (B, T, heads * hd)
+    if c["attention_bias"]:
+        q, k, v = q + p[pre + "attn.bq"], k + p[pre + "attn.bk"], v + p[pre + "attn.bv"]
+    if c["qk_norm"] == "full":  # OLMoE: over all of q's (k's) lanes
+        q = rmsnorm(q, p[pre + "attn.q_norm.weight"], c["eps"])
+        k = rmsnorm(k, p[pre + "attn.k_norm.weight"], c["eps"])
+    q, k, v = q.view(B, T, H, hd), k.view(B, T, KV, hd), v.view(B, T, KV, hd)
+    if c["qk_norm"] == "per_head":  # Qwen3: over each head's hd lanes, one weight for every head
+        q = rmsnorm(q, p[pre + "attn.q_norm.weight"], c["eps"])
+        k = rmsnorm(k, p[pre + "attn.k_norm.weight"], c["eps"])
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     q, k = rope(q, c["rope_theta"]), rope(k, c["rope_theta"])
     k = k.repeat_interleave(H // KV, dim=1)  # query head h reads KV head h // (H / KV)
     v = v.repeat_interleave(H // KV, dim=1)
@@ -106,7 +154,7 @@ def moe(x, p, pre, c):
     order = np.argsort(-probs.detach().numpy(), axis=-1, kind="stable")[:, :K]  # ties to the lower index
     idx = torch.from_numpy(order.copy())
     chosen = probs.gather(1, idx)
-    gates = chosen / chosen.sum(-1, keepdim=True)
+    gates = chosen / chosen.sum(-1, keepdim=True) if c["normalize_top_k"] else chosen
     srt = np.sort(logits.detach().numpy(), axis=-1)[:, ::-1]
     ROUTING_MARGIN.append(float((srt[:, K - 1] - srt[:, K]).min()))
     counts = torch.bincount(idx.reshape(-1), minlength=E)
@@ -156,12 +204,10 @@ def write_records(path, records):
             f.write(arr.tobytes())
 
 
-def main():
-    c = CFG
-    here = os.path.dirname(os.path.abspath(__file__))
-    for attempt in range(100):
-        rng = np.random.default_rng(20261203 + attempt)
-        w = make_weights(c, rng)
+def make_variant(name, c, seed0, router_std, config_keys, here):
+    for attempt in range(500):
+        rng = np.random.default_rng(seed0 + attempt)
+        w = make_weights(c, rng, router_std)
         stream = rng.integers(0, c["vocab_size"], size=c["batch"] * c["seq_len"] + 1)
         tokens = stream[:-1].reshape(c["batch"], c["seq_len"])
         targets = stream[1:].reshape(c["batch"], c["seq_len"])
@@ -171,12 +217,15 @@ def main():
                     torch.from_numpy(targets), c)
         if min(ROUTING_MARGIN) > MIN_MARGIN:
             break
-    print(f"weights seed 20261203 + {attempt}: smallest top-k logit gap {min(ROUTING_MARGIN):.3f}")
+    print(f"{name}: weights seed {seed0} + {attempt}: smallest top-k logit gap {min(ROUTING_MARGIN):.3f}")
     table = param_table(c)
-    inputs = [("config", np.array([c[k] for k in CONFIG_KEYS], dtype=np.float64)), ("tokens", tokens),
+    record = {k: c[k] for k in config_keys}
+    if "qk_norm" in record:
+        record["qk_norm"] = QK_NORMS.index(record["qk_norm"])
+    inputs = [("config", np.array([float(record[k]) for k in config_keys], dtype=np.float64)), ("tokens", tokens),
               ("targets", targets), ("probe_rows", np.array(PROBE_ROWS))]
-    inputs += [("weight." + name, w[name]) for name, _, _ in table]
-    write_records(os.path.join(here, "golden_llama_inputs.bin"), inputs)
+    inputs += [("weight." + n, w[n]) for n, _, _ in table]
+    write_records(os.path.join(here, f"golden_{name}_inputs.bin"), inputs)
 
     p = {n: torch.tensor(v, dtype=torch.float64, requires_grad=True) for n, v in w.items()}
     lm, bal, z, logits, counts = forward(p, torch.from_numpy(tokens), torch.from_numpy(targets), c)
@@ -185,10 +234,16 @@ def main():
     out = [("loss", np.array([float(lm), float(bal), float(z), float(total)])),
            ("logits", logits.detach().numpy()[PROBE_ROWS])]
     out += [(f"counts.{i}", cnt.numpy()) for i, cnt in enumerate(counts)]
-    out += [("grad." + name, p[name].grad.numpy()) for name, _, _ in table]
-    write_records(os.path.join(here, "golden_llama.bin"), out)
-    print(f"llama: lm {float(lm):.6f} balance {float(bal):.6f} z {float(z):.6e} counts "
+    out += [("grad." + n, p[n].grad.numpy()) for n, _, _ in table]
+    write_records(os.path.join(here, f"golden_{name}.bin"), out)
+    print(f"{name}: lm {float(lm):.6f} balance {float(bal):.6f} z {float(z):.6e} counts "
           f"{[cnt.tolist() for cnt in counts]}")
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name, (c, seed0, router_std, config_keys) in VARIANTS.items():
+        make_variant(name, c, seed0, router_std, config_keys, here)
 
 
 if __name__ == "__main__":
