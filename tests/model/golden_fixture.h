@@ -43,6 +43,106 @@ runtime:
   grad_dtype: fp32
 )";
 
+/// The OLMoE-shaped variant of make_golden_llama.py (VARIANTS["olmoe"]): MHA, QK-norm over the full
+/// q and k widths, top-8 of 16 experts without renormalization, RoPE theta 1e4.
+inline const char* OLMOE_GOLDEN_YAML = R"(
+model:
+  vocab_size: 96
+  padded_vocab_size: 128
+  d_model: 32
+  n_blocks: 2
+  moe_blocks: [0, 1]
+  n_heads: 4
+  n_kv_heads: 4
+  max_seq_len: 16
+  n_experts: 16
+  d_expert: 16
+  top_k: 8
+  normalize_top_k: false
+  router_noise_std: 0
+  positions: rope
+  rope_theta: 10000
+  norm: rmsnorm
+  qk_norm: full
+  tie_embeddings: false
+train:
+  batch_size: 2
+  seq_len: 16
+  microbatch: 2
+  seed: 42
+runtime:
+  backend: cpu
+  workspace_gib: 0
+  grad_dtype: fp32
+)";
+
+/// The Qwen3-shaped variant (VARIANTS["qwen3"]): GQA 4/2, head_dim 16 > d_model / n_heads = 8,
+/// QK-norm per head, top-8 of 16 renormalized, RMSNorm eps 1e-6, RoPE theta 1e6.
+inline const char* QWEN3_GOLDEN_YAML = R"(
+model:
+  vocab_size: 96
+  padded_vocab_size: 128
+  d_model: 32
+  n_blocks: 2
+  moe_blocks: [0, 1]
+  n_heads: 4
+  n_kv_heads: 2
+  head_dim: 16
+  max_seq_len: 16
+  n_experts: 16
+  d_expert: 16
+  top_k: 8
+  router_noise_std: 0
+  positions: rope
+  rope_theta: 1000000
+  norm: rmsnorm
+  layernorm_eps: 0.000001
+  qk_norm: per_head
+  tie_embeddings: false
+train:
+  batch_size: 2
+  seq_len: 16
+  microbatch: 2
+  seed: 42
+runtime:
+  backend: cpu
+  workspace_gib: 0
+  grad_dtype: fp32
+)";
+
+/// The Qwen2-bias variant (VARIANTS["qwen2"]): the q, k and v projections with biases, GQA 4/2,
+/// top-2 of 4, RMSNorm eps 1e-6, RoPE theta 1e6.
+inline const char* QWEN2_GOLDEN_YAML = R"(
+model:
+  vocab_size: 96
+  padded_vocab_size: 128
+  d_model: 32
+  n_blocks: 2
+  moe_blocks: [0, 1]
+  n_heads: 4
+  n_kv_heads: 2
+  max_seq_len: 16
+  n_experts: 4
+  d_expert: 32
+  top_k: 2
+  router_noise_std: 0
+  positions: rope
+  rope_theta: 1000000
+  norm: rmsnorm
+  layernorm_eps: 0.000001
+  attention_bias: true
+  tie_embeddings: false
+train:
+  batch_size: 2
+  seq_len: 16
+  microbatch: 2
+  seed: 42
+runtime:
+  backend: cpu
+  workspace_gib: 0
+  grad_dtype: fp32
+)";
+
 /// Must match CFG in make_golden.py (the fixture's "config" record is checked against it).
 inline const char* GOLDEN_YAML = R"(
 model:

@@ -1,12 +1,15 @@
 // The Llama-family block (model.positions: rope, model.norm: rmsnorm, model.tie_embeddings: false,
-// every block an MoE: Mixtral's shape, docs/architectures.md) against an independent PyTorch reference
+// every block an MoE: Mixtral's shape, docs/architectures.md) and its OLMoE (QK-norm over the full
+// widths, top-8 not renormalized), Qwen3 (head_dim > d_model / n_heads, QK-norm per head) and Qwen2
+// (q, k, v biases) variants against an independent PyTorch reference
 // (tests/reference/model/make_golden_llama.py: float64 autograd from the published equations, router
 // noise off): loss parts, probed logits, routing counts and every parameter gradient. Tolerances as
 // the paper block's golden test against its exact equations (tests/model/test_golden.cpp): the engine
 // keeps weights and activations in bf16 with fp32 accumulation; the reference runs the same
 // bf16-valued weights in float64, so about a dozen bf16 roundings separate them, 0.5-4% per gradient
 // tensor and nearly orthogonal to the reference; a wrong equation (a rotation by the wrong angle or
-// lane pairing, a norm with a mean, the head tied by mistake) errs by O(1).
+// lane pairing, a norm with a mean, the head tied by mistake, a QK-norm over the wrong lanes, a
+// bias left out of its gradient) errs by O(1).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -24,30 +27,34 @@ namespace {
 
 std::string fixture(const std::string& name) { return std::string(SKEW_SOURCE_DIR) + "/tests/reference/model/" + name; }
 
-}  // namespace
+// The variant's config record (make_golden_llama.py CONFIG_KEYS, + EXTRA_KEYS for all but llama).
+std::vector<double> config_record(const Config& cfg, bool extra) {
+    const ModelConfig& c = cfg.model;
+    std::vector<double> r = {double(c.vocab_size), double(c.padded_vocab_size), double(c.d_model),
+                             double(c.n_blocks),   double(c.n_heads),           double(c.n_kv_heads),
+                             double(c.max_seq_len), double(c.n_experts),        double(c.d_expert),
+                             double(c.top_k),      double(cfg.train.batch_size), double(cfg.train.seq_len),
+                             c.rope_theta};
+    if (extra)
+        r.insert(r.end(), {double(c.head_dim_key), double(int(c.qk_norm)), double(c.attention_bias),
+                           double(c.normalize_top_k), c.layernorm_eps});
+    return r;
+}
 
-TEST_CASE("rope + rmsnorm + an untied head + every block MoE match the PyTorch reference", "[model][golden]") {
+// One step of the variant `name`'s model from its fixture's weights and batch, checked against its
+// reference records; returns the test model for the variant's own checks.
+std::unique_ptr<TestModel> check_variant(const std::string& name, const char* yaml) {
     const char* make = "tests/reference/model/make_golden_llama.py";
-    auto in = read_golden_records(fixture("golden_llama_inputs.bin"), make);
-    auto ref = read_golden_records(fixture("golden_llama.bin"), make);
-    auto t = make_test_model(LLAMA_GOLDEN_YAML, {}, 2);
+    auto in = read_golden_records(fixture("golden_" + name + "_inputs.bin"), make);
+    auto ref = read_golden_records(fixture("golden_" + name + ".bin"), make);
+    auto t = make_test_model(yaml, {}, 2);
     Model& m = t->model;
-    const ModelConfig& c = t->cfg.model;
-    const std::vector<double> want_cfg = {double(c.vocab_size),
-                                          double(c.padded_vocab_size),
-                                          double(c.d_model),
-                                          double(c.n_blocks),
-                                          double(c.n_heads),
-                                          double(c.n_kv_heads),
-                                          double(c.max_seq_len),
-                                          double(c.n_experts),
-                                          double(c.d_expert),
-                                          double(c.top_k),
-                                          double(t->cfg.train.batch_size),
-                                          double(t->cfg.train.seq_len),
-                                          c.rope_theta};
+    const std::vector<double> want_cfg = config_record(t->cfg, name != "llama");
     REQUIRE(in["config"].data.size() == want_cfg.size());
-    for (size_t i = 0; i < want_cfg.size(); ++i) REQUIRE(double(in["config"].data[i]) == want_cfg[i]);
+    for (size_t i = 0; i < want_cfg.size(); ++i) {
+        INFO(name << " config record " << i);
+        REQUIRE(double(in["config"].data[i]) == Approx(want_cfg[i]).epsilon(1e-6));
+    }
     // the architecture's table: no position table, no norm biases, an lm_head of its own
     CHECK_FALSE(t->table.find("embed.positions"));
     CHECK_FALSE(t->table.find("blocks.0.ln1.bias"));
@@ -55,6 +62,9 @@ TEST_CASE("rope + rmsnorm + an untied head + every block MoE match the PyTorch r
     REQUIRE(t->table.find("lm_head"));
     CHECK(t->table.find("lm_head")->role == Role::OUTPUT_HEAD);
 
+    size_t n_weights = 0;
+    for (const auto& [key, rec] : in) n_weights += key.rfind("weight.", 0) == 0;
+    CHECK(n_weights == m.params.size());  // the reference's table is the engine's, name for name
     for (const ParamRef& p : m.params) {
         const auto it = in.find("weight." + p.info->name);
         REQUIRE(it != in.end());
@@ -68,7 +78,36 @@ TEST_CASE("rope + rmsnorm + an untied head + every block MoE match the PyTorch r
 
     model_zero_grads(m);
     const LossParts lp = model_forward_backward(m, tokens.data(), targets.data(), 0, 1, 1, false);
-    const GoldenWorst w = check_against_golden(lp, m, ref, 2, GoldenLimits{}, "llama");  // every block routes
-    WARN("golden llama: worst gradient error " << w.grad << " (" << w.grad_name << "), logits " << w.logits << ", lm "
-                                               << lp.lm_loss << " vs " << ref["loss"].data[0]);
+    const GoldenWorst w = check_against_golden(lp, m, ref, 2, GoldenLimits{}, name);  // every block routes
+    WARN("golden " << name << ": worst gradient error " << w.grad << " (" << w.grad_name << "), logits " << w.logits
+                   << ", lm " << lp.lm_loss << " vs " << ref["loss"].data[0]);
+    return t;
+}
+
+}  // namespace
+
+TEST_CASE("rope + rmsnorm + an untied head + every block MoE match the PyTorch reference", "[model][golden]") {
+    check_variant("llama", LLAMA_GOLDEN_YAML);
+}
+
+TEST_CASE("the OLMoE block (QK-norm over the full q and k widths, top-8 of 16 not renormalized) matches the reference",
+          "[model][golden]") {
+    auto t = check_variant("olmoe", OLMOE_GOLDEN_YAML);
+    CHECK(t->table.find("blocks.1.attn.q_norm.weight")->shape == std::vector<int64_t>{32});  // 4 heads of 8
+    CHECK(t->table.find("blocks.1.attn.k_norm.weight")->shape == std::vector<int64_t>{32});  // MHA: k as wide
+}
+
+TEST_CASE("the Qwen3 block (head_dim 16 > d_model / n_heads, QK-norm per head, top-8 renormalized) matches the reference",
+          "[model][golden]") {
+    auto t = check_variant("qwen3", QWEN3_GOLDEN_YAML);
+    CHECK(t->table.find("blocks.0.attn.wq")->shape == std::vector<int64_t>{64, 32});  // q wider than d_model
+    CHECK(t->table.find("blocks.0.attn.wo")->shape == std::vector<int64_t>{32, 64});
+    CHECK(t->table.find("blocks.0.attn.q_norm.weight")->shape == std::vector<int64_t>{16});  // one head's lanes
+}
+
+TEST_CASE("the Qwen2 attention biases (q, k, v) match the reference", "[model][golden]") {
+    auto t = check_variant("qwen2", QWEN2_GOLDEN_YAML);
+    CHECK(t->table.find("blocks.0.attn.bq")->shape == std::vector<int64_t>{32});
+    CHECK(t->table.find("blocks.0.attn.bk")->shape == std::vector<int64_t>{16});
+    CHECK_FALSE(t->table.find("blocks.0.attn.bo"));
 }

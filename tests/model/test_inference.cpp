@@ -21,17 +21,34 @@ namespace {
 
 std::string source_path(const std::string& rel) { return std::string(SKEW_SOURCE_DIR) + "/" + rel; }
 
-// A CPU model of `microbatch` sequences carrying the golden weights (the paper's block, or with
-// `llama` the rope + rmsnorm + untied-head model of make_golden_llama.py).
-std::unique_ptr<TestModel> golden_model(int64_t microbatch, bool llama = false) {
-    auto in = llama ? read_golden_records(source_path("tests/reference/model/golden_llama_inputs.bin"),
-                                          "tests/reference/model/make_golden_llama.py")
-                    : read_golden_records(source_path("tests/reference/model/golden_inputs.bin"),
-                                          "tests/reference/model/make_golden.py");
-    auto t = make_test_model(llama ? LLAMA_GOLDEN_YAML : GOLDEN_YAML, {}, microbatch);
+// A golden model of tests/reference/model: its YAML, its weights' fixture and the script that writes it.
+struct GoldenVariant {
+    const char* yaml;
+    const char* inputs;
+    const char* make;
+};
+const GoldenVariant PAPER{GOLDEN_YAML, "tests/reference/model/golden_inputs.bin", "tests/reference/model/make_golden.py"};
+const GoldenVariant LLAMA{LLAMA_GOLDEN_YAML, "tests/reference/model/golden_llama_inputs.bin",
+                          "tests/reference/model/make_golden_llama.py"};
+const GoldenVariant QWEN3{QWEN3_GOLDEN_YAML, "tests/reference/model/golden_qwen3_inputs.bin",
+                          "tests/reference/model/make_golden_llama.py"};
+
+// A CPU model of `microbatch` sequences carrying the variant's golden weights (the paper's block,
+// the rope + rmsnorm + untied-head model of make_golden_llama.py, or its Qwen3 variant), with
+// `overrides`; a parameter the fixture lacks (an override's) gets small seeded values.
+std::unique_ptr<TestModel> golden_model(int64_t microbatch, const GoldenVariant& v = PAPER,
+                                        const std::vector<std::string>& overrides = {}) {
+    auto in = read_golden_records(source_path(v.inputs), v.make);
+    auto t = make_test_model(v.yaml, overrides, microbatch);
     for (const ParamRef& p : t->model.params) {
         const auto it = in.find("weight." + p.info->name);
-        REQUIRE(it != in.end());
+        if (it == in.end()) {
+            REQUIRE_FALSE(overrides.empty());
+            std::vector<float> w;
+            for (int32_t x : lcg_tokens(p.numel(), 1000, p.info->index)) w.push_back(float(x - 500) / 1000.0f);
+            set_weight(t->model, p, w);
+            continue;
+        }
         set_weight(t->model, p, it->second.data);
     }
     return t;
@@ -95,15 +112,15 @@ TEST_CASE("token log-probabilities refuse sequences longer than seq_len + 1 or w
 
 // The cached path computes each row with the same ops on fewer rows; CPU GEMMs round the same
 // row the same way, so the logits agree to bf16 round-off (measured: max relative error ~1e-3).
-static void check_kv_cache_equals_full_forward(bool llama) {
-    auto full = golden_model(1, llama);
+static void check_kv_cache_equals_full_forward(const GoldenVariant& v, const std::vector<std::string>& overrides = {}) {
+    auto full = golden_model(1, v, overrides);
     const std::vector<int32_t> s = golden_row(0);
     std::vector<int32_t> tokens(s.begin(), s.begin() + 16), targets(s.begin() + 1, s.end());
     for (int64_t r = 0; r < 16; ++r) full->model.probe_rows.push_back(r);
     const LossParts lp = model_eval(full->model, tokens.data(), targets.data());
     const int64_t Vp = 128;
 
-    auto t = golden_model(1, llama);
+    auto t = golden_model(1, v, overrides);
     for (int prefill : {1, 6, 16}) {
         KvCache kc = open_kv_cache(t->model, 16);
         std::vector<float> got =
@@ -125,14 +142,23 @@ static void check_kv_cache_equals_full_forward(bool llama) {
 }
 
 TEST_CASE("the KV cache's logits equal the uncached full forward at every position", "[model][inference]") {
-    check_kv_cache_equals_full_forward(false);
+    check_kv_cache_equals_full_forward(PAPER);
 }
 
 // With rotary positions the cache holds rotated keys: a new row is rotated to its own position
 // (pos0 = the cached length), an off-by-one or a cache rotated twice moves every later logit.
 TEST_CASE("the KV cache of a rope + rmsnorm + untied-head model equals its full forward at every position",
           "[model][inference]") {
-    check_kv_cache_equals_full_forward(true);
+    check_kv_cache_equals_full_forward(LLAMA);
+}
+
+// Each new row's q and k are normalized per head before their rotation (model.qk_norm: per_head),
+// with the projections' biases, at head_dim 16 > d_model / n_heads: a cache that skips the norm, adds
+// a bias twice or sizes a row by d_model moves every logit.
+TEST_CASE("the KV cache of a model with QK-norm per head, head_dim != d_model / n_heads and q, k, v biases equals its full "
+          "forward at every position",
+          "[model][inference]") {
+    check_kv_cache_equals_full_forward(QWEN3, {"model.attention_bias=true"});
 }
 
 TEST_CASE("the KV cache refuses positions beyond max_seq_len and tokens outside the table", "[model][inference]") {

@@ -557,13 +557,17 @@ TEST_CASE("the OpenBLAS core skew chooses gives the generic Prescott core's trai
     }
 }
 
-TEST_CASE("a rope + rmsnorm + untied-head model with every block MoE trains, and resumes bit for bit") {
-    const std::string a = work_dir() + "/llama", b = work_dir() + "/llama-stopped";
+// Six steps of a rope + rmsnorm + untied-head model with every block MoE and the architecture
+// options `extra` (--set ...) with SkewAdam and Muon learn, and a run stopped at step 3 and resumed
+// equals the uninterrupted one bit for bit (losses, weights, optimizer state); `name` names the folders.
+static void check_llama_family_trains_and_resumes(const std::string& name, const std::string& extra) {
+    const std::string a = work_dir() + "/" + name, b = work_dir() + "/" + name + "-stopped";
     const std::string common =
         "--set model.positions=rope --set model.rope_theta=1e6 --set model.norm=rmsnorm --set "
         "model.tie_embeddings=false "
         "--set model.moe_blocks=[0,1] --set train.steps=6 --set train.eval_every=3 --set train.checkpoint_every=100 "
-        "--optimizers skewadam,muon ";
+        "--optimizers skewadam,muon " +
+        extra + " ";
     Run full = run(train_args(common + "--out " + a));
     INFO(full.output);
     REQUIRE(full.status == 0);
@@ -584,4 +588,15 @@ TEST_CASE("a rope + rmsnorm + untied-head model with every block MoE trains, and
         CHECK(read_bytes(a + "/checkpoints/" + opt + "/last/optimizer.safetensors") ==
               read_bytes(b + "/checkpoints/" + opt + "/last/optimizer.safetensors"));
     }
+}
+
+TEST_CASE("a rope + rmsnorm + untied-head model with every block MoE trains, and resumes bit for bit") {
+    check_llama_family_trains_and_resumes("llama", "");
+}
+
+// tiny.yaml's d_model 64 over 4 heads is 16 lanes a head; head_dim 32 makes q 128 wide (Qwen3's shape)
+TEST_CASE("a model with QK-norm per head and head_dim != d_model / n_heads trains, and resumes bit for bit") {
+    check_llama_family_trains_and_resumes("qwen3",
+                                          "--set model.qk_norm=per_head --set model.head_dim=32 --set "
+                                          "model.layernorm_eps=1e-6");
 }
