@@ -156,7 +156,8 @@ const std::vector<KeySpec>& section_key_specs() {
                     [](const Config& c) { return ConfigValue(c.model.moe_blocks); },
                     nullptr,
                     nullptr},
-            SKEW_INT("model.n_heads", model.n_heads, 1, 4096, "Query heads; head_dim = d_model / n_heads unless model.head_dim is given"),
+            SKEW_INT("model.n_heads", model.n_heads, 1, 4096,
+                     "Query heads; head_dim = d_model / n_heads unless model.head_dim is given"),
             SKEW_INT("model.n_kv_heads", model.n_kv_heads, 1, 4096, "Key/value heads (GQA); must divide n_heads"),
             SKEW_INT("model.d_ff", model.d_ff, 1, 1 << 20, "Hidden width of the dense SwiGLU feed-forward"),
             SKEW_INT("model.max_seq_len", model.max_seq_len, 1, 1 << 20, "Learned positions (longest sequence)"),
@@ -187,10 +188,12 @@ const std::vector<KeySpec>& section_key_specs() {
             SKEW_BOOL("model.tie_embeddings", model.tie_embeddings,
                       "The LM head is the token embedding (true), or a weight of its own, lm_head (false: Mixtral, "
                       "OLMoE, Qwen3)"),
-            SKEW_INT("model.head_dim", model.head_dim_key, 0, 4096,
-                     "Lanes per attention head; 0 = d_model / n_heads. Given, q is n_heads x head_dim wide (Qwen3-30B-A3B: "
-                     "32 x 128 over d_model 2048); 16, 32, 64 or 128 (the CUDA attention kernels), any with runtime.backend: "
-                     "cpu"),
+            SKEW_INT(
+                "model.head_dim", model.head_dim_key, 0, 4096,
+                "Lanes per attention head; 0 = d_model / n_heads. Given, q is n_heads x head_dim wide (Qwen3-30B-A3B: "
+                "32 x 128 over d_model 2048); 16, 32, 64 or 128 (the CUDA attention kernels), any with "
+                "runtime.backend: "
+                "cpu"),
             SKEW_CHOICE("model.qk_norm", model.qk_norm,
                         "RMSNorm of q and k after their projections, before RoPE: none, full (over all of q's and all "
                         "of k's lanes, one weight each: OLMoE) or per_head (over each head's head_dim lanes, one "

@@ -159,8 +159,7 @@ ParamTable build_param_table(const ModelConfig& m, const ExpertShard& shard) {
         if (m.qk_norm != QkNorm::NONE) {  // full: the whole q (k) width; per_head: one head, shared
             const bool full = m.qk_norm == QkNorm::FULL;
             add(pre + "attn.q_norm.weight", {full ? q_out : hd}, DType::F32, Tier::BACKBONE, Role::QK_NORM_WEIGHT, bi);
-            add(pre + "attn.k_norm.weight", {full ? kv_out : hd}, DType::F32, Tier::BACKBONE, Role::QK_NORM_WEIGHT,
-                bi);
+            add(pre + "attn.k_norm.weight", {full ? kv_out : hd}, DType::F32, Tier::BACKBONE, Role::QK_NORM_WEIGHT, bi);
         }
         add(pre + "ln2.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, bi);
         if (bias) add(pre + "ln2.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, bi);

@@ -30,8 +30,8 @@ enum class Role : uint8_t {
     EXPERT_W2,           // (n_experts, d_expert, d_model)
     EXPERT_W3,           // (n_experts, d_model, d_expert)
     OUTPUT_HEAD,         // (padded_vocab_size, d_model): the untied LM head (model.tie_embeddings false)
-    QK_NORM_WEIGHT,      // RMSNorm gain of q or k (model.qk_norm), fp32: full (n_heads*head_dim) or (n_kv_heads*head_dim); per_head (head_dim)
-    ATTN_BIAS,           // bias of the q, k or v projection (model.attention_bias), fp32 (its projection's out_features)
+    QK_NORM_WEIGHT,  // RMSNorm gain of q or k (model.qk_norm), fp32: full (n_heads*head_dim) or (n_kv_heads*head_dim); per_head (head_dim)
+    ATTN_BIAS,  // bias of the q, k or v projection (model.attention_bias), fp32 (its projection's out_features)
 };
 
 /// Bytes per element of a dtype.

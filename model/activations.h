@@ -27,10 +27,11 @@ namespace skew {
 struct ActDims {
     int64_t B = 0, T = 0, N = 0;            // sequences, tokens per sequence, N = B*T tokens
     int64_t d = 0, qd = 0, kvd = 0, H = 0;  // d_model, n_heads*head_dim, n_kv_heads*head_dim, n_heads
-    int64_t q_norm_rows = 0, k_norm_rows = 0;  // rows of q's and k's RMSNorm (model.qk_norm): N (full), N*heads (per_head)
     int64_t ff = 0, de = 0;                 // d_ff, d_expert
     int64_t E = 0, k = 0, NK = 0;           // n_experts, top_k, N*top_k token copies
     int64_t logits = 0;                     // fp32 words of act.logits (LM head chunk, or the backend's fused head)
+    /// Rows of q's and k's RMSNorm (model.qk_norm): N (full), N * n_heads and N * n_kv_heads (per_head).
+    int64_t q_norm_rows = 0, k_norm_rows = 0;
     /// Expert parallelism (docs/distributed.md, "Expert parallel"): M ranks share each expert bank,
     /// El = E / M experts per rank; NKr = M * NK, the most token rows a rank's experts can receive
     /// per microbatch (every rank of the group routing every copy to this rank's experts). M = 1:

@@ -34,12 +34,12 @@ struct KvCache {
     int64_t length = 0;       // positions filled (the next token goes to position `length`)
     std::vector<bf16*> k, v;  // per block: (max_len, n_kv_heads * head_dim) bf16
     // scratch of a forward over up to R = max_len new rows (positions index q, attn_out, lse)
-    int32_t* tokens = nullptr;                                      // (R)
-    bf16 *x = nullptr, *y = nullptr;                                // (R, d_model) residual stream in / out of a block
-    bf16 *ln_out = nullptr, *resid1 = nullptr;                      // (R, d_model)
-    bf16 *q = nullptr, *attn_out = nullptr;                         // (max_len, n_heads * head_dim), by position
+    int32_t* tokens = nullptr;                  // (R)
+    bf16 *x = nullptr, *y = nullptr;            // (R, d_model) residual stream in / out of a block
+    bf16 *ln_out = nullptr, *resid1 = nullptr;  // (R, d_model)
+    bf16 *q = nullptr, *attn_out = nullptr;     // (max_len, n_heads * head_dim), by position
     bf16* qk_pre = nullptr;  // (R, n_heads * head_dim): q's, then k's projection before its RMSNorm (model.qk_norm)
-    float* lse = nullptr;                                           // (n_heads, max_len)
+    float* lse = nullptr;    // (n_heads, max_len)
     bf16 *ffn_h1 = nullptr, *ffn_h2 = nullptr, *ffn_act = nullptr;  // (R, d_ff)
     float *router_logits = nullptr, *router_probs = nullptr;        // (R, E)
     int32_t* topk_idx = nullptr;                                    // (R, k)

@@ -39,7 +39,7 @@ struct BlockParams {
     ParamRef bq, bk, bv;    // (n_heads*head_dim), (n_kv_heads*head_dim) x 2 fp32; absent without model.attention_bias
     ParamRef q_norm_w, k_norm_w;  // fp32 RMSNorm gains of q and k (model.qk_norm; absent with none): full
                                   // (n_heads*head_dim), (n_kv_heads*head_dim); per_head (head_dim) each
-    ParamRef ln2_w, ln2_b;  // (d_model) fp32
+    ParamRef ln2_w, ln2_b;        // (d_model) fp32
     bool moe = false;
     ParamRef ffn_w1, ffn_w2;        // (d_ff, d_model) bf16
     ParamRef ffn_w3;                // (d_model, d_ff) bf16

@@ -2,12 +2,12 @@
 // of attention.h. They check the shape, run the tensor-core kernels (attention_mma.cu) and fall
 // back to the CUDA-core kernels (attention_simt.cu) when a pointer is not 16-byte aligned or the
 // shape is past the tensor-core kernels' grid limits; the backward's D = <dout, out> is formed here.
+#include "kernels/common/attention_head_dims.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/workspace_sizes.h"
-#include "kernels/common/attention_head_dims.h"
 
 namespace skew::cuda {
 

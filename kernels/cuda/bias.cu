@@ -2,10 +2,9 @@
 // of 256 columns by 16 rows per step; the gradient: partial column sums over fixed row chunks (as
 // RMSNorm's weight gradient), then over the chunks in order, so it does not depend on timing.
 // CPU twin: kernels/cpu/bias.cpp.
-#include "kernels/cuda/bias.h"
-
 #include <algorithm>
 
+#include "kernels/cuda/bias.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/workspace_sizes.h"
@@ -14,11 +13,11 @@ namespace skew::cuda {
 
 namespace {
 
-constexpr int kCols = 256;                                           // columns per block of the forward
-constexpr int kRows = 16;                                            // rows per block step of the forward
-constexpr int kRowChunk = cuda_ws::LAYERNORM_PARAM_ROW_CHUNK;        // rows per partial sum of dbias
-constexpr int kParamCols = 32;                                       // columns per block of the partials
-constexpr int kParamRowLanes = 8;                                    // row lanes per block of the partials
+constexpr int kCols = 256;                                     // columns per block of the forward
+constexpr int kRows = 16;                                      // rows per block step of the forward
+constexpr int kRowChunk = cuda_ws::LAYERNORM_PARAM_ROW_CHUNK;  // rows per partial sum of dbias
+constexpr int kParamCols = 32;                                 // columns per block of the partials
+constexpr int kParamRowLanes = 8;                              // row lanes per block of the partials
 constexpr unsigned kMaxGridY = 65535;
 
 __global__ void bias_add_forward_kernel(bf16* __restrict__ out, const float* __restrict__ bias, int64_t n_rows,

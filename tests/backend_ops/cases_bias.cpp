@@ -66,7 +66,7 @@ void add_bias_cases(std::vector<Case>& out, const TableOptions& o) {
         return;
     }
     out.push_back(bias_fwd_case(5, 67, 10));
-    out.push_back(bias_fwd_case(1, 256, 11));  // T = 1
+    out.push_back(bias_fwd_case(1, 256, 11));   // T = 1
     out.push_back(bias_fwd_case(40, 300, 12));  // a column tail past a 256-column block
     out.push_back(bias_bwd_case(5, 67, 13));
     out.push_back(bias_bwd_case(1, 128, 14));

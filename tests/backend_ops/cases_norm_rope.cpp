@@ -120,7 +120,7 @@ void add_norm_rope_cases(std::vector<Case>& out, const TableOptions& o) {
         out.push_back(rmsnorm_bwd_case(2 * 9 * 4, d, false, qk_seed += 3));
     }
     out.push_back(rmsnorm_bwd_case(300, 64, false, 70));  // rows across two 256-row partial chunks
-    out.push_back(rmsnorm_fwd_case(7, 2048, 71));          // full: q of 16 heads of 128
+    out.push_back(rmsnorm_fwd_case(7, 2048, 71));         // full: q of 16 heads of 128
     out.push_back(rmsnorm_bwd_case(7, 2048, false, 72));
     uint32_t seed = 20;
     for (int64_t d : {16, 32, 64, 128}) out.push_back(rope_case(2, 70, 3, d, 0, 1e4f, false, seed += 3));

@@ -84,7 +84,8 @@ TEST_CASE("a duplicated key is an error naming it and both lines") {
 }
 
 TEST_CASE("wrong types name the key and what was expected") {
-    CHECK(error_of("model:\n  d_model: big\n").find("model.d_model: expected an integer, got 'big'") != std::string::npos);
+    CHECK(error_of("model:\n  d_model: big\n").find("model.d_model: expected an integer, got 'big'") !=
+          std::string::npos);
     CHECK(error_of("model:\n  d_model: [1, 2]\n").find("expected integer, got a list") != std::string::npos);
     CHECK(error_of("optimizers:\n  adamw:\n    nesterov: 3\n").find("expected true or false") != std::string::npos);
     CHECK(error_of("train:\n  optimizers: skewadam\n").find("expected list of strings") != std::string::npos);
@@ -112,23 +113,26 @@ TEST_CASE(".inf and .nan are refused where a finite value is required") {
 }
 
 TEST_CASE("a negative learning rate is refused") {
-    CHECK(error_of("optimizers:\n  adamw:\n    lr: -0.001\n").find("optimizers.adamw.lr: -0.001 is out of range: must be > 0") !=
-          std::string::npos);
+    CHECK(error_of("optimizers:\n  adamw:\n    lr: -0.001\n")
+              .find("optimizers.adamw.lr: -0.001 is out of range: must be > 0") != std::string::npos);
 }
 
 TEST_CASE("inconsistent heads and experts name the key and the rule") {
     std::string e = error_of("model:\n  d_model: 64\n  n_heads: 4\n  n_kv_heads: 3\n");
     CHECK(e.find("test.yaml:4:15") != std::string::npos);
     CHECK(e.find("n_heads (4) must be divisible by n_kv_heads (3)") != std::string::npos);
-    CHECK(error_of("model:\n  d_model: 65\n  n_heads: 4\n  n_kv_heads: 2\n").find("d_model (65) must be divisible by n_heads (4)") !=
+    CHECK(error_of("model:\n  d_model: 65\n  n_heads: 4\n  n_kv_heads: 2\n")
+              .find("d_model (65) must be divisible by n_heads (4)") != std::string::npos);
+    CHECK(error_of("model:\n  n_experts: 2\n  top_k: 3\n").find("top_k (3) must not exceed n_experts (2)") !=
           std::string::npos);
-    CHECK(error_of("model:\n  n_experts: 2\n  top_k: 3\n").find("top_k (3) must not exceed n_experts (2)") != std::string::npos);
-    CHECK(error_of("model:\n  n_blocks: 2\n  moe_blocks: [2]\n").find("block index 2 is out of range") != std::string::npos);
+    CHECK(error_of("model:\n  n_blocks: 2\n  moe_blocks: [2]\n").find("block index 2 is out of range") !=
+          std::string::npos);
     CHECK(error_of("model:\n  vocab_size: 60000\n").find("padded_vocab_size (50304) must be >= vocab_size (60000)") !=
           std::string::npos);
     CHECK(error_of("train:\n  batch_size: 64\n  microbatch: 7\n").find("microbatch (7) must divide batch_size (64)") !=
           std::string::npos);
-    CHECK(error_of("train:\n  seq_len: 512\n").find("seq_len (512) must not exceed model.max_seq_len (256)") != std::string::npos);
+    CHECK(error_of("train:\n  seq_len: 512\n").find("seq_len (512) must not exceed model.max_seq_len (256)") !=
+          std::string::npos);
 }
 
 TEST_CASE("enumerations list the allowed values") {
@@ -138,23 +142,25 @@ TEST_CASE("enumerations list the allowed values") {
 }
 
 TEST_CASE("overrides apply after the file and follow the same rules") {
-    Config c = load_config_text("train:\n  steps: 5\n", "t.yaml", {"train.steps=100", "optimizers.lion.lr=3e-5",
-                                                                    "train.optimizers=[lion, adamw]"});
+    Config c = load_config_text("train:\n  steps: 5\n", "t.yaml",
+                                {"train.steps=100", "optimizers.lion.lr=3e-5", "train.optimizers=[lion, adamw]"});
     CHECK(c.train.steps == 100);
     REQUIRE(c.optimizers.size() == 2);
     CHECK(c.optimizers[0].name == "lion");
     CHECK(c.optimizers[0].lr == Approx(3e-5));
-    CHECK(error_of("train:\n  steps: 5\n", {"train.stepz=5"}).find("--set train.stepz=5: unknown key 'train.stepz'; did you mean 'train.steps'") !=
+    CHECK(error_of("train:\n  steps: 5\n", {"train.stepz=5"})
+              .find("--set train.stepz=5: unknown key 'train.stepz'; did you mean 'train.steps'") != std::string::npos);
+    CHECK(error_of("train:\n  steps: 5\n", {"model.n_experts=-1"})
+              .find("--set model.n_experts=-1: model.n_experts: -1 is out of range") != std::string::npos);
+    CHECK(error_of("train:\n  steps: 5\n", {"model.n_kv_heads=5"}).find("--set model.n_kv_heads=5: model.n_kv_heads") !=
           std::string::npos);
-    CHECK(error_of("train:\n  steps: 5\n", {"model.n_experts=-1"}).find("--set model.n_experts=-1: model.n_experts: -1 is out of range") !=
-          std::string::npos);
-    CHECK(error_of("train:\n  steps: 5\n", {"model.n_kv_heads=5"}).find("--set model.n_kv_heads=5: model.n_kv_heads") != std::string::npos);
     CHECK(error_of("train:\n  steps: 5\n", {"train.steps"}).find("expected key=value") != std::string::npos);
 }
 
 TEST_CASE("a custom optimizer needs a type, and unknown optimizer names are refused") {
     Config c = load_config_text(
-        "optimizers:\n  my-adam:\n    type: adamw\n    lr: 1e-4\ntrain:\n  optimizers: [my-adam, skewadam]\n", "t.yaml");
+        "optimizers:\n  my-adam:\n    type: adamw\n    lr: 1e-4\ntrain:\n  optimizers: [my-adam, skewadam]\n",
+        "t.yaml");
     REQUIRE(c.optimizers.size() == 2);
     CHECK(c.optimizers[0].type == OptimizerType::ADAMW);
     CHECK(c.optimizers[0].lr == Approx(1e-4));
@@ -166,19 +172,22 @@ TEST_CASE("tiers under an optimizer that is not SkewAdam is an error naming the 
     const std::string yaml =
         "optimizers:\n  my-adam:\n    type: adamw\n    lr: 1e-4\n    tiers:\n      router: {momentum: fp32}\n";
     CHECK(error_of(yaml) ==
-          "test.yaml:6:26: optimizers.my-adam.tiers.router.momentum: tiers.* is a SkewAdam setting, but optimizer 'my-adam' "
+          "test.yaml:6:26: optimizers.my-adam.tiers.router.momentum: tiers.* is a SkewAdam setting, but optimizer "
+          "'my-adam' "
           "has type adamw, which ignores it; remove the key or set `type: skewadam`");
     // A built-in of another type, and a --set override, are held to the same rule.
     CHECK(error_of("optimizers:\n  lion:\n    tiers:\n      backbone:\n        weight_decay: 0.1\n")
               .find("test.yaml:5:23: optimizers.lion.tiers.backbone.weight_decay: tiers.* is a SkewAdam setting, but "
                     "optimizer 'lion' has type lion") != std::string::npos);
     CHECK(error_of("train:\n  steps: 5\n", {"optimizers.adamw.tiers.experts.second_moment=full"})
-              .find("--set optimizers.adamw.tiers.experts.second_moment=full: optimizers.adamw.tiers.experts.second_moment: "
+              .find("--set optimizers.adamw.tiers.experts.second_moment=full: "
+                    "optimizers.adamw.tiers.experts.second_moment: "
                     "tiers.* is a SkewAdam setting, but optimizer 'adamw' has type adamw") != std::string::npos);
     // Under SkewAdam (by name or by type) tiers are read.
-    Config c = load_config_text("optimizers:\n  mine:\n    type: skewadam\n    tiers:\n      router: {momentum: fp32}\n"
-                                "train:\n  optimizers: [mine]\n",
-                                "t.yaml");
+    Config c = load_config_text(
+        "optimizers:\n  mine:\n    type: skewadam\n    tiers:\n      router: {momentum: fp32}\n"
+        "train:\n  optimizers: [mine]\n",
+        "t.yaml");
     CHECK(c.optimizers[0].tiers[int(Tier::ROUTER)].momentum == MomentumKind::FP32);
     CHECK(error_of("train:\n  steps: 5\n", {"optimizers.skewadam.tiers.router.momentum=fp32"}) == "");
     // A resolved config lists every optimizer key, unused tiers at their defaults: it reloads (resume),
@@ -188,12 +197,14 @@ TEST_CASE("tiers under an optimizer that is not SkewAdam is an error naming the 
     CHECK(load_config_text(resolved, "resolved.yaml").optimizers[0].type == OptimizerType::ADAMW);
     std::string changed = resolved;
     changed.replace(changed.find("tiers.router.momentum: none"), 27, "tiers.router.momentum: fp32");
-    CHECK(error_of(changed).find("optimizers.adamw.tiers.router.momentum: tiers.* is a SkewAdam setting") != std::string::npos);
+    CHECK(error_of(changed).find("optimizers.adamw.tiers.router.momentum: tiers.* is a SkewAdam setting") !=
+          std::string::npos);
 }
 
 TEST_CASE("presets reproduce the paper's Table 3 policies") {
     CHECK(builtin_optimizer("skewadam-expert-momentum").tiers[int(Tier::EXPERTS)].momentum == MomentumKind::FP32);
-    CHECK(builtin_optimizer("skewadam-factored-router").tiers[int(Tier::ROUTER)].second_moment == SecondMomentKind::FACTORED);
+    CHECK(builtin_optimizer("skewadam-factored-router").tiers[int(Tier::ROUTER)].second_moment ==
+          SecondMomentKind::FACTORED);
     OptimizerConfig u = builtin_optimizer("uniform");
     for (const auto& t : u.tiers) {
         CHECK(t.momentum == MomentumKind::FP32);
@@ -251,7 +262,8 @@ TEST_CASE("YAML aliases are refused at their line (a self-referencing one loaded
 
 TEST_CASE("a lone sign is not an integer") {
     CHECK(error_of("runtime:\n  threads: +\n").find("expected an integer, got '+'") != std::string::npos);
-    CHECK(error_of("train:\n  microbatch: +\n").find("train.microbatch: expected an integer, got '+'") != std::string::npos);
+    CHECK(error_of("train:\n  microbatch: +\n").find("train.microbatch: expected an integer, got '+'") !=
+          std::string::npos);
 }
 
 TEST_CASE("a config that is not text or is too large is refused naming the file and the size") {
@@ -273,10 +285,11 @@ TEST_CASE("a config that is not text or is too large is refused naming the file 
 }
 
 TEST_CASE("an integer beyond the 64-bit range is out of the key's range rather than not an integer") {
-    CHECK(error_of("model:\n  d_model: 1e30\n").find("model.d_model: 1e30 is out of range: must be >= 1 and <= 1048576") !=
-          std::string::npos);
+    CHECK(error_of("model:\n  d_model: 1e30\n")
+              .find("model.d_model: 1e30 is out of range: must be >= 1 and <= 1048576") != std::string::npos);
     CHECK(error_of("train:\n  steps: 99999999999999999999\n")
-              .find("train.steps: 99999999999999999999 is out of range: must be >= 1 and <= 1000000000000") != std::string::npos);
+              .find("train.steps: 99999999999999999999 is out of range: must be >= 1 and <= 1000000000000") !=
+          std::string::npos);
     CHECK(error_of("model:\n  d_model: -1e30\n").find("out of range: must be >= 1") != std::string::npos);
     CHECK(error_of("model:\n  d_model: 64.5\n").find("expected an integer, got '64.5'") != std::string::npos);
 }
@@ -290,11 +303,13 @@ TEST_CASE("bytes that are not printable UTF-8 are escaped in messages") {
     CHECK(o.find('\xfe') == std::string::npos);
     std::string k = error_of("model:\n  d_m\xe9odel: 64\n");
     CHECK(k.find("d_m\\xE9odel") != std::string::npos);
-    CHECK(error_of("runtime:\n  backend: caf\xc3\xa9\n").find("'caf\xc3\xa9'") != std::string::npos);  // valid UTF-8 stays
+    CHECK(error_of("runtime:\n  backend: caf\xc3\xa9\n").find("'caf\xc3\xa9'") !=
+          std::string::npos);  // valid UTF-8 stays
 }
 
 TEST_CASE("an empty path is an error naming the key") {
-    CHECK(error_of("train:\n  steps: 5\n", {"runtime.out_dir=\"\""}).find("runtime.out_dir: the path is empty") != std::string::npos);
+    CHECK(error_of("train:\n  steps: 5\n", {"runtime.out_dir=\"\""}).find("runtime.out_dir: the path is empty") !=
+          std::string::npos);
     CHECK(error_of("train:\n  steps: 5\n", {"data.dir=''"}).find("data.dir: the path is empty") != std::string::npos);
     CHECK(error_of("data:\n  tokenizer_dir: \"\"\n").find("test.yaml:2:18: data.tokenizer_dir: the path is empty") !=
           std::string::npos);
@@ -377,7 +392,8 @@ std::vector<Probe> boundary_probes(const KeySpec& k) {
 void check_probe(const KeySpec& k, const std::string& key, const Probe& p, bool list) {
     const std::string value = list ? "[" + p.value + "]" : p.value;
     const std::string e = error_of("train:\n  steps: 5\n", {key + "=" + value});
-    INFO(key << " = " << value << " (" << p.what << " of " << key_range_text(k) << "): " << (e.empty() ? "accepted" : e));
+    INFO(key << " = " << value << " (" << p.what << " of " << key_range_text(k)
+             << "): " << (e.empty() ? "accepted" : e));
     if (p.inside) {
         CHECK(e.find("out of range: must be") == std::string::npos);
     } else {
@@ -409,38 +425,45 @@ TEST_CASE("every numeric key accepts values just inside its interval and refuses
     CHECK(probes > 100);
 }
 
-TEST_CASE("decay betas are at least 0 and below 1: a beta of 1 is refused before it divides by a zero bias correction") {
+TEST_CASE(
+    "decay betas are at least 0 and below 1: a beta of 1 is refused before it divides by a zero bias correction") {
     for (const char* key : {"beta1", "beta2", "muon_momentum"}) {
         const std::string e = error_of("train:\n  steps: 5\n", {fmt::format("optimizers.adamw.{}=1", key)});
         INFO(e);
-        CHECK(e.find(fmt::format("optimizers.adamw.{}: 1 is out of range: must be >= 0 and < 1", key)) != std::string::npos);
+        CHECK(e.find(fmt::format("optimizers.adamw.{}: 1 is out of range: must be >= 0 and < 1", key)) !=
+              std::string::npos);
         CHECK(error_of("train:\n  steps: 5\n", {fmt::format("optimizers.adamw.{}=0.999999", key)}).empty());
     }
-    CHECK(error_of("optimizers:\n  adamw:\n    beta1: 1\n").find("test.yaml:3:12: optimizers.adamw.beta1: 1 is out of range") !=
-          std::string::npos);
+    CHECK(error_of("optimizers:\n  adamw:\n    beta1: 1\n")
+              .find("test.yaml:3:12: optimizers.adamw.beta1: 1 is out of range") != std::string::npos);
 }
 
 TEST_CASE("a --set key= with nothing after '=' says so for every key type, never 'remove the quotes'") {
     const std::string base = "train:\n  steps: 5\n";
     const std::string e = error_of("train:\n  steps: 5\n", {"model.d_model="});
     CHECK(e == "--set model.d_model=: no value after '='; give one, e.g. --set model.d_model=4096");
-    CHECK(error_of(base, {"data.dir="}).find("--set data.dir=: no value after '='; give one, e.g. --set data.dir=") == 0);
-    CHECK(error_of(base, {"optimizers.adamw.lr="}) == "--set optimizers.adamw.lr=: no value after '='; give one after it");
+    CHECK(error_of(base, {"data.dir="}).find("--set data.dir=: no value after '='; give one, e.g. --set data.dir=") ==
+          0);
+    CHECK(error_of(base, {"optimizers.adamw.lr="}) ==
+          "--set optimizers.adamw.lr=: no value after '='; give one after it");
     CHECK(error_of(base, {"model.bogus="}).find("unknown key 'model.bogus'") != std::string::npos);
     // quotes the user wrote are still called quotes
-    CHECK(error_of(base, {"model.d_model=\"64\""}).find("got the string \"64\" (remove the quotes)") != std::string::npos);
+    CHECK(error_of(base, {"model.d_model=\"64\""}).find("got the string \"64\" (remove the quotes)") !=
+          std::string::npos);
     CHECK(error_of(base, {"model.d_model=!!str 64"}).find("(remove the !!str tag)") != std::string::npos);
 }
 
 TEST_CASE("a YAML tag ('!x') is refused as a tag, in --set and in a file, with the quoting that makes it text") {
     const std::string base = "train:\n  steps: 5\n";
-    CHECK(error_of(base, {"data.dir=!x"}) ==
-          "--set data.dir=!x: data.dir: '!x' is a YAML tag (a value starting with '!' names a type), which a config does "
-          "not use; for the text, quote it: --set 'data.dir=\"!x\"'");
+    CHECK(
+        error_of(base, {"data.dir=!x"}) ==
+        "--set data.dir=!x: data.dir: '!x' is a YAML tag (a value starting with '!' names a type), which a config does "
+        "not use; for the text, quote it: --set 'data.dir=\"!x\"'");
     CHECK(error_of("data:\n  dir: !x\n").find("test.yaml:2:8: data.dir: '!x' is a YAML tag") == 0);
     CHECK(error_of("data:\n  dir: !x\n").find("quote it: dir: \"!x\"") != std::string::npos);
     CHECK(error_of("data:\n  dir: !x runs\n").find("'!x runs' is a YAML tag") != std::string::npos);  // not "runs"
-    CHECK(error_of(base, {"train.optimizers=[adamw, !x]"}).find("train.optimizers[1]: '!x' is a YAML tag") != std::string::npos);
+    CHECK(error_of(base, {"train.optimizers=[adamw, !x]"}).find("train.optimizers[1]: '!x' is a YAML tag") !=
+          std::string::npos);
     CHECK(error_of(base, {"data.dir=\"!x\""}).empty());  // quoted: the text "!x"
 }
 
@@ -473,8 +496,9 @@ TEST_CASE("model.head_dim absent or 0 is d_model / n_heads; given, it is the hea
     CHECK(qwen.model.qk_norm == QkNorm::PER_HEAD);
     // d_model 72 is not a multiple of 5 heads: allowed when head_dim is given, refused when it is not
     CHECK(error_of("model:\n  d_model: 72\n  n_heads: 5\n  n_kv_heads: 1\n  head_dim: 32\n").empty());
-    CHECK(error_of("model:\n  d_model: 72\n  n_heads: 5\n  n_kv_heads: 1\n").find("d_model (72) must be divisible by "
-                                                                                  "n_heads (5)") != std::string::npos);
+    CHECK(error_of("model:\n  d_model: 72\n  n_heads: 5\n  n_kv_heads: 1\n")
+              .find("d_model (72) must be divisible by "
+                    "n_heads (5)") != std::string::npos);
 }
 
 TEST_CASE("model.head_dim must be one the CUDA attention kernels take, unless the run is on the CPU") {
@@ -488,7 +512,8 @@ TEST_CASE("model.head_dim must be one the CUDA attention kernels take, unless th
 }
 
 TEST_CASE("model.head_dim must be even with rope") {
-    const std::string yaml = "model:\n  d_model: 64\n  n_heads: 4\n  n_kv_heads: 2\n  head_dim: 23\nruntime:\n  backend: cpu\n";
+    const std::string yaml =
+        "model:\n  d_model: 64\n  n_heads: 4\n  n_kv_heads: 2\n  head_dim: 23\nruntime:\n  backend: cpu\n";
     CHECK(error_of(yaml).empty());  // learned positions: any width on the CPU
     const std::string e = error_of(yaml, {"model.positions=rope"});
     CHECK(e.find("model.head_dim: rope pairs lane i with lane i + head_dim/2: head_dim (23) must be even") !=

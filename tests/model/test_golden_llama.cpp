@@ -30,10 +30,18 @@ std::string fixture(const std::string& name) { return std::string(SKEW_SOURCE_DI
 // The variant's config record (make_golden_llama.py CONFIG_KEYS, + EXTRA_KEYS for all but llama).
 std::vector<double> config_record(const Config& cfg, bool extra) {
     const ModelConfig& c = cfg.model;
-    std::vector<double> r = {double(c.vocab_size), double(c.padded_vocab_size), double(c.d_model),
-                             double(c.n_blocks),   double(c.n_heads),           double(c.n_kv_heads),
-                             double(c.max_seq_len), double(c.n_experts),        double(c.d_expert),
-                             double(c.top_k),      double(cfg.train.batch_size), double(cfg.train.seq_len),
+    std::vector<double> r = {double(c.vocab_size),
+                             double(c.padded_vocab_size),
+                             double(c.d_model),
+                             double(c.n_blocks),
+                             double(c.n_heads),
+                             double(c.n_kv_heads),
+                             double(c.max_seq_len),
+                             double(c.n_experts),
+                             double(c.d_expert),
+                             double(c.top_k),
+                             double(cfg.train.batch_size),
+                             double(cfg.train.seq_len),
                              c.rope_theta};
     if (extra)
         r.insert(r.end(), {double(c.head_dim_key), double(int(c.qk_norm)), double(c.attention_bias),
@@ -97,8 +105,9 @@ TEST_CASE("the OLMoE block (QK-norm over the full q and k widths, top-8 of 16 no
     CHECK(t->table.find("blocks.1.attn.k_norm.weight")->shape == std::vector<int64_t>{32});  // MHA: k as wide
 }
 
-TEST_CASE("the Qwen3 block (head_dim 16 > d_model / n_heads, QK-norm per head, top-8 renormalized) matches the reference",
-          "[model][golden]") {
+TEST_CASE(
+    "the Qwen3 block (head_dim 16 > d_model / n_heads, QK-norm per head, top-8 renormalized) matches the reference",
+    "[model][golden]") {
     auto t = check_variant("qwen3", QWEN3_GOLDEN_YAML);
     CHECK(t->table.find("blocks.0.attn.wq")->shape == std::vector<int64_t>{64, 32});  // q wider than d_model
     CHECK(t->table.find("blocks.0.attn.wo")->shape == std::vector<int64_t>{32, 64});

@@ -27,7 +27,8 @@ struct GoldenVariant {
     const char* inputs;
     const char* make;
 };
-const GoldenVariant PAPER{GOLDEN_YAML, "tests/reference/model/golden_inputs.bin", "tests/reference/model/make_golden.py"};
+const GoldenVariant PAPER{GOLDEN_YAML, "tests/reference/model/golden_inputs.bin",
+                          "tests/reference/model/make_golden.py"};
 const GoldenVariant LLAMA{LLAMA_GOLDEN_YAML, "tests/reference/model/golden_llama_inputs.bin",
                           "tests/reference/model/make_golden_llama.py"};
 const GoldenVariant QWEN3{QWEN3_GOLDEN_YAML, "tests/reference/model/golden_qwen3_inputs.bin",
@@ -155,9 +156,10 @@ TEST_CASE("the KV cache of a rope + rmsnorm + untied-head model equals its full 
 // Each new row's q and k are normalized per head before their rotation (model.qk_norm: per_head),
 // with the projections' biases, at head_dim 16 > d_model / n_heads: a cache that skips the norm, adds
 // a bias twice or sizes a row by d_model moves every logit.
-TEST_CASE("the KV cache of a model with QK-norm per head, head_dim != d_model / n_heads and q, k, v biases equals its full "
-          "forward at every position",
-          "[model][inference]") {
+TEST_CASE(
+    "the KV cache of a model with QK-norm per head, head_dim != d_model / n_heads and q, k, v biases equals its full "
+    "forward at every position",
+    "[model][inference]") {
     check_kv_cache_equals_full_forward(QWEN3, {"model.attention_bias=true"});
 }
 
