@@ -353,3 +353,48 @@ TEST_CASE("the arena layout is first fit over every conflicting buffer, checked 
         CHECK(overlaps == 0);
     }
 }
+
+// model.qk_norm and model.attention_bias (docs/architectures.md, "Tensor roles and the tier policy"):
+// the q and k norm weights and the q, k, v biases are backbone vectors, so SkewAdam's Appendix B
+// rows count them as the norms (momentum and a full second moment, fp32) and Muon's internal Adam
+// takes them; their activation slots are planned per block under train.recompute: none.
+TEST_CASE("QK-norm weights and attention biases are backbone vectors in the Appendix B rows; their slots are planned") {
+    Config c = paper();
+    c.model.qk_norm = QkNorm::FULL;
+    c.model.attention_bias = true;
+    const ParamTable t0 = build_param_table(paper().model), t = build_param_table(c.model);
+    const int64_t qd = 4096, kvd = 8 * 128;
+    const int64_t extra = 2 * (qd + kvd + qd + 2 * kvd);  // 2 blocks: q_norm, k_norm, bq, bk, bv
+    REQUIRE(t.total_numel() - t0.total_numel() == extra);
+    CHECK(t.tier_numel(Tier::BACKBONE) - t0.tier_numel(Tier::BACKBONE) == extra);
+    auto component = [](const MemoryPlan& p, const std::string& name) {
+        for (const auto& x : p.state_components)
+            if (x.name == name) return x.bytes;
+        FAIL("no component " << name);
+        return int64_t(0);
+    };
+    const MemoryPlan s0 = build_memory_plan(paper(), t0, builtin_optimizer("skewadam"), 8);
+    const MemoryPlan s = build_memory_plan(c, t, builtin_optimizer("skewadam"), 8);
+    for (const char* row : {"Backbone momentum (fp32)", "Backbone vector params (norms), full 2nd moment"}) {
+        INFO(row);
+        CHECK(component(s, row) - component(s0, row) == 4 * extra);
+    }
+    CHECK(component(s, "Backbone factored 2nd moments") == component(s0, "Backbone factored 2nd moments"));
+    const MemoryPlan m0 = build_memory_plan(paper(), t0, builtin_optimizer("muon"), 8);
+    const MemoryPlan m = build_memory_plan(c, t, builtin_optimizer("muon"), 8);
+    const std::string adam = "Internal Adam m, v (embeddings, positions, router, vectors)";
+    CHECK(component(m, adam) - component(m0, adam) == 8 * extra);
+
+    c.train.recompute = Recompute::NONE;
+    const MemoryPlan n = build_memory_plan(c, t, builtin_optimizer("skewadam"), 8);
+    const int64_t N = 8 * 128;
+    for (int b = 0; b < 2; ++b) {
+        const std::string k = "." + std::to_string(b);
+        REQUIRE(n.find("act.q_pre" + k) >= 0);
+        CHECK(n.buffers[size_t(n.find("act.q_pre" + k))].bytes() == N * qd * 2);
+        CHECK(n.buffers[size_t(n.find("act.k_pre" + k))].bytes() == N * kvd * 2);
+        CHECK(n.buffers[size_t(n.find("act.q_rstd" + k))].bytes() == N * 4);  // full: one rstd per token
+        CHECK(n.buffers[size_t(n.find("act.k_rstd" + k))].bytes() == N * 4);
+    }
+    CHECK(build_memory_plan(paper(), t0, builtin_optimizer("skewadam"), 8).find("act.q_pre") < 0);
+}
