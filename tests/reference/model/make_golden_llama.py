@@ -26,6 +26,7 @@ import struct
 import numpy as np
 import torch
 
+MIN_MARGIN = 0.04  # no token within this of a top-k tie in router logits
 # Each must match its YAML in tests/model/golden_fixture.h (checked through the "config" record).
 CFG = dict(vocab_size=96, padded_vocab_size=128, d_model=32, n_blocks=2, n_heads=4, n_kv_heads=2, max_seq_len=16,
            n_experts=4, d_expert=32, top_k=2, batch=2, seq_len=16, rope_theta=100.0, eps=1e-5, balance_alpha=0.05,
@@ -35,17 +36,20 @@ CONFIG_KEYS = ["vocab_size", "padded_vocab_size", "d_model", "n_blocks", "n_head
 # the variants' config record adds these (qk_norm as 0 none, 1 full, 2 per_head)
 EXTRA_KEYS = ["head_dim", "qk_norm", "attention_bias", "normalize_top_k", "eps"]
 QK_NORMS = ["none", "full", "per_head"]
-# name: (config, first weights seed, router weights' std, config keys recorded)
+# name: (config, first weights seed, smallest top-k logit gap, config keys recorded). The router's
+# weights keep std 0.3 in every variant: a sharper router (std 1) makes the step ill-conditioned (a
+# 2^-9 relative perturbation of the weights moves a gradient by 15%), so bf16 rounding alone would
+# exceed the limits. Top-8 of 16 leaves smaller gaps between the 8th and 9th logits: 0.02 there.
 VARIANTS = {
-    "llama": (CFG, 20261203, 0.3, CONFIG_KEYS),
+    "llama": (CFG, 20261203, MIN_MARGIN, CONFIG_KEYS),
     "olmoe": (dict(CFG, n_kv_heads=4, n_experts=16, d_expert=16, top_k=8, rope_theta=1e4, qk_norm="full",
-                   normalize_top_k=False), 20270101, 1.0, CONFIG_KEYS + EXTRA_KEYS),
+                   normalize_top_k=False), 20270101, 0.02, CONFIG_KEYS + EXTRA_KEYS),
     "qwen3": (dict(CFG, head_dim=16, n_experts=16, d_expert=16, top_k=8, rope_theta=1e6, eps=1e-6,
-                   qk_norm="per_head"), 20270201, 1.0, CONFIG_KEYS + EXTRA_KEYS),
-    "qwen2": (dict(CFG, rope_theta=1e6, eps=1e-6, attention_bias=True), 20270301, 0.3, CONFIG_KEYS + EXTRA_KEYS),
+                   qk_norm="per_head"), 20270201, 0.02, CONFIG_KEYS + EXTRA_KEYS),
+    "qwen2": (dict(CFG, rope_theta=1e6, eps=1e-6, attention_bias=True), 20270301, MIN_MARGIN,
+              CONFIG_KEYS + EXTRA_KEYS),
 }
 PROBE_ROWS = [0, 7, 20, 31]
-MIN_MARGIN = 0.04  # no token within this of a top-k tie in router logits
 ROUTING_MARGIN = []
 
 
@@ -87,7 +91,7 @@ def round_bf16(x):
     return u.astype(np.uint32).view(np.float32)
 
 
-def make_weights(c, rng, router_std):
+def make_weights(c, rng):
     w = {}
     for name, shape, dt in param_table(c):
         if name.endswith("norm.weight") or name.endswith("ln1.weight") or name.endswith("ln2.weight") or \
@@ -96,7 +100,7 @@ def make_weights(c, rng, router_std):
         elif name in ("embed.tokens", "lm_head"):
             v = 0.3 * rng.standard_normal(shape)
         elif "router" in name:
-            v = router_std * rng.standard_normal(shape)
+            v = 0.3 * rng.standard_normal(shape)
         elif name.endswith(("attn.bq", "attn.bk", "attn.bv")):
             v = 0.5 * rng.standard_normal(shape)
         else:
@@ -204,10 +208,10 @@ def write_records(path, records):
             f.write(arr.tobytes())
 
 
-def make_variant(name, c, seed0, router_std, config_keys, here):
+def make_variant(name, c, seed0, min_margin, config_keys, here):
     for attempt in range(500):
         rng = np.random.default_rng(seed0 + attempt)
-        w = make_weights(c, rng, router_std)
+        w = make_weights(c, rng)
         stream = rng.integers(0, c["vocab_size"], size=c["batch"] * c["seq_len"] + 1)
         tokens = stream[:-1].reshape(c["batch"], c["seq_len"])
         targets = stream[1:].reshape(c["batch"], c["seq_len"])
@@ -215,7 +219,7 @@ def make_variant(name, c, seed0, router_std, config_keys, here):
         with torch.no_grad():
             forward({n: torch.tensor(v, dtype=torch.float64) for n, v in w.items()}, torch.from_numpy(tokens),
                     torch.from_numpy(targets), c)
-        if min(ROUTING_MARGIN) > MIN_MARGIN:
+        if min(ROUTING_MARGIN) > min_margin:
             break
     print(f"{name}: weights seed {seed0} + {attempt}: smallest top-k logit gap {min(ROUTING_MARGIN):.3f}")
     table = param_table(c)
@@ -242,8 +246,8 @@ def make_variant(name, c, seed0, router_std, config_keys, here):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    for name, (c, seed0, router_std, config_keys) in VARIANTS.items():
-        make_variant(name, c, seed0, router_std, config_keys, here)
+    for name, (c, seed0, min_margin, config_keys) in VARIANTS.items():
+        make_variant(name, c, seed0, min_margin, config_keys, here)
 
 
 if __name__ == "__main__":
