@@ -152,6 +152,30 @@ TEST_CASE("train.recompute block, attention and none give bit-identical losses, 
     }
 }
 
+// The attention-side options (docs/architectures.md): QK-norm's kept q_pre, k_pre and rstd slots,
+// the biases and a head_dim of 32 over d_model 64 and 4 heads, in each mode.
+TEST_CASE("train.recompute modes stay bit-identical with QK-norm (full, per head), q, k, v biases and head_dim 32",
+          "[model]") {
+    for (const char* qk : {"full", "per_head"}) {
+        INFO("model.qk_norm " << qk);
+        std::string yaml = MOE_YAML;
+        yaml.replace(yaml.find("model:\n") + 7, 0,
+                     std::string("  positions: rope\n  norm: rmsnorm\n  head_dim: 32\n  attention_bias: true\n  "
+                                 "qk_norm: ") +
+                         qk + "\n");
+        const std::vector<std::string> names = param_names(yaml);
+        const StepResult block = run_step(yaml, "block", 2, true);
+        {
+            INFO("attention vs block");
+            check_bit_identical(run_step(yaml, "attention", 2, true), block, names);
+        }
+        {
+            INFO("none vs block");
+            check_bit_identical(run_step(yaml, "none", 2, true), block, names);
+        }
+    }
+}
+
 TEST_CASE("train.recompute with deferred expert gradients: the kept expert operands and the norm are the same",
           "[model]") {
     // Deferred mode copies each MoE block's expert operands out of the block's slots (its own under
