@@ -1,5 +1,5 @@
 // The config's choices as types: each key whose value is one of a few names (model.positions,
-// model.norm, train.expert_grads, train.idle_experts, train.recompute, runtime.backend,
+// model.norm, model.shared_expert_gate, train.expert_grads, train.idle_experts, train.recompute, runtime.backend,
 // runtime.grad_dtype, an optimizer's type) is
 // parsed once into an enum. One name table per enum serves the schema's allowed values, the parser,
 // the resolved config and every message (README.md, "Config reference": `skew config --reference`).
@@ -34,6 +34,9 @@ enum class GradDtype : uint8_t { BF16, FP32 };
 enum class Positions : uint8_t { LEARNED, ROPE };
 /// model.norm: LayerNorm with bias (the paper) or RMSNorm without (Llama-family models).
 enum class NormKind : uint8_t { LAYERNORM, RMSNORM };
+/// model.shared_expert_gate: the shared experts' output added as is (DeepSeekMoE), or scaled per
+/// token by sigmoid(x · w_gate) (Qwen2-MoE's shared_expert_gate; docs/architectures.md).
+enum class SharedExpertGate : uint8_t { NONE, SIGMOID };
 /// An optimizer's `type`: its algorithm (docs/optimizers.md).
 enum class OptimizerType : uint8_t { SKEWADAM, ADAMW, LION, MUON, MUON_KJ, ADAFACTOR, GALORE, GALORE_PAPER };
 
@@ -75,6 +78,11 @@ template <>
 struct ChoiceNames<NormKind> {
     static constexpr std::array<std::pair<NormKind, std::string_view>, 2> items{
         {{NormKind::LAYERNORM, "layernorm"}, {NormKind::RMSNORM, "rmsnorm"}}};
+};
+template <>
+struct ChoiceNames<SharedExpertGate> {
+    static constexpr std::array<std::pair<SharedExpertGate, std::string_view>, 2> items{
+        {{SharedExpertGate::NONE, "none"}, {SharedExpertGate::SIGMOID, "sigmoid"}}};
 };
 template <>
 struct ChoiceNames<OptimizerType> {

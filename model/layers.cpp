@@ -5,7 +5,7 @@ namespace skew {
 
 void norm_forward(Backend& be, const ModelConfig& c, bf16* out, float* mean, float* rstd, const bf16* x,
                   const ParamRef& w, const ParamRef& b, int64_t n_rows) {
-    const float eps = float(c.layernorm_eps);
+    const float eps = float(c.norm_eps);
     const float* weight = static_cast<const float*>(w.weight);
     if (c.norm == NormKind::RMSNORM) return be.rmsnorm_forward(out, rstd, x, weight, n_rows, c.d_model, eps);
     be.layernorm_forward(out, mean, rstd, x, weight, static_cast<const float*>(b.weight), n_rows, c.d_model, eps);

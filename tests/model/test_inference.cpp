@@ -21,14 +21,23 @@ namespace {
 
 std::string source_path(const std::string& rel) { return std::string(SKEW_SOURCE_DIR) + "/" + rel; }
 
-// A CPU model of `microbatch` sequences carrying the golden weights (the paper's block, or with
-// `llama` the rope + rmsnorm + untied-head model of make_golden_llama.py).
-std::unique_ptr<TestModel> golden_model(int64_t microbatch, bool llama = false) {
-    auto in = llama ? read_golden_records(source_path("tests/reference/model/golden_llama_inputs.bin"),
-                                          "tests/reference/model/make_golden_llama.py")
-                    : read_golden_records(source_path("tests/reference/model/golden_inputs.bin"),
-                                          "tests/reference/model/make_golden.py");
-    auto t = make_test_model(llama ? LLAMA_GOLDEN_YAML : GOLDEN_YAML, {}, microbatch);
+// The golden models: the paper's block (make_golden.py), the rope + rmsnorm + untied-head model of
+// make_golden_llama.py, and its variant qwen2moe (shared experts behind the sigmoid gate).
+enum class Golden { PAPER, LLAMA, QWEN2MOE };
+
+// A CPU model of `microbatch` sequences carrying the golden weights of `which`.
+std::unique_ptr<TestModel> golden_model(int64_t microbatch, Golden which = Golden::PAPER) {
+    const char* llama_make = "tests/reference/model/make_golden_llama.py";
+    auto in = which == Golden::LLAMA
+                  ? read_golden_records(source_path("tests/reference/model/golden_llama_inputs.bin"), llama_make)
+              : which == Golden::QWEN2MOE
+                  ? read_golden_records(source_path("tests/reference/model/golden_qwen2moe_inputs.bin"), llama_make)
+                  : read_golden_records(source_path("tests/reference/model/golden_inputs.bin"),
+                                        "tests/reference/model/make_golden.py");
+    auto t = make_test_model(which == Golden::LLAMA      ? LLAMA_GOLDEN_YAML
+                             : which == Golden::QWEN2MOE ? QWEN2MOE_GOLDEN_YAML
+                                                         : GOLDEN_YAML,
+                             {}, microbatch);
     for (const ParamRef& p : t->model.params) {
         const auto it = in.find("weight." + p.info->name);
         REQUIRE(it != in.end());
@@ -95,15 +104,15 @@ TEST_CASE("token log-probabilities refuse sequences longer than seq_len + 1 or w
 
 // The cached path computes each row with the same ops on fewer rows; CPU GEMMs round the same
 // row the same way, so the logits agree to bf16 round-off (measured: max relative error ~1e-3).
-static void check_kv_cache_equals_full_forward(bool llama) {
-    auto full = golden_model(1, llama);
+static void check_kv_cache_equals_full_forward(Golden which) {
+    auto full = golden_model(1, which);
     const std::vector<int32_t> s = golden_row(0);
     std::vector<int32_t> tokens(s.begin(), s.begin() + 16), targets(s.begin() + 1, s.end());
     for (int64_t r = 0; r < 16; ++r) full->model.probe_rows.push_back(r);
     const LossParts lp = model_eval(full->model, tokens.data(), targets.data());
     const int64_t Vp = 128;
 
-    auto t = golden_model(1, llama);
+    auto t = golden_model(1, which);
     for (int prefill : {1, 6, 16}) {
         KvCache kc = open_kv_cache(t->model, 16);
         std::vector<float> got =
@@ -125,14 +134,22 @@ static void check_kv_cache_equals_full_forward(bool llama) {
 }
 
 TEST_CASE("the KV cache's logits equal the uncached full forward at every position", "[model][inference]") {
-    check_kv_cache_equals_full_forward(false);
+    check_kv_cache_equals_full_forward(Golden::PAPER);
 }
 
 // With rotary positions the cache holds rotated keys: a new row is rotated to its own position
 // (pos0 = the cached length), an off-by-one or a cache rotated twice moves every later logit.
 TEST_CASE("the KV cache of a rope + rmsnorm + untied-head model equals its full forward at every position",
           "[model][inference]") {
-    check_kv_cache_equals_full_forward(true);
+    check_kv_cache_equals_full_forward(Golden::LLAMA);
+}
+
+// The shared experts and their gate run in the cached forward as in the training forward
+// (model/inference.cpp): a row whose shared output is skipped, left ungated or added to the wrong
+// rows moves its logits by far more than the bf16 round-off.
+TEST_CASE("the KV cache of a model with gated shared experts (Qwen2-MoE) equals its full forward at every position",
+          "[model][inference]") {
+    check_kv_cache_equals_full_forward(Golden::QWEN2MOE);
 }
 
 TEST_CASE("the KV cache refuses positions beyond max_seq_len and tokens outside the table", "[model][inference]") {

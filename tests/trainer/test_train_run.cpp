@@ -557,13 +557,26 @@ TEST_CASE("the OpenBLAS core skew chooses gives the generic Prescott core's trai
     }
 }
 
+// Also with shared experts behind the sigmoid gate (Qwen2-MoE; docs/architectures.md), trained by
+// SkewAdam with the shared experts in the backbone's momentum tier (the default), by an entry that
+// puts them in the routed experts' tier (momentum none), and by Muon (their matrices orthogonalized).
 TEST_CASE("a rope + rmsnorm + untied-head model with every block MoE trains, and resumes bit for bit") {
-    const std::string a = work_dir() + "/llama", b = work_dir() + "/llama-stopped";
+    const bool shared = GENERATE(false, true);
+    INFO((shared ? "with" : "without") << " shared experts");
+    const std::string tag = shared ? "-shared" : "";
+    const std::string a = work_dir() + "/llama" + tag, b = work_dir() + "/llama-stopped" + tag;
+    const std::string shared_args =
+        "--set model.n_shared_experts=2 --set model.d_shared_expert=32 --set model.shared_expert_gate=sigmoid "
+        "--set optimizers.shared-in-expert-tier.type=skewadam "
+        "--set optimizers.shared-in-expert-tier.tiers.shared_experts.momentum=none ";
+    const std::vector<std::string> opts = shared ? std::vector<std::string>{"skewadam", "muon", "shared-in-expert-tier"}
+                                                 : std::vector<std::string>{"skewadam", "muon"};
     const std::string common =
         "--set model.positions=rope --set model.rope_theta=1e6 --set model.norm=rmsnorm --set "
-        "model.tie_embeddings=false "
-        "--set model.moe_blocks=[0,1] --set train.steps=6 --set train.eval_every=3 --set train.checkpoint_every=100 "
-        "--optimizers skewadam,muon ";
+        "model.tie_embeddings=false " +
+        std::string(shared ? "--set model.moe_blocks=all " + shared_args : "--set model.moe_blocks=[0,1] ") +
+        "--set train.steps=6 --set train.eval_every=3 --set train.checkpoint_every=100 --optimizers " +
+        (shared ? "skewadam,muon,shared-in-expert-tier " : "skewadam,muon ");
     Run full = run(train_args(common + "--out " + a));
     INFO(full.output);
     REQUIRE(full.status == 0);
@@ -571,7 +584,7 @@ TEST_CASE("a rope + rmsnorm + untied-head model with every block MoE trains, and
     Run resume = run("train --plain --resume " + b);
     INFO(resume.output);
     REQUIRE(resume.status == 0);
-    for (std::string opt : {"skewadam", "muon"}) {
+    for (const std::string& opt : opts) {
         INFO("optimizer " << opt);
         auto sa = read_jsonl(a + "/steps_" + opt + ".jsonl"), sb = read_jsonl(b + "/steps_" + opt + ".jsonl");
         REQUIRE(sa.size() == 6);
@@ -583,5 +596,15 @@ TEST_CASE("a rope + rmsnorm + untied-head model with every block MoE trains, and
               read_bytes(b + "/checkpoints/" + opt + "/last/model.safetensors"));
         CHECK(read_bytes(a + "/checkpoints/" + opt + "/last/optimizer.safetensors") ==
               read_bytes(b + "/checkpoints/" + opt + "/last/optimizer.safetensors"));
+    }
+    if (shared) {  // the shared experts' momentum is kept by the default entry only; both factor them
+        const std::string m = "state.blocks.0.moe.shared_experts.w1.m",
+                          row = "state.blocks.0.moe.shared_experts.w1.row";
+        const std::string with = read_bytes(a + "/checkpoints/skewadam/last/optimizer.safetensors");
+        const std::string without = read_bytes(a + "/checkpoints/shared-in-expert-tier/last/optimizer.safetensors");
+        CHECK(with.find(m + "\"") != std::string::npos);
+        CHECK(without.find(m + "\"") == std::string::npos);
+        CHECK(with.find(row) != std::string::npos);
+        CHECK(without.find(row) != std::string::npos);
     }
 }

@@ -9,6 +9,12 @@
 # autograd, router noise off. Writes golden_llama_inputs.bin and golden_llama.bin next to this
 # script (the SKEWGOLD records of make_golden.py), read by tests/model/test_golden_llama.cpp.
 #
+# Variant qwen2moe (generate_qwen2moe): Qwen2-MoE's FFN side on that block: top-4 of 8 routed experts,
+# gates not renormalized, and in every MoE block n_shared_experts always-on SwiGLU experts on the same
+# normalized input x, added as sigmoid(x . w_gate) * sum_j w3_j(silu(w1_j x) * w2_j x) (Qwen2-MoE's
+# shared_expert_gate); the shared experts are written here one by one, the engine stores them as one
+# SwiGLU of the summed width. Writes golden_qwen2moe_inputs.bin and golden_qwen2moe.bin.
+#
 # Run with Debian's python3 (torch 1.13, numpy):  /usr/bin/python3 tests/reference/model/make_golden_llama.py
 import math
 import os
@@ -28,6 +34,37 @@ MIN_MARGIN = 0.04  # no token within this of a top-k tie in router logits
 ROUTING_MARGIN = []
 
 
+# Variant qwen2moe: must match QWEN2MOE_GOLDEN_YAML in tests/model/golden_fixture.h.
+CFG_QWEN2MOE = dict(CFG, n_experts=8, d_expert=16, top_k=4, normalize_top_k=False, n_shared_experts=2,
+                    d_shared_expert=24, shared_expert_gate=True)
+CONFIG_KEYS_QWEN2MOE = CONFIG_KEYS + ["n_shared_experts", "d_shared_expert"]
+
+
+def shared_param_table(c, p):
+    """The shared experts of MoE block prefix p, as the engine stores them (one SwiGLU of the summed width)."""
+    d, hs = c["d_model"], c.get("n_shared_experts", 0) * c.get("d_shared_expert", 0)
+    if hs == 0:
+        return []
+    t = [(p + "moe.shared_experts.w1", (hs, d), "bf16"), (p + "moe.shared_experts.w2", (hs, d), "bf16"),
+         (p + "moe.shared_experts.w3", (d, hs), "bf16")]
+    return t + ([(p + "moe.shared_experts.gate", (d,), "f32")] if c.get("shared_expert_gate") else [])
+
+
+def shared_experts(xf, p, pre, c):
+    """sigmoid(x . w_gate) * sum over the shared experts j of w3_j(silu(w1_j x) * w2_j x); xf (N, d)."""
+    n, h = c.get("n_shared_experts", 0), c.get("d_shared_expert", 0)
+    if n == 0:
+        return 0.0
+    W1, W2, W3 = p[pre + "moe.shared_experts.w1"], p[pre + "moe.shared_experts.w2"], p[pre + "moe.shared_experts.w3"]
+    y = 0.0
+    for j in range(n):  # expert j: rows j*h..(j+1)*h of w1 and w2, those columns of w3
+        r = slice(j * h, (j + 1) * h)
+        y = y + (torch.nn.functional.silu(xf @ W1[r].T) * (xf @ W2[r].T)) @ W3[:, r].T
+    if c.get("shared_expert_gate"):
+        y = torch.sigmoid(xf @ p[pre + "moe.shared_experts.gate"])[:, None] * y
+    return y
+
+
 def param_table(c):
     """Names, shapes, dtypes in engine/param_table.cpp's order for this architecture."""
     d, hd = c["d_model"], c["d_model"] // c["n_heads"]
@@ -39,6 +76,7 @@ def param_table(c):
               (p + "attn.wv", (kv, d), "bf16"), (p + "attn.wo", (d, q), "bf16"), (p + "ln2.weight", (d,), "f32"),
               (p + "moe.router.weight", (E, d), "f32"), (p + "moe.experts.w1", (E, h, d), "bf16"),
               (p + "moe.experts.w2", (E, h, d), "bf16"), (p + "moe.experts.w3", (E, d, h), "bf16")]
+        t += shared_param_table(c, p)
     t += [("final_ln.weight", (d,), "f32"), ("lm_head", (c["padded_vocab_size"], d), "bf16")]
     return t
 
@@ -106,7 +144,7 @@ def moe(x, p, pre, c):
     order = np.argsort(-probs.detach().numpy(), axis=-1, kind="stable")[:, :K]  # ties to the lower index
     idx = torch.from_numpy(order.copy())
     chosen = probs.gather(1, idx)
-    gates = chosen / chosen.sum(-1, keepdim=True)
+    gates = chosen / chosen.sum(-1, keepdim=True) if c.get("normalize_top_k", True) else chosen
     srt = np.sort(logits.detach().numpy(), axis=-1)[:, ::-1]
     ROUTING_MARGIN.append(float((srt[:, K - 1] - srt[:, K]).min()))
     counts = torch.bincount(idx.reshape(-1), minlength=E)
@@ -119,6 +157,7 @@ def moe(x, p, pre, c):
         h2 = torch.einsum("nd,nhd->nh", xf, W2[e])
         y = torch.einsum("nh,ndh->nd", torch.nn.functional.silu(h1) * h2, W3[e])
         out = out + gates[:, s:s + 1] * y
+    out = out + shared_experts(xf, p, pre, c)
     return out.view(B, T, d), balance, z, counts
 
 
@@ -191,5 +230,41 @@ def main():
           f"{[cnt.tolist() for cnt in counts]}")
 
 
+def generate_qwen2moe():
+    """Variant qwen2moe: the records of CFG_QWEN2MOE, as main() writes the base variant's."""
+    c = CFG_QWEN2MOE
+    here = os.path.dirname(os.path.abspath(__file__))
+    for attempt in range(2000):  # top-4 of 8: a tie within the margin is far likelier than for top-2 of 4
+        rng = np.random.default_rng(20270114 + attempt)
+        w = make_weights(c, rng)
+        stream = rng.integers(0, c["vocab_size"], size=c["batch"] * c["seq_len"] + 1)
+        tokens = stream[:-1].reshape(c["batch"], c["seq_len"])
+        targets = stream[1:].reshape(c["batch"], c["seq_len"])
+        ROUTING_MARGIN.clear()
+        with torch.no_grad():
+            forward({n: torch.tensor(v, dtype=torch.float64) for n, v in w.items()}, torch.from_numpy(tokens),
+                    torch.from_numpy(targets), c)
+        if min(ROUTING_MARGIN) > MIN_MARGIN:
+            break
+    print(f"qwen2moe weights seed 20270114 + {attempt}: smallest top-k logit gap {min(ROUTING_MARGIN):.3f}")
+    table = param_table(c)
+    inputs = [("config", np.array([c[k] for k in CONFIG_KEYS_QWEN2MOE], dtype=np.float64)), ("tokens", tokens),
+              ("targets", targets), ("probe_rows", np.array(PROBE_ROWS))]
+    inputs += [("weight." + name, w[name]) for name, _, _ in table]
+    write_records(os.path.join(here, "golden_qwen2moe_inputs.bin"), inputs)
+    p = {n: torch.tensor(v, dtype=torch.float64, requires_grad=True) for n, v in w.items()}
+    lm, bal, z, logits, counts = forward(p, torch.from_numpy(tokens), torch.from_numpy(targets), c)
+    total = lm + bal + z
+    total.backward()
+    out = [("loss", np.array([float(lm), float(bal), float(z), float(total)])),
+           ("logits", logits.detach().numpy()[PROBE_ROWS])]
+    out += [(f"counts.{i}", cnt.numpy()) for i, cnt in enumerate(counts)]
+    out += [("grad." + name, p[name].grad.numpy()) for name, _, _ in table]
+    write_records(os.path.join(here, "golden_qwen2moe.bin"), out)
+    print(f"qwen2moe: lm {float(lm):.6f} balance {float(bal):.6f} z {float(z):.6e} counts "
+          f"{[cnt.tolist() for cnt in counts]}")
+
+
 if __name__ == "__main__":
     main()
+    generate_qwen2moe()
