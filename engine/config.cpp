@@ -79,7 +79,7 @@ OptimizerConfig builtin_optimizer(const std::string& name) {
     const TierPolicy bb{MomentumKind::FP32, SecondMomentKind::FACTORED, 0.05};
     const TierPolicy ex{MomentumKind::NONE, SecondMomentKind::FACTORED, 0.05};
     const TierPolicy rt{MomentumKind::NONE, SecondMomentKind::FULL, 0.0};
-    o.tiers = {bb, ex, rt};
+    o.tiers = {bb, ex, rt, bb};  // Tier order; the shared experts default to the backbone's policy
     if (name == "skewadam") {
         o.type = OptimizerType::SKEWADAM;
     } else if (name == "skewadam-expert-momentum") {
@@ -314,6 +314,12 @@ ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string
         }
         case KeyType::INT_LIST:
         case KeyType::STRING_LIST: {
+            // a list key that also takes a word (model.moe_blocks: all)
+            if (!k.choices.empty() && n.IsScalar()) {
+                if (std::find(k.choices.begin(), k.choices.end(), n.Scalar()) != k.choices.end()) return n.Scalar();
+                fail("{}: {}: expected {} or {}, got '{}'", loc.where, key, key_type_name(k.type),
+                     fmt::join(k.choices, ", "), n.Scalar());
+            }
             if (!n.IsSequence())  // a bare `a,b` is one string: say how a list is written
                 fail("{}: {}: expected {}, got {}{}", loc.where, key, key_type_name(k.type), node_kind(n),
                      n.IsScalar() && !n.Scalar().empty() ? fmt::format("; write a list in brackets: [{}]", n.Scalar())
@@ -381,10 +387,27 @@ struct Loader {
         return it == where.end() ? source + " (default)" : it->second;
     }
 
+    // `path` as written: a key, or a former name of one (section_key_aliases), which sets that key.
     void apply_section_key(const std::string& path, const YAML::Node& value, const Loc& loc) {
-        const KeySpec* k = find_spec(section_key_specs(), path);
+        const std::string key = canonical_section_key(path);
+        check_spelling(path, key, loc);
+        const KeySpec* k = find_spec(section_key_specs(), key);
         k->set(cfg, parse_value(value, *k, path, loc, applied_yaml));
-        where[path] = loc.where;
+        where[key] = loc.where;
+    }
+
+    // A renamed key given under both its names in one place (the file, or the command line) is an
+    // error naming both; across the two the command line overrides the file, as for any key.
+    std::map<std::string, std::map<std::string, std::string>> spellings;  // "file:"/"cli:" + key -> name -> where
+    void check_spelling(const std::string& written, const std::string& key, const Loc& loc) {
+        const auto& aliases = section_key_aliases();
+        if (std::none_of(aliases.begin(), aliases.end(), [&](const auto& a) { return a.second == key; })) return;
+        auto& seen = spellings[(loc.where.rfind("--", 0) == 0 ? "cli:" : "file:") + key];
+        for (const auto& [other, at] : seen)
+            if (other != written)
+                fail("{}: {}: {} is given too (at {}); {} is the former name of {}: give only {}", loc.where, written,
+                     other, at, written == key ? other : written, key, key);
+        seen[written] = loc.where;
     }
 
     OptimizerConfig& optimizer_entry(const std::string& name, const std::string& type_hint, const Loc& loc) {
@@ -508,6 +531,8 @@ struct Loader {
             std::vector<std::string> valid;
             for (const auto& k : section_key_specs())
                 if (k.path.rfind(sec + ".", 0) == 0) valid.push_back(k.path.substr(sec.size() + 1));
+            for (const auto& [alias, key] : section_key_aliases())
+                if (alias.rfind(sec + ".", 0) == 0) valid.push_back(alias.substr(sec.size() + 1));
             std::vector<std::pair<std::string, YAML::Node>> leaves;
             collect_leaves(body, "", leaves, sec, valid);
             for (auto& [rel, node] : leaves)
@@ -526,11 +551,11 @@ struct Loader {
         applied_yaml = value_text;
         // `--set key=` (a shell variable that expanded to nothing): no value, whatever the key's type
         if (value_text.empty() && flag.empty()) {
-            if (const KeySpec* k = find_spec(section_key_specs(), path))
+            if (const KeySpec* k = find_spec(section_key_specs(), canonical_section_key(path)))
                 fail("--set {}=: no value after '='; give one, e.g. --set {}={}", path, path, key_default(*k));
             if (path.rfind("optimizers.", 0) == 0) fail("--set {}=: no value after '='; give one after it", path);
         }
-        overridden[path] = ++overrides_applied;
+        overridden[canonical_section_key(path)] = ++overrides_applied;
         YAML::Node value;
         try {
             value = YAML::Load(value_text.empty() ? "\"\"" : value_text);
@@ -555,7 +580,7 @@ struct Loader {
         }
         std::vector<std::string> valid;
         for (const auto& k : section_key_specs()) valid.push_back(k.path);
-        if (!find_spec(section_key_specs(), path))
+        if (!find_spec(section_key_specs(), canonical_section_key(path)))
             fail("{}: unknown key '{}'{}", loc.where, path, suggestion(path, valid));
         apply_section_key(path, value, loc);
     }
@@ -578,6 +603,10 @@ struct Loader {
     }
 
     void check_rules() {
+        if (cfg.model.moe_blocks_all) {  // `moe_blocks: all`, against the final n_blocks
+            cfg.model.moe_blocks.clear();
+            for (int64_t b = 0; b < cfg.model.n_blocks; ++b) cfg.model.moe_blocks.push_back(b);
+        }
         const ModelConfig& m = cfg.model;
         if (m.head_dim_key == 0)  // head_dim = d_model / n_heads
             rule(m.d_model % m.n_heads == 0, "model.n_heads",
@@ -590,6 +619,13 @@ struct Loader {
                              "take (any width runs with runtime.backend: cpu; 0: d_model / n_heads)",
                              m.head_dim_key),
                  {"runtime.backend"});
+        rule(
+            m.n_shared_experts == 0 || !m.moe_blocks.empty(), "model.n_shared_experts",
+            fmt::format("{} shared experts sit in the MoE blocks, but model.moe_blocks lists none", m.n_shared_experts),
+            {"model.moe_blocks"});
+        rule(m.shared_expert_gate == SharedExpertGate::NONE || m.n_shared_experts > 0, "model.shared_expert_gate",
+             fmt::format("{} gates the shared experts' output, but model.n_shared_experts is 0", m.shared_expert_gate),
+             {"model.n_shared_experts"});
         rule(m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads",
              fmt::format("n_heads ({}) must be divisible by n_kv_heads ({})", m.n_heads, m.n_kv_heads),
              {"model.n_heads"});
@@ -646,10 +682,14 @@ struct Loader {
             const OptimizerConfig& o = defined.at(name);
             if (o.type == OptimizerType::SKEWADAM) continue;
             const std::string entry = "optimizers." + name + ".", prefix = entry + "tiers.";
-            size_t keys_set = 0;
+            // (a config.yaml written before the shared_experts tier lists every other key)
+            const std::string shared_tier = prefix + tier_name(Tier::SHARED_EXPERTS) + ".";
+            size_t keys_set = 0, keys = 0;
             for (auto it = where.lower_bound(entry); it != where.end() && it->first.rfind(entry, 0) == 0; ++it)
-                keys_set++;
-            const bool resolved = keys_set == optimizer_key_specs().size();
+                if (it->first.rfind(shared_tier, 0) != 0) keys_set++;
+            for (const KeySpec& k : optimizer_key_specs())
+                if (("optimizers." + name + "." + k.path).rfind(shared_tier, 0) != 0) keys++;
+            const bool resolved = keys_set == keys;
             const OptimizerConfig defaults = builtin_optimizer(std::string(choice_name(o.type)));
             for (auto it = where.lower_bound(prefix); it != where.end() && it->first.rfind(prefix, 0) == 0; ++it) {
                 const KeySpec* k = find_spec(optimizer_key_specs(), it->first.substr(entry.size()));

@@ -21,6 +21,7 @@ struct ModelConfig {
     int64_t d_model = 4096;
     int64_t n_blocks = 2;
     std::vector<int64_t> moe_blocks = {1};  // indices of blocks whose FFN is an MoE layer
+    bool moe_blocks_all = false;            // `moe_blocks: all` was given: the loader fills moe_blocks with every block
     int64_t n_heads = 32;
     int64_t n_kv_heads = 8;
     int64_t d_ff = 4096;        // dense SwiGLU hidden width
@@ -28,12 +29,15 @@ struct ModelConfig {
     int64_t n_experts = 128;
     int64_t d_expert = 4096;  // expert SwiGLU hidden width
     int64_t top_k = 2;
+    int64_t n_shared_experts = 0;  // always-on SwiGLU experts beside the routed ones in every MoE block
+    int64_t d_shared_expert = 0;   // hidden width of each shared expert; 0: d_expert
+    SharedExpertGate shared_expert_gate = SharedExpertGate::NONE;  // sigmoid: scaled by sigmoid(x · w_gate) per token
     bool normalize_top_k = true;      // top_k > 1: the chosen probabilities renormalized to sum 1 (OLMoE: false)
     double router_noise_std = 0.5;    // N(0, std^2) added to router logits in training
     double balance_loss_coef = 0.05;  // Switch balance loss alpha
     double z_loss_coef = 1e-4;        // ST-MoE router z-loss
     double init_std = 0.02;
-    double layernorm_eps = 1e-5;               // the normalization's epsilon (LayerNorm or RMSNorm)
+    double norm_eps = 1e-5;                    // the normalization's epsilon (LayerNorm or RMSNorm)
     Positions positions = Positions::LEARNED;  // learned embeddings, or RoPE on q and k
     double rope_theta = 10000.0;               // RoPE base: lane pair i turns by theta^(-2i/head_dim) per position
     NormKind norm = NormKind::LAYERNORM;       // pre-norm of every block and the final norm
@@ -45,6 +49,9 @@ struct ModelConfig {
     /// Lanes per attention head: model.head_dim when given, else d_model / n_heads.
     int64_t head_dim() const { return head_dim_key > 0 ? head_dim_key : d_model / n_heads; }
     bool is_moe_block(int64_t b) const;
+    /// Hidden width of the shared experts of an MoE block, stored as one SwiGLU:
+    /// n_shared_experts x (d_shared_expert, or d_expert when 0); 0 without shared experts.
+    int64_t d_shared() const { return n_shared_experts * (d_shared_expert > 0 ? d_shared_expert : d_expert); }
 };
 
 enum class MomentumKind : uint8_t { NONE, FP32 };
@@ -72,7 +79,7 @@ struct OptimizerConfig {
     double weight_decay = 0.05;  // backbone and experts; the router is never decayed by default
     Rounding rounding = Rounding::STOCHASTIC;
     WeightDecayMode weight_decay_mode = WeightDecayMode::FUSED;
-    std::array<TierPolicy, 3> tiers{};  // indexed by Tier (SkewAdam family only)
+    std::array<TierPolicy, 4> tiers{};  // indexed by Tier (SkewAdam family only)
     double update_clip = 1.0;           // update RMS clip threshold (SkewAdam, Adafactor)
     // Muon
     double muon_momentum = 0.95;

@@ -1,5 +1,5 @@
 // The config's choices as types: each key whose value is one of a few names (model.positions,
-// model.norm, model.qk_norm, train.expert_grads, train.idle_experts, train.recompute, runtime.backend,
+// model.norm, model.qk_norm, model.shared_expert_gate, train.expert_grads, train.idle_experts, train.recompute, runtime.backend,
 // runtime.grad_dtype, an optimizer's type) is
 // parsed once into an enum. One name table per enum serves the schema's allowed values, the parser,
 // the resolved config and every message (README.md, "Config reference": `skew config --reference`).
@@ -38,6 +38,9 @@ enum class NormKind : uint8_t { LAYERNORM, RMSNORM };
 /// projection widths (OLMoE), or over each head's head_dim lanes with one weight shared by the
 /// heads (Qwen3); docs/architectures.md, "QK-norm".
 enum class QkNorm : uint8_t { NONE, FULL, PER_HEAD };
+/// model.shared_expert_gate: the shared experts' output added as is (DeepSeekMoE), or scaled per
+/// token by sigmoid(x · w_gate) (Qwen2-MoE's shared_expert_gate; docs/architectures.md).
+enum class SharedExpertGate : uint8_t { NONE, SIGMOID };
 /// An optimizer's `type`: its algorithm (docs/optimizers.md).
 enum class OptimizerType : uint8_t { SKEWADAM, ADAMW, LION, MUON, MUON_KJ, ADAFACTOR, GALORE, GALORE_PAPER };
 
@@ -84,6 +87,11 @@ template <>
 struct ChoiceNames<QkNorm> {
     static constexpr std::array<std::pair<QkNorm, std::string_view>, 3> items{
         {{QkNorm::NONE, "none"}, {QkNorm::FULL, "full"}, {QkNorm::PER_HEAD, "per_head"}}};
+};
+template <>
+struct ChoiceNames<SharedExpertGate> {
+    static constexpr std::array<std::pair<SharedExpertGate, std::string_view>, 2> items{
+        {{SharedExpertGate::NONE, "none"}, {SharedExpertGate::SIGMOID, "sigmoid"}}};
 };
 template <>
 struct ChoiceNames<OptimizerType> {

@@ -105,12 +105,16 @@ KeySpec open_max(KeySpec k) {
 KeySpec tier_key(Tier tier, const std::string& field) {
     const std::string tname = tier_name(tier);
     const int ti = int(tier);
+    // the shared experts' tier exists in models with model.n_shared_experts > 0
+    const std::string note = tier == Tier::SHARED_EXPERTS
+                                 ? " (the shared experts of model.n_shared_experts; default: the backbone tier's)"
+                                 : "";
     KeySpec k;
     k.path = "tiers." + tname + "." + field;
     if (field == "momentum") {
         k.type = KeyType::STRING;
         k.choices = kMomentum.names();
-        k.doc = "SkewAdam family: momentum kept for the " + tname + " tier (fp32 buffer or none)";
+        k.doc = "SkewAdam family: momentum kept for the " + tname + " tier (fp32 buffer or none)" + note;
         k.set_opt = [ti](OptimizerConfig& o, const ConfigValue& v) {
             o.tiers[ti].momentum = kMomentum.from(std::get<std::string>(v));
         };
@@ -119,7 +123,7 @@ KeySpec tier_key(Tier tier, const std::string& field) {
         k.type = KeyType::STRING;
         k.choices = kSecond.names();
         k.doc = "SkewAdam family: second moment of the " + tname +
-                " tier (full, factored row/column, none); vectors are always full";
+                " tier (full, factored row/column, none); vectors are always full" + note;
         k.set_opt = [ti](OptimizerConfig& o, const ConfigValue& v) {
             o.tiers[ti].second_moment = kSecond.from(std::get<std::string>(v));
         };
@@ -128,7 +132,7 @@ KeySpec tier_key(Tier tier, const std::string& field) {
         k.type = KeyType::FLOAT;
         k.min = 0;
         k.max = 1;
-        k.doc = "SkewAdam family: decoupled weight decay of the " + tname + " tier";
+        k.doc = "SkewAdam family: decoupled weight decay of the " + tname + " tier" + note;
         k.set_opt = [ti](OptimizerConfig& o, const ConfigValue& v) { o.tiers[ti].weight_decay = std::get<double>(v); };
         k.get_opt = [ti](const OptimizerConfig& o) { return ConfigValue(o.tiers[ti].weight_decay); };
     }
@@ -150,9 +154,15 @@ const std::vector<KeySpec>& section_key_specs() {
                     0,
                     4095,
                     false,
-                    {},
-                    "Indices of blocks whose feed-forward layer is the MoE (others: dense SwiGLU)",
-                    [](Config& c, const ConfigValue& v) { c.model.moe_blocks = std::get<std::vector<int64_t>>(v); },
+                    {"all"},
+                    "Indices of blocks whose feed-forward layer is the MoE (others: dense SwiGLU), or all (every "
+                    "block: Mixtral, OLMoE, Qwen3)",
+                    [](Config& c, const ConfigValue& v) {
+                        c.model.moe_blocks_all =
+                            std::holds_alternative<std::string>(v);  // "all": the loader fills the list
+                        c.model.moe_blocks =
+                            c.model.moe_blocks_all ? std::vector<int64_t>{} : std::get<std::vector<int64_t>>(v);
+                    },
                     [](const Config& c) { return ConfigValue(c.model.moe_blocks); },
                     nullptr,
                     nullptr},
@@ -166,6 +176,14 @@ const std::vector<KeySpec>& section_key_specs() {
             SKEW_INT("model.top_k", model.top_k, 1, 1 << 16,
                      "Experts per token (top-k routing, dropless; top_k 1 gates by the router probability, as Switch "
                      "Transformer)"),
+            SKEW_INT("model.n_shared_experts", model.n_shared_experts, 0, 1 << 16,
+                     "Shared experts per MoE block: always-on SwiGLU experts beside the routed ones, on the same "
+                     "input (DeepSeekMoE, Qwen2-MoE); stored as one SwiGLU of n_shared_experts x d_shared_expert"),
+            SKEW_INT("model.d_shared_expert", model.d_shared_expert, 0, 1 << 20,
+                     "Hidden width of each shared expert's SwiGLU; 0 = model.d_expert"),
+            SKEW_CHOICE("model.shared_expert_gate", model.shared_expert_gate,
+                        "The shared experts' output added as is (none: DeepSeekMoE), or scaled per token by "
+                        "sigmoid(x . w_gate) (sigmoid: Qwen2-MoE's shared_expert_gate)"),
             SKEW_BOOL("model.normalize_top_k", model.normalize_top_k,
                       "top_k > 1: the gates are the chosen experts' probabilities renormalized to sum 1 (true: the "
                       "paper, Mixtral, Qwen3), or the probabilities themselves (false: OLMoE)"),
@@ -175,8 +193,9 @@ const std::vector<KeySpec>& section_key_specs() {
                        "Switch balance-loss coefficient alpha (its floor under uniform routing)"),
             SKEW_FLOAT("model.z_loss_coef", model.z_loss_coef, 0, 100, false, "Router z-loss coefficient"),
             SKEW_FLOAT("model.init_std", model.init_std, 0, 10, true, "Std of the N(0, std^2) weight initialization"),
-            SKEW_FLOAT("model.layernorm_eps", model.layernorm_eps, 0, 1, true,
-                       "Normalization epsilon (LayerNorm, or RMSNorm with model.norm: rmsnorm)"),
+            SKEW_FLOAT("model.norm_eps", model.norm_eps, 0, 1, true,
+                       "Normalization epsilon (LayerNorm, or RMSNorm with model.norm: rmsnorm); model.layernorm_eps "
+                       "is read as this key (configs and run folders written before the rename)"),
             SKEW_CHOICE(
                 "model.positions", model.positions,
                 "Positions: learned embeddings (embed.positions), or rope (rotary, on q and k; no position table)"),
@@ -283,6 +302,19 @@ const std::vector<KeySpec>& section_key_specs() {
     return specs;
 }
 
+const std::vector<std::pair<std::string, std::string>>& section_key_aliases() {
+    static const std::vector<std::pair<std::string, std::string>> aliases = {
+        {"model.layernorm_eps", "model.norm_eps"},  // renamed: it is the epsilon of RMSNorm too
+    };
+    return aliases;
+}
+
+std::string canonical_section_key(const std::string& path) {
+    for (const auto& [alias, key] : section_key_aliases())
+        if (path == alias) return key;
+    return path;
+}
+
 const std::vector<KeySpec>& optimizer_key_specs() {
     static const std::vector<KeySpec> specs = [] {
         std::vector<KeySpec> s = {
@@ -331,7 +363,7 @@ const std::vector<KeySpec>& optimizer_key_specs() {
                          "GaLore (reference form): steps between projector refreshes"),
             SKEW_OPT_FLOAT("galore_scale", galore_scale, 0, 100, true, "GaLore (reference form): update scale"),
         };
-        for (Tier t : {Tier::BACKBONE, Tier::EXPERTS, Tier::ROUTER})
+        for (Tier t : {Tier::BACKBONE, Tier::EXPERTS, Tier::ROUTER, Tier::SHARED_EXPERTS})
             for (const char* f : {"momentum", "second_moment", "weight_decay"}) s.push_back(tier_key(t, f));
         return s;
     }();
@@ -396,11 +428,13 @@ std::string key_range_text(const KeySpec& k) {
 std::string config_reference_markdown() {
     std::string out;
     auto range = [](const KeySpec& k) -> std::string {
-        if (!k.choices.empty()) return "one of " + fmt::format("{}", fmt::join(k.choices, ", "));
+        if (!k.choices.empty() && k.type == KeyType::STRING)
+            return "one of " + fmt::format("{}", fmt::join(k.choices, ", "));
         if (k.type == KeyType::INT || k.type == KeyType::FLOAT || k.type == KeyType::INT_LIST) {
             std::string lo = k.min <= -1e299 ? "" : fmt::format("{} {}", k.min_exclusive ? ">" : ">=", k.min);
             if (k.max_exclusive)
                 lo += fmt::format("{}< {}", lo.empty() ? "" : ", ", k.max);  // an open end is a rule, not a cap
+            if (!k.choices.empty()) lo += fmt::format(", or {}", fmt::join(k.choices, ", "));  // a list or a word
             return lo;
         }
         return "";

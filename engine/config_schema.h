@@ -24,10 +24,10 @@ struct KeySpec {
     KeyType type;
     double min = -1e300;  // bounds for numbers (and for list elements), inclusive unless marked
     double max = 1e300;
-    bool min_exclusive = false;  // the interval is (min, ... rather than [min, ...
+    bool min_exclusive = false;        // the interval is (min, ... rather than [min, ...
     std::vector<std::string> choices;  // allowed strings (empty: any)
     std::string doc;
-    std::function<void(Config&, const ConfigValue&)> set;            // section keys
+    std::function<void(Config&, const ConfigValue&)> set;  // section keys
     std::function<ConfigValue(const Config&)> get;
     std::function<void(OptimizerConfig&, const ConfigValue&)> set_opt;  // optimizer keys
     std::function<ConfigValue(const OptimizerConfig&)> get_opt;
@@ -43,6 +43,11 @@ std::string key_range_text(const KeySpec& k);
 
 /// Keys of the sections model, data, train, runtime.
 const std::vector<KeySpec>& section_key_specs();
+/// Former names of section keys, (alias, key): the loader reads an alias as its key (a config or a
+/// run folder's config.yaml written before the rename); giving both is an error naming both.
+const std::vector<std::pair<std::string, std::string>>& section_key_aliases();
+/// The key `path` stands for: the key of an alias (model.layernorm_eps -> model.norm_eps), else `path`.
+std::string canonical_section_key(const std::string& path);
 /// Keys of one `optimizers.<name>` entry.
 const std::vector<KeySpec>& optimizer_key_specs();
 

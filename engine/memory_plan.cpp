@@ -167,9 +167,14 @@ MemoryPlan lay_out_memory_plan(const std::string& optimizer, int64_t microbatch,
             case BufferKind::ACTIVATION: break;
         }
     }
-    // Rows in tier order (backbone, experts, router), as paper Appendix B lists them.
+    // Rows in tier order (backbone, experts, router), as paper Appendix B lists them; the shared
+    // experts (model.n_shared_experts) between the backbone and the routed experts.
+    auto row_order = [&](const std::string& c) {
+        const Tier t = Tier(comp_tier[c]);
+        return t == Tier::BACKBONE ? 0 : t == Tier::SHARED_EXPERTS ? 1 : t == Tier::EXPERTS ? 2 : 3;
+    };
     std::stable_sort(order.begin(), order.end(),
-                     [&](const std::string& a, const std::string& b) { return comp_tier[a] < comp_tier[b]; });
+                     [&](const std::string& a, const std::string& b) { return row_order(a) < row_order(b); });
     for (const auto& n : order) plan.state_components.push_back(comps[n]);
     plan.buffers = std::move(buffers);
 

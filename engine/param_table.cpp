@@ -32,6 +32,7 @@ const char* tier_name(Tier t) {
         case Tier::BACKBONE: return "backbone";
         case Tier::EXPERTS: return "experts";
         case Tier::ROUTER: return "router";
+        case Tier::SHARED_EXPERTS: return "shared_experts";
     }
     return "?";
 }
@@ -56,6 +57,10 @@ const char* role_name(Role r) {
         case Role::OUTPUT_HEAD: return "output_head";
         case Role::QK_NORM_WEIGHT: return "qk_norm_weight";
         case Role::ATTN_BIAS: return "attn_bias";
+        case Role::SHARED_EXPERT_W1: return "shared_expert_w1";
+        case Role::SHARED_EXPERT_W2: return "shared_expert_w2";
+        case Role::SHARED_EXPERT_W3: return "shared_expert_w3";
+        case Role::SHARED_EXPERT_GATE: return "shared_expert_gate";
     }
     return "?";
 }
@@ -171,6 +176,16 @@ ParamTable build_param_table(const ModelConfig& m, const ExpertShard& shard) {
             add(pre + "moe.experts.w3", {el, d, h}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W3, bi);
             for (size_t i = t.params.size() - 3; i < t.params.size(); ++i)
                 t.params[i].expert_offset = shard.expert_rank * el;
+            // the shared experts (DeepSeekMoE, Qwen2-MoE): n_shared_experts SwiGLUs of one width on the same
+            // input are one SwiGLU of their summed width; dense, so replicated under expert parallelism
+            if (const int64_t hs = m.d_shared(); hs > 0) {
+                const Tier st = Tier::SHARED_EXPERTS;
+                add(pre + "moe.shared_experts.w1", {hs, d}, DType::BF16, st, Role::SHARED_EXPERT_W1, bi);
+                add(pre + "moe.shared_experts.w2", {hs, d}, DType::BF16, st, Role::SHARED_EXPERT_W2, bi);
+                add(pre + "moe.shared_experts.w3", {d, hs}, DType::BF16, st, Role::SHARED_EXPERT_W3, bi);
+                if (m.shared_expert_gate == SharedExpertGate::SIGMOID)
+                    add(pre + "moe.shared_experts.gate", {d}, DType::F32, st, Role::SHARED_EXPERT_GATE, bi);
+            }
         } else {
             add(pre + "ffn.w1", {m.d_ff, d}, DType::BF16, Tier::BACKBONE, Role::FFN_W1, bi);
             add(pre + "ffn.w2", {m.d_ff, d}, DType::BF16, Tier::BACKBONE, Role::FFN_W2, bi);

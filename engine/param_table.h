@@ -12,7 +12,12 @@ namespace skew {
 struct ModelConfig;
 
 enum class DType : uint8_t { BF16, F32, I32, U16 };
-enum class Tier : uint8_t { BACKBONE, EXPERTS, ROUTER };
+/// The optimizer tiers (docs/design.md, "Optimizers"). SHARED_EXPERTS holds the shared experts of
+/// the MoE blocks (model.n_shared_experts): dense matrices every token reaches, as the backbone's,
+/// that sit beside the routed experts; their policy defaults to the backbone's
+/// (docs/architectures.md, "Tensor roles and the tier policy"). The value indexes OptimizerConfig::tiers.
+enum class Tier : uint8_t { BACKBONE, EXPERTS, ROUTER, SHARED_EXPERTS };
+constexpr int N_TIERS = 4;
 enum class Role : uint8_t {
     TOKEN_EMBEDDING,     // (padded_vocab_size, d_model), the LM head too unless untied
     POSITION_EMBEDDING,  // (max_seq_len, d_model)
@@ -32,6 +37,10 @@ enum class Role : uint8_t {
     OUTPUT_HEAD,         // (padded_vocab_size, d_model): the untied LM head (model.tie_embeddings false)
     QK_NORM_WEIGHT,  // RMSNorm gain of q or k (model.qk_norm), fp32: full (n_heads*head_dim) or (n_kv_heads*head_dim); per_head (head_dim)
     ATTN_BIAS,  // bias of the q, k or v projection (model.attention_bias), fp32 (its projection's out_features)
+    SHARED_EXPERT_W1,    // (d_shared, d_model): the shared experts' gate projections, stacked as one SwiGLU
+    SHARED_EXPERT_W2,    // (d_shared, d_model): their up projections
+    SHARED_EXPERT_W3,    // (d_model, d_shared): their down projections
+    SHARED_EXPERT_GATE,  // (d_model) fp32: w_gate of sigmoid(x · w_gate) (model.shared_expert_gate: sigmoid)
 };
 
 /// Bytes per element of a dtype.

@@ -107,7 +107,7 @@ Config load_run_config(const CheckpointRef& ref) {
         check_model_config(cfg, ref.model_config, config_path, ref.dir,
                            "its weights would be read as another model; put config.yaml back as the run wrote it");
     } else if (const std::string hash = config_hash(cfg.resolved_yaml);
-               !ref.config_hash.empty() && ref.config_hash != hash) {
+               !ref.config_hash.empty() && !config_hash_matches(cfg, config_path, ref.config_hash)) {
         spdlog::warn(
             "{}: not the config the checkpoint {} was trained under (config hash {} vs {}; the checkpoint "
             "predates the model record that would say which setting differs): if config.yaml was edited, "

@@ -304,6 +304,20 @@ struct Backend {
     /// be a and db may be b (each element's inputs are read before its outputs are written).
     virtual void swiglu_backward(bf16* da, bf16* db, const bf16* dh, const bf16* a, const bf16* b, int64_t n) = 0;
 
+    // ---- sigmoid gate (the shared experts' gate of Qwen2-MoE; docs/architectures.md)
+
+    /// out[r, c] = sigmoid(logit[r]) * s[r, c], or out[r, c] + that when accumulate (fp32, one
+    /// rounding to bf16). out, s (n_rows, C) bf16, out not aliasing s; logit (n_rows) fp32 (= x · w_gate,
+    /// a matmul with one output column). sigmoid as kernels/common/activations.h.
+    virtual void sigmoid_gate_forward(bf16* out, const float* logit, const bf16* s, int64_t n_rows, int64_t channels,
+                                      bool accumulate = false) = 0;
+
+    /// Its backward from dout (n_rows, C) bf16: ds[r, c] = g_r * dout[r, c] (bf16, overwritten) and
+    /// dlogit[r] = g_r (1 - g_r) * Σ_c dout[r, c] s[r, c] (fp32, overwritten; the sum in an order fixed
+    /// by C), g_r = sigmoid(logit[r]). Either output may be null (skipped).
+    virtual void sigmoid_gate_backward(bf16* ds, float* dlogit, const bf16* dout, const float* logit, const bf16* s,
+                                       int64_t n_rows, int64_t channels) = 0;
+
     // ---- MoE router (fp32)
 
     /// From the clean logits (n_tokens, E) fp32 (= x·Wr^T via matmul): noisy logits (training),

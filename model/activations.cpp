@@ -21,6 +21,9 @@ bool block_holds(const Config& cfg, const ActDims& D, ActWhen when, int64_t b) {
         case ActWhen::MOE: return m.is_moe_block(b);
         case ActWhen::MOE_STORED: return m.is_moe_block(b) && cfg.train.expert_grads != ExpertGrads::DEFERRED;
         case ActWhen::QK_NORM: return m.qk_norm != QkNorm::NONE;
+        case ActWhen::SHARED: return m.is_moe_block(b) && m.d_shared() > 0;
+        case ActWhen::SHARED_GATE:
+            return m.is_moe_block(b) && m.d_shared() > 0 && m.shared_expert_gate == SharedExpertGate::SIGMOID;
     }
     return false;
 }
@@ -91,6 +94,7 @@ ActDims act_dims(const ModelConfig& m, int64_t microbatch, int64_t seq_len, int6
     D.k_norm_rows = per_head ? D.N * m.n_kv_heads : D.N;
     D.ff = m.d_ff;
     D.de = m.d_expert;
+    D.ds = m.d_shared();
     D.E = m.n_experts;
     D.k = m.top_k;
     D.NK = D.N * D.k;

@@ -28,6 +28,7 @@ struct ActDims {
     int64_t B = 0, T = 0, N = 0;            // sequences, tokens per sequence, N = B*T tokens
     int64_t d = 0, qd = 0, kvd = 0, H = 0;  // d_model, n_heads*head_dim, n_kv_heads*head_dim, n_heads
     int64_t ff = 0, de = 0;                 // d_ff, d_expert
+    int64_t ds = 0;                         // the shared experts' hidden width (ModelConfig::d_shared), 0 without
     int64_t E = 0, k = 0, NK = 0;           // n_experts, top_k, N*top_k token copies
     int64_t logits = 0;                     // fp32 words of act.logits (LM head chunk, or the backend's fused head)
     /// Rows of q's and k's RMSNorm (model.qk_norm): N (full), N * n_heads and N * n_kv_heads (per_head).
@@ -55,8 +56,10 @@ int64_t table_expert_parallel(const ParamTable& table, const ModelConfig& m);
 /// operands of deferred_expert_buffers serve as these slots, one set per MoE block and
 /// microbatch). A slot kept once exists when the model has such a block; one kept per block exists
 /// for each such block. EXPERT_PARALLEL: the MoE blocks under expert parallelism (ActDims::M > 1).
-/// QK_NORM: every block of a model with model.qk_norm full or per_head.
-enum class ActWhen : uint8_t { ALL, DENSE, MOE, MOE_STORED, EXPERT_PARALLEL, QK_NORM };
+/// QK_NORM: every block of a model with model.qk_norm full or per_head. SHARED: the MoE blocks of a
+/// model with shared experts (model.n_shared_experts > 0); SHARED_GATE: those blocks when the shared
+/// experts are gated (model.shared_expert_gate: sigmoid).
+enum class ActWhen : uint8_t { ALL, DENSE, MOE, MOE_STORED, EXPERT_PARALLEL, QK_NORM, SHARED, SHARED_GATE };
 
 /// How many copies of a slot the plan holds: ONE for the whole step; one per block in EVERY_MODE
 /// (the checkpointed block inputs); one per block UNLESS_BLOCK recompute (a block's working slots:
@@ -141,6 +144,13 @@ constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scala
     X(moe_h2,          bf16*,    "act.moe_h2",              BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NKr, D.de)         \
     X(moe_act,         bf16*,    "act.moe_act",             BF16, MOE_STORED,UNLESS_BLOCK, ACTIVATION, FR, BW, D.NKr, D.de)         \
     X(moe_out,         bf16*,    "act.moe_out",             BF16, MOE,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.NK, D.d)          \
+    /* the shared experts of one MoE block (one SwiGLU of width ds on the LN2 rows) and their gate: */                        \
+    /* logit = LN2 out . w_gate (fp32), the ungated output s(x) that the gate backward reads         */                        \
+    X(shared_h1,       bf16*,    "act.shared_h1",           BF16, SHARED, UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.ds)         \
+    X(shared_h2,       bf16*,    "act.shared_h2",           BF16, SHARED, UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.ds)         \
+    X(shared_act,      bf16*,    "act.shared_act",          BF16, SHARED, UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.ds)         \
+    X(shared_out,      bf16*,    "act.shared_out",          BF16, SHARED_GATE, UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.d)     \
+    X(gate_logit,      float*,   "act.shared_gate_logit",   F32,  SHARED_GATE, UNLESS_BLOCK, ACTIVATION, FR, BW, D.N)          \
     /* expert parallel (train.recompute: block only): the all-to-all receive (and return-send) rows,  */                       \
     /* source-rank order; this rank's experts' rows in expert order (input; output, then in the       */                       \
     /* backward the output and input gradients); the permutation both ways; local offsets; counts    */                        \
@@ -177,6 +187,11 @@ constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scala
     X(d_moe_h2,        bf16*,    "act.d_moe_h2",            BF16, MOE_STORED,ONE,          ACTIVATION, BW, BW, D.NKr, D.de)         \
     X(d_moe_act,       bf16*,    "act.d_moe_act",           BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NKr, D.de)         \
     X(d_moe_in,        bf16*,    "act.d_moe_in",            BF16, MOE,   ONE,          ACTIVATION, BW, BW, D.NK, D.d)          \
+    X(d_shared_h1,     bf16*,    "act.d_shared_h1",         BF16, SHARED, ONE,         ACTIVATION, BW, BW, D.N, D.ds)          \
+    X(d_shared_h2,     bf16*,    "act.d_shared_h2",         BF16, SHARED, ONE,         ACTIVATION, BW, BW, D.N, D.ds)          \
+    X(d_shared_act,    bf16*,    "act.d_shared_act",        BF16, SHARED, ONE,         ACTIVATION, BW, BW, D.N, D.ds)          \
+    X(d_shared_out,    bf16*,    "act.d_shared_out",        BF16, SHARED_GATE, ONE,    ACTIVATION, BW, BW, D.N, D.d)           \
+    X(d_gate_logit,    float*,   "act.d_shared_gate_logit", F32,  SHARED_GATE, ONE,    ACTIVATION, BW, BW, D.N)                \
     /* the ops' scalar outputs for the whole step (named slots: ActScalar) */                                                  \
     X(scalars,         float*,   "ws.scalars",              F32,  ALL,   ONE,          WORKSPACE,  F,  O,  ACT_SCALAR_WORDS)
 // clang-format on

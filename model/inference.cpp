@@ -52,21 +52,24 @@ namespace {
 
 /// The R-row dimension of a KV cache's table rows (kv_cache_buffers).
 struct KvDims {
-    int64_t R, d, qd, kvd, H, E, K, de, ff, Vp;
+    int64_t R, d, qd, kvd, H, E, K, de, ff, Vp, ds;
 };
 
 KvDims kv_dims(const ModelConfig& c, int64_t max_len) {
     const int64_t hd = c.head_dim();
-    return KvDims{max_len, c.d_model,  c.n_heads * hd, c.n_kv_heads * hd,  c.n_heads, c.n_experts,
-                  c.top_k, c.d_expert, c.d_ff,         c.padded_vocab_size};
+    return KvDims{max_len, c.d_model,  c.n_heads * hd, c.n_kv_heads * hd,   c.n_heads,   c.n_experts,
+                  c.top_k, c.d_expert, c.d_ff,         c.padded_vocab_size, c.d_shared()};
 }
 
-enum class KvWhen : uint8_t { ALL, DENSE, MOE, QK_NORM };
+enum class KvWhen : uint8_t { ALL, DENSE, MOE, QK_NORM, SHARED, SHARED_GATE };
 
 bool kv_row_held(const ModelConfig& c, KvWhen when) {
     const bool has_moe = !c.moe_blocks.empty(), has_dense = int64_t(c.moe_blocks.size()) < c.n_blocks;
+    const bool shared = has_moe && c.d_shared() > 0,
+               gated = shared && c.shared_expert_gate == SharedExpertGate::SIGMOID;
     return when == KvWhen::ALL || (when == KvWhen::DENSE && has_dense) || (when == KvWhen::MOE && has_moe) ||
-           (when == KvWhen::QK_NORM && c.qk_norm != QkNorm::NONE);
+           (when == KvWhen::QK_NORM && c.qk_norm != QkNorm::NONE) || (when == KvWhen::SHARED && shared) ||
+           (when == KvWhen::SHARED_GATE && gated);
 }
 
 /// Every row of the cache as (spec, where its pointer goes), in the table's order with each
@@ -123,7 +126,8 @@ void kv_cache_widen_weights(KvCache& kc, const Model& m) {
     };
     widen(m.head);
     for (const BlockParams& b : m.blocks)
-        for (const ParamRef* p : {&b.wq, &b.wk, &b.wv, &b.wo, &b.ffn_w1, &b.ffn_w2, &b.ffn_w3})
+        for (const ParamRef* p :
+             {&b.wq, &b.wk, &b.wv, &b.wo, &b.ffn_w1, &b.ffn_w2, &b.ffn_w3, &b.shared_w1, &b.shared_w2, &b.shared_w3})
             if (p->info) widen(*p);
 }
 
@@ -151,6 +155,7 @@ std::vector<float> kv_cache_forward(Model& m, KvCache& kc, std::span<const int32
                  c.padded_vocab_size);
     const int64_t d = c.d_model, hd = c.head_dim(), H = c.n_heads, KV = c.n_kv_heads, qd = H * hd, kvd = KV * hd;
     const int64_t E = c.n_experts, K = c.top_k, de = c.d_expert, ff = c.d_ff, Vp = c.padded_vocab_size;
+    const int64_t ds = c.d_shared();
 
     be.copy_to_device(kc.tokens, tokens.data(), n * int64_t(sizeof(int32_t)));
     // positions p0.. : the position table read from row p0 (learned), or q and k rotated to them (rope)
@@ -199,6 +204,18 @@ std::vector<float> kv_cache_forward(Model& m, KvCache& kc, std::span<const int32
             be.swiglu_forward(kc.moe_act, kc.moe_h1, kc.moe_h2, n * K * de);
             be.moe_matmul_forward(kc.moe_out, kc.moe_act, p.expert_w3.w(), kc.offsets, E, de, d);
             be.moe_combine_forward(kc.y, kc.moe_out, kc.topk_gate, kc.copy_to_sorted, n, K, d);
+            if (p.shared_w1.info) {  // the shared experts, added as the training forward adds them (model.cpp)
+                be.matmul_forward(kc.shared_h1, kc.ln_out, weight_of(kc, p.shared_w1), n, d, ds);
+                be.matmul_forward(kc.shared_h2, kc.ln_out, weight_of(kc, p.shared_w2), n, d, ds);
+                be.swiglu_forward(kc.shared_act, kc.shared_h1, kc.shared_h2, n * ds);
+                if (p.shared_gate.info) {
+                    be.matmul_forward(kc.shared_out, kc.shared_act, weight_of(kc, p.shared_w3), n, ds, d);
+                    be.matmul_forward(kc.gate_logit, kc.ln_out, p.shared_gate.w(), n, d, 1);
+                    be.sigmoid_gate_forward(kc.y, kc.gate_logit, kc.shared_out, n, d, true);
+                } else {
+                    be.matmul_forward(kc.y, kc.shared_act, weight_of(kc, p.shared_w3), n, ds, d, true);
+                }
+            }
         }
         be.residual_forward(kc.x, kc.y, kc.resid1, n * d);  // next block's input
     }

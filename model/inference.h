@@ -48,8 +48,11 @@ struct KvCache {
     int64_t *sorted_to_copy = nullptr, *copy_to_sorted = nullptr;   // (R * k)
     bf16 *moe_in = nullptr, *moe_out = nullptr;                     // (R * k, d_model)
     bf16 *moe_h1 = nullptr, *moe_h2 = nullptr, *moe_act = nullptr;  // (R * k, d_expert)
-    float* logits = nullptr;                                        // (R, padded_vocab_size) fp32
-    float* scalars = nullptr;                                       // (8) fp32: the router's loss outputs (unused)
+    bf16 *shared_h1 = nullptr, *shared_h2 = nullptr, *shared_act = nullptr;  // (R, d_shared): shared experts
+    bf16* shared_out = nullptr;                                              // (R, d_model): their ungated output
+    float* gate_logit = nullptr;                                             // (R) fp32: x · w_gate
+    float* logits = nullptr;                                                 // (R, padded_vocab_size) fp32
+    float* scalars = nullptr;  // (8) fp32: the router's loss outputs (unused)
     // a backend whose matmul widens bf16 weights (the CPU): the tied head and the dense layers' weights widened once
     // (exact), so a decode step does not widen them again per token; keyed by the bf16 pointer.
     std::map<const void*, std::vector<float>> widened;
@@ -57,7 +60,9 @@ struct KvCache {
 
 /// The rows of a KV cache of up to max_len positions (R = max_len), with their KvCache member:
 /// X(member, C++ type, plan name, plan dtype, when, element count); when: ALL, DENSE (the model has a
-/// dense FFN block), MOE (it has a MoE block), QK_NORM (model.qk_norm is full or per_head). int64 index rows are pairs of 4-byte words, as in the
+/// dense FFN block), MOE (it has a MoE block), QK_NORM (model.qk_norm is full or per_head), SHARED
+/// (its MoE blocks have shared experts), SHARED_GATE (gated ones). int64 index rows are pairs of
+/// 4-byte words, as in the
 /// activation table (model/activations.h). Each block's keys and values ("kv.k.<b>", "kv.v.<b>",
 /// (R, kvd) bf16) sit between the two halves.
 // clang-format off
@@ -89,7 +94,12 @@ struct KvCache {
     X(moe_out,        bf16*,    "kv.moe_out",        BF16, MOE,   D.R * D.K * D.d) \
     X(moe_h1,         bf16*,    "kv.moe_h1",         BF16, MOE,   D.R * D.K * D.de) \
     X(moe_h2,         bf16*,    "kv.moe_h2",         BF16, MOE,   D.R * D.K * D.de) \
-    X(moe_act,        bf16*,    "kv.moe_act",        BF16, MOE,   D.R * D.K * D.de)
+    X(moe_act,        bf16*,    "kv.moe_act",        BF16, MOE,   D.R * D.K * D.de) \
+    X(shared_h1,      bf16*,    "kv.shared_h1",      BF16, SHARED, D.R * D.ds) \
+    X(shared_h2,      bf16*,    "kv.shared_h2",      BF16, SHARED, D.R * D.ds) \
+    X(shared_act,     bf16*,    "kv.shared_act",     BF16, SHARED, D.R * D.ds) \
+    X(shared_out,     bf16*,    "kv.shared_out",     BF16, SHARED_GATE, D.R * D.d) \
+    X(gate_logit,     float*,   "kv.shared_gate_logit", F32, SHARED_GATE, D.R)
 // clang-format on
 
 /// The buffers of a KV cache of `c` for up to max_len positions (the rows above, all live together).

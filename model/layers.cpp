@@ -7,7 +7,7 @@ namespace skew {
 
 void norm_forward(Backend& be, const ModelConfig& c, bf16* out, float* mean, float* rstd, const bf16* x,
                   const ParamRef& w, const ParamRef& b, int64_t n_rows) {
-    const float eps = float(c.layernorm_eps);
+    const float eps = float(c.norm_eps);
     const float* weight = static_cast<const float*>(w.weight);
     if (c.norm == NormKind::RMSNORM) return be.rmsnorm_forward(out, rstd, x, weight, n_rows, c.d_model, eps);
     be.layernorm_forward(out, mean, rstd, x, weight, static_cast<const float*>(b.weight), n_rows, c.d_model, eps);
@@ -35,7 +35,7 @@ std::pair<int64_t, int64_t> qk_norm_shape(const ModelConfig& c, int64_t n_tokens
 void qk_norm_forward(Backend& be, const ModelConfig& c, bf16* out, float* rstd, const bf16* x, const ParamRef& w,
                      int64_t n_tokens, int64_t heads) {
     const auto [rows, channels] = qk_norm_shape(c, n_tokens, heads);
-    be.rmsnorm_forward(out, rstd, x, static_cast<const float*>(w.weight), rows, channels, float(c.layernorm_eps));
+    be.rmsnorm_forward(out, rstd, x, static_cast<const float*>(w.weight), rows, channels, float(c.norm_eps));
 }
 
 void qk_norm_backward(Backend& be, const ModelConfig& c, bf16* dx, const ParamRef& w, const bf16* dout, const bf16* x,

@@ -50,7 +50,7 @@ ParamRef bind_param(const ParamTable& table, Arena& arena, const std::string& na
 
 // Shapes of one microbatch.
 struct Dims {
-    int64_t B, T, N, d, hd, qd, kvd, H, KV, ff, E, k, NK, de, V, Vp;
+    int64_t B, T, N, d, hd, qd, kvd, H, KV, ff, E, k, NK, de, ds, V, Vp;
 };
 
 Dims dims_of(const Model& m) {
@@ -70,6 +70,7 @@ Dims dims_of(const Model& m) {
     x.k = c.top_k;
     x.NK = x.N * x.k;
     x.de = c.d_expert;
+    x.ds = c.d_shared();
     x.V = c.vocab_size;
     x.Vp = c.padded_vocab_size;
     return x;
@@ -129,6 +130,57 @@ ExpertRows expert_rows(const Model& m, int64_t bi, const bf16* moe_in) {
         return ExpertRows{moe_in, a.moe_out[size_t(bi)], a.expert_offsets[size_t(bi)], x.E, x.NK};
     }
     return ExpertRows{a.ep_moe_in, a.ep_moe_out, a.ep_offsets, m.ep.El, m.ep.recv_total};
+}
+
+// ---- the shared experts of an MoE block (docs/architectures.md, "Shared experts")
+
+// The shared experts of MoE block `bi` on its LN2 rows x, one SwiGLU of width d_shared: h1 = x·w1^T,
+// h2 = x·w2^T, act = silu(h1)·h2 (the dense FFN's ops); gated, also s = act·w3^T and logit = x·w_gate
+// (fp32, a product with one output column). With `out` (the forward, after the routed combine wrote
+// it) their output is added: out += act·w3^T as one product accumulating into out (no gate), or
+// out += sigmoid(logit)·s. The recompute passes null and stops at what the backward reads.
+void shared_experts_forward(Model& m, int64_t bi, bf16* out) {
+    const BlockParams& p = m.blocks[size_t(bi)];
+    if (!p.shared_w1.info) return;
+    Backend& be = *m.backend;
+    ActSlots& a = m.act;
+    const Dims x = dims_of(m);
+    const size_t b = size_t(bi);
+    be.matmul_forward(a.shared_h1[b], a.ln2_out[b], p.shared_w1.w(), x.N, x.d, x.ds);
+    be.matmul_forward(a.shared_h2[b], a.ln2_out[b], p.shared_w2.w(), x.N, x.d, x.ds);
+    be.swiglu_forward(a.shared_act[b], a.shared_h1[b], a.shared_h2[b], x.N * x.ds);
+    if (p.shared_gate.info) {
+        be.matmul_forward(a.shared_out[b], a.shared_act[b], p.shared_w3.w(), x.N, x.ds, x.d);
+        be.matmul_forward(a.gate_logit[b], a.ln2_out[b], p.shared_gate.w(), x.N, x.d, 1);
+        if (out) be.sigmoid_gate_forward(out, a.gate_logit[b], a.shared_out[b], x.N, x.d, true);
+    } else if (out) {
+        be.matmul_forward(out, a.shared_act[b], p.shared_w3.w(), x.N, x.ds, x.d, true);
+    }
+}
+
+// Their backward from a.d_resid (dL/d block output, bf16): the gate's (ds = g·dy, dlogit, then
+// w_gate's gradient and x's share through the logit product), w3, the SwiGLU, w1 and w2; every
+// input gradient accumulates into a.d_ln_out (which the routed experts and the router wrote).
+void shared_experts_backward(Model& m, int64_t bi) {
+    const BlockParams& p = m.blocks[size_t(bi)];
+    if (!p.shared_w1.info) return;
+    Backend& be = *m.backend;
+    ActSlots& a = m.act;
+    const Dims x = dims_of(m);
+    const size_t b = size_t(bi);
+    const bf16* dy = a.d_resid;  // dL/ds without a gate
+    if (p.shared_gate.info) {
+        be.sigmoid_gate_backward(a.d_shared_out, a.d_gate_logit, a.d_resid, a.gate_logit[b], a.shared_out[b], x.N, x.d);
+        be.matmul_backward(a.d_ln_out, p.shared_gate.grad, a.d_gate_logit, a.ln2_out[b], p.shared_gate.w(), x.N, x.d, 1,
+                           true);
+        dy = a.d_shared_out;
+    }
+    be.matmul_backward(a.d_shared_act, p.shared_w3.grad, dy, a.shared_act[b], p.shared_w3.w(), x.N, x.ds, x.d);
+    be.swiglu_backward(a.d_shared_h1, a.d_shared_h2, a.d_shared_act, a.shared_h1[b], a.shared_h2[b], x.N * x.ds);
+    be.matmul_backward(a.d_ln_out, p.shared_w1.grad, a.d_shared_h1, a.ln2_out[b], p.shared_w1.w(), x.N, x.d, x.ds,
+                       true);
+    be.matmul_backward(a.d_ln_out, p.shared_w2.grad, a.d_shared_h2, a.ln2_out[b], p.shared_w2.w(), x.N, x.d, x.ds,
+                       true);
 }
 
 // ---- one block, forward (also the recompute of the backward)
@@ -215,8 +267,9 @@ void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, b
         be.swiglu_forward(es.act, es.h1, es.h2, er.rows * x.de);
         be.moe_matmul_forward(er.out, es.act, p.expert_w3.w(), er.offsets, er.n_experts, x.de, x.d);
         if (m.ep.on()) ep_from_owners(m, er.out, a.moe_out[b], x.d);  // results back, global expert order
-        if (!out) return;
+        if (!out) return shared_experts_forward(m, bi, nullptr);
         be.moe_combine_forward(out, a.moe_out[b], a.topk_gate[b], a.copy_to_sorted[b], x.N, x.k, x.d);
+        shared_experts_forward(m, bi, out);  // out += [gate ·] shared(LN2 out)
     }
     be.residual_forward(out, out, a.resid1[b], x.N * x.d);
 }
@@ -300,6 +353,7 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
                                a.topk_gate[b], a.router_counts[b], loss_weight, loss_weight, rs, ro);
         be.matmul_backward(a.d_ln_out, p.router.grad, a.d_router_logits, a.ln2_out[b], p.router.w(), x.N, x.d, x.E,
                            true);
+        shared_experts_backward(m, bi);
     }
     norm_backward(be, c, a.d_resid, p.ln2_w, p.ln2_b, a.d_ln_out, a.resid1[b], a.ln2_mean[b], a.ln2_rstd[b], x.N);
     be.accumulate(a.d_stream, a.d_resid, x.N * x.d);  // g = d resid1
@@ -494,6 +548,10 @@ Model model_bind(const Config& cfg, const ParamTable& table, Arena& arena, Backe
             bp.expert_w1 = P(pre + "moe.experts.w1");
             bp.expert_w2 = P(pre + "moe.experts.w2");
             bp.expert_w3 = P(pre + "moe.experts.w3");
+            bp.shared_w1 = maybe(pre + "moe.shared_experts.w1");  // model.n_shared_experts > 0
+            bp.shared_w2 = maybe(pre + "moe.shared_experts.w2");
+            bp.shared_w3 = maybe(pre + "moe.shared_experts.w3");
+            bp.shared_gate = maybe(pre + "moe.shared_experts.gate");  // model.shared_expert_gate: sigmoid
             bp.moe_index = int(m.n_moe_blocks++);
         } else {
             bp.ffn_w1 = P(pre + "ffn.w1");
@@ -586,7 +644,8 @@ void model_init(Model& m, uint64_t seed) {
         const bool normal = info.role != Role::NORM_WEIGHT && info.role != Role::NORM_BIAS &&
                             info.role != Role::ROUTER && info.role != Role::QK_NORM_WEIGHT &&
                             info.role != Role::ATTN_BIAS;
-        const bool out_proj = info.role == Role::ATTN_O || info.role == Role::FFN_W3 || info.role == Role::EXPERT_W3;
+        const bool out_proj = info.role == Role::ATTN_O || info.role == Role::FFN_W3 || info.role == Role::EXPERT_W3 ||
+                              info.role == Role::SHARED_EXPERT_W3;
         const float std = float(out_proj ? out_std : c.init_std);
         if (normal && info.element_offset() == 0) {
             // Drawn where the weights live (the CUDA backend: a kernel; the CPU: host loops); no host

@@ -46,6 +46,9 @@ struct BlockParams {
     ParamRef router;                // (n_experts, d_model) fp32
     ParamRef expert_w1, expert_w2;  // (n_experts, d_expert, d_model) bf16
     ParamRef expert_w3;             // (n_experts, d_model, d_expert) bf16
+    ParamRef shared_w1, shared_w2;  // (d_shared, d_model) bf16: the shared experts as one SwiGLU (absent: none)
+    ParamRef shared_w3;             // (d_model, d_shared) bf16
+    ParamRef shared_gate;           // (d_model) fp32: w_gate of model.shared_expert_gate sigmoid (absent: none)
     int moe_index = -1;             // position among the MoE blocks (routing stats), -1 for dense
 };
 

@@ -40,7 +40,10 @@ static bool is_attn_or_mlp(Role r) {
         case Role::FFN_W3:
         case Role::EXPERT_W1:
         case Role::EXPERT_W2:
-        case Role::EXPERT_W3: return true;
+        case Role::EXPERT_W3:
+        case Role::SHARED_EXPERT_W1:
+        case Role::SHARED_EXPERT_W2:
+        case Role::SHARED_EXPERT_W3: return true;
         default: return false;
     }
 }

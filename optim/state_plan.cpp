@@ -21,6 +21,7 @@ std::string tier_title(Tier t) {
         case Tier::BACKBONE: return "Backbone";
         case Tier::EXPERTS: return "Expert";
         case Tier::ROUTER: return "Router";
+        case Tier::SHARED_EXPERTS: return "Shared expert";
     }
     return "?";
 }
@@ -31,6 +32,7 @@ std::string state_component(const ParamPolicy& pol, const ParamInfo& p, StateKin
     switch (pol.kind) {
         case OptimizerKind::SKEWADAM:
             if (kind == StateKind::MOMENTUM) return tt + " momentum (fp32)";
+            if (p.is_vector() && p.tier == Tier::SHARED_EXPERTS) return tt + " gates, full 2nd moment";
             if (p.is_vector()) return tt + " vector params (norms), full 2nd moment";
             if (pol.second_moment == SecondMomentKind::FULL) return tt + " full 2nd moment";
             return tt + " factored 2nd moments";

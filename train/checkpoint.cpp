@@ -571,6 +571,17 @@ std::string config_hash(std::string_view resolved_yaml) {
     return hex;
 }
 
+bool config_hash_matches(const Config& cfg, const std::string& config_path, const std::string& hash) {
+    if (hash == config_hash(cfg.resolved_yaml)) return true;
+    std::ifstream in(config_path, std::ios::binary);
+    if (!in) return false;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    return hash == config_hash(text);
+}
+
 std::string checkpoint_dir(const std::string& run_dir, const std::string& optimizer, const std::string& which) {
     return (fs::path(run_dir) / "checkpoints" / optimizer / which).string();
 }
@@ -690,7 +701,9 @@ void check_model_config(const Config& cfg, const std::map<std::string, std::stri
     if (recorded.empty()) return;
     std::map<std::string, std::string> now;
     for (auto& [key, value] : config_section_values(cfg, "model")) now[key] = value;
-    for (const auto& [key, was] : recorded) {
+    for (const auto& [recorded_key, was] : recorded) {
+        // a key recorded under its former name (model.layernorm_eps) is compared as the key it now is
+        const std::string key = canonical_section_key("model." + recorded_key).substr(6);
         const auto it = now.find(key);
         if (it == now.end() || it->second != was)
             fail("{}: model.{} is {} but the checkpoint {} was trained with {}: {}", config_path, key,

@@ -167,6 +167,13 @@ TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string&
 /// The first 64 bits of the SHA-256 (OpenSSL EVP) of the resolved config text, as 16 hex digits.
 std::string config_hash(std::string_view resolved_yaml);
 
+/// Whether `hash` (a checkpoint's config_hash) names the config read from `config_path`: the hash
+/// of its resolved YAML, or of the file's text as the run wrote it (resolved YAML and a newline).
+/// The second holds for a run folder written before the schema gained or renamed a key
+/// (model.layernorm_eps -> model.norm_eps): its config.yaml, unedited, still hashes to what its
+/// checkpoints carry, while the same settings resolve to new text. An unreadable file: false.
+bool config_hash_matches(const Config& cfg, const std::string& config_path, const std::string& hash);
+
 /// RUNDIR/checkpoints/<optimizer>/<which>, which is "last" or "best".
 std::string checkpoint_dir(const std::string& run_dir, const std::string& optimizer, const std::string& which);
 

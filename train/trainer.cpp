@@ -146,7 +146,7 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
         r.state = r.layout.world_size > 1 ? load_sharded_checkpoint(r.last_dir, r.arena, &backend, r.layout,
                                                                     r.partition, r.global, *opts.comm)
                                           : load_checkpoint(r.last_dir, r.arena, &backend);
-        if (r.state.config_hash != hash)
+        if (!config_hash_matches(cfg, (fs::path(run_dir) / "config.yaml").string(), r.state.config_hash))
             fail(
                 "{}: the checkpoint was written under another config than {} (config hash {} vs {}): was config.yaml "
                 "edited after the run started, or the checkpoint copied from another run? Put config.yaml back as the "

@@ -83,6 +83,15 @@ struct CpuBackend final : Backend {
         cpu::swiglu_backward(da, db, dh, a, b, n);
     }
 
+    void sigmoid_gate_forward(bf16* out, const float* logit, const bf16* s, int64_t n_rows, int64_t channels,
+                              bool accumulate) override {
+        cpu::sigmoid_gate_forward(out, logit, s, n_rows, channels, accumulate);
+    }
+    void sigmoid_gate_backward(bf16* ds, float* dlogit, const bf16* dout, const float* logit, const bf16* s,
+                               int64_t n_rows, int64_t channels) override {
+        cpu::sigmoid_gate_backward(ds, dlogit, dout, logit, s, n_rows, channels);
+    }
+
     void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts, float* balance_loss,
                             float* z_loss, float* mean_probs, const float* logits, const RouterShape& s,
                             const RouterOptions& o) override {

@@ -199,6 +199,14 @@ void swiglu_forward(T* h, const T* a, const T* b, int64_t n);
 template <class T>
 void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, int64_t n);
 
+// ---- sigmoid gate (sigmoid_gate.cpp)
+
+template <class T>
+void sigmoid_gate_forward(T* out, const float* logit, const T* s, int64_t n_rows, int64_t channels, bool accumulate);
+template <class T>
+void sigmoid_gate_backward(T* ds, float* dlogit, const T* dout, const float* logit, const T* s, int64_t n_rows,
+                           int64_t channels);
+
 // ---- router (moe_router.cpp)
 
 void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts, float* balance_loss,

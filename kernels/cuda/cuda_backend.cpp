@@ -27,6 +27,7 @@
 #include "kernels/cuda/nvtx.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rope.h"
+#include "kernels/cuda/sigmoid_gate.h"
 #include "kernels/cuda/swiglu.h"
 #include "kernels/cuda/workspace_sizes.h"
 
@@ -284,6 +285,16 @@ void CudaBackend::swiglu_forward(bf16* h, const bf16* a, const bf16* b, int64_t 
 
 void CudaBackend::swiglu_backward(bf16* da, bf16* db, const bf16* dh, const bf16* a, const bf16* b, int64_t n) {
     cuda::swiglu_backward(da, db, dh, a, b, n, stream_);
+}
+
+void CudaBackend::sigmoid_gate_forward(bf16* out, const float* logit, const bf16* s, int64_t n_rows, int64_t channels,
+                                       bool accumulate) {
+    cuda::sigmoid_gate_forward(out, logit, s, n_rows, channels, accumulate, stream_);
+}
+
+void CudaBackend::sigmoid_gate_backward(bf16* ds, float* dlogit, const bf16* dout, const float* logit, const bf16* s,
+                                        int64_t n_rows, int64_t channels) {
+    cuda::sigmoid_gate_backward(ds, dlogit, dout, logit, s, n_rows, channels, stream_);
 }
 
 void CudaBackend::moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts,

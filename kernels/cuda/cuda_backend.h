@@ -101,6 +101,10 @@ public:
 
     void swiglu_forward(bf16* h, const bf16* a, const bf16* b, int64_t n) override;
     void swiglu_backward(bf16* da, bf16* db, const bf16* dh, const bf16* a, const bf16* b, int64_t n) override;
+    void sigmoid_gate_forward(bf16* out, const float* logit, const bf16* s, int64_t n_rows, int64_t channels,
+                              bool accumulate) override;
+    void sigmoid_gate_backward(bf16* ds, float* dlogit, const bf16* dout, const float* logit, const bf16* s,
+                               int64_t n_rows, int64_t channels) override;
 
     void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts, float* balance_loss,
                             float* z_loss, float* mean_probs, const float* logits, const RouterShape& s,

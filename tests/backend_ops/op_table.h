@@ -192,6 +192,7 @@ void add_memory_cases(std::vector<Case>& out, const TableOptions& o);       // c
 void add_elementwise_cases(std::vector<Case>& out, const TableOptions& o);  // cases_elementwise.cpp
 void add_norm_rope_cases(std::vector<Case>& out, const TableOptions& o);    // cases_norm_rope.cpp
 void add_bias_cases(std::vector<Case>& out, const TableOptions& o);         // cases_bias.cpp
+void add_gate_cases(std::vector<Case>& out, const TableOptions& o);         // cases_gate.cpp
 
 void add_dense_grad_cases(std::vector<GradCase>& out);
 void add_attention_grad_cases(std::vector<GradCase>& out);
@@ -199,6 +200,7 @@ void add_moe_grad_cases(std::vector<GradCase>& out);
 void add_loss_grad_cases(std::vector<GradCase>& out);
 void add_norm_rope_grad_cases(std::vector<GradCase>& out);
 void add_bias_grad_cases(std::vector<GradCase>& out);
+void add_gate_grad_cases(std::vector<GradCase>& out);
 
 /// Every case of the table (test or perf shapes), families in a fixed order.
 std::vector<Case> all_cases(const TableOptions& o);

@@ -139,6 +139,7 @@ std::vector<Case> all_cases(const TableOptions& o) {
     add_loss_cases(c, o);
     add_elementwise_cases(c, o);
     add_memory_cases(c, o);
+    add_gate_cases(c, o);
     for (auto& x : c) {
         if (x.covers.empty()) x.covers = {x.op};
         if (o.perf) x.shape = "paper: " + x.shape;
@@ -154,6 +155,7 @@ std::vector<GradCase> all_grad_cases() {
     add_attention_grad_cases(g);
     add_moe_grad_cases(g);
     add_loss_grad_cases(g);
+    add_gate_grad_cases(g);
     return g;
 }
 

@@ -96,7 +96,7 @@ model:
   positions: rope
   rope_theta: 1000000
   norm: rmsnorm
-  layernorm_eps: 0.000001
+  norm_eps: 0.000001
   qk_norm: per_head
   tie_embeddings: false
 train:
@@ -129,7 +129,7 @@ model:
   positions: rope
   rope_theta: 1000000
   norm: rmsnorm
-  layernorm_eps: 0.000001
+  norm_eps: 0.000001
   attention_bias: true
   tie_embeddings: false
 train:
@@ -158,6 +158,43 @@ model:
   n_experts: 4
   d_expert: 32
   top_k: 2
+train:
+  batch_size: 2
+  seq_len: 16
+  microbatch: 2
+  seed: 42
+runtime:
+  backend: cpu
+  workspace_gib: 0
+  grad_dtype: fp32
+)";
+
+
+/// Must match CFG_QWEN2MOE in make_golden_llama.py (variant qwen2moe): the Llama-family block with
+/// Qwen2-MoE's FFN side, top-4 of 8 routed experts without renormalization and two shared experts
+/// behind the sigmoid gate.
+inline const char* QWEN2MOE_GOLDEN_YAML = R"(
+model:
+  vocab_size: 96
+  padded_vocab_size: 128
+  d_model: 32
+  n_blocks: 2
+  moe_blocks: all
+  n_heads: 4
+  n_kv_heads: 2
+  max_seq_len: 16
+  n_experts: 8
+  d_expert: 16
+  top_k: 4
+  normalize_top_k: false
+  n_shared_experts: 2
+  d_shared_expert: 24
+  shared_expert_gate: sigmoid
+  router_noise_std: 0
+  positions: rope
+  rope_theta: 100
+  norm: rmsnorm
+  tie_embeddings: false
 train:
   batch_size: 2
   seq_len: 16

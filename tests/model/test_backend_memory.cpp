@@ -154,6 +154,16 @@ struct GuardedBackend : Backend {
         Open open_arena(*this);
         inner_->swiglu_backward(da, db, dh, a, b, n);
     }
+    void sigmoid_gate_forward(bf16* out, const float* logit, const bf16* s, int64_t n_rows, int64_t channels,
+                              bool accumulate) override {
+        Open open_arena(*this);
+        inner_->sigmoid_gate_forward(out, logit, s, n_rows, channels, accumulate);
+    }
+    void sigmoid_gate_backward(bf16* ds, float* dlogit, const bf16* dout, const float* logit, const bf16* s,
+                               int64_t n_rows, int64_t channels) override {
+        Open open_arena(*this);
+        inner_->sigmoid_gate_backward(ds, dlogit, dout, logit, s, n_rows, channels);
+    }
     void moe_router_forward(float* probs, int32_t* expert_idx, float* gates, int64_t* counts, float* balance_loss,
                             float* z_loss, float* mean_probs, const float* logits, const RouterShape& s,
                             const RouterOptions& o) override {
@@ -288,7 +298,13 @@ Results run_model(const Config& cfg, const ParamTable& table, Arena& arena, Back
 }  // namespace
 
 TEST_CASE("the model reaches backend memory only through the Backend interface (arena pages guarded)") {
-    const Config cfg = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml");
+    // tiny.yaml, and with gated shared experts in its MoE block (docs/architectures.md)
+    const bool shared = GENERATE(false, true);
+    INFO((shared ? "with" : "without") << " shared experts");
+    const Config cfg =
+        load_config(std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml",
+                    shared ? std::vector<std::string>{"model.n_shared_experts=2", "model.shared_expert_gate=sigmoid"}
+                           : std::vector<std::string>{});
     const ParamTable table = build_param_table(cfg.model);
     const MemoryPlan plan = build_memory_plan(cfg, table, builtin_optimizer("skewadam"), cfg.train.microbatch);
     REQUIRE(cfg.train.batch_size / cfg.train.microbatch >= 2);  // accumulation is exercised

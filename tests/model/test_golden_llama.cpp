@@ -45,7 +45,7 @@ std::vector<double> config_record(const Config& cfg, bool extra) {
                              c.rope_theta};
     if (extra)
         r.insert(r.end(), {double(c.head_dim_key), double(int(c.qk_norm)), double(c.attention_bias),
-                           double(c.normalize_top_k), c.layernorm_eps});
+                           double(c.normalize_top_k), c.norm_eps});
     return r;
 }
 
@@ -119,4 +119,66 @@ TEST_CASE("the Qwen2 attention biases (q, k, v) match the reference", "[model][g
     CHECK(t->table.find("blocks.0.attn.bq")->shape == std::vector<int64_t>{32});
     CHECK(t->table.find("blocks.0.attn.bk")->shape == std::vector<int64_t>{16});
     CHECK_FALSE(t->table.find("blocks.0.attn.bo"));
+}
+
+// Qwen2-MoE's FFN side (docs/architectures.md, "Shared experts"): the same block with top-4 of 8
+// routed experts, gates not renormalized, and two shared experts of width 24 behind the sigmoid
+// gate in both MoE blocks (make_golden_llama.py variant qwen2moe, where each shared expert is its own
+// SwiGLU and the engine stores them as one of width 48). Limits as above: the shared experts add the
+// same kind of bf16 roundings (two products, the SwiGLU, the gated sum); a gate of the wrong sign,
+// a missing gate derivative or the shared output added twice errs by O(1) in some gradient.
+TEST_CASE("shared experts with the sigmoid gate (Qwen2-MoE) match the PyTorch reference", "[model][golden]") {
+    const char* make = "tests/reference/model/make_golden_llama.py";
+    auto in = read_golden_records(fixture("golden_qwen2moe_inputs.bin"), make);
+    auto ref = read_golden_records(fixture("golden_qwen2moe.bin"), make);
+    auto t = make_test_model(QWEN2MOE_GOLDEN_YAML, {}, 2);
+    Model& m = t->model;
+    const ModelConfig& c = t->cfg.model;
+    const std::vector<double> want_cfg = {double(c.vocab_size),
+                                          double(c.padded_vocab_size),
+                                          double(c.d_model),
+                                          double(c.n_blocks),
+                                          double(c.n_heads),
+                                          double(c.n_kv_heads),
+                                          double(c.max_seq_len),
+                                          double(c.n_experts),
+                                          double(c.d_expert),
+                                          double(c.top_k),
+                                          double(t->cfg.train.batch_size),
+                                          double(t->cfg.train.seq_len),
+                                          c.rope_theta,
+                                          double(c.n_shared_experts),
+                                          double(c.d_shared_expert)};
+    REQUIRE(in["config"].data.size() == want_cfg.size());
+    for (size_t i = 0; i < want_cfg.size(); ++i) REQUIRE(double(in["config"].data[i]) == want_cfg[i]);
+    // one SwiGLU of 2 x 24 per block, in the shared-experts tier, and the gate vector
+    for (const char* b : {"blocks.0.", "blocks.1."}) {
+        const ParamInfo* w1 = t->table.find(std::string(b) + "moe.shared_experts.w1");
+        const ParamInfo* g = t->table.find(std::string(b) + "moe.shared_experts.gate");
+        REQUIRE(w1);
+        REQUIRE(g);
+        CHECK(w1->shape == std::vector<int64_t>{48, 32});
+        CHECK(w1->tier == Tier::SHARED_EXPERTS);
+        CHECK(w1->role == Role::SHARED_EXPERT_W1);
+        CHECK_FALSE(is_expert_bank(*w1));
+        CHECK(g->shape == std::vector<int64_t>{32});
+        CHECK(g->role == Role::SHARED_EXPERT_GATE);
+    }
+
+    for (const ParamRef& p : m.params) {
+        const auto it = in.find("weight." + p.info->name);
+        REQUIRE(it != in.end());
+        REQUIRE(it->second.shape == p.info->shape);
+        set_weight(m, p, it->second.data);
+    }
+    std::vector<int32_t> tokens, targets;
+    for (float x : in["tokens"].data) tokens.push_back(int32_t(x));
+    for (float x : in["targets"].data) targets.push_back(int32_t(x));
+    for (float x : in["probe_rows"].data) m.probe_rows.push_back(int64_t(x));
+
+    model_zero_grads(m);
+    const LossParts lp = model_forward_backward(m, tokens.data(), targets.data(), 0, 1, 1, false);
+    const GoldenWorst w = check_against_golden(lp, m, ref, 2, GoldenLimits{}, "qwen2moe");
+    WARN("golden qwen2moe: worst gradient error " << w.grad << " (" << w.grad_name << "), logits " << w.logits
+                                                  << ", lm " << lp.lm_loss << " vs " << ref["loss"].data[0]);
 }

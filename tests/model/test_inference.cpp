@@ -33,10 +33,12 @@ const GoldenVariant LLAMA{LLAMA_GOLDEN_YAML, "tests/reference/model/golden_llama
                           "tests/reference/model/make_golden_llama.py"};
 const GoldenVariant QWEN3{QWEN3_GOLDEN_YAML, "tests/reference/model/golden_qwen3_inputs.bin",
                           "tests/reference/model/make_golden_llama.py"};
+const GoldenVariant QWEN2MOE{QWEN2MOE_GOLDEN_YAML, "tests/reference/model/golden_qwen2moe_inputs.bin",
+                             "tests/reference/model/make_golden_llama.py"};
 
 // A CPU model of `microbatch` sequences carrying the variant's golden weights (the paper's block,
-// the rope + rmsnorm + untied-head model of make_golden_llama.py, or its Qwen3 variant), with
-// `overrides`; a parameter the fixture lacks (an override's) gets small seeded values.
+// the rope + rmsnorm + untied-head model of make_golden_llama.py, or its Qwen3 or Qwen2-MoE
+// variant), with `overrides`; a parameter the fixture lacks (an override's) gets small seeded values.
 std::unique_ptr<TestModel> golden_model(int64_t microbatch, const GoldenVariant& v = PAPER,
                                         const std::vector<std::string>& overrides = {}) {
     auto in = read_golden_records(source_path(v.inputs), v.make);
@@ -161,6 +163,14 @@ TEST_CASE(
     "forward at every position",
     "[model][inference]") {
     check_kv_cache_equals_full_forward(QWEN3, {"model.attention_bias=true"});
+}
+
+// The shared experts and their gate run in the cached forward as in the training forward
+// (model/inference.cpp): a row whose shared output is skipped, left ungated or added to the wrong
+// rows moves its logits by far more than the bf16 round-off.
+TEST_CASE("the KV cache of a model with gated shared experts (Qwen2-MoE) equals its full forward at every position",
+          "[model][inference]") {
+    check_kv_cache_equals_full_forward(QWEN2MOE);
 }
 
 TEST_CASE("the KV cache refuses positions beyond max_seq_len and tokens outside the table", "[model][inference]") {

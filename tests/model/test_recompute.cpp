@@ -124,12 +124,24 @@ int64_t declared_bytes(const Config& cfg, const ActDims& D) {
 
 }  // namespace
 
+// MOE_YAML with two shared experts behind the sigmoid gate in both MoE blocks (docs/architectures.md):
+// their working slots are kept and recomputed as the routed experts' are.
+static std::string shared_moe_yaml() {
+    std::string y = MOE_YAML;
+    const std::string at = "  top_k: 2\n";
+    return y.insert(y.find(at) + at.size(),
+                    "  n_shared_experts: 2\n  d_shared_expert: 32\n  shared_expert_gate: sigmoid\n");
+}
+
 TEST_CASE("train.recompute block, attention and none give bit-identical losses, routing and gradients", "[model]") {
-    for (const bool tiny : {true, false}) {
-        const std::string yaml = tiny ? tiny_yaml_file() : std::string(MOE_YAML);
+    for (const int which : {0, 1, 2}) {
+        const std::string yaml = which == 0 ? tiny_yaml_file() : which == 1 ? std::string(MOE_YAML) : shared_moe_yaml();
         const std::vector<std::string> names = param_names(yaml);
         for (const int64_t n_micro : {int64_t(1), int64_t(4)}) {
-            INFO((tiny ? "configs/tiny.yaml" : "3 blocks, MoE at 0 and 2") << ", grad_accum " << n_micro);
+            INFO((which == 0   ? "configs/tiny.yaml"
+                  : which == 1 ? "3 blocks, MoE at 0 and 2"
+                               : "3 blocks, MoE at 0 and 2 with gated shared experts")
+                 << ", grad_accum " << n_micro);
             const StepResult block = run_step(yaml, "block", n_micro, true);
             const StepResult attention = run_step(yaml, "attention", n_micro, true);
             const StepResult none = run_step(yaml, "none", n_micro, true);
@@ -212,8 +224,8 @@ TEST_CASE("the plan sizes each train.recompute mode from the table's keep column
                                       N * kvd * 2, N * d * 2, N * d * 2, N * 4,      N * 4};
     const std::vector<int64_t> dense = {N * ff * 2, N * ff * 2, N * ff * 2};  // ffn h1, h2, act
     // router logits, probs, top-k idx, gate; counts, offsets, the two permutations; moe in/h1/h2/act/out
-    const std::vector<int64_t> moe = {N * E * 4,  N * E * 4,   N * k * 4,   N * k * 4,   E * 8,     (E + 1) * 8, NK * 8,
-                                      NK * 8,     NK * d * 2,  NK * de * 2, NK * de * 2, NK * de * 2, NK * d * 2};
+    const std::vector<int64_t> moe = {N * E * 4, N * E * 4,  N * k * 4,   N * k * 4,   E * 8,       (E + 1) * 8, NK * 8,
+                                      NK * 8,    NK * d * 2, NK * de * 2, NK * de * 2, NK * de * 2, NK * d * 2};
     // ... and the attention core, kept per block under none only: logsumexp (B, H, T) fp32, output (N, q) bf16
     const std::vector<int64_t> core = {BHT * 4, N * qd * 2};
     auto sum = [](const std::vector<int64_t>& v, bool aligned) {

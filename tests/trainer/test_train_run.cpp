@@ -558,16 +558,20 @@ TEST_CASE("the OpenBLAS core skew chooses gives the generic Prescott core's trai
 }
 
 // Six steps of a rope + rmsnorm + untied-head model with every block MoE and the architecture
-// options `extra` (--set ...) with SkewAdam and Muon learn, and a run stopped at step 3 and resumed
-// equals the uninterrupted one bit for bit (losses, weights, optimizer state); `name` names the folders.
-static void check_llama_family_trains_and_resumes(const std::string& name, const std::string& extra) {
+// options `extra` (--set ...) with the optimizers `opts` (default SkewAdam and Muon) learn, and a run
+// stopped at step 3 and resumed equals the uninterrupted one bit for bit (losses, weights, optimizer
+// state); `name` names the folders (work_dir()/name holds the uninterrupted run).
+static void check_llama_family_trains_and_resumes(const std::string& name, const std::string& extra,
+                                                  const std::vector<std::string>& opts = {"skewadam", "muon"}) {
     const std::string a = work_dir() + "/" + name, b = work_dir() + "/" + name + "-stopped";
+    std::string opt_list;
+    for (const std::string& o : opts) opt_list += (opt_list.empty() ? "" : ",") + o;
     const std::string common =
         "--set model.positions=rope --set model.rope_theta=1e6 --set model.norm=rmsnorm --set "
         "model.tie_embeddings=false "
         "--set model.moe_blocks=[0,1] --set train.steps=6 --set train.eval_every=3 --set train.checkpoint_every=100 "
-        "--optimizers skewadam,muon " +
-        extra + " ";
+        "--optimizers " +
+        opt_list + " " + extra + " ";
     Run full = run(train_args(common + "--out " + a));
     INFO(full.output);
     REQUIRE(full.status == 0);
@@ -575,7 +579,7 @@ static void check_llama_family_trains_and_resumes(const std::string& name, const
     Run resume = run("train --plain --resume " + b);
     INFO(resume.output);
     REQUIRE(resume.status == 0);
-    for (std::string opt : {"skewadam", "muon"}) {
+    for (const std::string& opt : opts) {
         INFO("optimizer " << opt);
         auto sa = read_jsonl(a + "/steps_" + opt + ".jsonl"), sb = read_jsonl(b + "/steps_" + opt + ".jsonl");
         REQUIRE(sa.size() == 6);
@@ -598,5 +602,26 @@ TEST_CASE("a rope + rmsnorm + untied-head model with every block MoE trains, and
 TEST_CASE("a model with QK-norm per head and head_dim != d_model / n_heads trains, and resumes bit for bit") {
     check_llama_family_trains_and_resumes("qwen3",
                                           "--set model.qk_norm=per_head --set model.head_dim=32 --set "
-                                          "model.layernorm_eps=1e-6");
+                                          "model.norm_eps=1e-6");
+}
+
+// With shared experts behind the sigmoid gate (Qwen2-MoE; docs/architectures.md), trained by SkewAdam
+// with the shared experts in the backbone's momentum tier (the default), by an entry that puts them in
+// the routed experts' tier (momentum none), and by Muon (their matrices orthogonalized).
+TEST_CASE("a model with gated shared experts trains, and resumes bit for bit") {
+    check_llama_family_trains_and_resumes(
+        "llama-shared",
+        "--set model.moe_blocks=all --set model.n_shared_experts=2 --set model.d_shared_expert=32 --set "
+        "model.shared_expert_gate=sigmoid --set optimizers.shared-in-expert-tier.type=skewadam --set "
+        "optimizers.shared-in-expert-tier.tiers.shared_experts.momentum=none",
+        {"skewadam", "muon", "shared-in-expert-tier"});
+    // the shared experts' momentum is kept by the default entry only; both factor their second moment
+    const std::string a = work_dir() + "/llama-shared";
+    const std::string m = "state.blocks.0.moe.shared_experts.w1.m", row = "state.blocks.0.moe.shared_experts.w1.row";
+    const std::string with = read_bytes(a + "/checkpoints/skewadam/last/optimizer.safetensors");
+    const std::string without = read_bytes(a + "/checkpoints/shared-in-expert-tier/last/optimizer.safetensors");
+    CHECK(with.find(m + "\"") != std::string::npos);
+    CHECK(without.find(m + "\"") == std::string::npos);
+    CHECK(with.find(row) != std::string::npos);
+    CHECK(without.find(row) != std::string::npos);
 }

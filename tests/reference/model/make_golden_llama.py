@@ -6,7 +6,7 @@
 # on q and k before the scores; an untied LM head; every block an MoE (softmax over all experts,
 # top-k, gates renormalized to sum 1, or not: OLMoE); the engine's balance loss (alpha * E * sum_e
 # mean_p_e * f_e per MoE block, f = counts / (N k)) and z-loss (coef * mean lse^2) summed over
-# blocks. float64 autograd, router noise off. Four variants (VARIANTS), each written as
+# blocks. float64 autograd, router noise off. Five variants (VARIANTS), each written as
 # golden_<name>_inputs.bin and golden_<name>.bin next to this script (the SKEWGOLD records of
 # make_golden.py), read by tests/model/test_golden_llama.cpp:
 #   llama  Mixtral's block (GQA, renormalized top-2 of 4).
@@ -16,6 +16,10 @@
 #          per head (each head's hd lanes normalized, one weight of hd shared by the heads), top-8 of 16
 #          renormalized, eps 1e-6, theta 1e6.
 #   qwen2  Qwen2's attention biases (q = x Wq^T + b_q, k and v likewise; none on o), GQA, top-2 of 4.
+#   qwen2moe  Qwen2-MoE's FFN side: top-4 of 8 routed experts, gates not renormalized, and in every
+#          MoE block n_shared_experts always-on SwiGLU experts on the same normalized input x, added as
+#          sigmoid(x . w_gate) * sum_j w3_j(silu(w1_j x) * w2_j x) (Qwen2-MoE's shared_expert_gate);
+#          written here one by one, the engine stores them as one SwiGLU of the summed width.
 # QK-norm is applied after the projections (and biases), before the rotation.
 #
 # Run with Debian's python3 (torch 1.13, numpy):  /usr/bin/python3 tests/reference/model/make_golden_llama.py
@@ -48,6 +52,11 @@ VARIANTS = {
                    qk_norm="per_head"), 20270201, 0.02, CONFIG_KEYS + EXTRA_KEYS),
     "qwen2": (dict(CFG, rope_theta=1e6, eps=1e-6, attention_bias=True), 20270301, MIN_MARGIN,
               CONFIG_KEYS + EXTRA_KEYS),
+    # Qwen2-MoE's FFN side: top-4 of 8 routed experts not renormalized, two shared experts of 24
+    # behind the sigmoid gate (y = sigmoid(x . w_gate) * sum_j w3_j(silu(w1_j x) * w2_j x))
+    "qwen2moe": (dict(CFG, n_experts=8, d_expert=16, top_k=4, normalize_top_k=False, n_shared_experts=2,
+                      d_shared_expert=24, shared_expert_gate=True), 20270114, MIN_MARGIN,
+                 CONFIG_KEYS + ["n_shared_experts", "d_shared_expert"]),
 }
 PROBE_ROWS = [0, 7, 20, 31]
 ROUTING_MARGIN = []
@@ -55,6 +64,31 @@ ROUTING_MARGIN = []
 
 def head_dim(c):
     return c["head_dim"] or c["d_model"] // c["n_heads"]
+
+
+def shared_param_table(c, p):
+    """The shared experts of MoE block prefix p, as the engine stores them (one SwiGLU of the summed width)."""
+    d, hs = c["d_model"], c.get("n_shared_experts", 0) * c.get("d_shared_expert", 0)
+    if hs == 0:
+        return []
+    t = [(p + "moe.shared_experts.w1", (hs, d), "bf16"), (p + "moe.shared_experts.w2", (hs, d), "bf16"),
+         (p + "moe.shared_experts.w3", (d, hs), "bf16")]
+    return t + ([(p + "moe.shared_experts.gate", (d,), "f32")] if c.get("shared_expert_gate") else [])
+
+
+def shared_experts(xf, p, pre, c):
+    """sigmoid(x . w_gate) * sum over the shared experts j of w3_j(silu(w1_j x) * w2_j x); xf (N, d)."""
+    n, h = c.get("n_shared_experts", 0), c.get("d_shared_expert", 0)
+    if n == 0:
+        return 0.0
+    W1, W2, W3 = p[pre + "moe.shared_experts.w1"], p[pre + "moe.shared_experts.w2"], p[pre + "moe.shared_experts.w3"]
+    y = 0.0
+    for j in range(n):  # expert j: rows j*h..(j+1)*h of w1 and w2, those columns of w3
+        r = slice(j * h, (j + 1) * h)
+        y = y + (torch.nn.functional.silu(xf @ W1[r].T) * (xf @ W2[r].T)) @ W3[:, r].T
+    if c.get("shared_expert_gate"):
+        y = torch.sigmoid(xf @ p[pre + "moe.shared_experts.gate"])[:, None] * y
+    return y
 
 
 def param_table(c):
@@ -80,6 +114,7 @@ def param_table(c):
         t += [(p + "ln2.weight", (d,), "f32"), (p + "moe.router.weight", (E, d), "f32"),
               (p + "moe.experts.w1", (E, h, d), "bf16"), (p + "moe.experts.w2", (E, h, d), "bf16"),
               (p + "moe.experts.w3", (E, d, h), "bf16")]
+        t += shared_param_table(c, p)
     t += [("final_ln.weight", (d,), "f32"), ("lm_head", (c["padded_vocab_size"], d), "bf16")]
     return t
 
@@ -171,6 +206,7 @@ def moe(x, p, pre, c):
         h2 = torch.einsum("nd,nhd->nh", xf, W2[e])
         y = torch.einsum("nh,ndh->nd", torch.nn.functional.silu(h1) * h2, W3[e])
         out = out + gates[:, s:s + 1] * y
+    out = out + shared_experts(xf, p, pre, c)
     return out.view(B, T, d), balance, z, counts
 
 
