@@ -212,8 +212,8 @@ TEST_CASE("the plan sizes each train.recompute mode from the table's keep column
                                       N * kvd * 2, N * d * 2, N * d * 2, N * 4,      N * 4};
     const std::vector<int64_t> dense = {N * ff * 2, N * ff * 2, N * ff * 2};  // ffn h1, h2, act
     // router logits, probs, top-k idx, gate; counts, offsets, the two permutations; moe in/h1/h2/act/out
-    const std::vector<int64_t> moe = {N * E * 4,  N * E * 4,   N * k * 4,   N * k * 4,   E * 8,     (E + 1) * 8, NK * 8,
-                                      NK * 8,     NK * d * 2,  NK * de * 2, NK * de * 2, NK * de * 2, NK * d * 2};
+    const std::vector<int64_t> moe = {N * E * 4, N * E * 4,  N * k * 4,   N * k * 4,   E * 8,       (E + 1) * 8, NK * 8,
+                                      NK * 8,    NK * d * 2, NK * de * 2, NK * de * 2, NK * de * 2, NK * d * 2};
     // ... and the attention core, kept per block under none only: logsumexp (B, H, T) fp32, output (N, q) bf16
     const std::vector<int64_t> core = {BHT * 4, N * qd * 2};
     auto sum = [](const std::vector<int64_t>& v, bool aligned) {
