@@ -483,7 +483,8 @@ TEST_CASE("YAML nested past yaml-cpp's depth limit names the nesting and its lin
 }
 
 // model.head_dim, model.qk_norm, model.attention_bias (docs/architectures.md): one test per rule.
-TEST_CASE("model.head_dim absent or 0 is d_model / n_heads; given, it is the head width and lifts d_model % n_heads") {
+TEST_CASE(
+    "model.head_dim absent or 0 is d_model / n_heads, and given it is the head width and lifts d_model % n_heads") {
     const Config plain = load_config_text("model:\n  d_model: 64\n  n_heads: 4\n  n_kv_heads: 2\n", "test.yaml");
     CHECK(plain.model.head_dim_key == 0);
     CHECK(plain.model.head_dim() == 16);
@@ -521,7 +522,7 @@ TEST_CASE("model.head_dim must be even with rope") {
     CHECK(e.find("--set model.positions=rope") != std::string::npos);  // the option that broke the rule is named
 }
 
-TEST_CASE("model.qk_norm takes none, full or per_head; model.attention_bias a bool") {
+TEST_CASE("model.qk_norm takes none, full or per_head, and model.attention_bias a bool") {
     CHECK(load_config_text("model:\n  qk_norm: full\n", "test.yaml").model.qk_norm == QkNorm::FULL);
     const std::string e = error_of("model:\n  qk_norm: per-head\n");
     CHECK(e.find("model.qk_norm") != std::string::npos);

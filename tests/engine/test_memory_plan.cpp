@@ -358,7 +358,8 @@ TEST_CASE("the arena layout is first fit over every conflicting buffer, checked 
 // the q and k norm weights and the q, k, v biases are backbone vectors, so SkewAdam's Appendix B
 // rows count them as the norms (momentum and a full second moment, fp32) and Muon's internal Adam
 // takes them; their activation slots are planned per block under train.recompute: none.
-TEST_CASE("QK-norm weights and attention biases are backbone vectors in the Appendix B rows; their slots are planned") {
+TEST_CASE(
+    "QK-norm weights and attention biases are backbone vectors in the Appendix B rows, and their slots are planned") {
     Config c = paper();
     c.model.qk_norm = QkNorm::FULL;
     c.model.attention_bias = true;

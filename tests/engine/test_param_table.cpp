@@ -109,7 +109,8 @@ TEST_CASE("is_expert_bank: exactly the three stacked expert roles, the experts t
 // model.head_dim independent of d_model / n_heads (Qwen3-30B-A3B: d_model 2048, 32 heads of 128,
 // 4 KV heads), with q and k norms and the projections' biases, in Hugging Face's order.
 TEST_CASE(
-    "head_dim != d_model / n_heads sizes q, k, v and o by n_heads x head_dim; qk_norm and biases are fp32 vectors") {
+    "head_dim != d_model / n_heads sizes q, k, v and o by n_heads x head_dim, and qk_norm and biases are fp32 "
+    "vectors") {
     Config c = load_config(std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml");
     c.model.d_model = 2048;
     c.model.n_heads = 32;
