@@ -60,7 +60,7 @@ bool has_component(const MemoryPlan& p, const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("model.norm_eps is read under its former name layernorm_eps; both given is an error naming both") {
+TEST_CASE("model.norm_eps is read under its former name layernorm_eps, and both given is an error naming both") {
     CHECK(load_config_text("model:\n  norm_eps: 1e-6\n", "t.yaml").model.norm_eps == 1e-6);
     const Config old = load_config_text("model:\n  layernorm_eps: 2e-6\n", "t.yaml");
     CHECK(old.model.norm_eps == 2e-6);
@@ -84,7 +84,7 @@ TEST_CASE("model.norm_eps is read under its former name layernorm_eps; both give
     CHECK(fixture.model.norm_eps == 1e-5);
 }
 
-TEST_CASE("moe_blocks: all routes in every block of the final n_blocks; another word names the key") {
+TEST_CASE("moe_blocks: all routes in every block of the final n_blocks, and another word names the key") {
     const Config c = load_config_text("model:\n  n_blocks: 3\n  moe_blocks: all\n", "t.yaml", {"model.n_blocks=5"});
     CHECK(c.model.moe_blocks == std::vector<int64_t>{0, 1, 2, 3, 4});
     CHECK(c.resolved_yaml.find("moe_blocks: [0, 1, 2, 3, 4]") != std::string::npos);
