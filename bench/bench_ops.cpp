@@ -6,10 +6,11 @@
 // each with its time, GFLOP/s, GB/s and fraction of the roofline measured in the same run (OpenBLAS
 // sgemm 2048^3 on every thread, a 256 MiB memcpy). Not a test. Writes JSON with the commit and the
 // OpenBLAS core (bench/bench_util.h).
-// Usage: bench_ops [--shapes moe10m|paper] [--min-seconds S] [--filter OP] [--out FILE]
+// Usage: bench_ops [--shapes moe10m|paper|moe10m,paper] [--min-seconds S] [--filter OP] [--out FILE]
 #include <nlohmann/json.hpp>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -41,28 +42,34 @@ int main(int argc, char** argv) {
         backends.resize(1);  // the CPU
         nlohmann::json rows = nlohmann::json::array();
         const int failures = skew::ops::run_perf_mode(backends, o, p, rows);
-        skew::ops::TableOptions to;
-        to.perf = true;
-        to.shape_set = p.shape_set;
-        const skew::ops::PerfDims d = skew::ops::perf_dims(to);
         nlohmann::json result;
         result["bench"] = "ops";
         result["backend"] = "cpu";
         skew::bench::add_provenance(result, "kernels bench tests/backend_ops");
         result["threads"] = omp_get_max_threads();
         result["shape_set"] = p.shape_set;
-        result["shape"] = {{"batch", d.batch},
-                           {"seq_len", d.seq_len},
-                           {"d_model", d.d_model},
-                           {"n_heads", d.n_heads},
-                           {"n_kv_heads", d.n_kv_heads},
-                           {"head_dim", d.head_dim},
-                           {"n_experts", d.n_experts},
-                           {"top_k", d.top_k},
-                           {"d_ff", d.d_ff},
-                           {"vocab", d.vocab},
-                           {"padded_vocab", d.padded_vocab},
-                           {"scaled", d.scaled}};
+        nlohmann::json shapes = nlohmann::json::object();  // each set's dimensions
+        for (size_t at = 0; at <= p.shape_set.size();) {
+            const size_t end = std::min(p.shape_set.find(',', at), p.shape_set.size());
+            skew::ops::TableOptions to;
+            to.perf = true;
+            to.shape_set = p.shape_set.substr(at, end - at);
+            const skew::ops::PerfDims d = skew::ops::perf_dims(to);
+            shapes[d.set] = {{"batch", d.batch},
+                             {"seq_len", d.seq_len},
+                             {"d_model", d.d_model},
+                             {"n_heads", d.n_heads},
+                             {"n_kv_heads", d.n_kv_heads},
+                             {"head_dim", d.head_dim},
+                             {"n_experts", d.n_experts},
+                             {"top_k", d.top_k},
+                             {"d_ff", d.d_ff},
+                             {"vocab", d.vocab},
+                             {"padded_vocab", d.padded_vocab},
+                             {"scaled", d.scaled}};
+            at = end + 1;
+        }
+        result["shapes"] = shapes;
         result["min_seconds"] = p.min_seconds;
         nlohmann::json ops = nlohmann::json::array();
         for (const auto& r : rows) {

@@ -36,8 +36,8 @@ int main(int argc, char** argv) {
     skew::ops::PerfOptions perf;
     app.add_option("--min-seconds", perf.min_seconds, "perf: time each case at least this long");
     app.add_flag("--full-shapes", perf.full_shapes, "perf: the paper's shapes on the CPU too (default: scaled)");
-    app.add_option("--shapes", perf.shape_set, "perf: the shape set, paper (the default) | moe10m")
-        ->check(CLI::IsMember(skew::ops::perf_shape_sets()));
+    app.add_option("--shapes", perf.shape_set,
+                   "perf: the shape set, paper (the default) | moe10m, or a comma-separated list (one roofline)");
     app.add_flag("--large", o.large,
                  "test: the large rows too (device tile, chunk and layout limits; seconds of double-precision "
                  "reference each)");
