@@ -9,13 +9,14 @@
 #                                  (default data/prepared/quickstart); fails when the carry is over
 #                                  60 MiB or a library is unaccounted for (bench/gpu_carry.sh)
 #   bench/gpu_check.sh tests       on the GPU machine: the op table on CUDA against the CPU
-#                                  (backend_ops --mode test), every GPU test (test_gpu, one process per
+#                                  (backend_ops --mode test --large, and its grouped GEMM rows under
+#                                  cublas_grouped), every GPU test (test_gpu, one process per
 #                                  source file, the least-known first), CUDA against the CPU over
 #                                  20 steps of configs/tiny.yaml per optimizer, mpirun from the
 #                                  carry, compute-sanitizer memcheck of the new kernels
 #   bench/gpu_check.sh bench       on the GPU machine: every optimizer a few steps on the paper's
-#                                  model, the GPU micro-benchmarks, the op table's perf mode at the
-#                                  paper's shapes (backend_ops --mode perf), the paper protocol (SkewAdam,
+#                                  model, the GPU micro-benchmarks (their per-op rows: the op table's
+#                                  perf mode at the paper's shapes), the paper protocol (SkewAdam,
 #                                  tokens/s, MFU, memory against the plan), deferred expert
 #                                  gradients, train.recompute none, the memory section
 #   bench/gpu_check.sh dry-run     here and in CI (no GPU): --prepare from BUILD_DIR, then both
@@ -101,12 +102,13 @@ if [[ "$PHASE" == dry-run ]]; then
         [[ -f "$DRY/out-$phase/$phase.tar.gz" ]] || { echo "gpu_check dry-run: no $phase.tar.gz" >&2; rc=1; }
         # every section said what it did: one line per test_gpu file, and the sections that run here passed
         if [[ $phase == tests ]]; then
-            want=("backend_ops test: skipped" "tiny CUDA vs CPU: passed" "mpirun -np 1 (.*): passed" "memcheck: skipped")
+            want=("backend_ops test: skipped" "backend_ops test cublas_grouped: skipped" "tiny CUDA vs CPU: passed"
+                  "mpirun -np 1 (.*): passed" "memcheck: skipped")
             for f in $("$BUILD_DIR/tests/test_gpu" -# --list-tags 2>/dev/null | sed -n 's/.*\[#\([A-Za-z0-9_]*\)\].*/\1/p'); do
                 want+=("test_gpu $f: skipped")
             done
         else
-            want=("optimizer skewadam .*: passed" "optimizer galore-paper .*: passed" "bench_gpu_ops: skipped" "backend_ops perf: skipped"
+            want=("optimizer skewadam .*: passed" "optimizer galore-paper .*: passed" "bench_gpu_ops: skipped"
                   "protocol skewadam .*: passed" "memory .*expert_grads deferred.*: passed" "memory .*recompute none: passed")
         fi
         for w in "${want[@]}"; do
@@ -284,25 +286,38 @@ EOF
 
 # ======================================================================== phase: tests
 if [[ "$PHASE" == tests ]]; then
-    # ---- the op table (tests/backend_ops, docs/backend-ops.md): every op on CUDA against the CPU
-    cap=$(tmo 30 200)
-    timeout -k 5 "$cap" "$BIN/backend_ops" --mode test --backend cuda --source "$ROOT" > "$OUT/backend_ops_test.log" 2>&1
-    rc=$?
-    case $rc in
-        0) result "backend_ops test" "passed: $(grep -c '^ok' "$OUT/backend_ops_test.log") cases" ;;
-        77) [[ -n "$DRY" ]] && result "backend_ops test" "skipped (no GPU, dry run)" ||
-                result "backend_ops test" "FAILED (no CUDA device visible)" ;;
-        124|137) result "backend_ops test" "TIMEOUT after ${cap}s" ;;
-        *) result "backend_ops test" "FAILED (exit $rc): $(tail -1 "$OUT/backend_ops_test.log")"
-           grep -E '^FAIL' "$OUT/backend_ops_test.log" | head -20 | sed 's/^/    /' >> "$OUT/summary.txt" ;;
-    esac
+    # ---- the op table (tests/backend_ops, docs/backend-ops.md): every op on CUDA against the CPU,
+    # the large rows included (the CUDA tiles, chunks and layouts); then the grouped expert GEMM's
+    # second algorithm (SKEW_GROUPED_GEMM=cublas_grouped) on its rows
+    # table_test NAME CAP RESERVE LOG [ENV=VALUE] [backend_ops arguments...]: one summary line
+    table_test() {
+        local name=$1 cap lg=$OUT/$4 rc
+        cap=$(tmo "$2" "$3")
+        shift 4
+        local envs=()
+        while [[ "${1:-}" == *=* ]]; do envs+=("$1"); shift; done
+        env "${envs[@]}" timeout -k 5 "$cap" "$BIN/backend_ops" --mode test --backend cuda --large "$@" > "$lg" 2>&1
+        rc=$?
+        case $rc in
+            0) result "$name" "passed: $(grep -c '^ok' "$lg") cases" ;;
+            77) [[ -n "$DRY" ]] && result "$name" "skipped (no GPU, dry run)" || result "$name" "FAILED (no CUDA device visible)" ;;
+            124|137) result "$name" "TIMEOUT after ${cap}s" ;;
+            *) result "$name" "FAILED (exit $rc): $(tail -1 "$lg")"
+               grep -E '^FAIL' "$lg" | head -20 | sed 's/^/    /' >> "$OUT/summary.txt" ;;
+        esac
+    }
+    table_test "backend_ops test" 90 150 backend_ops_test.log
+    table_test "backend_ops test cublas_grouped" 20 140 backend_ops_test_cublas_grouped.log SKEW_GROUPED_GEMM=cublas_grouped \
+        --filter moe_matmul
 
     # test_gpu by source file, the least-known first: kernels and paths never run on a GPU, then
     # the ones that passed at 8f5fa14. Files not listed run last (none is left out).
-    ORDER=(test_init test_optim_cuda test_attention test_grouped_gemm test_cross_entropy test_muon test_galore
+    # (The op tests of 8f5fa14, test_attention, test_cross_entropy, test_dense_ops and test_moe, are
+    # rows of the op table now: docs/backend-ops.md "Old tests -> rows".)
+    ORDER=(test_init test_optim_cuda test_grouped_gemm test_muon test_galore test_cublaslt_util test_nccl_args
            test_train_step test_deferred_experts test_recompute test_arena_canary test_inference test_zero_cuda
            test_expert_shard_cuda test_nccl_overlap test_nccl_world1 test_range_times)
-    LATER=(test_dense_ops test_moe test_moe_block)
+    LATER=(test_moe_block)
     mapfile -t ALL < <("$TEST" -# --list-tags 2>/dev/null | sed -n 's/.*\[#\([A-Za-z0-9_]*\)\].*/\1/p')
     OTHERS=()
     for f in "${ALL[@]}"; do
@@ -332,7 +347,7 @@ if [[ "$PHASE" == tests ]]; then
     for f in "${ORDER[@]}"; do
         [[ " ${ALL[*]} " == *" $f "* ]] || { result "test_gpu $f" "FAILED (no such test file in test_gpu)"; continue; }
         case $f in
-            test_optim_cuda|test_attention|test_nccl_world1|test_nccl_overlap) cap=60 ;;
+            test_optim_cuda|test_nccl_world1|test_nccl_overlap) cap=60 ;;
             *) cap=40 ;;
         esac
         run_group "$f" "$cap" 70  # 70 s stay for the 20-step comparison, memcheck and the rest
@@ -394,7 +409,9 @@ if [[ "$PHASE" == tests ]]; then
     fi
 
     # ---- memcheck of the kernels that never ran (Catch2 v2: comma-separated names are OR-ed)
-    MEMCHECK_TESTS="gpu init_normal*,gpu attention matches the CPU for head_dim 64*,gpu grouped GEMM (both algorithms) matches the CPU at small*,CUDA optimizer step matches the CPU step*,gpu fused LM head keeping every token*,CUDA Muon (paper form*,gpu sum of squares*"
+    # (the op kernels through the op table's rows: one backend_ops process per filter, after test_gpu's)
+    MEMCHECK_TESTS="CUDA optimizer step matches the CPU step*,CUDA Muon (paper form*"
+    MEMCHECK_OPS="init_normal attention moe_matmul lm_head sum_squares"
     if [[ -n "$DRY" ]]; then
         result memcheck "skipped (no GPU, dry run)"
     elif ! command -v compute-sanitizer >/dev/null; then
@@ -403,9 +420,19 @@ if [[ "$PHASE" == tests ]]; then
         result memcheck "skipped (too little time left: $(left)s)"
     else
         cap=$(tmo 60 15)
+        t_mc=$(date +%s)
         timeout -k 5 "$cap" compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST" "$MEMCHECK_TESTS" > "$OUT/memcheck.log" 2>&1
         rc=$?
         ran=$(grep -E "^(All tests passed|test cases:)" "$OUT/memcheck.log" | tail -1)
+        for op in $MEMCHECK_OPS; do
+            (( rc != 0 )) && break
+            left_mc=$(( cap - ($(date +%s) - t_mc) ))
+            (( left_mc < 5 )) && { rc=124; break; }
+            timeout -k 5 "$left_mc" compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/backend_ops" --mode test \
+                --backend cuda --filter "$op" >> "$OUT/memcheck.log" 2>&1
+            rc=$?
+            ran="$ran; backend_ops $op: $(grep -c '^ok' "$OUT/memcheck.log") ok lines so far"
+        done
         if (( rc == 0 )) && [[ -n "$ran" ]]; then
             result memcheck "passed, 0 errors: $ran"
         elif (( rc == 124 || rc == 137 )); then
@@ -451,38 +478,25 @@ for o in "${RUN_OPTIMIZERS[@]}"; do
     fi
 done
 
-# ---- the GPU micro-benchmarks (optimizer steps at the paper's parameter set first)
+# ---- the GPU micro-benchmarks: the optimizer steps at the paper's parameter set first, then every
+# op's perf row of the op table at the paper's shapes (docs/backend-ops.md: time, TFLOP/s, GB/s,
+# fraction of the measured roofline; the grouped expert GEMM under both algorithms), Muon, GaLore
 if [[ -n "$DRY" ]]; then
     result "bench_gpu_ops" "skipped (no GPU, dry run)"
-elif (( $(left) < 45 )); then
+elif (( $(left) < 60 )); then
     result "bench_gpu_ops" "skipped (too little time left: $(left)s)"
 else
-    cap=$(tmo 50 30)
+    cap=$(tmo 95 50)
     timeout -k 5 "$cap" "$BIN/bench_gpu_ops" "$OUT/bench_gpu_ops.jsonl" --quick --optim-config "$TRAIN_CONFIG" \
         > "$OUT/bench_gpu_ops.log" 2>&1
     rc=$?
     cat "$OUT/bench_gpu_ops.log" >> "$OUT/summary.txt"
+    rows=$(wc -l < "$OUT/bench_gpu_ops.jsonl" 2>/dev/null)
+    table=$(grep -c '"name": *"table ' "$OUT/bench_gpu_ops.jsonl" 2>/dev/null)
     case $rc in
-        0) result "bench_gpu_ops" "passed ($(wc -l < "$OUT/bench_gpu_ops.jsonl") rows)" ;;
-        124|137) result "bench_gpu_ops" "TIMEOUT after ${cap}s ($(wc -l < "$OUT/bench_gpu_ops.jsonl" 2>/dev/null) rows)" ;;
-        *) result "bench_gpu_ops" "FAILED (exit $rc)" ;;
-    esac
-fi
-
-# ---- the op table's perf mode at the paper's shapes (docs/backend-ops.md), CUDA alone
-if [[ -n "$DRY" ]]; then
-    result "backend_ops perf" "skipped (no GPU, dry run)"
-elif (( $(left) < 60 )); then
-    result "backend_ops perf" "skipped (too little time left: $(left)s)"
-else
-    cap=$(tmo 45 50)
-    timeout -k 5 "$cap" "$BIN/backend_ops" --mode perf --backend cuda --min-seconds 0.1 > "$OUT/backend_ops_perf.log" 2>&1
-    rc=$?
-    cat "$OUT/backend_ops_perf.log" >> "$OUT/summary.txt"
-    case $rc in
-        0) result "backend_ops perf" "passed ($(grep -c 'of roofline' "$OUT/backend_ops_perf.log") cases)" ;;
-        124|137) result "backend_ops perf" "TIMEOUT after ${cap}s ($(grep -c 'of roofline' "$OUT/backend_ops_perf.log") cases)" ;;
-        *) result "backend_ops perf" "FAILED (exit $rc)" ;;
+        0) result "bench_gpu_ops" "passed ($rows rows, $table of the op table)" ;;
+        124|137) result "bench_gpu_ops" "TIMEOUT after ${cap}s ($rows rows, $table of the op table)" ;;
+        *) result "bench_gpu_ops" "FAILED (exit $rc; $rows rows, $table of the op table)" ;;
     esac
 fi
 

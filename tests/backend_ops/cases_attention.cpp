@@ -104,14 +104,39 @@ Case bad_group_case() {
     return c;
 }
 
+// A head_dim the CUDA kernels have no instantiation for (96): CUDA refuses it; the CPU runs any.
+Case bad_head_dim_case() {
+    const AttentionShape s{1, 4, 2, 1, 96};
+    Case c;
+    c.op = "attention_forward";
+    c.shape = "D96 (no CUDA kernel): throws on CUDA";
+    c.dtypes = "bf16 (lse f32)";
+    c.expect_error = true;
+    c.t = {input("q", DT::BF16, nq(s), 1), input("k", DT::BF16, nkv(s), 2), input("v", DT::BF16, nkv(s), 3),
+           output("out", DT::BF16, nq(s), Tol{}), output("lse", DT::F32, 8, Tol{})};
+    c.run = [s](Backend& be, Bufs& b) {
+        be.attention_forward(b.at<bf16>(3), b.at<float>(4), b.at<bf16>(0), b.at<bf16>(1), b.at<bf16>(2), s);
+    };
+    c.ref = [](std::vector<Tensor>&) {};
+    c.supports = [](const BackendTraits& be) { return be.runs_cuda; };
+    return c;
+}
+
 }  // namespace
 
 void add_attention_cases(std::vector<Case>& out, const TableOptions& o) {
     if (o.perf) {
-        // The paper: 64 x 128 tokens, 32 query heads over 8 KV heads of 128 (CPU: batch 1).
-        const AttentionShape s{o.cpu_scaled ? 1 : 64, 128, 32, 8, 128};
+        // The shape set's tokens and heads (the paper's on the CPU: batch 1).
+        const PerfDims d = perf_dims(o);
+        const AttentionShape s{d.batch, d.seq_len, d.n_heads, d.n_kv_heads, d.head_dim};
         out.push_back(fwd_case(s, 1));
         out.push_back(bwd_case(s, 2));
+        if (d.set == "paper" && !d.scaled)  // long contexts at the paper's heads, the batch scaled down
+            for (const AttentionShape& l :
+                 {AttentionShape{16, 1024, 32, 8, 128}, AttentionShape{4, 4096, 32, 8, 128}}) {
+                out.push_back(fwd_case(l, 3));
+                out.push_back(bwd_case(l, 4));
+            }
         return;
     }
     const std::vector<AttentionShape> shapes{
@@ -127,6 +152,35 @@ void add_attention_cases(std::vector<Case>& out, const TableOptions& o) {
     for (const auto& s : shapes) out.push_back(fwd_case(s, seed += 10));
     for (const auto& s : shapes) out.push_back(bwd_case(s, seed += 10));
     out.push_back(bad_group_case());
+    // The CUDA kernels' cases (tests/gpu/test_attention.cpp before; docs/backend-ops.md "Old tests"):
+    // every head_dim at group 1, 2, 4 and 8, T = 1, T off the 64-row tile.
+    const std::vector<AttentionShape> cuda_shapes{
+        {2, 77, 8, 2, 64},    {3, 1, 8, 1, 128}, {1, 130, 4, 1, 128}, {2, 32, 2, 2, 128}, {1, 200, 4, 4, 64},
+        {1, 100, 16, 2, 128}, {1, 65, 8, 1, 64}, {2, 32, 4, 2, 16},   {1, 45, 4, 4, 32},  {2, 128, 4, 2, 32},
+    };
+    for (const auto& s : cuda_shapes) out.push_back(fwd_case(s, seed += 10));
+    for (const auto& s : cuda_shapes) out.push_back(bwd_case(s, seed += 10));
+    {  // documented deterministic (docs/attention.md: no atomics): two runs, the same bits
+        Case c = bwd_case({1, 150, 8, 2, 128}, seed += 10);
+        c.deterministic = true;
+        out.push_back(std::move(c));
+    }
+    // Pointers 4- but not 16-byte aligned: the CUDA-core fallback (kernels/cuda/attention.cu), and
+    // batch x heads past 65,535 (its flat grid: 33,000 x 2 query heads).
+    for (const AttentionShape& s :
+         std::vector<AttentionShape>{{2, 77, 8, 2, 64}, {1, 1, 2, 1, 64}, {1, 45, 4, 4, 32}, {33000, 2, 2, 1, 16}})
+        for (bool backward : {false, true}) {
+            Case c = backward ? bwd_case(s, seed += 10) : fwd_case(s, seed += 10);
+            c.misalign_bytes = 4;
+            c.shape += " 4-byte aligned";
+            out.push_back(std::move(c));
+        }
+    out.push_back(bad_head_dim_case());
+    if (o.large)  // the paper's heads (32 over 8 of 128) and T at batch 1; a long context (16 query tiles)
+        for (const AttentionShape& s : std::vector<AttentionShape>{{1, 128, 32, 8, 128}, {1, 1024, 4, 1, 128}}) {
+            out.push_back(large_row(fwd_case(s, seed += 10)));
+            out.push_back(large_row(bwd_case(s, seed += 10)));
+        }
 }
 
 namespace {

@@ -11,8 +11,6 @@
 
 namespace skew::ops {
 
-namespace {
-
 // ---- matmul
 
 Case matmul_case(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha, float beta, DT da, DT db, DT dc,
@@ -33,6 +31,8 @@ Case matmul_case(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha,
     c.bytes = tensor_bytes(c.t, beta != 0.0f);
     return c;
 }
+
+namespace {
 
 // An empty reduction (k = 0) with null operands: C = beta·C (beta = 0: zeros, whatever C held).
 Case matmul_empty_k_case(float beta) {
@@ -228,21 +228,52 @@ Case swiglu_bwd_case(int64_t n, uint32_t seed) {
     return c;
 }
 
+// The CUDA kernels' cases (tests/gpu/test_dense_ops.cpp before; docs/backend-ops.md "Old tests"):
+// cuBLASLt at sizes off its tiles for every transpose, an empty output, SwiGLU's 16-byte path (n % 8
+// == 0), LayerNorm over 300 rows at the GPT-2 widths, the embedding's backward over more than one
+// 512-key chunk of its counting sort; (large) the linear layer at a model's shape.
+void add_dense_device_cases(std::vector<Case>& out, const TableOptions& o) {
+    uint32_t seed = 200;
+    for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+            out.push_back(matmul_case(67, 129, 96, ta, tb, 1, 0, DT::BF16, DT::BF16, DT::F32, seed += 3));
+            out.push_back(matmul_case(67, 129, 96, ta, tb, 1, 1, DT::F32, DT::BF16, DT::BF16, seed += 3));
+        }
+    out.push_back(matmul_case(0, 16, 8, false, true, 1, 0, DT::BF16, DT::BF16, DT::F32, seed += 3));  // m = 0
+    out.push_back(swiglu_fwd_case(65536, 210));
+    out.push_back(swiglu_bwd_case(65536, 211));
+    out.push_back(swiglu_fwd_case(65537, 212));
+    out.push_back(layernorm_fwd_case(300, 768, 213));
+    out.push_back(layernorm_fwd_case(300, 1000, 214));
+    out.push_back(layernorm_bwd_case(300, 768, true, 215));
+    out.push_back(layernorm_bwd_case(300, 1000, false, 216));
+    out.push_back(embedding_fwd_case(5, 130, 80, 1000, 217));
+    out.push_back(embedding_bwd_case(5, 130, 80, 1000, DT::F32, DT::F32, true, 218));
+    out.push_back(embedding_bwd_case(5, 130, 80, 1000, DT::BF16, DT::BF16, true, 219));
+    if (o.large) {  // the linear layer's three products at 512 tokens, 768 -> 1024
+        out.push_back(large_row(matmul_case(512, 1024, 768, false, true, 1, 0, DT::BF16, DT::BF16, DT::BF16, 220)));
+        out.push_back(large_row(matmul_case(512, 768, 1024, false, false, 1, 0, DT::BF16, DT::BF16, DT::BF16, 221)));
+        out.push_back(large_row(matmul_case(1024, 768, 512, true, false, 1, 1, DT::BF16, DT::BF16, DT::F32, 222)));
+    }
+}
+
 }  // namespace
 
 void add_dense_cases(std::vector<Case>& out, const TableOptions& o) {
     if (o.perf) {
-        // The paper: 64 x 128 tokens, d_model 4096 (CPU: 1 x 128 tokens, docs/backend-ops.md).
-        const int64_t B = o.cpu_scaled ? 1 : 64, T = 128, N = B * T, C = 4096, V = 50304;
+        // The shape set's tokens, d_model and vocabulary (the paper's on the CPU: 1 x 128 tokens).
+        const PerfDims d = perf_dims(o);
+        const int64_t B = d.batch, T = d.seq_len, N = B * T, C = d.d_model, V = d.padded_vocab;
         out.push_back(matmul_case(N, 3 * C, C, false, true, 1, 0, DT::BF16, DT::BF16, DT::BF16, 1));  // qkv
         out.push_back(matmul_case(N, C, C, false, true, 1, 0, DT::BF16, DT::BF16, DT::BF16, 2));      // proj
         out.push_back(matmul_case(C, C, N, true, false, 1, 1, DT::BF16, DT::BF16, DT::F32, 3));       // dweight
+        out.push_back(matmul_case(N, C, C, false, false, 1, 0, DT::BF16, DT::BF16, DT::BF16, 10));    // dinp
         out.push_back(embedding_fwd_case(B, T, C, V, 4));
         out.push_back(embedding_bwd_case(B, T, C, V, DT::F32, DT::F32, true, 5));
         out.push_back(layernorm_fwd_case(N, C, 6));
         out.push_back(layernorm_bwd_case(N, C, true, 7));
-        out.push_back(swiglu_fwd_case(N * C, 8));
-        out.push_back(swiglu_bwd_case(N * C, 9));
+        out.push_back(swiglu_fwd_case(N * d.d_ff, 8));
+        out.push_back(swiglu_bwd_case(N * d.d_ff, 9));
         return;
     }
     out.push_back(matmul_case(67, 45, 33, false, false, 1, 0, DT::F32, DT::F32, DT::F32, 10));
@@ -280,6 +311,7 @@ void add_dense_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(swiglu_fwd_case(1, 41));
     out.push_back(swiglu_bwd_case(1003, 42));
     out.push_back(swiglu_bwd_case(7, 43));
+    add_dense_device_cases(out, o);
 }
 
 namespace {}  // namespace

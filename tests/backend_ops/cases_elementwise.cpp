@@ -228,18 +228,18 @@ Case init_normal_case(int64_t n, DT dt, uint64_t seed, uint32_t tensor, float st
 
 void add_elementwise_cases(std::vector<Case>& out, const TableOptions& o) {
     if (o.perf) {
-        // The paper's activations: 64 x 128 tokens x 4096; a 4096 x 4096 weight.
-        // Full size on the CPU too: cheap, and larger than its caches (the roofline's copy is from DRAM).
-        (void)o.cpu_scaled;
-        const int64_t n = 8192 * int64_t(4096);
+        // The shape set's activations (the paper's: 64 x 128 tokens x 4096, full size on the CPU too) and
+        // a d_ff x d_model weight.
+        const PerfDims d = perf_dims(o);
+        const int64_t n = d.elementwise_n;
         out.push_back(residual_case(n, 1));
         out.push_back(accumulate_case(n, DT::F32, DT::BF16, 2));
         out.push_back(scale_case(n, DT::F32, 0.5f, 3));
         out.push_back(zero_case(n, DT::BF16, 4));
         out.push_back(convert_case(n, DT::BF16, DT::F32, 5));
         out.push_back(sum_squares_case({{DT::F32, n}, {DT::BF16, n}}, 6));
-        out.push_back(dot_accumulate_case(4096, 4096, 4096, 1.0f, 7));
-        out.push_back(init_normal_case(4096 * 4096, DT::BF16, 1, 2, 0.02f));
+        out.push_back(dot_accumulate_case(d.d_ff, d.d_model, d.d_model, 1.0f, 7));
+        out.push_back(init_normal_case(d.init_n, DT::BF16, 1, 2, 0.02f));
         return;
     }
     out.push_back(residual_case(1003, 1));
@@ -267,6 +267,36 @@ void add_elementwise_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(dot_accumulate_case(1, 1, 1, 2.0f, 13));
     out.push_back(init_normal_case(1003, DT::F32, 7, 3, 1.0f));
     out.push_back(init_normal_case(1003, DT::BF16, 7, 4, 0.02f));
+    // The CUDA kernels' cases (tests/gpu/test_dense_ops.cpp and test_init.cpp before): many blocks
+    // and an odd tail, a null buffer among five, big windows of dot_accumulate, the model's draws.
+    out.push_back(residual_case(100003, 20));
+    for (DT d : {DT::BF16, DT::F32})
+        for (DT s : {DT::BF16, DT::F32}) out.push_back(accumulate_case(100003, d, s, 21));
+    out.push_back(scale_case(100003, DT::BF16, 0.37f, 22));
+    out.push_back(convert_case(100003, DT::BF16, DT::F32, 23));
+    out.push_back(zero_case(100003, DT::F32, 24));
+    out.push_back(
+        sum_squares_case({{DT::F32, 300001}, {DT::BF16, 99999}, {DT::F32, 17}, {DT::F32, 0}, {DT::F32, 1 << 18}}, 25));
+    out.push_back(dot_accumulate_case(300, 257, 384, 2.0f, 26));
+    out.push_back(dot_accumulate_case(600, 1000, 1024, 2.0f, 27));
+    out.push_back(init_normal_case(int64_t(1) << 22, DT::BF16, 42, 7, 0.02f));
+    out.push_back(init_normal_case(1000003, DT::BF16, 42, 7, 0.02f));  // odd length, unaligned tail
+    out.push_back(init_normal_case(100003, DT::F32, 9, 3, 1.0f));
+    {
+        Case c = dot_accumulate_case(7, 13, 13, 2.0f, 28);
+        c.misalign_bytes = 4;  // the output float 4- but not 16-byte aligned
+        c.shape += " 4-byte aligned";
+        out.push_back(std::move(c));
+    }
+    {  // a leading dimension smaller than the window: refused
+        Case c = dot_accumulate_case(2, 4, 4, 1.0f, 29);
+        c.shape = "rows2 cols4 ld3 (ld < cols): throws";
+        c.expect_error = true;
+        c.run = [](Backend& be, Bufs& b) {
+            be.dot_accumulate(b.at<float>(2), b.at<float>(0), b.at<float>(1), 2, 4, 3, 1.0f);
+        };
+        out.push_back(std::move(c));
+    }
 }
 
 }  // namespace skew::ops

@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/workspace_sizes.h"
+#include "kernels/cuda/workspace_sizes.h"
 #include "tests/backend_ops/op_table.h"
 #include "tests/backend_ops/reference.h"
 
@@ -75,12 +77,13 @@ Case ce_bad_target_case() {
 }
 
 Case lm_head_case(int64_t n, int64_t C, int64_t V, int64_t Vp, DT xdt, DT wdt, DT dxdt, DT dwdt, bool backward,
-                  uint32_t seed) {
+                  uint32_t seed, bool with_dwte = true) {
     Case c;
     c.op = "lm_head_cross_entropy";
     c.covers = {"lm_head_cross_entropy"};
-    c.shape = label("n%lld C%lld V%lld Vp%lld%s%s", (long long)n, (long long)C, (long long)V, (long long)Vp,
-                    backward ? "" : " forward only", n > 512 ? " (several chunks)" : "");
+    c.shape = label("n%lld C%lld V%lld Vp%lld%s%s%s", (long long)n, (long long)C, (long long)V, (long long)Vp,
+                    backward ? "" : " forward only", backward && !with_dwte ? " dwte null" : "",
+                    n > 512 ? " (several chunks)" : "");
     c.dtypes = std::string(dt_name(xdt)) + "·" + dt_name(wdt) +
                (backward ? std::string("->") + dt_name(dxdt) + "," + dt_name(dwdt) : "");
     const ClassifierShape s{n, C, V, Vp, xdt == DT::BF16};
@@ -91,7 +94,7 @@ Case lm_head_case(int64_t n, int64_t C, int64_t V, int64_t Vp, DT xdt, DT wdt, D
            output("mean_loss", DT::F32, 1, tol_rounded(DT::F32, C * V)),
            output("losses", DT::F32, n, tol_rounded(DT::F32, C * V)),
            output("dx", dxdt, backward ? n * C : 0, tol_rounded(dxdt, Vp, 1e-2)),
-           output_random("dwte", dwdt, backward ? Vp * C : 0, seed + 2, tol_rounded(dwdt, n, 1e-2))};
+           output_random("dwte", dwdt, backward && with_dwte ? Vp * C : 0, seed + 2, tol_rounded(dwdt, n, 1e-2))};
     if (xdt == DT::BF16 && wdt == DT::BF16) {
         // The CUDA head multiplies bf16-rounded logit gradients into dwte (2^-9 relative per term):
         // NMSE ~ 2^-16 against the CPU's fp32 products (tests/gpu/test_cross_entropy.cpp holds it to 1e-4).
@@ -101,12 +104,13 @@ Case lm_head_case(int64_t n, int64_t C, int64_t V, int64_t Vp, DT xdt, DT wdt, D
     c.run = [=](Backend& be, Bufs& b) {
         void* ws = b.scratch(be.lm_head_workspace_bytes(s));
         be.lm_head_cross_entropy(b.at<float>(3), b.at<float>(4), backward ? b.ref(5) : TensorRef(),
-                                 backward ? b.ref(6) : TensorRef(), b.ref(0), b.ref(1), b.at<int32_t>(2), dloss, s, ws);
+                                 backward && with_dwte ? b.ref(6) : TensorRef(), b.ref(0), b.ref(1), b.at<int32_t>(2),
+                                 dloss, s, ws);
     };
     c.ref = [=](std::vector<Tensor>& t) {
         double mean = 0.0;
-        ref::lm_head_cross_entropy(mean, &t[4].v, backward ? &t[5].v : nullptr, backward ? &t[6].v : nullptr, t[0].v,
-                                   t[1].v, t[2].v, dloss, s);
+        ref::lm_head_cross_entropy(mean, &t[4].v, backward ? &t[5].v : nullptr,
+                                   backward && with_dwte ? &t[6].v : nullptr, t[0].v, t[1].v, t[2].v, dloss, s);
         t[3].v = {mean};
     };
     // The CUDA head takes both operands bf16 or both fp32 (kernels/backend.h).
@@ -116,15 +120,73 @@ Case lm_head_case(int64_t n, int64_t C, int64_t V, int64_t Vp, DT xdt, DT wdt, D
     return c;
 }
 
+// A product of the fused head timed alone (perf): the matmul row labelled with its role.
+Case head_product(Case c, const char* role) {
+    c.shape = std::string(role) + ": " + c.shape;
+    return c;
+}
+
+// The backward in place (dlogits over the logits, as the unfused head calls it).
+Case ce_bwd_in_place_case(int64_t n, int64_t V, int64_t Vp, uint32_t seed) {
+    Case c = ce_bwd_case(n, V, Vp, 3, seed);
+    c.shape += " in place";
+    const Tensor logits = c.t[0];
+    c.t[2] = output_values("dlogits", DT::F32, logits.v, c.t[2].tol);  // starts as the logits
+    const float dloss = 0.5f;
+    c.run = [=](Backend& be, Bufs& b) {
+        be.cross_entropy_backward(b.at<float>(2), b.at<float>(2), b.at<int32_t>(1), dloss, n, V, Vp);
+    };
+    c.ref = [=](std::vector<Tensor>& t) {
+        const std::vector<double> lg = t[2].v;
+        ref::cross_entropy_backward(t[2].v, lg, t[1].v, dloss, n, V, Vp);
+    };
+    return c;
+}
+
+// fp32 x and wte under a shape that says bf16 operands (whose CUDA workspace layout differs): refused.
+Case lm_head_wrong_operands_case() {
+    Case c = lm_head_case(9, 24, 60, 64, DT::F32, DT::F32, DT::F32, DT::F32, true, 30);
+    c.shape = "f32 operands, shape says bf16: throws on CUDA";
+    c.expect_error = true;
+    ClassifierShape s{9, 24, 60, 64, true};
+    c.run = [s](Backend& be, Bufs& b) {
+        ClassifierShape fs = s;
+        fs.bf16_operands = false;
+        void* ws = b.scratch(std::max(be.lm_head_workspace_bytes(s), be.lm_head_workspace_bytes(fs)));
+        be.lm_head_cross_entropy(b.at<float>(3), b.at<float>(4), b.ref(5), b.ref(6), b.ref(0), b.ref(1),
+                                 b.at<int32_t>(2), 0.75f, s, ws);
+        be.synchronize();
+    };
+    c.supports = [](const BackendTraits& be) { return be.runs_cuda; };  // the CPU sizes no layout by it
+    return c;
+}
+
 }  // namespace
 
 void add_loss_cases(std::vector<Case>& out, const TableOptions& o) {
     if (o.perf) {
         // The paper: 64 x 128 tokens, d_model 4096, vocabulary 50,304 (CPU: 1 x 128 tokens).
-        const int64_t n = o.cpu_scaled ? 128 : 8192, C = 4096, V = 50304;
-        out.push_back(ce_fwd_case(n, V, V, 4, 1));
-        out.push_back(ce_bwd_case(n, V, V, 4, 2));
-        out.push_back(lm_head_case(n, C, V, V, DT::BF16, DT::BF16, DT::BF16, DT::F32, true, 3));
+        const PerfDims d = perf_dims(o);
+        const int64_t n = d.batch * d.seq_len, C = d.d_model, V = d.vocab, Vp = d.padded_vocab;
+        out.push_back(ce_fwd_case(n, V, Vp, 4, 1));
+        out.push_back(ce_bwd_case(n, V, Vp, 4, 2));
+        out.push_back(lm_head_case(n, C, V, Vp, DT::BF16, DT::BF16, DT::BF16, DT::F32, true, 3));
+        if (d.set == "moe10m") {  // the CPU head's three products on one tile (kernels/cpu/lm_head.cpp)
+            const int64_t chunk = cpu::lm_head_chunk_tokens(ClassifierShape{n, C, V, Vp}),
+                          tb = cpu_ws::LM_HEAD_BLOCK_COLS;
+            const DT f = DT::F32;
+            out.push_back(
+                head_product(matmul_case(chunk, tb, C, false, true, 1, 0, f, f, f, 4), "CPU head logits tile"));
+            out.push_back(head_product(matmul_case(chunk, C, tb, false, false, 1, 0, f, f, f, 5), "CPU head dx tile"));
+            out.push_back(head_product(matmul_case(tb, C, chunk, true, false, 1, 0, f, f, f, 6), "CPU head dwte tile"));
+        } else if (!d.scaled) {  // the CUDA head's three products (kernels/cuda/workspace_sizes.h lm_head_layout)
+            const int64_t chunk = cuda_ws::lm_head_layout(n, C, Vp, true).chunk_tokens;
+            const DT b = DT::BF16;
+            out.push_back(
+                head_product(matmul_case(chunk, Vp, C, false, true, 1, 0, b, b, DT::F32, 7), "CUDA head logits chunk"));
+            out.push_back(head_product(matmul_case(n, C, Vp, false, false, 1, 0, b, b, b, 8), "CUDA head dx"));
+            out.push_back(head_product(matmul_case(Vp, C, n, true, false, 1, 1, b, b, b, 9), "CUDA head dwte"));
+        }
         return;
     }
     out.push_back(ce_fwd_case(7, 50, 64, 2, 1));
@@ -140,6 +202,23 @@ void add_loss_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(lm_head_case(9, 24, 60, 64, DT::BF16, DT::F32, DT::F32, DT::F32, true, 13));
     out.push_back(lm_head_case(1, 64, 70, 80, DT::BF16, DT::BF16, DT::BF16, DT::F32, false, 14));
     out.push_back(lm_head_case(520, 4, 50257, 50304, DT::BF16, DT::BF16, DT::BF16, DT::F32, true, 15));
+    // The CUDA head's cases (tests/gpu/test_cross_entropy.cpp before; docs/backend-ops.md "Old tests").
+    out.push_back(ce_fwd_case(67, 1000, 1024, 3, 20));
+    out.push_back(ce_bwd_case(67, 1000, 1024, 3, 21));
+    out.push_back(ce_bwd_in_place_case(67, 1000, 1024, 22));
+    out.push_back(lm_head_wrong_operands_case());
+    if (o.large) {
+        // CUDA chunks of 640 tokens on the 50,304 vocabulary (kernels/cuda/workspace_sizes.h
+        // lm_head_layout): bf16 operands past one chunk with the fp32 dwte accumulator (700 > 640 + 2·4)
+        // and keeping every token's dlogits (650 <= 640 + 2·8); fp32 operands in three chunks (dwte
+        // fp32) and in two (dwte null; dwte bf16 rounded once from the accumulator).
+        const DT b = DT::BF16, f = DT::F32;
+        out.push_back(large_row(lm_head_case(700, 4, 50257, 50304, b, b, b, b, true, 24)));
+        out.push_back(large_row(lm_head_case(650, 8, 50257, 50304, b, b, b, f, true, 25)));
+        out.push_back(large_row(lm_head_case(1300, 4, 50257, 50304, f, f, f, f, true, 27)));
+        out.push_back(large_row(lm_head_case(660, 4, 50257, 50304, f, f, f, f, true, 28, false)));
+        out.push_back(large_row(lm_head_case(660, 4, 50257, 50304, f, f, f, b, true, 29)));
+    }
 }
 
 namespace {}  // namespace

@@ -1,6 +1,7 @@
 // Op-table rows of the host <-> backend copies (tests/backend_ops/op_table.h): copy_to_device then
 // copy_to_host of odd byte counts return the bytes unchanged, after synchronize.
 #include <cstring>
+#include <utility>
 
 #include "tests/backend_ops/op_table.h"
 
@@ -33,9 +34,24 @@ Case copy_case(int64_t n, DT dt, uint32_t seed) {
 
 void add_memory_cases(std::vector<Case>& out, const TableOptions& o) {
     if (o.perf) {
-        Case c = copy_case(int64_t(64) << 20, DT::F32, 1);
-        c.shape = "256 MiB round trip";
-        out.push_back(std::move(c));
+        const PerfDims d = perf_dims(o);
+        if (d.set == "paper") {
+            Case c = copy_case(int64_t(64) << 20, DT::F32, 1);
+            c.shape = "256 MiB round trip";
+            out.push_back(std::move(c));
+            return;
+        }
+        // The copy rate at the shape set's working sets (on the CPU: which cache level an op of that
+        // size streams from): its activations, the FFN's hidden activations, the embedding table.
+        const int64_t N = d.batch * d.seq_len;
+        const std::pair<const char*, int64_t> sets[] = {{"activations", N * d.d_model},
+                                                        {"FFN hidden", N * d.d_ff},
+                                                        {"embedding table", d.padded_vocab * d.d_model}};
+        for (const auto& [what, elems] : sets) {
+            Case c = copy_case(elems, DT::BF16, 2);
+            c.shape = label("%s: %.2f MiB round trip", what, double(elems * 2) / double(1 << 20));
+            out.push_back(std::move(c));
+        }
         return;
     }
     out.push_back(copy_case(1001, DT::BF16, 1));

@@ -15,14 +15,16 @@ namespace {
 
 // ---- routing of the test cases: k distinct experts per token
 
-enum class Routing { SPREAD, SKEWED };  // SKEWED: every token to experts 0..k-1 (overfull 0, the rest empty)
+// SKEWED: every token to experts 0..k-1 (overfull 0, the rest empty); SHIFTED: to experts 1..k (the
+// first and, when E > k + 1, the last empty)
+enum class Routing { SPREAD, SKEWED, SHIFTED };
 
 std::vector<double> routing(int64_t n, int64_t k, int64_t E, Routing r, uint32_t seed) {
     std::vector<double> idx(static_cast<size_t>(n * k));
     uint32_t x = seed;
     for (int64_t t = 0; t < n; ++t)
         for (int64_t j = 0; j < k; ++j) {
-            int64_t e = j;
+            int64_t e = r == Routing::SHIFTED ? j + 1 : j;
             if (r == Routing::SPREAD) {
                 bool dup = true;
                 while (dup) {
@@ -37,7 +39,11 @@ std::vector<double> routing(int64_t n, int64_t k, int64_t E, Routing r, uint32_t
     return idx;
 }
 
-const char* routing_name(Routing r) { return r == Routing::SPREAD ? "spread" : "skewed (overfull 0, empty rest)"; }
+const char* routing_name(Routing r) {
+    return r == Routing::SPREAD   ? "spread"
+           : r == Routing::SKEWED ? "skewed (overfull 0, empty rest)"
+                                  : "shifted (0 and last empty)";
+}
 
 struct Dispatch {
     std::vector<double> idx, s2c, c2s, offsets;
@@ -331,6 +337,73 @@ Case moe_mm_bwd_case(int64_t n, int64_t k, int64_t E, int64_t in, int64_t outf, 
     return c;
 }
 
+// The logits of `n` tokens over E experts with experts hot.. biased by -30: they stay empty.
+Tensor biased_logits(int64_t n, int64_t E, int64_t hot, uint32_t seed) {
+    Tensor t = input("logits", DT::F32, n * E, seed, -3, 3);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t e = hot; e < E; ++e) t.v[size_t(i * E + e)] -= 30.0;
+    return t;
+}
+
+// An expert index outside [0, E): the op must refuse (a device backend reports it at synchronize).
+Case dispatch_bad_case() {
+    Case c;
+    c.op = "moe_dispatch";
+    c.shape = "expert 9 of E 4 (out of range): throws";
+    c.dtypes = "i32->i64";
+    c.expect_error = true;
+    c.t = {input_values("expert_idx", DT::I32, {0, 1, 9, 2}), output("sorted_to_copy", DT::I64, 4, Tol{}),
+           output("copy_to_sorted", DT::I64, 4, Tol{}), output("offsets", DT::I64, 5, Tol{})};
+    c.run = [](Backend& be, Bufs& b) {
+        be.moe_dispatch(b.at<int64_t>(1), b.at<int64_t>(2), b.at<int64_t>(3), b.at<int32_t>(0), 2, 2, 4);
+        be.synchronize();
+    };
+    c.ref = [](std::vector<Tensor>&) {};
+    return c;
+}
+
+// The CUDA kernels' cases (tests/gpu/test_moe.cpp and test_grouped_gemm.cpp before; docs/backend-ops.md
+// "Old tests"): a router with empty experts, dispatch over several 512-key chunks of the counting sort,
+// gather and combine on the 16-byte (C % 8 == 0) and scalar paths, the grouped matmul with the first
+// and last experts empty, no rows at all, and (large) the paper's 4096 x 4096 expert.
+void add_moe_device_cases(std::vector<Case>& out, const TableOptions& o) {
+    const Routing S = Routing::SPREAD, K = Routing::SKEWED, Z = Routing::SHIFTED;
+    for (int64_t k : {2, 1})
+        for (float noise : {0.0f, 0.5f}) {
+            const RouterShape s{1000, 16, k};
+            const RouterOptions ro = router_options(noise, 42, 7, 3, 12345);
+            out.push_back(router_fwd_case(s, biased_logits(1000, 16, 11, 50 + uint32_t(k)), ro,
+                                          " experts 11..15 biased by -30 (empty)"));
+            out.push_back(router_bwd_case(s, biased_logits(1000, 16, 11, 60 + uint32_t(k)), ro, noise == 0.0f, 61,
+                                          " experts 11..15 biased by -30 (empty)"));
+        }
+    out.push_back(dispatch_case(700, 2, 24, K, 70));
+    out.push_back(dispatch_case(3001, 2, 24, S, 71));
+    out.push_back(dispatch_case(333, 2, 16, Z, 72));
+    out.push_back(dispatch_bad_case());
+    for (int64_t C : {72, 36}) {  // C % 8 == 0: the 16-byte path
+        out.push_back(gather_fwd_case(333, 2, C, 12, S, 80));
+        out.push_back(gather_bwd_case(333, 2, C, 12, S, false, 81));
+        out.push_back(gather_bwd_case(333, 2, C, 12, S, true, 82));
+        out.push_back(combine_fwd_case(333, 2, C, 12, S, 83));
+        out.push_back(combine_bwd_case(333, 2, C, 12, S, 84));
+    }
+    out.push_back(moe_mm_fwd_case(500, 2, 10, 64, 96, S, DT::BF16, 90));
+    out.push_back(moe_mm_bwd_case(500, 2, 10, 64, 96, S, DT::BF16, DT::F32, true, 91));
+    out.push_back(moe_mm_bwd_case(500, 2, 10, 64, 96, K, DT::BF16, DT::BF16, false, 92));
+    out.push_back(moe_mm_fwd_case(167, 2, 16, 40, 24, Z, DT::BF16, 93));
+    out.push_back(moe_mm_bwd_case(167, 2, 16, 40, 24, Z, DT::BF16, DT::F32, false, 94));
+    out.push_back(moe_mm_fwd_case(7, 1, 4, 32, 32, Z, DT::BF16, 95));  // one expert of four, 7 rows
+    out.push_back(moe_mm_bwd_case(7, 1, 4, 32, 32, Z, DT::BF16, DT::BF16, true, 96));
+    out.push_back(moe_mm_fwd_case(0, 2, 3, 32, 32, S, DT::BF16, 97));  // no rows at all
+    out.push_back(moe_mm_bwd_case(0, 2, 3, 32, 32, S, DT::BF16, DT::F32, true, 98));
+    if (o.large) {  // the paper's expert (d_model 4096 -> 4096: 2^24 weights, the most a test tensor holds), 8 rows
+        out.push_back(large_row(moe_mm_fwd_case(8, 1, 1, 4096, 4096, S, DT::BF16, 99)));
+        out.push_back(large_row(moe_mm_bwd_case(8, 1, 1, 4096, 4096, S, DT::BF16, DT::F32, true, 100)));
+        out.push_back(large_row(moe_mm_bwd_case(8, 1, 1, 4096, 4096, S, DT::BF16, DT::BF16, false, 101)));
+    }
+}
+
 }  // namespace
 
 void add_moe_cases(std::vector<Case>& out, const TableOptions& o) {
@@ -338,7 +411,8 @@ void add_moe_cases(std::vector<Case>& out, const TableOptions& o) {
     if (o.perf) {
         // The paper: 64 x 128 tokens, 128 experts of d_ff 4096 on d_model 4096, top-2 (CPU: 1 x 128
         // tokens and 8 experts: 128 experts' weights are 4 GiB per bank).
-        const int64_t n = o.cpu_scaled ? 128 : 8192, E = o.cpu_scaled ? 8 : 128, C = 4096, F = 4096;
+        const PerfDims d = perf_dims(o);
+        const int64_t n = d.batch * d.seq_len, E = d.n_experts, C = d.d_model, F = d.d_ff;
         out.push_back(router_fwd_case(n, E, 2, 0.5f, false, 1));
         out.push_back(router_bwd_case(n, E, 2, true, 2));
         out.push_back(dispatch_case(n, 2, E, S, 3));
@@ -405,6 +479,7 @@ void add_moe_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(combine_fwd_case(1, 1, 16, 2, S, 42));
     out.push_back(combine_bwd_case(37, 2, 67, 8, S, 43));
     out.push_back(combine_bwd_case(20, 3, 32, 5, K, 44));
+    add_moe_device_cases(out, o);
 }
 
 namespace {

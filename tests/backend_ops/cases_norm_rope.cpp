@@ -99,12 +99,13 @@ Case rope_bad_case() {
 void add_norm_rope_cases(std::vector<Case>& out, const TableOptions& o) {
     if (o.perf) {
         // The paper: 64 x 128 tokens, d_model 4096, 32 query heads of 128 (CPU: 1 x 128 tokens).
-        const int64_t B = o.cpu_scaled ? 1 : 64, T = 128, N = B * T, C = 4096;
+        const PerfDims d = perf_dims(o);
+        const int64_t B = d.batch, T = d.seq_len, N = B * T, C = d.d_model;
         out.push_back(rmsnorm_fwd_case(N, C, 1));
         out.push_back(rmsnorm_bwd_case(N, C, true, 2));
-        out.push_back(rope_case(B, T, 32, 128, 0, 1e6f, false, 3));
-        out.push_back(rmsnorm_fwd_case(N * 32, 128, 4));  // Qwen3's per-head q norm: 32 heads of 128
-        out.push_back(rmsnorm_bwd_case(N * 32, 128, false, 5));
+        out.push_back(rope_case(B, T, d.n_heads, d.head_dim, 0, 1e6f, false, 3));
+        out.push_back(rmsnorm_fwd_case(N * d.n_heads, d.head_dim, 4));  // Qwen3's per-head q norm (heads of head_dim)
+        out.push_back(rmsnorm_bwd_case(N * d.n_heads, d.head_dim, false, 5));
         return;
     }
     out.push_back(rmsnorm_fwd_case(5, 67, 10));

@@ -8,10 +8,17 @@
 namespace skew::ops {
 
 void run_list(const ModeOptions& o, nlohmann::json& rows) {
-    for (bool perf : {false, true}) {
+    std::vector<TableOptions> lists(1);
+    lists[0].large = true;  // listed with "[large]" in the shape
+    for (const auto& set : perf_shape_sets()) {
         TableOptions to;
-        to.perf = perf;
+        to.perf = true;
         to.cpu_scaled = false;
+        to.shape_set = set;
+        lists.push_back(to);
+    }
+    for (const TableOptions& to : lists) {
+        const bool perf = to.perf;
         for (const Case& c : all_cases(to)) {
             if (!o.filter.empty() && c.op.find(o.filter) == std::string::npos) continue;
             nlohmann::json lim = nlohmann::json::array();
@@ -51,6 +58,7 @@ void run_support_mode(std::vector<BackendEntry>& backends, const ModeOptions& o,
     std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>> cell;
     for (const Case& c : all_cases(TableOptions{})) {
         if (!o.filter.empty() && c.op.find(o.filter) == std::string::npos) continue;
+        if (c.expect_error) continue;  // an argument check (e.g. a head_dim CUDA refuses), not a combination run
         const auto key = std::make_pair(c.op, c.dtypes);
         if (!cell.count(key)) keys.push_back(key);
         for (const auto& n : names) {

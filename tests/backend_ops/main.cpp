@@ -8,6 +8,7 @@
 
 #include "tests/backend_ops/coverage.h"
 #include "tests/backend_ops/listing.h"
+#include "tests/backend_ops/op_table.h"
 #include "tests/backend_ops/perf.h"
 #include "tests/backend_ops/runner.h"
 
@@ -24,7 +25,6 @@ int main(int argc, char** argv) {
     std::string mode = "test", backend = "all", source = SKEW_SOURCE_DIR;
     skew::ops::ModeOptions o;
     bool list = false;
-    double min_seconds = 0.3;
     app.add_option("--mode", mode, "test | grad | perf | support | coverage")
         ->check(CLI::IsMember({"test", "grad", "perf", "support", "coverage"}));
     app.add_option("--filter", o.filter, "only ops whose name contains this");
@@ -33,9 +33,14 @@ int main(int argc, char** argv) {
                    "without a device)")
         ->check(CLI::IsMember({"all", "cpu", "cuda"}));
     app.add_option("--source", source, "repository root (coverage reads kernels/backend.h there)");
-    app.add_option("--min-seconds", min_seconds, "perf: time each case at least this long");
-    bool full_shapes = false;
-    app.add_flag("--full-shapes", full_shapes, "perf: the paper's shapes on the CPU too (default: scaled)");
+    skew::ops::PerfOptions perf;
+    app.add_option("--min-seconds", perf.min_seconds, "perf: time each case at least this long");
+    app.add_flag("--full-shapes", perf.full_shapes, "perf: the paper's shapes on the CPU too (default: scaled)");
+    app.add_option("--shapes", perf.shape_set,
+                   "perf: the shape set, paper (the default) | moe10m, or a comma-separated list (one roofline)");
+    app.add_flag("--large", o.large,
+                 "test: the large rows too (device tile, chunk and layout limits; seconds of double-precision "
+                 "reference each)");
     app.add_flag("--json", o.json, "one JSON document instead of lines");
     app.add_flag("--list", list, "list the cases (test, perf and grad) and exit");
     CLI11_PARSE(app, argc, argv);
@@ -65,8 +70,10 @@ int main(int argc, char** argv) {
                 backends.resize(1);
             }
             if (mode == "test") failures = skew::ops::run_test_mode(backends, o, rows);
-            else if (mode == "perf") failures = skew::ops::run_perf_mode(backends, o, min_seconds, full_shapes, rows);
-            else skew::ops::run_support_mode(backends, o, rows);
+            else if (mode == "perf") {
+                perf.print = !o.json;
+                failures = skew::ops::run_perf_mode(backends, o, perf, rows);
+            } else skew::ops::run_support_mode(backends, o, rows);
         }
         if (o.json)
             std::printf(

@@ -111,6 +111,9 @@ struct Case {
     bool expect_error = false;
     /// Run the case twice on each backend and require the same bits (ops documented deterministic).
     bool deterministic = false;
+    /// > 0: every tensor of the case starts this many bytes past a 16-byte boundary (e.g. 4: aligned
+    /// for fp32 but not for 16-byte vector loads), so a backend's unaligned path runs.
+    int64_t misalign_bytes = 0;
 };
 
 /// One backward op's finite-difference check on the CPU (fp32 instantiations of kernels/cpu):
@@ -182,7 +185,32 @@ Tol tol_rounded(DT dt, int64_t k, double atol_scale = 1.0, double cond = 8.0);
 struct TableOptions {
     bool perf = false;
     bool cpu_scaled = true;  // perf: the CPU runs the paper shapes scaled (1 x 128 tokens, 8 experts)
+    /// test: also the large rows, shapes that exist to cross a device kernel's tile, chunk or layout
+    /// limits and cost seconds of double-precision reference each (`--large`; the GPU check passes it).
+    bool large = false;
+    /// perf: the named shape set (perf_shape_sets(): "paper", "moe10m").
+    std::string shape_set = "paper";
 };
+
+/// The model dimensions of a perf shape set (docs/backend-ops.md "Shape sets"): every family's perf
+/// rows are these ops at these sizes.
+struct PerfDims {
+    std::string set;  // its name
+    int64_t batch = 0, seq_len = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, n_experts = 0, top_k = 0,
+            d_ff = 0, vocab = 0, padded_vocab = 0;
+    int64_t elementwise_n = 0;  // elements of the element-wise rows
+    int64_t init_n = 0;         // elements of the init_normal row (a weight, or the whole model)
+    bool scaled = false;        // the paper's shapes scaled for the CPU (1 x 128 tokens, 8 experts)
+};
+
+/// The names perf mode knows, the first the default: "paper" (docs/design.md: d_model 4096, 32/8
+/// heads of 128, 128 experts of 4096 top-2, batch 64 x 128, vocabulary 50,304) and "moe10m"
+/// (bench_step's CPU model: d_model 128, 4/2 heads of 32, 8 experts of 1024 top-2, batch 8 x 128,
+/// GPT-2's vocabulary padded to 50,304).
+const std::vector<std::string>& perf_shape_sets();
+/// The dimensions of o.shape_set; o.cpu_scaled scales "paper" (1 x 128 tokens, 8 experts). Throws
+/// skew::Error naming the set when it is not one of perf_shape_sets().
+PerfDims perf_dims(const TableOptions& o);
 
 void add_dense_cases(std::vector<Case>& out, const TableOptions& o);        // cases_dense.cpp
 void add_attention_cases(std::vector<Case>& out, const TableOptions& o);    // cases_attention.cpp
@@ -201,6 +229,17 @@ void add_loss_grad_cases(std::vector<GradCase>& out);
 void add_norm_rope_grad_cases(std::vector<GradCase>& out);
 void add_bias_grad_cases(std::vector<GradCase>& out);
 void add_gate_grad_cases(std::vector<GradCase>& out);
+
+/// The matmul row C (m x n, dc) = alpha·op(A)·op(B) + beta·C of seeded inputs (cases_dense.cpp); other
+/// families time a product of theirs with it (the fused LM head's).
+Case matmul_case(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float alpha, float beta, DT da, DT db, DT dc,
+                 uint32_t seed);
+
+/// A large row (TableOptions::large): `c` with " [large]" appended to its shape.
+inline Case large_row(Case c) {
+    c.shape += " [large]";
+    return c;
+}
 
 /// Every case of the table (test or perf shapes), families in a fixed order.
 std::vector<Case> all_cases(const TableOptions& o);

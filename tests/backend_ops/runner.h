@@ -14,8 +14,9 @@ namespace skew::ops {
 /// The tensors of a case on one backend (BackendMemory each, uploaded from the host values).
 class DeviceBufs final : public Bufs {
 public:
-    DeviceBufs(Backend& be, const std::vector<Tensor>& t);
-    void* ptr(size_t i) override { return mem_[i] ? mem_[i]->get() : nullptr; }
+    /// misalign_bytes: each tensor starts this many bytes past its allocation's 16-byte boundary.
+    DeviceBufs(Backend& be, const std::vector<Tensor>& t, int64_t misalign_bytes = 0);
+    void* ptr(size_t i) override { return mem_[i] ? static_cast<char*>(mem_[i]->get()) + misalign_ : nullptr; }
     std::vector<double>& host(size_t i) override { return host_[i]; }
     void* scratch(int64_t bytes) override;
     DT dt(size_t i) const override { return dts_[i]; }
@@ -24,6 +25,7 @@ public:
 
 private:
     Backend& be_;
+    int64_t misalign_ = 0;
     std::vector<int64_t> n_;
     std::vector<DT> dts_;
     std::vector<std::unique_ptr<BackendMemory>> mem_;
@@ -60,6 +62,7 @@ std::vector<std::vector<double>> run_case(Backend& be, const Case& c);
 struct ModeOptions {
     std::string filter;  // run only ops whose name contains this
     bool json = false;
+    bool large = false;  // test: the large rows too (TableOptions::large)
 };
 
 /// --mode test: every case on every present backend, the CPU against the double reference and the

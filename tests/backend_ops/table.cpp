@@ -2,6 +2,7 @@
 #include <cmath>
 #include <random>
 
+#include "engine/error.h"
 #include "kernels/common/bf16.h"
 #include "tests/backend_ops/op_table.h"
 
@@ -129,6 +130,34 @@ double dot_f32(const std::vector<float>& a, const std::vector<float>& w) {
     return s;
 }
 
+const std::vector<std::string>& perf_shape_sets() {
+    static const std::vector<std::string> sets{"paper", "moe10m"};
+    return sets;
+}
+
+PerfDims perf_dims(const TableOptions& o) {
+    PerfDims d;
+    d.set = o.shape_set;
+    if (o.shape_set == "paper") {
+        d.batch = o.cpu_scaled ? 1 : 64, d.seq_len = 128, d.d_model = 4096, d.n_heads = 32, d.n_kv_heads = 8;
+        d.head_dim = 128, d.n_experts = o.cpu_scaled ? 8 : 128, d.top_k = 2, d.d_ff = 4096;
+        d.vocab = d.padded_vocab = 50304;
+        // full size on the CPU too: cheap, and larger than its caches (the roofline's copy is from DRAM)
+        d.elementwise_n = 8192 * int64_t(4096), d.init_n = 4096 * int64_t(4096);
+        d.scaled = o.cpu_scaled;
+    } else if (o.shape_set == "moe10m") {
+        d.batch = 8, d.seq_len = 128, d.d_model = 128, d.n_heads = 4, d.n_kv_heads = 2, d.head_dim = 32;
+        d.n_experts = 8, d.top_k = 2, d.d_ff = 1024, d.vocab = 50257, d.padded_vocab = 50304;
+        d.elementwise_n = d.batch * d.seq_len * d.d_ff;  // the FFN's hidden activations
+        d.init_n = 10'090'000;                           // the model's weights
+    } else {
+        std::string known;
+        for (const auto& n : perf_shape_sets()) known += (known.empty() ? "" : ", ") + n;
+        fail("backend_ops: --shapes {} is not a shape set ({})", o.shape_set, known);
+    }
+    return d;
+}
+
 std::vector<Case> all_cases(const TableOptions& o) {
     std::vector<Case> c;
     add_dense_cases(c, o);
@@ -142,7 +171,7 @@ std::vector<Case> all_cases(const TableOptions& o) {
     add_gate_cases(c, o);
     for (auto& x : c) {
         if (x.covers.empty()) x.covers = {x.op};
-        if (o.perf) x.shape = "paper: " + x.shape;
+        if (o.perf) x.shape = o.shape_set + ": " + x.shape;
     }
     return c;
 }

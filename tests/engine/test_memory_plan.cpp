@@ -261,6 +261,12 @@ TEST_CASE(
     CHECK(!cuda_ws::lm_head_layout(16 * T, m.d_model, Vp, false).whole_dlogits);
     CHECK(ws_bytes(16 * T, m.d_model, false) ==
           cuda_ws::align256(640 * Vp * 4) + cuda_ws::align256(Vp * m.d_model * 4) + 16 * T * 4);
+    // - the op table's large LM head rows (tests/backend_ops/cases_loss.cpp) take the layouts they name
+    CHECK(cuda_ws::lm_head_layout(700, 4, Vp, true).chunk_tokens == 640);
+    CHECK(!cuda_ws::lm_head_layout(700, 4, Vp, true).whole_dlogits);         // 700 > 640 + 2 x 4: the accumulator
+    CHECK(cuda_ws::lm_head_layout(650, 8, Vp, true).whole_dlogits);          // 650 <= 640 + 2 x 8
+    CHECK(cuda_ws::lm_head_layout(1300, 4, Vp, false).chunk_tokens == 640);  // three chunks
+    CHECK(cuda_ws::lm_head_layout(660, 4, Vp, false).chunk_tokens == 640);   // two
     // SkewAdam's largest fused update: one expert tensor of 128 matrices 4096 x 4096 (row and
     // column means fp32) and the router's 1 x numel second moment are both covered.
     OptimizerConfig skew = builtin_optimizer("skewadam");
