@@ -1,13 +1,13 @@
 // The `skew` binary as a user runs it: plan's JSON numbers for the paper's config, and bad input
 // (config errors, bad flags) exiting non-zero with one clear message.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "tests/cli_util.h"
@@ -70,7 +70,8 @@ TEST_CASE("skew plan --budget says what fits and the largest microbatch") {
 TEST_CASE("skew plan says how it resolved train.microbatch 0") {
     Run whole = run("plan " + paper() + " --set train.microbatch=0");
     REQUIRE(whole.status == 0);
-    CHECK(whole.output.find("train.microbatch 0: planned at the whole batch (64) (no --budget given)") != std::string::npos);
+    CHECK(whole.output.find("train.microbatch 0: planned at the whole batch (64) (no --budget given)") !=
+          std::string::npos);
     Run fit = run("plan " + paper() + " --set train.microbatch=0 --budget 40GiB --json");
     REQUIRE(fit.status == 0);
     auto j = nlohmann::json::parse(fit.output);
@@ -266,7 +267,8 @@ TEST_CASE("skew plan shows both train.expert_grads modes side by side with the l
     // the paper model in 16 GiB of arena at microbatch 16 (the fused head in 640-token chunks of
     // logits with every token's bf16 dlogits: 335 MB where one chunk would be 618 MB)
     CHECK(text.output.find("| deferred | 1.26 GiB | 0.44 GiB | 15.91 GiB | 16.68 GiB | 64 |") != std::string::npos);
-    Run mb16 = run("plan " + paper() + " --optimizer skewadam --microbatch 16 --json --set train.expert_grads=deferred");
+    Run mb16 =
+        run("plan " + paper() + " --optimizer skewadam --microbatch 16 --json --set train.expert_grads=deferred");
     REQUIRE(mb16.status == 0);
     CHECK(nlohmann::json::parse(mb16.output)["peak"]["gib"].get<double>() <= 16.0);
 }
@@ -284,12 +286,14 @@ TEST_CASE("skew plan adds the documented CUDA context and library constant to th
     CHECK_FALSE(nlohmann::json::parse(cpu.output).contains("cuda_runtime_overhead"));  // no CUDA context on the CPU
 }
 
-TEST_CASE("skew plan --world-size: per-rank state under ZeRO-1 sums to the one-process state, the paper model fits "
-          "24 GB per GPU with SkewAdam on 8 GPUs x expert parallel 8 and 40 GB with AdamW + ZeRO-1 on 8") {
+TEST_CASE(
+    "skew plan --world-size: per-rank state under ZeRO-1 sums to the one-process state, the paper model fits "
+    "24 GB per GPU with SkewAdam on 8 GPUs x expert parallel 8 and 40 GB with AdamW + ZeRO-1 on 8") {
     // tiny config, AdamW keeps 8 bytes per parameter: the ranks' shares add up to 8 x the parameter count
     for (int n : {2, 4}) {
-        Run r = run("plan " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --optimizer adamw --json --world-size " +
-                    std::to_string(n) + " --set train.batch_size=8 --set train.microbatch=1");
+        Run r =
+            run("plan " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --optimizer adamw --json --world-size " +
+                std::to_string(n) + " --set train.batch_size=8 --set train.microbatch=1");
         INFO(r.output);
         REQUIRE(r.status == 0);
         auto j = nlohmann::json::parse(r.output);
@@ -302,20 +306,51 @@ TEST_CASE("skew plan --world-size: per-rank state under ZeRO-1 sums to the one-p
         CHECK(sum == 8 * j["params"]["total"].get<int64_t>());
         CHECK(j["state"]["bytes"].get<int64_t>() == largest);  // the plan shown is the largest rank's
     }
-    Run s = run("plan " + paper() + " --optimizer skewadam --world-size 8 --expert-parallel 8 --budget 24GiB --json "
+    Run s = run("plan " + paper() +
+                " --optimizer skewadam --world-size 8 --expert-parallel 8 --budget 24GiB --json "
                 "--set parallel.zero_stage=0");
     REQUIRE(s.status == 0);
     auto js = nlohmann::json::parse(s.output);
     CHECK(js["budget"]["fits"] == true);
     CHECK(std::round(js["weights"]["gib"].get<double>() * 100) / 100 == Approx(2.14));  // 1/8 of the experts
-    CHECK(std::round(js["peak"]["gib"].get<double>() * 100) / 100 == Approx(7.17));  // docs/distributed.md
+    CHECK(std::round(js["peak"]["gib"].get<double>() * 100) / 100 == Approx(7.17));     // docs/distributed.md
     Run a = run("plan " + paper() + " --optimizer adamw --world-size 8 --budget 40GB --json");
     REQUIRE(a.status == 0);
     auto ja = nlohmann::json::parse(a.output);
     CHECK(ja["budget"]["fits"] == true);
     CHECK(std::round(ja["state"]["gib"].get<double>() * 100) / 100 == Approx(7.54));
     CHECK(std::round(ja["peak"]["gib"].get<double>() * 100) / 100 == Approx(33.39));
-    Run a0 = run("plan " + paper() + " --optimizer adamw --world-size 8 --budget 40GB --json --set parallel.zero_stage=0");
+    Run a0 =
+        run("plan " + paper() + " --optimizer adamw --world-size 8 --budget 40GB --json --set parallel.zero_stage=0");
     REQUIRE(a0.status == 0);
     CHECK(nlohmann::json::parse(a0.output)["budget"]["fits"] == false);  // replicated state does not fit
+}
+
+// The published families' configs (docs/architectures.md): their parameter counts equal the published
+// checkpoints' (OLMoE-1B-7B 6,919,161,856; Qwen3-30B-A3B 30,532,122,624, its safetensors index's
+// total_size / 2; Mixtral 8x7B 46,702,792,704), and the plan's answers the README states: on 24 GB
+// devices OLMoE-1B-7B trains with SkewAdam on 2 (expert parallel 2) where AdamW needs 8; Qwen3-30B-A3B
+// trains with SkewAdam on one 141 GB H200 where AdamW needs 4.
+TEST_CASE("the OLMoE, Qwen3 and Mixtral configs plan their published parameter counts and the README's device counts") {
+    auto plan = [](const std::string& config, const std::string& args) {
+        Run r = run("plan " + std::string(SKEW_SOURCE_DIR) + "/configs/" + config + " --json " + args);
+        INFO(r.output);
+        REQUIRE(r.status == 0);
+        return nlohmann::json::parse(r.output);
+    };
+    CHECK(plan("olmoe-1b-7b.yaml", "")["params"]["total"].get<int64_t>() == 6919161856);
+    CHECK(plan("qwen3-30b-a3b.yaml", "")["params"]["total"].get<int64_t>() == 30532122624);
+    CHECK(plan("mixtral-8x7b.yaml", "")["params"]["total"].get<int64_t>() == 46702792704);
+    auto fits = [&](const std::string& config, const std::string& opt, int ranks, const char* budget) {
+        const std::string par =
+            ranks > 1 ? " --world-size " + std::to_string(ranks) + " --expert-parallel " + std::to_string(ranks) : "";
+        return plan(config, "--optimizer " + opt + par + " --budget " + budget)["budget"]["fits"].get<bool>();
+    };
+    CHECK_FALSE(fits("olmoe-1b-7b.yaml", "skewadam", 1, "24GB"));
+    CHECK(fits("olmoe-1b-7b.yaml", "skewadam", 2, "24GB"));
+    CHECK_FALSE(fits("olmoe-1b-7b.yaml", "adamw", 4, "24GB"));
+    CHECK(fits("olmoe-1b-7b.yaml", "adamw", 8, "24GB"));
+    CHECK(fits("qwen3-30b-a3b.yaml", "skewadam", 1, "141GB"));
+    CHECK_FALSE(fits("qwen3-30b-a3b.yaml", "adamw", 2, "141GB"));
+    CHECK(fits("qwen3-30b-a3b.yaml", "adamw", 4, "141GB"));
 }
