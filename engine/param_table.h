@@ -36,10 +36,10 @@ enum class Role : uint8_t {
     EXPERT_W3,           // (n_experts, d_model, d_expert)
     OUTPUT_HEAD,         // (padded_vocab_size, d_model): the untied LM head (model.tie_embeddings false)
     QK_NORM_WEIGHT,  // RMSNorm gain of q or k (model.qk_norm), fp32: full (n_heads*head_dim) or (n_kv_heads*head_dim); per_head (head_dim)
-    ATTN_BIAS,  // bias of the q, k or v projection (model.attention_bias), fp32 (its projection's out_features)
-    SHARED_EXPERT_W1,    // (d_shared, d_model): the shared experts' gate projections, stacked as one SwiGLU
-    SHARED_EXPERT_W2,    // (d_shared, d_model): their up projections
-    SHARED_EXPERT_W3,    // (d_model, d_shared): their down projections
+    ATTN_BIAS,         // bias of the q, k or v projection (model.attention_bias), fp32 (its projection's out_features)
+    SHARED_EXPERT_W1,  // (d_shared, d_model): the shared experts' gate projections, stacked as one SwiGLU
+    SHARED_EXPERT_W2,  // (d_shared, d_model): their up projections
+    SHARED_EXPERT_W3,  // (d_model, d_shared): their down projections
     SHARED_EXPERT_GATE,  // (d_model) fp32: w_gate of sigmoid(x · w_gate) (model.shared_expert_gate: sigmoid)
 };
 

@@ -40,14 +40,14 @@ struct KvCache {
     bf16 *q = nullptr, *attn_out = nullptr;     // (max_len, n_heads * head_dim), by position
     bf16* qk_pre = nullptr;  // (R, n_heads * head_dim): q's, then k's projection before its RMSNorm (model.qk_norm)
     float* lse = nullptr;    // (n_heads, max_len)
-    bf16 *ffn_h1 = nullptr, *ffn_h2 = nullptr, *ffn_act = nullptr;  // (R, d_ff)
-    float *router_logits = nullptr, *router_probs = nullptr;        // (R, E)
-    int32_t* topk_idx = nullptr;                                    // (R, k)
-    float* topk_gate = nullptr;                                     // (R, k)
-    int64_t *counts = nullptr, *offsets = nullptr;                  // (E), (E + 1)
-    int64_t *sorted_to_copy = nullptr, *copy_to_sorted = nullptr;   // (R * k)
-    bf16 *moe_in = nullptr, *moe_out = nullptr;                     // (R * k, d_model)
-    bf16 *moe_h1 = nullptr, *moe_h2 = nullptr, *moe_act = nullptr;  // (R * k, d_expert)
+    bf16 *ffn_h1 = nullptr, *ffn_h2 = nullptr, *ffn_act = nullptr;           // (R, d_ff)
+    float *router_logits = nullptr, *router_probs = nullptr;                 // (R, E)
+    int32_t* topk_idx = nullptr;                                             // (R, k)
+    float* topk_gate = nullptr;                                              // (R, k)
+    int64_t *counts = nullptr, *offsets = nullptr;                           // (E), (E + 1)
+    int64_t *sorted_to_copy = nullptr, *copy_to_sorted = nullptr;            // (R * k)
+    bf16 *moe_in = nullptr, *moe_out = nullptr;                              // (R * k, d_model)
+    bf16 *moe_h1 = nullptr, *moe_h2 = nullptr, *moe_act = nullptr;           // (R * k, d_expert)
     bf16 *shared_h1 = nullptr, *shared_h2 = nullptr, *shared_act = nullptr;  // (R, d_shared): shared experts
     bf16* shared_out = nullptr;                                              // (R, d_model): their ungated output
     float* gate_logit = nullptr;                                             // (R) fp32: x · w_gate

@@ -152,7 +152,7 @@ void add_attention_cases(std::vector<Case>& out, const TableOptions& o) {
     for (const auto& s : shapes) out.push_back(fwd_case(s, seed += 10));
     for (const auto& s : shapes) out.push_back(bwd_case(s, seed += 10));
     out.push_back(bad_group_case());
-    // The CUDA kernels' cases (tests/gpu/test_attention.cpp before; docs/backend-ops.md "Old tests"):
+    // The CUDA kernels' cases (the removed test_attention.cpp of tests/gpu before; docs/backend-ops.md "Old tests"):
     // every head_dim at group 1, 2, 4 and 8, T = 1, T off the 64-row tile.
     const std::vector<AttentionShape> cuda_shapes{
         {2, 77, 8, 2, 64},    {3, 1, 8, 1, 128}, {1, 130, 4, 1, 128}, {2, 32, 2, 2, 128}, {1, 200, 4, 4, 64},

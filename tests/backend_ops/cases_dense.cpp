@@ -228,7 +228,7 @@ Case swiglu_bwd_case(int64_t n, uint32_t seed) {
     return c;
 }
 
-// The CUDA kernels' cases (tests/gpu/test_dense_ops.cpp before; docs/backend-ops.md "Old tests"):
+// The CUDA kernels' cases (the removed test_dense_ops.cpp of tests/gpu before; docs/backend-ops.md "Old tests"):
 // cuBLASLt at sizes off its tiles for every transpose, an empty output, SwiGLU's 16-byte path (n % 8
 // == 0), LayerNorm over 300 rows at the GPT-2 widths, the embedding's backward over more than one
 // 512-key chunk of its counting sort; (large) the linear layer at a model's shape.

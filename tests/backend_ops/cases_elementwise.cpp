@@ -267,7 +267,7 @@ void add_elementwise_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(dot_accumulate_case(1, 1, 1, 2.0f, 13));
     out.push_back(init_normal_case(1003, DT::F32, 7, 3, 1.0f));
     out.push_back(init_normal_case(1003, DT::BF16, 7, 4, 0.02f));
-    // The CUDA kernels' cases (tests/gpu/test_dense_ops.cpp and test_init.cpp before): many blocks
+    // The CUDA kernels' cases (the removed test_dense_ops.cpp of tests/gpu and test_init.cpp before): many blocks
     // and an odd tail, a null buffer among five, big windows of dot_accumulate, the model's draws.
     out.push_back(residual_case(100003, 20));
     for (DT d : {DT::BF16, DT::F32})

@@ -97,7 +97,7 @@ Case lm_head_case(int64_t n, int64_t C, int64_t V, int64_t Vp, DT xdt, DT wdt, D
            output_random("dwte", dwdt, backward && with_dwte ? Vp * C : 0, seed + 2, tol_rounded(dwdt, n, 1e-2))};
     if (xdt == DT::BF16 && wdt == DT::BF16) {
         // The CUDA head multiplies bf16-rounded logit gradients into dwte (2^-9 relative per term):
-        // NMSE ~ 2^-16 against the CPU's fp32 products (tests/gpu/test_cross_entropy.cpp holds it to 1e-4).
+        // NMSE ~ 2^-16 against the CPU's fp32 products (the removed test_cross_entropy.cpp of tests/gpu holds it to 1e-4).
         c.t[6].tol.cross_nmse = 1e-4;
         c.t[6].tol.cross_why = "bf16-rounded logit gradients on CUDA: NMSE ~2^-16";
     }
@@ -202,7 +202,7 @@ void add_loss_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(lm_head_case(9, 24, 60, 64, DT::BF16, DT::F32, DT::F32, DT::F32, true, 13));
     out.push_back(lm_head_case(1, 64, 70, 80, DT::BF16, DT::BF16, DT::BF16, DT::F32, false, 14));
     out.push_back(lm_head_case(520, 4, 50257, 50304, DT::BF16, DT::BF16, DT::BF16, DT::F32, true, 15));
-    // The CUDA head's cases (tests/gpu/test_cross_entropy.cpp before; docs/backend-ops.md "Old tests").
+    // The CUDA head's cases (the removed test_cross_entropy.cpp of tests/gpu before; docs/backend-ops.md "Old tests").
     out.push_back(ce_fwd_case(67, 1000, 1024, 3, 20));
     out.push_back(ce_bwd_case(67, 1000, 1024, 3, 21));
     out.push_back(ce_bwd_in_place_case(67, 1000, 1024, 22));

@@ -362,7 +362,7 @@ Case dispatch_bad_case() {
     return c;
 }
 
-// The CUDA kernels' cases (tests/gpu/test_moe.cpp and test_grouped_gemm.cpp before; docs/backend-ops.md
+// The CUDA kernels' cases (the removed test_moe.cpp of tests/gpu and test_grouped_gemm.cpp before; docs/backend-ops.md
 // "Old tests"): a router with empty experts, dispatch over several 512-key chunks of the counting sort,
 // gather and combine on the 16-byte (C % 8 == 0) and scalar paths, the grouped matmul with the first
 // and last experts empty, no rows at all, and (large) the paper's 4096 x 4096 expert.

@@ -169,7 +169,6 @@ runtime:
   grad_dtype: fp32
 )";
 
-
 /// Must match CFG_QWEN2MOE in make_golden_llama.py (variant qwen2moe): the Llama-family block with
 /// Qwen2-MoE's FFN side, top-4 of 8 routed experts without renormalization and two shared experts
 /// behind the sigmoid gate.
