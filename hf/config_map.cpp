@@ -3,6 +3,7 @@
 #include "hf/config_map.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -221,6 +222,14 @@ std::string config_yaml(const ModelConfig& m) {
 
 Config config_from_model(const ModelConfig& m, const std::string& source, const std::vector<std::string>& overrides) {
     return load_config_text(config_yaml(m), source, overrides);
+}
+
+Config config_from_hf_path(const std::string& path, const std::vector<std::string>& overrides) {
+    const std::string file =
+        std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "config.json").string() : path;
+    const nlohmann::json j = read_hf_config(file);
+    const Family f = family_of_hf_config(j, file);
+    return config_from_model(model_config_from_hf(j, f, file), file + " (as skew's model section)", overrides);
 }
 
 }  // namespace skew::hf

@@ -48,4 +48,9 @@ std::string config_yaml(const ModelConfig& m);
 Config config_from_model(const ModelConfig& m, const std::string& source,
                          const std::vector<std::string>& overrides = {});
 
+/// The config of a published model for `skew plan --hf PATH`: PATH is a checkpoint folder (its
+/// config.json) or a config.json itself; its family's model section (model_config_from_hf) with every
+/// other section at its defaults and `overrides` (--set) applied. Throws skew::Error naming the file.
+Config config_from_hf_path(const std::string& path, const std::vector<std::string>& overrides = {});
+
 }  // namespace skew::hf
