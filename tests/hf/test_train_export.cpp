@@ -95,7 +95,7 @@ std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir
 
 }  // namespace
 
-TEST_CASE("train --init-from starts from the imported weights; export --format hf and import give them back", "[hf]") {
+TEST_CASE("train --init-from starts from the imported weights, export --format hf and import give them back", "[hf]") {
     for (const std::string family : {"mixtral", "olmoe", "qwen3"}) {
         INFO(family);
         const std::string dir = imported(family), run = work() + "/run-" + family;
