@@ -307,8 +307,9 @@ ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string
                 fail("{}: {}: '{}' is not one of {}{}", loc.where, key, s, fmt::join(k.choices, ", "),
                      suggestion(s, k.choices).find("did you") != std::string::npos ? suggestion(s, k.choices) : "");
             // Every free-form string key is a path (data.dir, data.tokenizer_dir, runtime.out_dir):
-            // an empty one would mean the working directory, or nothing at all.
-            if (k.choices.empty() && s.empty())
+            // an empty one would mean the working directory, or nothing at all. train.init_from's
+            // default is empty (no folder: the initializer), as a resolved config writes it.
+            if (k.choices.empty() && s.empty() && k.path != "train.init_from")
                 fail("{}: {}: the path is empty; give a folder, e.g. {}", loc.where, key, key_default(k));
             return s;
         }

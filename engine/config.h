@@ -125,6 +125,7 @@ struct TrainConfig {
     ExpertGrads expert_grads =
         ExpertGrads::STORED;  // expert weight gradients: stored (a buffer) | deferred (into the optimizer step)
     Recompute recompute = Recompute::BLOCK;  // activation recompute in the backward: block | attention | none
+    std::string init_from;                   // a `skew import` folder whose weights replace the initializer ("": none)
 
     int64_t grad_accum_steps() const { return microbatch > 0 ? batch_size / microbatch : 0; }
 };

@@ -272,6 +272,10 @@ const std::vector<KeySpec>& section_key_specs() {
                 "Activation recompute in the backward: block (keep each block's input, recompute the whole block; the "
                 "least memory), attention (keep every linear layer's output, recompute the attention output and its "
                 "logsumexp from the kept q, k, v) or none (keep everything, recompute nothing; the most memory)"),
+            SKEW_STRING("train.init_from", train.init_from, {},
+                        "A folder `skew import` wrote: every optimizer starts from its weights (model.safetensors) "
+                        "instead of the initializer, with fresh optimizer state; its config.yaml's model section must "
+                        "equal this one (`skew train --init-from DIR`); empty: the initializer"),
 
             SKEW_CHOICE("runtime.backend", runtime.backend,
                         "Where to train: cuda, cpu, or auto (cuda when a GPU is present)"),

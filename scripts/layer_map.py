@@ -3,7 +3,7 @@
 arrows between folders, the largest functions (brace-matched, approximate). Usage: layer_map.py [ROOT]"""
 import os, re, sys, collections
 root = sys.argv[1] if len(sys.argv) > 1 else "."
-folders = ["engine", "plan", "runtime", "model", "optim", "train", "eval", "dist", "kernels", "data", "tools", "bench"]
+folders = ["engine", "plan", "runtime", "model", "optim", "train", "hf", "eval", "dist", "kernels", "data", "tools", "bench"]
 files = collections.defaultdict(list)
 for f in folders:
     for dp, _, fns in os.walk(os.path.join(root, f)):

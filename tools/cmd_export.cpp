@@ -1,6 +1,7 @@
 // skew export: the weights of a run's checkpoint as one safetensors file in the single-process
 // format (docs/distributed.md, "Checkpoints and export"): a sharded checkpoint's expert shards are
-// merged; the file loads with the single-process reader.
+// merged; the file loads with the single-process reader. `--format hf` writes a Hugging Face
+// checkpoint folder of the model's family instead (docs/huggingface.md, "Export").
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -9,6 +10,8 @@
 #include "engine/error.h"
 #include "engine/param_table.h"
 #include "eval/load.h"
+#include "hf/export.h"
+#include "hf/folder.h"
 #include "tools/commands.h"
 #include "train/sharded_checkpoint.h"
 
@@ -19,6 +22,7 @@ struct ExportArgs {
     std::string run;
     std::string out;
     std::string optimizer;
+    std::string format = "safetensors";
     bool best = false;
 };
 
@@ -26,9 +30,21 @@ void run_export(const ExportArgs& a) {
     const eval::CheckpointRef ref = eval::resolve_checkpoint(a.run, a.optimizer, a.best ? "best" : "last");
     const Config cfg = eval::load_run_config(ref);
     const ParamTable table = build_param_table(cfg.model);
+    const std::string what = fmt::format("{} ({} checkpoint of {}, step {}{})", ref.dir, ref.which, ref.optimizer,
+                                         ref.step, checkpoint_is_sharded(ref.dir) ? ", shards merged" : "");
+    if (a.format == "hf") {
+        const std::string config_path = (std::filesystem::path(ref.run_dir) / "config.yaml").string();
+        hf::family_of_model(cfg.model, config_path);  // refused before the weights are read
+        hf::refuse_existing_output(a.out, "--out");
+        const hf::ExportResult r = hf::export_hf(cfg.model, read_checkpoint_weights(ref.dir, table), a.out, config_path,
+                                                 cfg.data.tokenizer_dir);
+        fmt::print("skew export: {} -> {} ({}, {} tensors; config.json, model.safetensors{})\n", what, a.out,
+                   hf::family_architecture(r.family), r.hf_tensors,
+                   r.tokenizer_files.empty() ? "" : fmt::format(", {}", fmt::join(r.tokenizer_files, ", ")));
+        return;
+    }
     export_checkpoint_weights(ref.dir, table, a.out);
-    fmt::print("skew export: {} ({} checkpoint of {}, step {}{}) -> {}\n", ref.dir, ref.which, ref.optimizer, ref.step,
-               checkpoint_is_sharded(ref.dir) ? ", shards merged" : "", a.out);
+    fmt::print("skew export: {} -> {}\n", what, a.out);
 }
 
 }  // namespace
@@ -36,11 +52,20 @@ void run_export(const ExportArgs& a) {
 void register_export_command(CLI::App& app) {
     auto args = std::make_shared<ExportArgs>();
     CLI::App* cmd = app.add_subcommand(
-        "export", "Write a checkpoint's weights as one safetensors file (sharded checkpoints merged)");
+        "export",
+        "Write a checkpoint's weights as one safetensors file (sharded checkpoints merged), or as a Hugging Face "
+        "checkpoint folder (--format hf)");
     cmd->add_option("run", args->run, "A run folder (with --optimizer when it has several) or a checkpoint folder")
         ->required();
-    cmd->add_option("--out", args->out, "Output file, e.g. model.safetensors")->required();
+    cmd->add_option(
+           "--out", args->out,
+           "Output file, e.g. model.safetensors; with --format hf a new folder (config.json, model.safetensors)")
+        ->required();
     cmd->add_option("--optimizer", args->optimizer, "The optimizer whose checkpoint to export");
+    cmd->add_option("--format", args->format,
+                    "safetensors (skew's names, the default) or hf (MixtralForCausalLM, OlmoeForCausalLM or "
+                    "Qwen3MoeForCausalLM, as the model section is)")
+        ->check(CLI::IsMember({"safetensors", "hf"}));
     cmd->add_flag("--best", args->best, "The best checkpoint (lowest validation loss) instead of the last");
     cmd->callback([args] { run_export(*args); });
 }

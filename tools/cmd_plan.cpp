@@ -17,6 +17,7 @@
 #include "engine/json_strict.h"
 #include "engine/param_table.h"
 #include "engine/sizes.h"
+#include "hf/config_map.h"
 #include "optim/zero_partition.h"
 #include "plan/plan.h"
 #include "tools/cli_checks.h"
@@ -27,6 +28,7 @@ namespace {
 
 struct PlanArgs {
     std::string config;
+    std::string hf;  // --hf: a Hugging Face checkpoint folder or config.json instead of a config
     std::string optimizer;
     int64_t microbatch = 0;
     std::string budget;
@@ -71,7 +73,8 @@ OptimizerConfig pick_optimizer(const Config& cfg, const std::string& name) {
 }
 
 void run_plan(const PlanArgs& a) {
-    Config cfg = load_config(a.config, a.overrides);
+    Config cfg = a.hf.empty() ? load_config(a.config, a.overrides) : hf::config_from_hf_path(a.hf, a.overrides);
+    const std::string source = a.hf.empty() ? a.config : a.hf;
     if (a.expert_parallel > 0) {
         if (cfg.model.n_experts % a.expert_parallel != 0)
             fail("--expert-parallel {} must divide model.n_experts ({})", a.expert_parallel, cfg.model.n_experts);
@@ -175,7 +178,7 @@ void run_plan(const PlanArgs& a) {
 
     if (a.json) {
         nlohmann::json j;
-        j["config"] = a.config;
+        j["config"] = source;
         j["optimizer"] = opt.name;
         j["optimizer_type"] = choice_name(opt.type);
         j["microbatch"] = mb;
@@ -261,7 +264,7 @@ void run_plan(const PlanArgs& a) {
         return;
     }
 
-    fmt::print("skew plan: {} | optimizer {} ({}) | microbatch {} x {} tokens, {} accumulation steps\n", a.config,
+    fmt::print("skew plan: {} | optimizer {} ({}) | microbatch {} x {} tokens, {} accumulation steps\n", source,
                opt.name, opt.type, mb, cfg.train.seq_len, rank_batch / mb);
     if (distributed)
         fmt::print(
@@ -370,7 +373,10 @@ void register_plan_command(CLI::App& app) {
     auto args = std::make_shared<PlanArgs>();
     CLI::App* cmd =
         app.add_subcommand("plan", "Memory-budget dry run: parameters, optimizer state, peak memory (no GPU needed)");
-    cmd->add_option("config", args->config, "Experiment config (YAML)")->required();
+    cmd->add_option("config", args->config, "Experiment config (YAML); or --hf");
+    cmd->add_option("--hf", args->hf,
+                    "Plan a published model instead: a Hugging Face checkpoint folder or its config.json "
+                    "(MixtralForCausalLM, OlmoeForCausalLM, Qwen3MoeForCausalLM), other sections at their defaults");
     cmd->add_option("--optimizer", args->optimizer,
                     "Optimizer to plan: a built-in name or a key of the config's optimizers section (default: the "
                     "first of train.optimizers)");
@@ -391,6 +397,9 @@ void register_plan_command(CLI::App& app) {
         ->take_all();
     cmd->callback([args, cmd] {
         args->budget_given = cmd->count("--budget") > 0;
+        if (args->config.empty() && args->hf.empty()) throw CLI::RequiredError("config (or --hf)");
+        if (!args->config.empty() && !args->hf.empty())
+            fail("plan: give either the config {} or --hf {}, not both", args->config, args->hf);
         if (cmd->count("--optimizer") > 0 && args->optimizer.empty())
             fail(
                 "--optimizer: empty name; give a built-in or a key of the config's optimizers section, or leave the "

@@ -1,6 +1,7 @@
 // skew train: config-driven training of every listed optimizer from one initialization on the
 // same batches (paper Appendix E), with metrics, checkpoints, resume and a clean stop on signals.
 #include <fmt/format.h>
+#include <omp.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
@@ -8,15 +9,13 @@
 #include <string>
 #include <utility>
 
-#include <omp.h>
-
 #include "dist/launch.h"
 #include "engine/config.h"
 #include "engine/error.h"
-#include "train/signals.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/log_output.h"
+#include "train/signals.h"
 #include "train/trainer.h"
 
 namespace skew::tools {
@@ -60,14 +59,22 @@ void register_train_command(CLI::App& app) {
         int64_t stop_after = 0;
         int64_t inject_nan = 0;
         std::string profile_steps;
+        std::string init_from;
     };
     auto a = std::make_shared<Args>();
-    CLI::App* cmd = app.add_subcommand("train", "Train each optimizer in turn from one initialization on identical batches");
+    CLI::App* cmd =
+        app.add_subcommand("train", "Train each optimizer in turn from one initialization on identical batches");
     cmd->add_option("config", a->config, "Experiment config (YAML); not needed with --resume");
-    cmd->add_option("--optimizers", a->optimizers, "Comma-separated optimizers, e.g. skewadam,adamw,lion,muon (default: train.optimizers)");
-    cmd->add_option("--set", a->overrides, "Override a config key, e.g. --set train.steps=100 (repeatable)")->take_all();
+    cmd->add_option("--optimizers", a->optimizers,
+                    "Comma-separated optimizers, e.g. skewadam,adamw,lion,muon (default: train.optimizers)");
+    cmd->add_option("--set", a->overrides, "Override a config key, e.g. --set train.steps=100 (repeatable)")
+        ->take_all();
     cmd->add_option("--out", a->out, "Run folder (default: runtime.out_dir)");
-    cmd->add_option("--resume", a->resume, "Continue the run in this folder from its last checkpoints (reads its config.yaml)");
+    cmd->add_option("--resume", a->resume,
+                    "Continue the run in this folder from its last checkpoints (reads its config.yaml)");
+    cmd->add_option("--init-from", a->init_from,
+                    "Start every optimizer from the weights of a folder `skew import` wrote (train.init_from), with "
+                    "fresh optimizer state; the config's model section must equal the folder's config.yaml");
     cmd->add_flag("--plain", a->plain, "Plain log lines even on a terminal (no live status line, no colour)");
     cmd->add_option("--stop-after", a->stop_after,
                     "Stop cleanly with a checkpoint after this step (as SIGINT would); a resumed run already at or "
@@ -82,18 +89,30 @@ void register_train_command(CLI::App& app) {
     cmd->callback([a, cmd] {
         if (cmd->count("--out") > 0 && a->out.empty())
             fail("--out: empty path; name the run folder, e.g. --out runs/tiny (without --out: runtime.out_dir)");
-        if (cmd->count("--resume") > 0 && a->resume.empty()) fail("--resume: empty path; name the run folder to continue");
+        if (cmd->count("--resume") > 0 && a->resume.empty())
+            fail("--resume: empty path; name the run folder to continue");
         if (cmd->count("--optimizers") > 0 && a->optimizers.empty())
             fail("--optimizers: empty list; name at least one optimizer, e.g. --optimizers skewadam,adamw");
         if (!a->resume.empty() && (!a->overrides.empty() || !a->optimizers.empty()))
-            fail("--resume {}: continues the run exactly as its config.yaml says; --set and --optimizers are not allowed "
-                 "(start a new run with --out for other settings)", a->resume);
+            fail(
+                "--resume {}: continues the run exactly as its config.yaml says; --set and --optimizers are not "
+                "allowed "
+                "(start a new run with --out for other settings)",
+                a->resume);
         if (!a->resume.empty() && cmd->count("--out") > 0)
-            fail("--resume {}: continues the run in that folder; --out {} is not allowed with it (a resumed run writes "
-                 "nowhere else; to start a new run in {}, give the config instead of --resume)",
-                 a->resume, a->out, a->out);
+            fail(
+                "--resume {}: continues the run in that folder; --out {} is not allowed with it (a resumed run writes "
+                "nowhere else; to start a new run in {}, give the config instead of --resume)",
+                a->resume, a->out, a->out);
         const std::vector<std::string>& overrides = a->overrides;
         std::vector<FlagOverride> flag_overrides;
+        if (cmd->count("--init-from") > 0) {
+            if (a->init_from.empty()) fail("--init-from: empty path; name the folder `skew import` wrote");
+            if (!a->resume.empty())
+                fail("--resume {}: continues the run as its config.yaml says; --init-from is not allowed with it",
+                     a->resume);
+            flag_overrides.push_back({"--init-from " + a->init_from, "train.init_from=" + a->init_from});
+        }
         if (!a->optimizers.empty())
             flag_overrides.push_back({"--optimizers " + a->optimizers, "train.optimizers=[" + a->optimizers + "]"});
         TrainOptions opts;
@@ -108,11 +127,14 @@ void register_train_command(CLI::App& app) {
         }
         Config cfg;
         if (!a->resume.empty()) {
-            if (!a->config.empty()) fail("--resume {}: give either a config or --resume, not both (the run's config.yaml is used)", a->resume);
+            if (!a->config.empty())
+                fail("--resume {}: give either a config or --resume, not both (the run's config.yaml is used)",
+                     a->resume);
             const std::string path = (std::filesystem::path(a->resume) / "config.yaml").string();
             if (std::filesystem::exists(a->resume) && !std::filesystem::is_directory(a->resume))
                 fail("--resume {}: is a file, not a run folder (give the folder `skew train --out` wrote)", a->resume);
-            if (!std::filesystem::exists(path)) fail("--resume {}: no config.yaml there; is it a skew run folder?", a->resume);
+            if (!std::filesystem::exists(path))
+                fail("--resume {}: no config.yaml there; is it a skew run folder?", a->resume);
             cfg = load_config(path, overrides);
             opts.run_dir = a->resume;
             opts.resume = true;

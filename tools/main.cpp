@@ -1,15 +1,14 @@
 // skew: the command-line entry point. Parses the subcommand with CLI11, sets the log level, runs
 // the subcommand's callback and turns any error into one message on stderr and exit code 1.
-#include <spdlog/spdlog.h>
-
 #include <CLI/CLI.hpp>
-
-#include <cstdio>
-#include <filesystem>
+#include <spdlog/spdlog.h>
 #include <system_error>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include "dist/launch.h"
@@ -71,6 +70,7 @@ int run(int argc, char** argv) {
     skew::tools::register_eval_command(app);
     skew::tools::register_sample_command(app);
     skew::tools::register_export_command(app);
+    skew::tools::register_import_command(app);
 
     // A first word that is no subcommand: CLI11 would only say that a subcommand is required.
     if (argc > 1 && argv[1][0] != '-') {

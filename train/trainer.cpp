@@ -45,6 +45,7 @@
 #include "train/evaluation.h"
 #include "train/faults.h"
 #include "train/idle_experts.h"
+#include "train/init_from.h"
 #include "train/metrics.h"
 #include "train/optimizer_phase.h"
 #include "train/optimizer_run.h"
@@ -186,7 +187,12 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
                     opt.name, run_dir, opt.name, r.last_dir, steps_file, metrics_file, opt_checkpoints.string());
             }
         }
-        model_init(r.model, uint64_t(tc.seed));
+        if (!tc.init_from.empty()) {  // the imported weights instead of the initializer (train/init_from.h)
+            load_init_weights(tc.init_from, r.arena, &backend);
+            spdlog::info("{}: weights from {} (train.init_from), fresh optimizer state", opt.name, tc.init_from);
+        } else {
+            model_init(r.model, uint64_t(tc.seed));
+        }
     }
     if (backend.device_memory()) {
         // What the process holds outside the arena, measured once the arena, the backend's handles
@@ -513,6 +519,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
             check_resume_world_size(cfg, opts.run_dir, world);
         }
         refuse_deferred_on_ranks(cfg, world, resume_run);
+        if (!opts.resume) check_init_from(cfg);  // a resumed run's optimizers that still start read it then
         data = open_training_data(cfg, opts.resume ? opts.run_dir : "", writer);
         backend = make_backend(cfg, opts.device, resume_run);
         if (writer && !backend->device_memory())

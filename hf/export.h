@@ -1,0 +1,30 @@
+// `skew export RUN --format hf --out DIR` (docs/huggingface.md, "Export"): a run's checkpoint as a
+// Hugging Face checkpoint folder of the family its model section is (family_of_model).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "hf/family.h"
+#include "train/sharded_checkpoint.h"
+
+namespace skew::hf {
+
+/// What an export wrote.
+struct ExportResult {
+    Family family = Family::MIXTRAL;
+    int64_t hf_tensors = 0;
+    std::vector<std::string> tokenizer_files;  // copied from the run's data.tokenizer_dir
+};
+
+/// Write folder `out_dir` (new or empty; written whole into a hidden sibling and swapped in):
+/// config.json (hf_config_from_model) and model.safetensors with the family's names (hf_tensors:
+/// experts one tensor each, the vocabulary's first vocab_size rows), each tensor in skew's dtype
+/// (bf16 matrices, fp32 vectors and router) so that `skew import` of the folder gives back the same
+/// bytes; and the tokenizer files (folder.h) of `tokenizer_dir` where it holds any. `weights` are
+/// the checkpoint's in table order (read_checkpoint_weights of build_param_table(model)). Throws
+/// skew::Error naming `source` and the first model key no family represents, or the file.
+ExportResult export_hf(const ModelConfig& model, const std::vector<HostTensor>& weights, const std::string& out_dir,
+                       const std::string& source, const std::string& tokenizer_dir);
+
+}  // namespace skew::hf

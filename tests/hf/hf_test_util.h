@@ -1,0 +1,67 @@
+// Helpers for the Hugging Face import and export tests: the committed tiny checkpoints of
+// tests/reference/hf/make_tiny_hf.py, a scratch folder per test, safetensors files read into and
+// written from named byte buffers (to make a checkpoint with a tensor missing, added or reshaped).
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/cli_util.h"
+#include "tests/temp_dir.h"
+#include "train/checkpoint.h"
+
+namespace skew::test {
+
+/// tests/reference/hf/<family>: the tiny checkpoint of that family (mixtral, olmoe, qwen3).
+inline std::string hf_fixture(const std::string& family) {
+    return std::string(SKEW_SOURCE_DIR) + "/tests/reference/hf/" + family;
+}
+
+/// A new empty folder under the test process's temporary folder.
+inline std::string hf_scratch(const std::string& name) {
+    const std::filesystem::path d = test_temp_root() / ("hf-" + name);
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    return d.string();
+}
+
+/// A tensor of a safetensors file: its dtype, shape and raw bytes.
+struct RawTensor {
+    DType dtype = DType::BF16;
+    std::vector<int64_t> shape;
+    std::string bytes;
+};
+
+/// Every tensor of the safetensors file at `path` by name.
+inline std::map<std::string, RawTensor> read_raw_tensors(const std::string& path) {
+    const SafetensorsHeader h = read_safetensors_header(path);
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string all = ss.str();
+    std::map<std::string, RawTensor> out;
+    for (const auto& e : h.tensors)
+        out[e.name] = RawTensor{e.dtype, e.shape, all.substr(size_t(h.data_start + e.begin), size_t(e.end - e.begin))};
+    return out;
+}
+
+/// Write `tensors` to `path` as a safetensors file (metadata format pt).
+inline void write_raw_tensors(const std::string& path, std::map<std::string, RawTensor>& tensors) {
+    std::vector<NamedTensor> named;
+    for (auto& [name, t] : tensors) named.push_back(NamedTensor{name, t.dtype, t.shape, t.bytes.data()});
+    write_safetensors(path, named, {{"format", "pt"}});
+}
+
+inline std::string read_text_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+}  // namespace skew::test

@@ -1,0 +1,51 @@
+// train.init_from: the checks before a run and the weights loaded in place of model_init.
+#include "train/init_from.h"
+
+#include <filesystem>
+
+#include "engine/config_schema.h"
+#include "engine/error.h"
+#include "train/checkpoint.h"
+#include "train/faults.h"
+
+namespace fs = std::filesystem;
+
+namespace skew {
+
+void check_init_from(const Config& cfg) {
+    const std::string& dir = cfg.train.init_from;
+    if (dir.empty()) return;
+    const fs::path config_path = fs::path(dir) / "config.yaml", weights = fs::path(dir) / "model.safetensors";
+    if (!fs::is_directory(dir))
+        fail("train.init_from {}: no such folder (give the folder `skew import HF_DIR --out DIR` wrote)", dir);
+    for (const fs::path& p : {config_path, weights})
+        if (!fs::exists(p))
+            fail("train.init_from {}: {} is missing (is it a folder `skew import` wrote?)", dir, p.string());
+    if (cfg.parallel.expert > 1)
+        fail(
+            "train.init_from {}: parallel.expert is {}; a run from imported weights runs with parallel.expert 1 (data "
+            "parallel and ZeRO-1 are fine)",
+            dir, cfg.parallel.expert);
+    const Config imported = load_config(config_path.string());
+    const auto now = config_section_values(cfg, "model"), was = config_section_values(imported, "model");
+    for (size_t i = 0; i < now.size() && i < was.size(); ++i)
+        if (now[i] != was[i])
+            fail(
+                "{}: model.{} is {} but the weights in {} (train.init_from) are of a model with {}: start from {}'s "
+                "model section",
+                cfg.source.empty() ? "the config" : cfg.source, now[i].first, now[i].second, dir, was[i].second,
+                config_path.string());
+}
+
+void load_init_weights(const std::string& dir, const Arena& arena, Backend* backend) {
+    const std::string path = (fs::path(dir) / "model.safetensors").string();
+    const std::vector<NamedTensor> tensors = weight_tensors(arena, backend);
+    read_safetensors_into(path, tensors);
+    if (const auto bad = first_non_finite(tensors)) {
+        std::string at;
+        for (size_t i = 0; i < bad->coords.size(); ++i) at += (i ? ", " : "") + std::to_string(bad->coords[i]);
+        fail("{}: tensor '{}' holds a non-finite value at [{}]", path, bad->tensor, at);
+    }
+}
+
+}  // namespace skew
