@@ -13,7 +13,9 @@
 #                                  cublas_grouped), every GPU test (test_gpu, one process per
 #                                  source file, the least-known first), CUDA against the CPU over
 #                                  20 steps of configs/tiny.yaml per optimizer, mpirun from the
-#                                  carry, compute-sanitizer memcheck of the new kernels
+#                                  carry, the Hugging Face peer check (bench/hf_peer_check.py:
+#                                  transformers and tokenizers where the image has them),
+#                                  compute-sanitizer memcheck of the new kernels
 #   bench/gpu_check.sh bench       on the GPU machine: every optimizer a few steps on the paper's
 #                                  model, the GPU micro-benchmarks (their per-op rows: the op table's
 #                                  perf mode at the paper's shapes), the paper protocol (SkewAdam,
@@ -103,7 +105,7 @@ if [[ "$PHASE" == dry-run ]]; then
         # every section said what it did: one line per test_gpu file, and the sections that run here passed
         if [[ $phase == tests ]]; then
             want=("backend_ops test: skipped" "backend_ops test cublas_grouped: skipped" "tiny CUDA vs CPU: passed"
-                  "mpirun -np 1 (.*): passed" "memcheck: skipped")
+                  "mpirun -np 1 (.*): passed" "memcheck: skipped" "hf peer: (skipped|passed)")
             for f in $("$BUILD_DIR/tests/test_gpu" -# --list-tags 2>/dev/null | sed -n 's/.*\[#\([A-Za-z0-9_]*\)\].*/\1/p'); do
                 want+=("test_gpu $f: skipped")
             done
@@ -407,6 +409,22 @@ if [[ "$PHASE" == tests ]]; then
     else
         result "mpirun -np 1" "FAILED (no mpirun on PATH: the carry has no Open MPI)"
     fi
+
+    # ---- the Hugging Face peer check (bench/hf_peer_check.py, docs/huggingface.md): the tiny checkpoints
+    # and skew's export of their import in transformers against the reference logits, tokenizer.json
+    # ids through tokenizers; on the host's CPU (the GPU image has transformers), skipped without it
+    mkdir -p "$OUT/hf_peer"
+    timeout -k 5 "$(tmo 45 60)" python3 bench/hf_peer_check.py --skew "$SKEW" --out "$OUT/hf_peer/work" \
+        > "$OUT/hf_peer/peer.log" 2>&1
+    rc=$?
+    rm -rf "$OUT/hf_peer/work"
+    sed 's/^/    /' "$OUT/hf_peer/peer.log" | head -30 >> "$OUT/summary.txt"
+    case $rc in
+        0) result "hf peer" "passed ($(grep -c ': passed' "$OUT/hf_peer/peer.log") comparisons)" ;;
+        77) result "hf peer" "skipped ($(head -1 "$OUT/hf_peer/peer.log" | sed 's/^hf peer: skipped (//; s/)$//'))" ;;
+        124|137) result "hf peer" "TIMEOUT" ;;
+        *) result "hf peer" "FAILED (exit $rc; $(grep -c ': FAILED' "$OUT/hf_peer/peer.log") comparisons failed)" ;;
+    esac
 
     # ---- memcheck of the kernels that never ran (Catch2 v2: comma-separated names are OR-ed)
     # (the op kernels through the op table's rows: one backend_ops process per filter, after test_gpu's)

@@ -26,7 +26,34 @@ struct ExportArgs {
     bool best = false;
 };
 
+// Whether `path` is a folder `skew import` wrote (config.yaml and model.safetensors, no
+// trainer_state.json and no checkpoints/): `--format hf` writes its weights back as they are.
+bool is_import_folder(const std::string& path) {
+    namespace fs = std::filesystem;
+    const fs::path d(path);
+    return fs::is_directory(d) && fs::exists(d / "config.yaml") && fs::exists(d / "model.safetensors") &&
+           !fs::exists(d / "trainer_state.json") && !fs::exists(d / "checkpoints");
+}
+
+// `skew export IMPORT_DIR --format hf`: an import's weights back in the Hugging Face layout (the
+// round trip of docs/huggingface.md; the GPU check's peer step loads it in transformers).
+void export_import_folder(const ExportArgs& a) {
+    const std::string config_path = (std::filesystem::path(a.run) / "config.yaml").string();
+    const Config cfg = load_config(config_path);
+    hf::family_of_model(cfg.model, config_path);
+    hf::refuse_existing_output(a.out, "--out");
+    const ParamTable table = build_param_table(cfg.model);
+    const std::string tokenizer_dir = (std::filesystem::path(a.run) / "tokenizer").string();
+    const hf::ExportResult r =
+        hf::export_hf(cfg.model, read_checkpoint_weights(a.run, table), a.out, config_path,
+                      std::filesystem::is_directory(tokenizer_dir) ? tokenizer_dir : std::string());
+    fmt::print("skew export: {} (a skew import) -> {} ({}, {} tensors; config.json, model.safetensors{})\n", a.run,
+               a.out, hf::family_architecture(r.family), r.hf_tensors,
+               r.tokenizer_files.empty() ? "" : fmt::format(", {}", fmt::join(r.tokenizer_files, ", ")));
+}
+
 void run_export(const ExportArgs& a) {
+    if (a.format == "hf" && is_import_folder(a.run)) return export_import_folder(a);
     const eval::CheckpointRef ref = eval::resolve_checkpoint(a.run, a.optimizer, a.best ? "best" : "last");
     const Config cfg = eval::load_run_config(ref);
     const ParamTable table = build_param_table(cfg.model);
@@ -55,7 +82,9 @@ void register_export_command(CLI::App& app) {
         "export",
         "Write a checkpoint's weights as one safetensors file (sharded checkpoints merged), or as a Hugging Face "
         "checkpoint folder (--format hf)");
-    cmd->add_option("run", args->run, "A run folder (with --optimizer when it has several) or a checkpoint folder")
+    cmd->add_option("run", args->run,
+                    "A run folder (with --optimizer when it has several) or a checkpoint folder; with --format hf also "
+                    "a folder `skew import` wrote")
         ->required();
     cmd->add_option(
            "--out", args->out,
