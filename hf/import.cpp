@@ -28,12 +28,6 @@ namespace skew::hf {
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& s) {
-    std::string out = "[";
-    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-    return out + "]";
-}
-
 // One source tensor: its file and header entry.
 struct Source {
     size_t file = 0;
@@ -121,27 +115,6 @@ void convert(std::byte* dst, DType d, const std::byte* src, DType s, int64_t n) 
     }
 }
 
-// skew's safetensors header for `table` (names, dtypes, shapes, data in table order), 8-byte aligned
-// as write_safetensors writes it; returns the header bytes (length prefix included) and each
-// parameter's data offset.
-std::string output_header(const ParamTable& table, const std::map<std::string, std::string>& meta,
-                          std::vector<int64_t>& offsets) {
-    nlohmann::json header = nlohmann::json::object();
-    header["__metadata__"] = meta;
-    int64_t offset = 0;
-    for (const ParamInfo& p : table.params) {
-        header[p.name] = {
-            {"dtype", safetensors_dtype(p.dtype)}, {"shape", p.shape}, {"data_offsets", {offset, offset + p.bytes()}}};
-        offsets.push_back(offset);
-        offset += p.bytes();
-    }
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');
-    std::string out(8, '\0');
-    for (int i = 0; i < 8; ++i) out[size_t(i)] = char(uint64_t(text.size()) >> (8 * i));
-    return out + text;
-}
-
 }  // namespace
 
 ImportResult import_hf(const std::string& hf_dir, const std::string& out_dir) {
@@ -189,11 +162,19 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& out_dir) {
         std::vector<std::unique_ptr<MappedFile>> maps;
         for (const SafetensorsHeader& h : ck.headers)
             maps.push_back(std::make_unique<MappedFile>(h.path, h.file_bytes));
+        // skew's file as write_safetensors lays it out: the table's tensors in order, contiguous
+        const std::string out_path = (fs::path(temp) / "model.safetensors").string();
+        std::vector<NamedTensor> layout;
         std::vector<int64_t> offsets;
-        const std::string header =
-            output_header(table, {{"format", "pt"}, {"source", "skew import"}, {"architecture", arch}}, offsets);
-        const int64_t data_bytes = offsets.empty() ? 0 : offsets.back() + table.params.back().bytes();
-        OutputFile out((fs::path(temp) / "model.safetensors").string(), int64_t(header.size()) + data_bytes);
+        int64_t data_bytes = 0;
+        for (const ParamInfo& p : table.params) {
+            layout.push_back(NamedTensor{p.name, p.dtype, p.shape, nullptr});
+            offsets.push_back(data_bytes);
+            data_bytes += p.bytes();
+        }
+        const std::string header = safetensors_header_bytes(
+            out_path, layout, {{"format", "pt"}, {"source", "skew import"}, {"architecture", arch}});
+        OutputFile out(out_path, int64_t(header.size()) + data_bytes);
         std::memcpy(out.data, header.data(), header.size());
         std::byte* base = out.data + header.size();
         std::memset(base, 0, size_t(data_bytes));  // the padded vocabulary rows stay zero
@@ -206,9 +187,7 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& out_dir) {
             r.rounded_to_bf16 += src.entry->dtype == DType::F32 && p.dtype == DType::BF16;
             r.widened_to_fp32 += src.entry->dtype == DType::BF16 && p.dtype == DType::F32;
             if (auto bad = first_non_finite({NamedTensor{t.name, p.dtype, t.shape, dst}})) {
-                std::string at;
-                for (size_t i = 0; i < bad->coords.size(); ++i) at += (i ? ", " : "") + std::to_string(bad->coords[i]);
-                fail("{}: tensor '{}' holds a non-finite value at [{}]{}", h.path, t.name, at,
+                fail("{}: tensor '{}' holds a non-finite value at {}{}", h.path, t.name, shape_text(bad->coords),
                      src.entry->dtype == DType::F32 && p.dtype == DType::BF16 ? " (after rounding to bf16)" : "");
             }
         }

@@ -43,12 +43,6 @@ WriteHook g_write_hook;
 
 std::string os_error() { return std::strerror(errno); }
 
-std::string shape_text(const std::vector<int64_t>& s) {
-    std::string out = "[";
-    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-    return out + "]";
-}
-
 int64_t product(const std::vector<int64_t>& s) {
     int64_t n = 1;
     for (int64_t d : s) n *= d;
@@ -191,19 +185,23 @@ void check_range(const NamedTensor& t, int64_t offset, int64_t bytes) {
 void refuse_non_finite(const std::string& path, const std::vector<NamedTensor>& tensors) {
     const std::optional<NonFinite> bad = first_non_finite(tensors);
     if (!bad) return;
-    std::string at;
-    for (size_t i = 0; i < bad->coords.size(); ++i) at += (i ? ", " : "") + std::to_string(bad->coords[i]);
     fail(
-        "{}: tensor '{}' holds a non-finite value ({}) at [{}]: the checkpoint is corrupt or was saved after a "
+        "{}: tensor '{}' holds a non-finite value ({}) at {}: the checkpoint is corrupt or was saved after a "
         "numerical fault; resume from another checkpoint (e.g. best/) or start a new run",
         path, bad->tensor,
         std::isnan(bad->value) ? "nan"
         : bad->value > 0       ? "inf"
                                : "-inf",
-        at);
+        shape_text(bad->coords));
 }
 
 }  // namespace
+
+std::string shape_text(const std::vector<int64_t>& s) {
+    std::string out = "[";
+    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + "]";
+}
 
 // ---- tensors in memory
 
@@ -294,8 +292,8 @@ const SafetensorsEntry* SafetensorsHeader::find(const std::string& name) const {
     return nullptr;
 }
 
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+std::string safetensors_header_bytes(const std::string& path, const std::vector<NamedTensor>& tensors,
+                                     const std::map<std::string, std::string>& metadata) {
     nlohmann::json header = nlohmann::json::object();
     if (!metadata.empty()) header["__metadata__"] = metadata;
     int64_t offset = 0;
@@ -308,13 +306,16 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     }
     std::string text = header.dump();
     text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-    uint64_t n = text.size();
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[size_t(i)] = static_cast<char>(uint64_t(text.size()) >> (8 * i));
+    return out + text;
+}
 
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+    const std::string header = safetensors_header_bytes(path, tensors, metadata);
     DurableFile f(path);
-    f.write(len, 8);
-    f.write(text.data(), int64_t(text.size()));
+    f.write(header.data(), int64_t(header.size()));
     std::vector<char> staging;
     for (const auto& t : tensors) {
         if (t.device == ArenaDevice::HOST) {

@@ -94,6 +94,16 @@ struct SafetensorsHeader {
     const SafetensorsEntry* find(const std::string& name) const;
 };
 
+/// "[2, 3]": a shape or a multi-index (an element's coordinates) as error messages print it.
+std::string shape_text(const std::vector<int64_t>& s);
+
+/// The safetensors header of `tensors` laid out in the given order, contiguous from offset 0: the
+/// 8-byte little-endian length, then the JSON (string `metadata` as __metadata__ when not empty)
+/// padded with spaces to 8 bytes, so the data starts aligned. Only names, dtypes and shapes are
+/// read. Throws skew::Error naming `path` on an empty, reserved or repeated tensor name.
+std::string safetensors_header_bytes(const std::string& path, const std::vector<NamedTensor>& tensors,
+                                     const std::map<std::string, std::string>& metadata);
+
 /// Write tensors (in the given order, contiguous, header padded with spaces to 8 bytes) and the
 /// string metadata to `path` durably (as write_file_atomic). Device tensors are staged through a
 /// bounded host buffer. Throws skew::Error naming the file.

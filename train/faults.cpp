@@ -46,7 +46,9 @@ int64_t scan(const void* p, int64_t n, DType t, double* value) {
     return -1;
 }
 
-std::string number(double v) { return std::isnan(v) ? "nan" : std::isinf(v) ? (v > 0 ? "inf" : "-inf") : fmt::format("{:.6g}", v); }
+std::string number(double v) {
+    return std::isnan(v) ? "nan" : std::isinf(v) ? (v > 0 ? "inf" : "-inf") : fmt::format("{:.6g}", v);
+}
 
 }  // namespace
 
@@ -121,19 +123,20 @@ std::optional<FaultReport> check_step_finite(int64_t step, double loss, double g
 }
 
 std::string fault_message(const FaultReport& r) {
-    std::string what = std::isfinite(r.loss) ? fmt::format("non-finite grad norm ({}), loss {}", number(r.grad_norm), number(r.loss))
-                                             : fmt::format("non-finite loss ({}), grad norm {}", number(r.loss), number(r.grad_norm));
+    std::string what = std::isfinite(r.loss)
+                           ? fmt::format("non-finite grad norm ({}), loss {}", number(r.grad_norm), number(r.loss))
+                           : fmt::format("non-finite loss ({}), grad norm {}", number(r.loss), number(r.grad_norm));
     std::string where;
     if (r.first) {
-        std::string coords;
-        for (size_t i = 0; i < r.first->coords.size(); ++i) coords += (i ? ", " : "") + std::to_string(r.first->coords[i]);
-        where = fmt::format("first non-finite tensor {}[{}] = {}", r.first->tensor, coords, number(r.first->value));
+        where = fmt::format("first non-finite tensor {}{} = {}", r.first->tensor, shape_text(r.first->coords),
+                            number(r.first->value));
     } else {
         where = "no scanned tensor holds a non-finite value (the loss itself overflowed)";
     }
     std::string action = r.action == FaultAction::SKIP
                              ? fmt::format("step skipped ({} of {} allowed)", r.skipped, r.max_skipped)
-                             : fmt::format("stopping: {} non-finite steps exceed train.max_skipped_steps = {}", r.skipped, r.max_skipped);
+                             : fmt::format("stopping: {} non-finite steps exceed train.max_skipped_steps = {}",
+                                           r.skipped, r.max_skipped);
     return fmt::format("step {}: {}; {}; {}", r.step, what, where, action);
 }
 

@@ -41,11 +41,8 @@ void load_init_weights(const std::string& dir, const Arena& arena, Backend* back
     const std::string path = (fs::path(dir) / "model.safetensors").string();
     const std::vector<NamedTensor> tensors = weight_tensors(arena, backend);
     read_safetensors_into(path, tensors);
-    if (const auto bad = first_non_finite(tensors)) {
-        std::string at;
-        for (size_t i = 0; i < bad->coords.size(); ++i) at += (i ? ", " : "") + std::to_string(bad->coords[i]);
-        fail("{}: tensor '{}' holds a non-finite value at [{}]", path, bad->tensor, at);
-    }
+    if (const auto bad = first_non_finite(tensors))
+        fail("{}: tensor '{}' holds a non-finite value at {}", path, bad->tensor, shape_text(bad->coords));
 }
 
 }  // namespace skew
