@@ -37,6 +37,7 @@ const char* tokenizer_kind_name(TokenizerKind kind) {
         case TOKENIZER_GPT2_BPE: return "gpt2-bpe";
         case TOKENIZER_HF_BYTE_LEVEL_BPE: return "hf-byte-level-bpe";
         case TOKENIZER_SENTENCEPIECE: return "sentencepiece";
+        case TOKENIZER_HF_SENTENCEPIECE_BPE: return "hf-sentencepiece-bpe";
     }
     return "?";
 }
@@ -257,13 +258,21 @@ bool tokenizer_alphabet_to_bytes(std::string_view s, std::string& out) {
     return true;
 }
 
+// What the merges and the whole-token table see of each id: its bytes, or a SentencePiece-style
+// vocabulary's strings ("\u2581" for a space, <0xNN> for a byte).
+static const std::vector<std::string>& model_strings(const Tokenizer& tok) {
+    return tok.kind == TOKENIZER_HF_SENTENCEPIECE_BPE ? tok.pieces : tok.token_bytes;
+}
+
 // Whole-piece lookup: a piece whose bytes are a token is that token (tiktoken; Hugging Face's
-// ignore_merges). Hash collisions are harmless: a hit is verified against the token's bytes.
+// ignore_merges; a SentencePiece-style vocabulary's characters). Hash collisions are harmless: a hit
+// is verified against the token's string.
 void tokenizer_build_whole(Tokenizer& tok, const std::vector<char>& in_model) {
-    tokenizer_table_init(tok.whole, tok.token_bytes.size());
-    for (size_t id = 0; id < tok.token_bytes.size(); id++) {
-        if (!in_model[id] || tok.token_bytes[id].empty()) continue;
-        uint64_t h = tokenizer_hash_bytes(tok.token_bytes[id]);
+    const std::vector<std::string>& strings = model_strings(tok);
+    tokenizer_table_init(tok.whole, strings.size());
+    for (size_t id = 0; id < strings.size(); id++) {
+        if (!in_model[id] || strings[id].empty()) continue;
+        uint64_t h = tokenizer_hash_bytes(strings[id]);
         for (uint64_t i = mix64(h) & tok.whole.mask;; i = (i + 1) & tok.whole.mask)
             if (tok.whole.keys[i] == FlatTable64::kEmpty) {
                 tok.whole.keys[i] = h;
@@ -274,15 +283,35 @@ void tokenizer_build_whole(Tokenizer& tok, const std::vector<char>& in_model) {
     }
 }
 
+void tokenizer_normalize(const Tokenizer& tok, std::string_view text, std::string& out, std::string& scratch) {
+    out.assign(text);
+    for (const NormalizerStep& n : tok.normalizers) {
+        scratch.swap(out);
+        out.clear();
+        switch (n.kind) {
+            case NormalizerStep::UNICODE_FORM: unicode_normalize(n.form, scratch, out); break;
+            case NormalizerStep::PREPEND:
+                if (!scratch.empty()) out = n.text;
+                out += scratch;
+                break;
+            case NormalizerStep::REPLACE:
+                for (size_t pos = 0;;) {
+                    const size_t hit = scratch.find(n.text, pos);
+                    out.append(scratch, pos, hit == std::string::npos ? std::string::npos : hit - pos);
+                    if (hit == std::string::npos) break;
+                    out += n.replacement;
+                    pos = hit + n.text.size();
+                }
+                break;
+        }
+    }
+}
+
 void tokenizer_prepare_added(Tokenizer& tok) {
+    std::string scratch;
     for (AddedToken& t : tok.added_tokens) {
         t.match = t.content;
-        if (t.normalized)
-            for (NormalizationForm form : tok.normalizers) {
-                std::string next;
-                unicode_normalize(form, t.match, next);
-                t.match = std::move(next);
-            }
+        if (t.normalized) tokenizer_normalize(tok, t.content, t.match, scratch);
     }
     // Longest first, so the first hit at a position is the longest (leftmost-longest matching).
     std::stable_sort(tok.added_tokens.begin(), tok.added_tokens.end(),
@@ -426,24 +455,44 @@ static inline bool lookup_merge(const Tokenizer& tok, int32_t left, int32_t righ
     return true;
 }
 
-// The id of the token whose bytes are exactly piece, or -1.
+// The id of the token whose bytes (SentencePiece-style: vocabulary string) are exactly piece, or -1.
 static inline int32_t lookup_whole(const Tokenizer& tok, std::string_view piece, uint64_t h) {
+    const std::vector<std::string>& strings = model_strings(tok);
     for (uint64_t i = mix64(h) & tok.whole.mask;; i = (i + 1) & tok.whole.mask) {
         uint64_t k = tok.whole.keys[i];
         if (k == FlatTable64::kEmpty) return -1;
-        if (k == h && tok.token_bytes[tok.whole.values[i]] == piece) return int32_t(tok.whole.values[i]);
+        if (k == h && strings[tok.whole.values[i]] == piece) return int32_t(tok.whole.values[i]);
+    }
+}
+
+// The symbols a piece is merged from: the tokens of its bytes; for a SentencePiece-style vocabulary
+// its characters, each the piece it is or else the <0xNN> pieces of its UTF-8 bytes (Hugging Face's
+// BPE with byte_fallback; a byte that is not UTF-8 is a character of its own).
+static void initial_symbols(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& ids) {
+    ids.clear();
+    if (tok.kind != TOKENIZER_HF_SENTENCEPIECE_BPE) {
+        for (const char c : piece) ids.push_back(tok.byte_token[static_cast<unsigned char>(c)]);
+        return;
+    }
+    for (size_t i = 0; i < piece.size();) {
+        const std::string_view ch = piece.substr(i, std::max<size_t>(1, utf8_sequence_length(piece, i)));
+        const int32_t id = lookup_whole(tok, ch, tokenizer_hash_bytes(ch));
+        if (id >= 0) ids.push_back(id);
+        else
+            for (const char c : ch) ids.push_back(tok.byte_token[static_cast<unsigned char>(c)]);
+        i += ch.size();
     }
 }
 
 static constexpr uint32_t kNoRank = 0xFFFFFFFFu;
 
-// Short pieces: keep the rank of each adjacent pair; merge the leftmost lowest rank; update neighbours.
-static void bpe_small(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out) {
-    const size_t n = piece.size();
+// Short pieces (n <= 64 symbols): keep the rank of each adjacent pair; merge the leftmost lowest
+// rank; update neighbours.
+static void bpe_small(const Tokenizer& tok, const int32_t* symbols, size_t n, std::vector<int32_t>& out) {
     int32_t ids[64];
     uint32_t ranks[64];
     int32_t merged_ids[64];
-    for (size_t i = 0; i < n; i++) ids[i] = tok.byte_token[static_cast<unsigned char>(piece[i])];
+    std::copy(symbols, symbols + n, ids);
     size_t count = n;
     for (size_t i = 0; i + 1 < count; i++)
         if (!lookup_merge(tok, ids[i], ids[i + 1], ranks[i], merged_ids[i])) ranks[i] = kNoRank;
@@ -473,11 +522,9 @@ static void bpe_small(const Tokenizer& tok, std::string_view piece, std::vector<
 
 // Long pieces: a doubly linked list of symbols and a binary min-heap of (rank, position) with lazy
 // deletion: an entry is stale when its left or right symbol has changed since it was pushed.
-static void bpe_heap(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out) {
-    const int32_t n = static_cast<int32_t>(piece.size());
-    std::vector<int32_t> id(static_cast<size_t>(n)), next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
+static void bpe_heap(const Tokenizer& tok, const int32_t* symbols, int32_t n, std::vector<int32_t>& out) {
+    std::vector<int32_t> id(symbols, symbols + n), next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
     for (int32_t i = 0; i < n; i++) {
-        id[i] = tok.byte_token[static_cast<unsigned char>(piece[i])];
         prev[i] = i - 1;
         next[i] = i + 1 < n ? i + 1 : -1;
     }
@@ -524,13 +571,11 @@ static void bpe_heap(const Tokenizer& tok, std::string_view piece, std::vector<i
 }
 
 void tokenizer_bpe(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out) {
-    if (piece.empty()) return;
-    if (piece.size() == 1) {
-        out.push_back(tok.byte_token[static_cast<unsigned char>(piece[0])]);
-        return;
-    }
-    if (piece.size() <= 64) bpe_small(tok, piece, out);
-    else bpe_heap(tok, piece, out);
+    static thread_local std::vector<int32_t> symbols;
+    initial_symbols(tok, piece, symbols);
+    if (symbols.size() <= 1) out.insert(out.end(), symbols.begin(), symbols.end());
+    else if (symbols.size() <= 64) bpe_small(tok, symbols.data(), symbols.size(), out);
+    else bpe_heap(tok, symbols.data(), int32_t(symbols.size()), out);
 }
 
 // ---- pre-tokenization
@@ -578,8 +623,10 @@ static void for_each_segment(const TokenizerRegex& re, std::string_view text, To
     if (gap < n) fn(text.substr(gap), false);
 }
 
-// Applies pre-tokenizer steps k.. to piece, handing each final piece to sink.
-static void pre_tokenize(const Tokenizer& tok, size_t k, std::string_view piece, TokenizerWorkspace::Impl& w, const PieceSink& sink) {
+// Applies pre-tokenizer steps k.. to piece, handing each final piece to sink. at_start: the piece
+// begins the encoded text (a Metaspace step's prepend_scheme "first").
+static void pre_tokenize(const Tokenizer& tok, size_t k, std::string_view piece, TokenizerWorkspace::Impl& w, const PieceSink& sink,
+                         bool at_start) {
     if (k == tok.pre_tokenizer.size()) {
         sink(piece);
         return;
@@ -592,8 +639,18 @@ static void pre_tokenize(const Tokenizer& tok, size_t k, std::string_view piece,
         prefixed.append(piece);
         piece = prefixed;
     }
+    if (step.metaspace) {  // spaces as the replacement character, which also goes before the piece
+        const bool prepend = (step.prepend == METASPACE_ALWAYS || (step.prepend == METASPACE_FIRST && at_start)) &&
+                             piece.substr(0, step.replacement.size()) != step.replacement;
+        if (prepend) prefixed = step.replacement;
+        for (const char c : piece) {
+            if (c == ' ') prefixed += step.replacement;
+            else prefixed.push_back(c);
+        }
+        piece = prefixed;
+    }
     if (!step.regex) {
-        pre_tokenize(tok, k + 1, piece, w, sink);
+        pre_tokenize(tok, k + 1, piece, w, sink, at_start);
         return;
     }
     const SplitBehavior behavior = step.byte_level ? SPLIT_ISOLATED : step.behavior;
@@ -602,7 +659,7 @@ static void pre_tokenize(const Tokenizer& tok, size_t k, std::string_view piece,
     // decide on it when the next segment comes).
     size_t begin = 0, end = 0;
     bool pending = false, pending_delimiter = false;
-    auto emit = [&](size_t b, size_t e) { pre_tokenize(tok, k + 1, piece.substr(b, e - b), w, sink); };
+    auto emit = [&](size_t b, size_t e) { pre_tokenize(tok, k + 1, piece.substr(b, e - b), w, sink, at_start && b == 0); };
     auto on_segment = [&](std::string_view seg, bool is_match) {
         const size_t b = size_t(seg.data() - piece.data()), e = b + seg.size();
         const bool delimiter = is_match != invert;
@@ -647,13 +704,13 @@ std::vector<std::string> tokenizer_pieces(const Tokenizer& tok, std::string_view
     if (tok.kind == TOKENIZER_SENTENCEPIECE) fail("tokenizer: {} is a SentencePiece model: it has no pre-tokenizer", tok.source);
     std::vector<std::string> pieces;
     auto collect = [&](std::string_view p) { pieces.emplace_back(p); };
-    if (!text.empty()) pre_tokenize(tok, 0, text, *ws.impl, piece_sink(collect));
+    if (!text.empty()) pre_tokenize(tok, 0, text, *ws.impl, piece_sink(collect), true);
     return pieces;
 }
 
 // One piece: a single byte; a whole token; a cached word; else byte-pair merging (then cached).
 static void encode_piece(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out, TokenizerWorkspace& ws) {
-    if (piece.size() == 1) {
+    if (piece.size() == 1 && tok.kind != TOKENIZER_HF_SENTENCEPIECE_BPE) {
         out.push_back(tok.byte_token[static_cast<unsigned char>(piece[0])]);
         return;
     }
@@ -816,19 +873,19 @@ static void encode_bpe(const Tokenizer& tok, std::string_view text, std::vector<
     auto encode = [&](std::string_view piece) { encode_piece(tok, piece, out, ws); };
     const PieceSink sink = piece_sink(encode);
     auto on_token = [&](int32_t id) { out.push_back(id); };
-    auto pre = [&](std::string_view stretch) { pre_tokenize(tok, 0, stretch, w, sink); };
+    bool raw_first = false;          // the raw stretch being encoded begins the text
+    std::string_view normalized_of;  // its normalized form
+    auto pre = [&](std::string_view stretch) {
+        pre_tokenize(tok, 0, stretch, w, sink, raw_first && stretch.data() == normalized_of.data());
+    };
     auto on_raw = [&](std::string_view stretch) {
         std::string_view normalized = stretch;
         if (!tok.normalizers.empty()) {
-            w.normalized.clear();
-            unicode_normalize(tok.normalizers[0], stretch, w.normalized);
-            for (size_t f = 1; f < tok.normalizers.size(); f++) {
-                w.scratch.swap(w.normalized);
-                w.normalized.clear();
-                unicode_normalize(tok.normalizers[f], w.scratch, w.normalized);
-            }
+            tokenizer_normalize(tok, stretch, w.normalized, w.scratch);
             normalized = w.normalized;
         }
+        raw_first = stretch.data() == text.data();
+        normalized_of = normalized;
         split_added(tok, normalized, true, allow_special, pre, on_token);
     };
     split_added(tok, text, false, allow_special, on_raw, on_token);
@@ -861,7 +918,9 @@ std::string tokenizer_decode(const Tokenizer& tok, std::span<const int32_t> ids)
     if (tok.kind == TOKENIZER_SENTENCEPIECE) return sentencepiece_decode(*tok.sentencepiece, ids);
     std::string out;
     for (int32_t id : ids) out += tok.token_bytes[size_t(id)];
-    return out;
+    size_t strip = 0;  // a SentencePiece-style decoder's Strip: the space the normalizer put first
+    while (strip < size_t(tok.decode_strip_spaces) && strip < out.size() && out[strip] == ' ') ++strip;
+    return out.erase(0, strip);
 }
 
 }  // namespace skew::data

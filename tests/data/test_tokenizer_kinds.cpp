@@ -2,9 +2,12 @@
 // merge forms, merge ranks, ignore_merges, added and special tokens (lstrip/rstrip, single_word), the
 // ByteLevel prefix space, every Split behavior, NFC, the one-line errors; GPT-2's files as a tokenizer.json
 // give tiktoken's ids; a tiny SentencePiece model (tests/reference/tokenizer/make_tiny_sentencepiece.sh):
-// byte fallback, end-of-text, control pieces. The folder's files choose the kind.
+// byte fallback, end-of-text, control pieces; a SentencePiece-style tokenizer.json (byte_fallback,
+// Prepend and Replace, Metaspace, its decoder) by hand, and Mixtral's fixture folder's tokenizer.json
+// against its tokenizer.model. The folder's files choose the kind.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -188,8 +191,8 @@ TEST_CASE("tokenizer.json files skew cannot encode are refused in one line namin
     k["model"]["type"] = "WordPiece";
     refused(k, "model.type: \"WordPiece\" is not supported");
     k = j;
-    k["model"]["byte_fallback"] = true;
-    refused(k, "model.byte_fallback");
+    k["model"]["byte_fallback"] = true;  // a SentencePiece-style BPE: its vocabulary holds <0xNN> pieces
+    refused(k, "model.vocab: lacks the byte piece \"<0x00>\"");
     k = j;
     k["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}};
     refused(k, "pre_tokenizer.type: \"Metaspace\" is not supported");
@@ -246,6 +249,115 @@ TEST_CASE("a SentencePiece tokenizer.model encodes through libsentencepiece with
     CHECK_THROWS_WITH(tokenizer_load(bad.string()), Catch::Contains((bad / "tokenizer.model").string()) &&
                                                         Catch::Contains("not a SentencePiece model"));
     fs::remove_all(bad);
+}
+
+// A SentencePiece-style tokenizer.json (Llama 2's and Mixtral's layout, as transformers converts a
+// tokenizer.model): <unk> 0, <s> 1, </s> 2, the byte pieces <0xNN> at 3 + NN, then "▁" 259, "a" 260,
+// "b" 261, "▁a" 262, "ab" 263, "▁ab" 264; merges "▁ a", "a b", "▁a b"; Prepend "▁" and Replace " "
+// by "▁"; no pre-tokenizer; Replace, ByteFallback, Fuse, Strip.
+static json tiny_sentencepiece() {
+    const std::string u = "\xE2\x96\x81";  // ▁
+    json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+    char name[8];
+    for (int b = 0; b < 256; b++) {
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        vocab[name] = 3 + b;
+    }
+    vocab[u] = 259, vocab["a"] = 260, vocab["b"] = 261, vocab[u + "a"] = 262, vocab["ab"] = 263, vocab[u + "ab"] = 264;
+    json added_tokens = json::array({added("<unk>", 0, true), added("<s>", 1, true), added("</s>", 2, true)});
+    return json{{"version", "1.0"},
+                {"added_tokens", added_tokens},
+                {"normalizer", {{"type", "Sequence"},
+                                {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", u}},
+                                                             {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", u}}})}}},
+                {"pre_tokenizer", nullptr},
+                {"decoder", {{"type", "Sequence"},
+                             {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", u}}}, {"content", " "}},
+                                                       {{"type", "ByteFallback"}},
+                                                       {{"type", "Fuse"}},
+                                                       {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
+                {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"}, {"fuse_unk", true},
+                           {"byte_fallback", true}, {"vocab", vocab},
+                           {"merges", json::array({u + " a", "a b", u + "a b"})}}}};
+}
+
+TEST_CASE("a SentencePiece-style tokenizer.json merges characters, falls back to bytes and decodes as its decoder says") {
+    const Tokenizer tok = parse(tiny_sentencepiece());
+    CHECK(tok.kind == TOKENIZER_HF_SENTENCEPIECE_BPE);
+    CHECK(std::string(tokenizer_kind_name(tok.kind)) == "hf-sentencepiece-bpe");
+    CHECK(tok.eot == 2);
+    CHECK(tok.bos == 1);
+    // "ab ab" -> "▁ab▁ab": "▁ a" (rank 0) twice, then "▁a b" (rank 2); "a b" (rank 1) never meets an "a"
+    CHECK(tokenizer_encode(tok, "ab ab") == Ids{264, 264});
+    CHECK(tokenizer_encode(tok, "ba") == Ids{259, 261, 260});  // "▁ b" and "b a" are no merges
+    // "é" is no piece: its UTF-8 bytes C3 A9 as <0xC3> <0xA9>; a byte that is not UTF-8 as its piece
+    CHECK(tokenizer_encode(tok, "\xC3\xA9") == Ids{259, 3 + 0xC3, 3 + 0xA9});
+    CHECK(tokenizer_encode(tok, "a\xFF") == Ids{262, 3 + 0xFF});
+    CHECK(tokenizer_encode(tok, "") == Ids{});
+    // the decoder: "▁" as a space, bytes fused, one leading space stripped
+    CHECK(tokenizer_decode(tok, Ids{264, 264}) == "ab ab");
+    CHECK(tokenizer_decode(tok, Ids{259, 3 + 0xC3, 3 + 0xA9}) == "\xC3\xA9");
+    for (const std::string text : {"ab ab", " ab", "ab  b ", "\xC3\xA9 a\nb", "a\xFF"}) {
+        INFO(text);
+        CHECK(tokenizer_decode(tok, tokenizer_encode(tok, text)) == text);
+    }
+    // special tokens only when allowed; the normalizer (Prepend) runs on each stretch between them
+    CHECK(tokenizer_encode(tok, "</s>ab", true) == Ids{2, 264});
+    CHECK(tokenizer_encode(tok, "</s>ab").size() > 2);
+    // Metaspace instead (transformers' non-legacy layout): "first" prepends "▁" at the text's start only
+    json m = tiny_sentencepiece();
+    m["normalizer"] = nullptr;
+    m["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "first"}, {"split", true}};
+    const Tokenizer meta = parse(m);
+    CHECK(tokenizer_encode(meta, "ab ab") == Ids{264, 264});
+    CHECK(tokenizer_encode(meta, "</s>ab", true) == Ids{2, 263});
+    m["pre_tokenizer"]["prepend_scheme"] = "always";
+    CHECK(tokenizer_encode(parse(m), "</s>ab", true) == Ids{2, 264});
+    // what a SentencePiece-style file must hold
+    auto refused = [](const json& j, const std::string& part) {
+        CHECK_THROWS_WITH(parse(j), Catch::Contains("tiny/tokenizer.json") && Catch::Contains(part));
+    };
+    json k = tiny_sentencepiece();
+    k["model"]["vocab"].erase("<0x0A>");
+    refused(k, "model.vocab: lacks the byte piece \"<0x0A>\"");
+    k = tiny_sentencepiece();
+    k["decoder"]["decoders"].erase(1);
+    refused(k, "decoder: has no ByteFallback step");
+    k = tiny_sentencepiece();
+    k["decoder"] = {{"type", "ByteLevel"}};
+    refused(k, "decoder.type: \"ByteLevel\" is not supported");
+    k = tiny_sentencepiece();
+    k["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}};
+    refused(k, "pre_tokenizer: has a ByteLevel step, but model.byte_fallback is true");
+    k = tiny_sentencepiece();
+    k["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
+    refused(k, "normalizer.normalizers[1].pattern: expected {\"String\": ...}");
+}
+
+TEST_CASE("Mixtral's folder: its tokenizer.json gives the ids of its tokenizer.model on the multilingual set") {
+    // tests/reference/hf/mixtral: the 302-piece model of tests/fixtures/data/sentencepiece_302 and the
+    // tokenizer.json transformers makes of it (tests/reference/tokenizer/sentencepiece_to_json.py)
+    const std::string dir = std::string(SKEW_SOURCE_DIR) + "/tests/reference/hf/mixtral";
+    const Tokenizer json_tok = tokenizer_load(dir);
+    REQUIRE(json_tok.kind == TOKENIZER_HF_SENTENCEPIECE_BPE);
+    const Tokenizer model_tok = tokenizer_load_sentencepiece(dir + "/tokenizer.model");
+    CHECK(json_tok.vocab_size() == model_tok.vocab_size());
+    CHECK(json_tok.eot == model_tok.eot);
+    CHECK(json_tok.bos == model_tok.bos);
+    std::ifstream f(kFixtures + "/multilingual.json");
+    std::vector<std::string> texts = json::parse(f).get<std::vector<std::string>>();
+    for (const char* extra : {"", " ", "  two  spaces ", "\n\n", " leading", "trailing ", "hello world \xE2\x82\xAC"})
+        texts.push_back(extra);
+    size_t tokens = 0;
+    for (const std::string& text : texts) {
+        INFO(text);
+        const Ids ids = tokenizer_encode(json_tok, text);
+        CHECK(ids == tokenizer_encode(model_tok, text));
+        CHECK(tokenizer_decode(json_tok, ids) == text);
+        tokens += ids.size();
+    }
+    CHECK(tokens > 2000);  // the texts are mostly bytes to this small vocabulary
+    CHECK(tokenizer_encode(json_tok, "hello</s>", true) == tokenizer_encode(model_tok, "hello</s>", true));
 }
 
 TEST_CASE("a folder's files choose the kind: tokenizer.json, then tokenizer.model, then GPT-2's") {
