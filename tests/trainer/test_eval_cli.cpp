@@ -270,7 +270,7 @@ TEST_CASE("skew eval and sample name a path of the wrong kind and refuse flags t
     CHECK(task.output.find(dir.string() + ": is a folder; --task takes a JSONL task file") != std::string::npos);
     Run ck = run("eval " + readme + " --data " + prep_dir());
     CHECK(ck.status == 1);
-    CHECK(ck.output.find(readme + ": is a file, not a folder (give a run folder or a checkpoint folder)") != std::string::npos);
+    CHECK(ck.output.find(readme + ": is a file, not a folder (give a run folder, a checkpoint folder or a folder `skew import` wrote)") != std::string::npos);
     Run tok = run("sample " + run_dir() + " --prompt hi --max-tokens 1 --tokenizer " + readme);
     CHECK(tok.status == 1);
     CHECK(tok.output.find("--tokenizer " + readme + ": is a file, not a tokenizer folder") != std::string::npos);
