@@ -99,7 +99,7 @@ static bool read_manifest(const std::string& dir, nlohmann::json& m, std::string
 }
 
 bool token_split_check_manifest(const std::string& dir, const std::string& separator, int64_t model_vocab_size,
-                                double val_ratio) {
+                                double val_ratio, const std::string& vocab_advice) {
     nlohmann::json m;
     std::string path;
     if (!read_manifest(dir, m, path)) return false;
@@ -112,9 +112,12 @@ bool token_split_check_manifest(const std::string& dir, const std::string& separ
         (*tok)["vocab_size"].is_number_integer()) {
         const int64_t data_vocab = (*tok)["vocab_size"].get<int64_t>();
         if (data_vocab > model_vocab_size)
-            fail("data: the shards in {} hold token ids of a {}-token vocabulary ({}), but model.vocab_size is {}; "
-                 "set model.vocab_size to at least {} or prepare the data with a smaller tokenizer", dir, data_vocab,
-                 path, model_vocab_size, data_vocab);
+            fail("data: the shards in {} hold token ids of a {}-token vocabulary ({}), but model.vocab_size is {}; {}", dir,
+                 data_vocab, path, model_vocab_size,
+                 !vocab_advice.empty()
+                     ? vocab_advice
+                     : fmt::format("set model.vocab_size to at least {} or prepare the data with a smaller tokenizer",
+                                   data_vocab));
     }
     // The split is made by `skew prepare`; data.val_ratio says which split the run expects.
     const auto split = m.find("split");
