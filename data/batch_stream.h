@@ -13,10 +13,10 @@ struct MappedShard;  // an mmap'ed .bin shard (batch_stream.cpp)
 
 /// The token shards of one split, memory-mapped and addressed as one stream.
 struct TokenSplit {
-    std::string name;                                   // "train", "val", or the pattern given
-    std::vector<std::string> paths;                     // shard files, in stream order
+    std::string name;                // "train", "val", or the pattern given
+    std::vector<std::string> paths;  // shard files, in stream order
     std::vector<std::shared_ptr<MappedShard>> shards;
-    std::vector<int64_t> starts;                        // (shards + 1) stream offset of each shard's first token
+    std::vector<int64_t> starts;  // (shards + 1) stream offset of each shard's first token
     int64_t tokens = 0;
 };
 

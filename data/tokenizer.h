@@ -18,10 +18,10 @@ inline constexpr std::string_view kEndOfTextText = "<|endoftext|>";
 
 /// Which files a Tokenizer was read from, and so how it encodes.
 enum TokenizerKind : int {
-    TOKENIZER_GPT2_BPE = 0,         // encoder.json + vocab.bpe (or vocab.json + merges.txt)
-    TOKENIZER_HF_BYTE_LEVEL_BPE,    // tokenizer.json with model.type BPE and a ByteLevel pre-tokenizer
-    TOKENIZER_SENTENCEPIECE,        // tokenizer.model (libsentencepiece)
-    TOKENIZER_HF_SENTENCEPIECE_BPE, // tokenizer.json with model.type BPE over characters and byte_fallback (Llama 2, Mistral, Mixtral)
+    TOKENIZER_GPT2_BPE = 0,       // encoder.json + vocab.bpe (or vocab.json + merges.txt)
+    TOKENIZER_HF_BYTE_LEVEL_BPE,  // tokenizer.json with model.type BPE and a ByteLevel pre-tokenizer
+    TOKENIZER_SENTENCEPIECE,      // tokenizer.model (libsentencepiece)
+    TOKENIZER_HF_SENTENCEPIECE_BPE,  // tokenizer.json with model.type BPE over characters and byte_fallback (Llama 2, Mistral, Mixtral)
 };
 
 /// The name manifests record for a kind: "gpt2-bpe", "hf-byte-level-bpe", "sentencepiece",
@@ -46,23 +46,29 @@ struct NormalizerStep {
 /// PrependScheme): always, only before the text's first piece, never.
 enum MetaspacePrepend : int { METASPACE_ALWAYS = 0, METASPACE_FIRST, METASPACE_NEVER };
 
-struct TokenizerRegex;       // compiled PCRE2 pattern (tokenizer.cpp)
-struct SentencePieceModel;   // a loaded libsentencepiece processor (tokenizer_sentencepiece.cpp)
+struct TokenizerRegex;      // compiled PCRE2 pattern (tokenizer.cpp)
+struct SentencePieceModel;  // a loaded libsentencepiece processor (tokenizer_sentencepiece.cpp)
 
 /// A token matched in the text before pre-tokenization (tokenizer.json's added_tokens; GPT-2's
 /// <|endoftext|>; a SentencePiece model's control symbols). Special ones match only when allowed.
 struct AddedToken {
-    std::string content;       // the token's text, as bytes
-    std::string match;         // what is searched for: content, or its normalized form when normalized
+    std::string content;  // the token's text, as bytes
+    std::string match;    // what is searched for: content, or its normalized form when normalized
     int32_t id = -1;
-    bool special = false;      // matched only with allow_special
-    bool normalized = false;   // matched in the normalized text (else in the raw text, first)
+    bool special = false;                 // matched only with allow_special
+    bool normalized = false;              // matched in the normalized text (else in the raw text, first)
     bool lstrip = false, rstrip = false;  // the match takes the white space on its left / right
-    bool single_word = false;  // not matched inside a word (a \w character on either side)
+    bool single_word = false;             // not matched inside a word (a \w character on either side)
 };
 
 /// How a Split pre-tokenizer treats the pattern's matches (Hugging Face's SplitDelimiterBehavior).
-enum SplitBehavior : int { SPLIT_REMOVED = 0, SPLIT_ISOLATED, SPLIT_MERGED_WITH_PREVIOUS, SPLIT_MERGED_WITH_NEXT, SPLIT_CONTIGUOUS };
+enum SplitBehavior : int {
+    SPLIT_REMOVED = 0,
+    SPLIT_ISOLATED,
+    SPLIT_MERGED_WITH_PREVIOUS,
+    SPLIT_MERGED_WITH_NEXT,
+    SPLIT_CONTIGUOUS
+};
 
 /// One step of a pre-tokenizer Sequence. Split: the pieces the pattern makes under `behavior`
 /// (`invert` swaps matches and the text between them). ByteLevel: a space before a piece that does
@@ -97,22 +103,23 @@ uint64_t tokenizer_hash_bytes(std::string_view bytes);
 /// each thread brings its own TokenizerWorkspace to tokenizer_encode.
 struct Tokenizer {
     TokenizerKind kind = TOKENIZER_GPT2_BPE;
-    std::vector<std::string> token_bytes;            // (vocab_size) raw bytes of each token id, as decoded (BPE kinds)
-    std::vector<std::string> pieces;                 // (vocab_size) SentencePiece-style: each id's vocabulary string ("\u2581the"), what merges and lookups see
-    int32_t byte_token[256] = {};                    // token id of each single byte (BPE kinds; SentencePiece-style: <0xNN>)
-    FlatTable64 merges;                              // (left id << 32 | right id) -> (rank << 32 | merged id)
-    FlatTable64 whole;                               // hash of token bytes -> id: a piece that is one token is it
-    bool whole_piece_first = true;                   // use `whole` before merging (GPT-2 as tiktoken; tokenizer.json's ignore_merges)
-    int32_t eot = kEndOfText;                        // the end-of-text token `skew prepare` puts between documents, -1 if none
+    std::vector<std::string> token_bytes;  // (vocab_size) raw bytes of each token id, as decoded (BPE kinds)
+    std::vector<std::string>
+        pieces;  // (vocab_size) SentencePiece-style: each id's vocabulary string ("\u2581the"), what merges and lookups see
+    int32_t byte_token[256] = {};   // token id of each single byte (BPE kinds; SentencePiece-style: <0xNN>)
+    FlatTable64 merges;             // (left id << 32 | right id) -> (rank << 32 | merged id)
+    FlatTable64 whole;              // hash of token bytes -> id: a piece that is one token is it
+    bool whole_piece_first = true;  // use `whole` before merging (GPT-2 as tiktoken; tokenizer.json's ignore_merges)
+    int32_t eot = kEndOfText;       // the end-of-text token `skew prepare` puts between documents, -1 if none
     std::string eot_text = std::string(kEndOfTextText);  // its text ("" when eot is -1)
-    int32_t bos = -1;                                // SentencePiece (either kind): the beginning-of-sentence id <s> (-1: none)
-    std::vector<AddedToken> added_tokens;            // matched before pre-tokenization, leftmost longest
-    std::vector<NormalizerStep> normalizers;         // applied in order to the text between added tokens
-    int32_t decode_strip_spaces = 0;                 // SentencePiece-style: leading spaces the decoder strips (Strip, Metaspace)
-    std::vector<PreTokenizerStep> pre_tokenizer;     // applied in order; GPT-2: one ByteLevel step
+    int32_t bos = -1;                      // SentencePiece (either kind): the beginning-of-sentence id <s> (-1: none)
+    std::vector<AddedToken> added_tokens;  // matched before pre-tokenization, leftmost longest
+    std::vector<NormalizerStep> normalizers;  // applied in order to the text between added tokens
+    int32_t decode_strip_spaces = 0;  // SentencePiece-style: leading spaces the decoder strips (Strip, Metaspace)
+    std::vector<PreTokenizerStep> pre_tokenizer;              // applied in order; GPT-2: one ByteLevel step
     std::shared_ptr<const SentencePieceModel> sentencepiece;  // TOKENIZER_SENTENCEPIECE only
-    int32_t size = 0;                                // ids are [0, size)
-    std::string source;                              // the files it was loaded from, for messages
+    int32_t size = 0;                                         // ids are [0, size)
+    std::string source;                                       // the files it was loaded from, for messages
 
     int32_t vocab_size() const { return size; }
 };
@@ -176,8 +183,8 @@ extern const std::vector<std::string_view> kEndOfTextNames;
 /// SentencePiece-style tokenizer.json takes each such byte as its <0xNN> piece, so
 /// tokenizer_decode(tokenizer_encode(x)) == x for every byte string x (normalized, when the
 /// tokenizer normalizes). SentencePiece reads such bytes as U+FFFD.
-void tokenizer_encode(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out,
-                      TokenizerWorkspace& ws, bool allow_special = false);
+void tokenizer_encode(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out, TokenizerWorkspace& ws,
+                      bool allow_special = false);
 
 /// Convenience form with a temporary workspace (no cache reuse across calls).
 std::vector<int32_t> tokenizer_encode(const Tokenizer& tok, std::string_view text, bool allow_special = false);

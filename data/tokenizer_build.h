@@ -15,7 +15,8 @@ namespace skew::data {
 /// where available). `\s` and `\S` are read as Unicode White_Space, as Oniguruma (Hugging Face's
 /// regex engine) and Python's regex do. literal: the pattern is plain text. Throws skew::Error
 /// "tokenizer: WHAT: PCRE2 cannot compile ... at offset N: reason".
-std::shared_ptr<TokenizerRegex> tokenizer_compile_pattern(const std::string& pattern, bool literal, const std::string& what);
+std::shared_ptr<TokenizerRegex> tokenizer_compile_pattern(const std::string& pattern, bool literal,
+                                                          const std::string& what);
 
 /// GPT-2's pattern (encoder.py), compiled once and shared: the ByteLevel pre-tokenizer's regex.
 std::shared_ptr<TokenizerRegex> tokenizer_gpt2_pattern();

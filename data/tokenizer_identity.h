@@ -4,6 +4,7 @@
 // (its ids mean other text: the scores would be silently wrong).
 #pragma once
 #include <nlohmann/json.hpp>
+
 #include <string>
 
 namespace skew::data {

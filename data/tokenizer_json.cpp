@@ -3,9 +3,10 @@
 // the normalizer, the pre-tokenizer steps, the decoder's rules and the added tokens, read into the
 // Tokenizer type (data/tokenizer.h). Anything it cannot encode as Hugging Face's tokenizers would is
 // refused in one line naming the file and the field.
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "data/tokenizer.h"
@@ -50,7 +51,9 @@ struct JsonReader {
         if (!it->is_string()) bad(field + "." + key, "expected a string, got " + shown(*it));
         return it->get<std::string>();
     }
-    std::string type(const json& obj, const std::string& field) const { return string(object(obj, field), "type", field); }
+    std::string type(const json& obj, const std::string& field) const {
+        return string(object(obj, field), "type", field);
+    }
 };
 
 NormalizationForm form_of(const std::string& type, bool& ok) {
@@ -68,7 +71,8 @@ std::string string_pattern(const JsonReader& r, const json& obj, const std::stri
     const auto it = obj.find("pattern");
     if (it == obj.end()) r.bad(field + ".pattern", "missing");
     const json& pattern = r.object(*it, field + ".pattern");
-    if (!pattern.contains("String")) r.bad(field + ".pattern", "expected {\"String\": ...} (a Regex Replace is not supported)");
+    if (!pattern.contains("String"))
+        r.bad(field + ".pattern", "expected {\"String\": ...} (a Regex Replace is not supported)");
     const std::string text = r.string(pattern, "String", field + ".pattern");
     if (text.empty()) r.bad(field + ".pattern.String", "is empty");
     return text;
@@ -92,7 +96,8 @@ void read_normalizer(const JsonReader& r, const json& n, const std::string& fiel
     if (type == "Sequence") {
         const auto it = n.find("normalizers");
         if (it == n.end() || !it->is_array()) r.bad(field + ".normalizers", "expected an array");
-        for (size_t i = 0; i < it->size(); i++) read_normalizer(r, (*it)[i], fmt::format("{}.normalizers[{}]", field, i), out);
+        for (size_t i = 0; i < it->size(); i++)
+            read_normalizer(r, (*it)[i], fmt::format("{}.normalizers[{}]", field, i), out);
         return;
     }
     NormalizerStep step;
@@ -107,8 +112,9 @@ void read_normalizer(const JsonReader& r, const json& n, const std::string& fiel
         bool ok = false;
         step.form = form_of(type, ok);
         if (!ok)
-            r.bad(field + ".type", "\"" + type + "\" is not supported (skew's tokenizer.json normalizers are NFC, NFD, NFKC, "
-                                   "NFKD, Prepend and Replace, a Sequence of those, or none)");
+            r.bad(field + ".type", "\"" + type +
+                                       "\" is not supported (skew's tokenizer.json normalizers are NFC, NFD, NFKC, "
+                                       "NFKD, Prepend and Replace, a Sequence of those, or none)");
     }
     out.push_back(step);
 }
@@ -119,7 +125,8 @@ SplitBehavior behavior_of(const JsonReader& r, const std::string& name, const st
     if (name == "MergedWithPrevious") return SPLIT_MERGED_WITH_PREVIOUS;
     if (name == "MergedWithNext") return SPLIT_MERGED_WITH_NEXT;
     if (name == "Contiguous") return SPLIT_CONTIGUOUS;
-    r.bad(field, "\"" + name + "\" is not a split behavior (Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous)");
+    r.bad(field, "\"" + name +
+                     "\" is not a split behavior (Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous)");
 }
 
 // sentencepiece: the file's BPE has byte_fallback (a Metaspace step is read; ByteLevel is the caller's to refuse).
@@ -143,7 +150,8 @@ void read_pre_tokenizer(const JsonReader& r, const json& p, const std::string& f
         if (it == p.end()) r.bad(field + ".pattern", "missing");
         const json& pattern = r.object(*it, field + ".pattern");
         const bool literal = pattern.contains("String");
-        if (!literal && !pattern.contains("Regex")) r.bad(field + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
+        if (!literal && !pattern.contains("Regex"))
+            r.bad(field + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
         const std::string key = literal ? "String" : "Regex";
         const std::string text = r.string(pattern, key.c_str(), field + ".pattern");
         if (text.empty()) r.bad(field + ".pattern." + key, "the pattern is empty");
@@ -160,8 +168,10 @@ void read_pre_tokenizer(const JsonReader& r, const json& p, const std::string& f
             step.behavior = SPLIT_MERGED_WITH_NEXT;
         }
     } else {
-        r.bad(field + ".type", "\"" + type + "\" is not supported (byte-level BPE files pre-tokenize with ByteLevel, Split and "
-                               "Sequence; Metaspace is read in a SentencePiece-style file, whose model.byte_fallback is true)");
+        r.bad(field + ".type",
+              "\"" + type +
+                  "\" is not supported (byte-level BPE files pre-tokenize with ByteLevel, Split and "
+                  "Sequence; Metaspace is read in a SentencePiece-style file, whose model.byte_fallback is true)");
     }
     out.push_back(step);
 }
@@ -177,7 +187,8 @@ void read_decoder(const JsonReader& r, const json& d) {
 // ByteFallback, Fuse and Strip (" ", start n, stop 0). Sets the space character and the leading spaces
 // stripped. Throws naming the field on any other step, or without a space rule or ByteFallback.
 void read_sentencepiece_decoder(const JsonReader& r, const json& d, std::string& space, int32_t& strip) {
-    if (d.is_null()) r.bad("decoder", "missing (a SentencePiece-style BPE decodes with Replace, ByteFallback, Fuse, Strip)");
+    if (d.is_null())
+        r.bad("decoder", "missing (a SentencePiece-style BPE decodes with Replace, ByteFallback, Fuse, Strip)");
     std::vector<std::pair<const json*, std::string>> steps;  // (step, field)
     if (r.type(d, "decoder") == "Sequence") {
         const auto it = d.find("decoders");
@@ -191,21 +202,26 @@ void read_sentencepiece_decoder(const JsonReader& r, const json& d, std::string&
         const std::string type = r.type(*step, field);
         if (type == "Replace") {
             space = string_pattern(r, *step, field);
-            if (r.string(*step, "content", field) != " ") r.bad(field + ".content", "expected \" \" (the space a piece's character stands for)");
+            if (r.string(*step, "content", field) != " ")
+                r.bad(field + ".content", "expected \" \" (the space a piece's character stands for)");
         } else if (type == "Metaspace") {
             space = r.string(*step, "replacement", field);
             strip = metaspace_prepend(r, *step, field) == METASPACE_NEVER ? 0 : 1;
         } else if (type == "Strip") {
             const auto start = step->find("start"), stop = step->find("stop");
             if (r.string(*step, "content", field) != " " || start == step->end() || !start->is_number_integer() ||
-                start->get<int64_t>() < 0 || (stop != step->end() && !(stop->is_number_integer() && stop->get<int64_t>() == 0)))
-                r.bad(field, "expected {\"content\": \" \", \"start\": n, \"stop\": 0}, got " + JsonReader::shown(*step));
+                start->get<int64_t>() < 0 ||
+                (stop != step->end() && !(stop->is_number_integer() && stop->get<int64_t>() == 0)))
+                r.bad(field,
+                      "expected {\"content\": \" \", \"start\": n, \"stop\": 0}, got " + JsonReader::shown(*step));
             strip = int32_t(std::min<int64_t>(start->get<int64_t>(), 16));
         } else if (type == "ByteFallback") {
             byte_fallback = true;
         } else if (type != "Fuse") {
-            r.bad(field + ".type", "\"" + type + "\" is not supported (a SentencePiece-style BPE decodes with Replace, ByteFallback, "
-                                   "Fuse and Strip, or Metaspace)");
+            r.bad(field + ".type",
+                  "\"" + type +
+                      "\" is not supported (a SentencePiece-style BPE decodes with Replace, ByteFallback, "
+                      "Fuse and Strip, or Metaspace)");
         }
     }
     if (space.empty()) r.bad("decoder", "has no Replace (or Metaspace) giving the space its pieces stand for");
@@ -248,18 +264,22 @@ Tokenizer tokenizer_parse_json(std::string_view text, const std::string& source)
     if (model.contains("type")) {
         const std::string type = r.string(model, "type", "model");
         if (type != "BPE")
-            r.bad("model.type", "\"" + type + "\" is not supported (skew reads byte-level BPE tokenizer.json files; give a "
-                                "SentencePiece model as tokenizer.model)");
+            r.bad("model.type", "\"" + type +
+                                    "\" is not supported (skew reads byte-level BPE tokenizer.json files; give a "
+                                    "SentencePiece model as tokenizer.model)");
     }
     // byte_fallback: a BPE over characters whose vocabulary holds the 256 <0xNN> byte pieces (SentencePiece's)
     const bool sentencepiece = r.boolean(model, "byte_fallback", false, "model");
     tok.kind = sentencepiece ? TOKENIZER_HF_SENTENCEPIECE_BPE : TOKENIZER_HF_BYTE_LEVEL_BPE;
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-        if (model.contains(key) && !model[key].is_null() && !(model[key].is_string() && model[key].get<std::string>().empty()))
-            r.bad(std::string("model.") + key, JsonReader::shown(model[key]) + " is not supported (byte-level BPE files have none)");
+        if (model.contains(key) && !model[key].is_null() &&
+            !(model[key].is_string() && model[key].get<std::string>().empty()))
+            r.bad(std::string("model.") + key,
+                  JsonReader::shown(model[key]) + " is not supported (byte-level BPE files have none)");
     if (model.contains("dropout") && !model["dropout"].is_null() &&
         !(model["dropout"].is_number() && model["dropout"].get<double>() == 0.0))
-        r.bad("model.dropout", JsonReader::shown(model["dropout"]) + " is not supported (BPE dropout is for training; use null)");
+        r.bad("model.dropout",
+              JsonReader::shown(model["dropout"]) + " is not supported (BPE dropout is for training; use null)");
     tok.whole_piece_first = r.boolean(model, "ignore_merges", false, "model");
     if (!model.contains("vocab")) r.bad("model.vocab", "missing");
     const json& vocab = model["vocab"];
@@ -280,7 +300,8 @@ Tokenizer tokenizer_parse_json(std::string_view text, const std::string& source)
             a.content = r.string(t, "content", field);
             if (a.content.empty()) r.bad(field + ".content", "is empty");
             const auto id = t.find("id");
-            if (id == t.end() || !id->is_number_integer() || id->get<int64_t>() < 0 || id->get<int64_t>() > MAX_TOKEN_ID)
+            if (id == t.end() || !id->is_number_integer() || id->get<int64_t>() < 0 ||
+                id->get<int64_t>() > MAX_TOKEN_ID)
                 r.bad(field + ".id", fmt::format("expected an integer in [0, {}], got {}", MAX_TOKEN_ID,
                                                  id == t.end() ? "nothing" : JsonReader::shown(*id)));
             a.id = int32_t(id->get<int64_t>());
@@ -311,7 +332,8 @@ Tokenizer tokenizer_parse_json(std::string_view text, const std::string& source)
     for (auto& [key, value] : vocab.items()) {
         const int32_t id = int32_t(value.get<int64_t>());
         if (in_model[size_t(id)])
-            r.bad("model.vocab", fmt::format("two tokens have id {} (\"{}\" is one): decoding it would give either", id, escape_text(key)));
+            r.bad("model.vocab", fmt::format("two tokens have id {} (\"{}\" is one): decoding it would give either", id,
+                                             escape_text(key)));
         in_model[size_t(id)] = 1;
         id_of.emplace(key, id);
         if (sentencepiece) {
@@ -330,13 +352,19 @@ Tokenizer tokenizer_parse_json(std::string_view text, const std::string& source)
         } else {
             const uint32_t cp = b2u[size_t(b)];
             if (cp < 0x80) u.push_back(char(cp));
-            else { u.push_back(char(0xC0 | (cp >> 6))); u.push_back(char(0x80 | (cp & 0x3F))); }
+            else {
+                u.push_back(char(0xC0 | (cp >> 6)));
+                u.push_back(char(0x80 | (cp & 0x3F)));
+            }
         }
         const auto it = id_of.find(u);
         if (it == id_of.end())
-            r.bad("model.vocab", sentencepiece ? fmt::format("lacks the byte piece \"{}\" (byte_fallback reads every byte as its "
-                                                             "<0xNN> piece)", u)
-                                               : fmt::format("lacks the byte-level token \"{}\" of byte {} (not a byte-level BPE?)", u, b));
+            r.bad("model.vocab",
+                  sentencepiece
+                      ? fmt::format("lacks the byte piece \"{}\" (byte_fallback reads every byte as its "
+                                    "<0xNN> piece)",
+                                    u)
+                      : fmt::format("lacks the byte-level token \"{}\" of byte {} (not a byte-level BPE?)", u, b));
         tok.byte_token[b] = it->second;
     }
 
@@ -352,7 +380,8 @@ Tokenizer tokenizer_parse_json(std::string_view text, const std::string& source)
         tokenizer_table_insert(tok.merges, (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second),
                                (uint64_t(i) << 32) | uint32_t(im->second));
     }
-    if (tok.whole_piece_first || sentencepiece) tokenizer_build_whole(tok, in_model);  // SentencePiece-style: its characters
+    if (tok.whole_piece_first || sentencepiece)
+        tokenizer_build_whole(tok, in_model);  // SentencePiece-style: its characters
 
     // normalizer, pre-tokenizer, decoder
     if (j.contains("normalizer")) read_normalizer(r, j["normalizer"], "normalizer", tok.normalizers);
@@ -363,7 +392,9 @@ Tokenizer tokenizer_parse_json(std::string_view text, const std::string& source)
     for (const PreTokenizerStep& s : tok.pre_tokenizer) byte_level |= s.byte_level;
     if (!byte_level && !sentencepiece) r.bad("pre_tokenizer", "has no ByteLevel step: not a byte-level BPE");
     if (byte_level && sentencepiece)
-        r.bad("pre_tokenizer", "has a ByteLevel step, but model.byte_fallback is true: neither a byte-level nor a SentencePiece-style BPE");
+        r.bad("pre_tokenizer",
+              "has a ByteLevel step, but model.byte_fallback is true: neither a byte-level nor a SentencePiece-style "
+              "BPE");
     if (!sentencepiece) {
         read_decoder(r, j.contains("decoder") ? j["decoder"] : json());
     } else {  // each id's text as the decoder gives it: the space character as " ", a byte piece as its byte

@@ -35,9 +35,10 @@ std::string checkpoint_label(const CheckpointRef& ref) {
 data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_cfg, const std::string& flag_dir) {
     const std::string own = ref.import_folder ? (fs::path(ref.dir) / "tokenizer").string() : run_cfg.data.tokenizer_dir;
     const std::string dir = flag_dir.empty() ? own : flag_dir;
-    const std::string what = !flag_dir.empty()     ? "--tokenizer " + dir
-                             : ref.import_folder ? fmt::format("{} (the import's tokenizer)", dir)
-                                                 : fmt::format("data.tokenizer_dir {} of {}/config.yaml", dir, ref.run_dir);
+    const std::string what = !flag_dir.empty() ? "--tokenizer " + dir
+                             : ref.import_folder
+                                 ? fmt::format("{} (the import's tokenizer)", dir)
+                                 : fmt::format("data.tokenizer_dir {} of {}/config.yaml", dir, ref.run_dir);
     std::error_code ec;
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
         fail(
@@ -168,7 +169,8 @@ std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::str
     lm->cfg.train.seq_len = seq_len;
     // a head width the CUDA attention kernels do not take runs on the CPU (an import writes runtime.backend: cpu)
     const int64_t hd = lm->cfg.model.head_dim_key;
-    lm->backend = make_named_backend(backend == "auto" && hd != 0 && !attention_head_dim_supported(hd) ? "cpu" : backend);
+    lm->backend =
+        make_named_backend(backend == "auto" && hd != 0 && !attention_head_dim_supported(hd) ? "cpu" : backend);
     lm->cfg.runtime.backend = backend_choice_of(*lm->backend);
     SessionSpec spec;
     spec.kind = SessionKind::INFERENCE;

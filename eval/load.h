@@ -21,8 +21,8 @@ struct CheckpointRef {
     std::string run_dir;    // the run folder (config.yaml), two levels above checkpoints/<opt>/
     std::string optimizer;  // from trainer_state.json
     int64_t step = 0;
-    std::string which;      // "best", "last" or the folder's own name
-    std::string config_hash;  // from trainer_state.json: the hash of the config that trained it
+    std::string which;                                // "best", "last" or the folder's own name
+    std::string config_hash;                          // from trainer_state.json: the hash of the config that trained it
     std::map<std::string, std::string> model_config;  // from trainer_state.json (empty in older checkpoints)
     bool import_folder = false;  // a folder `skew import` wrote: dir = run_dir, no optimizer, step 0, which "import"
 };

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "train/checkpoint.h"
 #include "engine/error.h"
 #include "fuzz/fuzz_util.h"
+#include "train/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = skew::fuzz::write_scratch("model.safetensors", data, size);
@@ -22,7 +22,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             tensors.push_back(t);
         }
         skew::read_safetensors_into(path, tensors);
-    } catch (const skew::Error&) {
-    }
+    } catch (const skew::Error&) {}
     return 0;
 }

@@ -19,8 +19,7 @@ namespace fs = std::filesystem;
 namespace skew::hf {
 
 ExportResult export_hf(const ModelConfig& model, const std::vector<HostTensor>& weights, const std::string& out_dir,
-                       const std::string& source, const std::string& tokenizer_dir,
-                       const std::string& published_dir) {
+                       const std::string& source, const std::string& tokenizer_dir, const std::string& published_dir) {
     ExportResult r;
     r.family = family_of_model(model, source);
     refuse_existing_output(out_dir, "--out");

@@ -15,8 +15,8 @@ struct ExportResult {
     Family family = Family::MIXTRAL;
     int64_t hf_tensors = 0;
     std::vector<std::string> tokenizer_files;  // copied from the run's data.tokenizer_dir
-    std::vector<std::string> token_fields;     // config.json's bos/eos/pad_token_id taken from the published config.json
-    bool generation_config = false;            // generation_config.json copied from the published files
+    std::vector<std::string> token_fields;  // config.json's bos/eos/pad_token_id taken from the published config.json
+    bool generation_config = false;         // generation_config.json copied from the published files
 };
 
 /// Write folder `out_dir` (new or empty; written whole into a hidden sibling and swapped in):
@@ -30,7 +30,6 @@ struct ExportResult {
 /// the checkpoint's in table order (read_checkpoint_weights of build_param_table(model)). Throws
 /// skew::Error naming `source` and the first model key no family represents, or the file.
 ExportResult export_hf(const ModelConfig& model, const std::vector<HostTensor>& weights, const std::string& out_dir,
-                       const std::string& source, const std::string& tokenizer_dir,
-                       const std::string& published_dir);
+                       const std::string& source, const std::string& tokenizer_dir, const std::string& published_dir);
 
 }  // namespace skew::hf

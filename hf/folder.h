@@ -33,5 +33,4 @@ const std::vector<std::string>& published_file_names();
 /// when no generation_config.json is there): bos_token_id, eos_token_id, pad_token_id.
 const std::vector<std::string>& generation_token_fields();
 
-
 }  // namespace skew::hf

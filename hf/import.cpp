@@ -175,8 +175,7 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& out_dir) {
     const auto file_of = [&](const Source& src) -> const std::string& { return ck.headers[src.file].path; };
     auto check_dtype = [&](const std::string& name, const Source& src) {
         if (!src.entry->dtype_known || (src.entry->dtype != DType::BF16 && src.entry->dtype != DType::F32))
-            fail("{}: tensor '{}' is {}; skew imports BF16 and F32 weights", file_of(src), name,
-                 src.entry->dtype_name);
+            fail("{}: tensor '{}' is {}; skew imports BF16 and F32 weights", file_of(src), name, src.entry->dtype_name);
     };
     for (const auto& [name, src] : ck.tensors)  // before any other name: its hint says what the file is
         if (is_fused_experts(name))
@@ -216,8 +215,7 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& out_dir) {
             fail(
                 "{}: tensor 'lm_head.weight' has shape {} but config.json's tie_word_embeddings is true: the head is "
                 "{} {} itself",
-                file_of(*tied_head), shape_text(tied_head->entry->shape), EMBED_NAME,
-                shape_text(embed->entry->shape));
+                file_of(*tied_head), shape_text(tied_head->entry->shape), EMBED_NAME, shape_text(embed->entry->shape));
         check_dtype("lm_head.weight", *tied_head);
     }
 

@@ -32,9 +32,10 @@ void print_hf_export(const std::string& what, const std::string& out, const hf::
     std::vector<std::string> files = {"config.json", "model.safetensors"};
     if (r.generation_config) files.push_back("generation_config.json");
     files.insert(files.end(), r.tokenizer_files.begin(), r.tokenizer_files.end());
-    fmt::print("skew export: {} -> {} ({}, {} tensors; {}{})\n", what, out, hf::family_architecture(r.family),
-               r.hf_tensors, fmt::join(files, ", "),
-               r.token_fields.empty() ? "" : fmt::format("; config.json's {} as published", fmt::join(r.token_fields, ", ")));
+    fmt::print(
+        "skew export: {} -> {} ({}, {} tensors; {}{})\n", what, out, hf::family_architecture(r.family), r.hf_tensors,
+        fmt::join(files, ", "),
+        r.token_fields.empty() ? "" : fmt::format("; config.json's {} as published", fmt::join(r.token_fields, ", ")));
 }
 
 // The published files a run's export writes back: those of the import it started from

@@ -37,11 +37,13 @@ void register_import_command(CLI::App& app) {
         if (r.ignored_tensors > 0)
             fmt::print("  {} RoPE buffers (rotary_emb.inv_freq) dropped, as transformers does\n", r.ignored_tensors);
         if (r.tied_head_dropped)
-            fmt::print("  lm_head.weight is the embedding (tie_word_embeddings true): one matrix, model.tie_embeddings\n");
+            fmt::print(
+                "  lm_head.weight is the embedding (tie_word_embeddings true): one matrix, model.tie_embeddings\n");
         if (r.config.runtime.backend == BackendChoice::CPU)
-            fmt::print("  runtime.backend: cpu in config.yaml: head_dim {} is not a width the CUDA attention kernels "
-                       "take (16, 32, 64, 128)\n",
-                       m.head_dim());
+            fmt::print(
+                "  runtime.backend: cpu in config.yaml: head_dim {} is not a width the CUDA attention kernels "
+                "take (16, 32, 64, 128)\n",
+                m.head_dim());
         fmt::print("  tokenizer: {}\n",
                    r.tokenizer_files.empty()
                        ? std::string("none in the checkpoint folder")

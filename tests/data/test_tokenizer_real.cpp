@@ -6,11 +6,11 @@
 // tests/reference/tokenizer/make_real_expected.mjs (transformers.js's fork, llama-tokenizer-js) from the
 // vocabularies scripts/fetch_tokenizers.sh puts in data/tokenizers/; without them the tests skip.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
 #include "tests/skip.h"
@@ -75,7 +75,8 @@ TEST_CASE("Llama 3's tokenizer.json (ignore_merges) gives transformers.js's ids 
     check_against_reference("llama3", "tokenizer.json", TOKENIZER_HF_BYTE_LEVEL_BPE);
 }
 
-TEST_CASE("a GPT-NeoX-style tokenizer.json (NFKC, ByteLevel regex) gives transformers.js's ids on the multilingual set") {
+TEST_CASE(
+    "a GPT-NeoX-style tokenizer.json (NFKC, ByteLevel regex) gives transformers.js's ids on the multilingual set") {
     check_against_reference("claude", "tokenizer.json", TOKENIZER_HF_BYTE_LEVEL_BPE);
 }
 
@@ -87,13 +88,16 @@ TEST_CASE("Llama 2's tokenizer.json, as transformers converts its tokenizer.mode
     check_against_reference("llama2", "tokenizer.json", TOKENIZER_HF_SENTENCEPIECE_BPE);
 }
 
-TEST_CASE("Mistral's SentencePiece-style tokenizer.json (Mixtral 8x7B's) gives transformers.js's ids on the multilingual set") {
+TEST_CASE(
+    "Mistral's SentencePiece-style tokenizer.json (Mixtral 8x7B's) gives transformers.js's ids on the multilingual "
+    "set") {
     check_against_reference("mistral", "tokenizer.json", TOKENIZER_HF_SENTENCEPIECE_BPE);
 }
 
 TEST_CASE("a folder with both tokenizer.json and tokenizer.model (Mixtral's layout) reads tokenizer.json's rules") {
     const std::string dir = kRoot + "/data/tokenizers/llama2";
-    if (!fs::exists(dir + "/tokenizer.json")) SKEW_SKIP_TEST("no data/tokenizers vocabulary: run scripts/fetch_tokenizers.sh");
+    if (!fs::exists(dir + "/tokenizer.json"))
+        SKEW_SKIP_TEST("no data/tokenizers vocabulary: run scripts/fetch_tokenizers.sh");
     CHECK(tokenizer_load(dir).kind == TOKENIZER_HF_SENTENCEPIECE_BPE);
     CHECK(tokenizer_main_file(dir) == "tokenizer.json");
 }
