@@ -105,7 +105,8 @@ if [[ "$PHASE" == dry-run ]]; then
     set +e
     rc=0
     cmd=(env CARRY="$DRY/carry" OUT="$DRY/out" TRAIN_BACKEND=cpu TRAIN_CONFIG=configs/tiny.yaml TRAIN_STEPS=3
-         OPT_STEPS=2 TRAIN_MB=2 TINY_STEPS=3 ARCH_STEPS=3 ARCH_SETS="--set train.seq_len=32" MEM_MB="1 2" DEFERRED_MB="2 1"
+         OPT_STEPS=2 TRAIN_MB=2 TINY_STEPS=3 ARCH_STEPS=3 ARCH_SETS="--set train.seq_len=32" MEM_MB=1 DEFERRED_MB=1
+         TINY_OPTIMIZERS="skewadam muon galore-paper"
          SKEW_CARRY_UNPACK=python SKEW_GPU_DRY_RUN=1 bash bench/gpu_check.sh all)
     # the GPU image has no Open MPI: hide the system's where a mount namespace can be made
     if unshare -m true 2>/dev/null; then
