@@ -61,8 +61,8 @@ nlohmann::json read_hf_config(const std::string& path) {
 }
 
 ModelConfig model_config_from_hf(const nlohmann::json& config, Family f, const std::string& source) {
-    const Fields c{config, source, family_architecture(f)};
-    const bool mixtral = f == Family::MIXTRAL, qwen3 = f == Family::QWEN3_MOE;
+    const FamilySpec& fam = family_spec(f);
+    const Fields c{config, source, fam.architecture};
     ModelConfig m;
     // shapes
     m.d_model = c.integer("hidden_size");
@@ -76,13 +76,14 @@ ModelConfig model_config_from_hf(const nlohmann::json& config, Family f, const s
     m.vocab_size = c.integer("vocab_size");
     m.padded_vocab_size = round_up(m.vocab_size, 64);  // skew's GEMM padding; the extra rows are zero
     m.max_seq_len = c.integer("max_position_embeddings");
-    m.n_experts = c.integer(mixtral ? "num_local_experts" : "num_experts");
-    if (m.n_experts == 0) fail("{}: {} is 0: a model without experts is not an MoE skew trains", source, "num_experts");
+    m.n_experts = c.integer(fam.n_experts_key);
+    if (m.n_experts == 0)
+        fail("{}: {} is 0: a model without experts is not an MoE skew trains", source, fam.n_experts_key);
     m.top_k = c.integer("num_experts_per_tok");
-    m.d_expert = c.integer(qwen3 ? "moe_intermediate_size" : "intermediate_size");
-    m.d_ff = qwen3 ? c.integer("intermediate_size") : m.d_expert;  // dense blocks: Qwen3-MoE's only
+    m.d_expert = c.integer(fam.d_expert_key);
+    m.d_ff = fam.dense_blocks ? c.integer("intermediate_size") : m.d_expert;
     m.moe_blocks.clear();
-    if (qwen3) {  // Qwen3MoeDecoderLayer: MoE where not in mlp_only_layers and (layer + 1) % decoder_sparse_step == 0
+    if (fam.dense_blocks) {  // Qwen3MoeDecoderLayer: MoE where not in mlp_only_layers and (layer + 1) % decoder_sparse_step == 0
         const int64_t step = c.integer_or("decoder_sparse_step", 1);
         if (step < 1) fail("{}: decoder_sparse_step is {}, expected >= 1", source, step);
         std::vector<int64_t> dense;
@@ -104,48 +105,42 @@ ModelConfig model_config_from_hf(const nlohmann::json& config, Family f, const s
     }
     m.moe_blocks_all = int64_t(m.moe_blocks.size()) == m.n_blocks;
     // routing: softmax over all experts, top-k, renormalized (Mixtral always) or not
-    m.normalize_top_k = mixtral ? true : c.boolean_or("norm_topk_prob", false);
+    m.normalize_top_k = fam.renormalizes_top_k || c.boolean_or("norm_topk_prob", false);
     if (m.top_k == 1 && m.normalize_top_k)
         fail(
             "{}: num_experts_per_tok 1 with renormalized gates ({}) gives every token gate 1; skew's top-1 gates by "
             "the router probability",
-            source, mixtral ? "MixtralForCausalLM always renormalizes" : "norm_topk_prob true");
+            source,
+            fam.renormalizes_top_k ? fmt::format("{} always renormalizes", fam.architecture) : "norm_topk_prob true");
     if (m.top_k == 1) m.normalize_top_k = false;  // the same gates; skew's top-1 never renormalizes
     // the block: RoPE, RMSNorm, the family's QK-norm
     m.positions = Positions::ROPE;
     m.norm = NormKind::RMSNORM;
     m.norm_eps = c.number("rms_norm_eps");
-    m.qk_norm = f == Family::OLMOE ? QkNorm::FULL : qwen3 ? QkNorm::PER_HEAD : QkNorm::NONE;
+    m.qk_norm = fam.qk_norm;
     m.tie_embeddings = c.boolean_or("tie_word_embeddings", false);
     m.attention_bias = false;
     if (c.given("rope_theta")) {
         m.rope_theta = c.number("rope_theta");
     } else if (c.given("rope_parameters")) {  // transformers v5: {"rope_type": "default", "rope_theta": ...}
         const auto& rp = config["rope_parameters"];
-        const Fields r{rp, source, family_architecture(f)};
+        const Fields r{rp, source, fam.architecture};
         if (!rp.is_object()) fail("{}: rope_parameters must be an object, got {}", source, rp.dump());
         if (r.given("rope_type") && rp["rope_type"] != "default")
             fail("{}: rope_parameters.rope_type is {}: skew's RoPE is the default (unscaled) one", source,
                  rp["rope_type"].dump());
         m.rope_theta = r.number("rope_theta");
     } else {
-        fail("{}: rope_theta is missing ({} needs it)", source, family_architecture(f));
+        fail("{}: rope_theta is missing ({} needs it)", source, fam.architecture);
     }
     c.off("rope_scaling", nullptr, "skew's RoPE has no scaling (linear, dynamic, YaRN); only rope_scaling null");
     c.off("partial_rotary_factor", 1.0, "skew rotates every lane of a head");
     if (c.given("hidden_act") && config["hidden_act"] != "silu")
         fail("{}: hidden_act is {}: skew's experts are SwiGLU (silu)", source, config["hidden_act"].dump());
     c.off("attention_dropout", 0.0, "skew has no dropout");
-    if (mixtral) {
-        c.off("sliding_window", nullptr, "skew's attention is full causal; only sliding_window null");
-        c.off("router_jitter_noise", 0.0, "skew's router noise is additive N(0, std^2), not Mixtral's jitter");
-    } else {
-        c.off("attention_bias", false, "skew's attention biases are q, k and v only, without o_proj's");
-    }
-    if (f == Family::OLMOE) c.off("clip_qkv", nullptr, "skew does not clamp q, k and v");
-    if (qwen3) c.off("use_sliding_window", false, "skew's attention is full causal; only use_sliding_window false");
+    for (const OffField& o : fam.off_fields) c.off(o.key, o.off, o.why);
     // training settings: the published balance-loss coefficient, the initializer; no noise, no z-loss
-    m.balance_loss_coef = c.number_or("router_aux_loss_coef", mixtral ? 0.001 : f == Family::OLMOE ? 0.01 : 0.001);
+    m.balance_loss_coef = c.number_or("router_aux_loss_coef", fam.balance_loss_coef);
     m.init_std = c.number_or("initializer_range", 0.02);
     m.router_noise_std = 0;
     m.z_loss_coef = 0;
@@ -153,10 +148,10 @@ ModelConfig model_config_from_hf(const nlohmann::json& config, Family f, const s
 }
 
 nlohmann::json hf_config_from_model(const ModelConfig& m, Family f) {
-    const bool mixtral = f == Family::MIXTRAL, qwen3 = f == Family::QWEN3_MOE;
+    const FamilySpec& fam = family_spec(f);
     nlohmann::json j = {
-        {"architectures", {family_architecture(f)}},
-        {"model_type", family_model_type(f)},
+        {"architectures", {fam.architecture}},
+        {"model_type", fam.model_type},
         {"hidden_size", m.d_model},
         {"num_hidden_layers", m.n_blocks},
         {"num_attention_heads", m.n_heads},
@@ -175,29 +170,17 @@ nlohmann::json hf_config_from_model(const ModelConfig& m, Family f) {
         {"initializer_range", m.init_std},
         {"torch_dtype", "bfloat16"},
     };
-    if (mixtral) {
-        j["intermediate_size"] = m.d_expert;
-        j["num_local_experts"] = m.n_experts;
-        j["sliding_window"] = nullptr;
-        j["router_jitter_noise"] = 0.0;
-    } else {
-        j["num_experts"] = m.n_experts;
-        j["norm_topk_prob"] = m.normalize_top_k && m.top_k > 1;
-        j["attention_bias"] = false;
-    }
-    if (f == Family::OLMOE) {
-        j["intermediate_size"] = m.d_expert;
-        j["clip_qkv"] = nullptr;
-    }
-    if (qwen3) {
+    j[fam.n_experts_key] = m.n_experts;
+    j[fam.d_expert_key] = m.d_expert;
+    if (!fam.renormalizes_top_k) j["norm_topk_prob"] = m.normalize_top_k && m.top_k > 1;
+    for (const OffField& o : fam.off_fields) j[o.key] = o.off;
+    if (fam.dense_blocks) {
         j["intermediate_size"] = m.d_ff;
-        j["moe_intermediate_size"] = m.d_expert;
         j["decoder_sparse_step"] = 1;
         std::vector<int64_t> dense;
         for (int64_t b = 0; b < m.n_blocks; ++b)
             if (!m.is_moe_block(b)) dense.push_back(b);
         j["mlp_only_layers"] = dense;
-        j["use_sliding_window"] = false;
         j["sliding_window"] = nullptr;
         j["max_window_layers"] = m.n_blocks;
     }

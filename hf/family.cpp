@@ -1,36 +1,46 @@
-// The three Hugging Face families and how a config.json or a skew model section picks one
-// (docs/huggingface.md, "Families").
+// The three Hugging Face families as one table, and how a config.json or a skew model section picks
+// a row (docs/huggingface.md, "Families").
 #include "hf/family.h"
+
+#include <array>
 
 #include "engine/error.h"
 
 namespace skew::hf {
 
 namespace {
-constexpr Family ALL[] = {Family::MIXTRAL, Family::OLMOE, Family::QWEN3_MOE};
+
+const std::array<FamilySpec, 3>& families() {
+    static const std::array<FamilySpec, 3> rows = {{
+        {Family::MIXTRAL, "MixtralForCausalLM", "mixtral", QkNorm::NONE, "num_local_experts", "intermediate_size",
+         false, true, 0.001, "block_sparse_moe.", {"w1", "w3", "w2"},
+         {{"sliding_window", nullptr, "skew's attention is full causal; only sliding_window null"},
+          {"router_jitter_noise", 0.0, "skew's router noise is additive N(0, std^2), not Mixtral's jitter"}}},
+        {Family::OLMOE, "OlmoeForCausalLM", "olmoe", QkNorm::FULL, "num_experts", "intermediate_size", false, false,
+         0.01, "mlp.", {"gate_proj", "up_proj", "down_proj"},
+         {{"attention_bias", false, "skew's attention biases are q, k and v only, without o_proj's"},
+          {"clip_qkv", nullptr, "skew does not clamp q, k and v"}}},
+        {Family::QWEN3_MOE, "Qwen3MoeForCausalLM", "qwen3_moe", QkNorm::PER_HEAD, "num_experts",
+         "moe_intermediate_size", true, false, 0.001, "mlp.", {"gate_proj", "up_proj", "down_proj"},
+         {{"attention_bias", false, "skew's attention biases are q, k and v only, without o_proj's"},
+          {"use_sliding_window", false, "skew's attention is full causal; only use_sliding_window false"}}},
+    }};
+    return rows;
 }
 
-const char* family_architecture(Family f) {
-    switch (f) {
-        case Family::MIXTRAL: return "MixtralForCausalLM";
-        case Family::OLMOE: return "OlmoeForCausalLM";
-        case Family::QWEN3_MOE: return "Qwen3MoeForCausalLM";
-    }
-    return "?";
+}  // namespace
+
+const FamilySpec& family_spec(Family f) {
+    for (const FamilySpec& s : families())
+        if (s.family == f) return s;
+    fail("hf: family {} has no row", int(f));
 }
 
-const char* family_model_type(Family f) {
-    switch (f) {
-        case Family::MIXTRAL: return "mixtral";
-        case Family::OLMOE: return "olmoe";
-        case Family::QWEN3_MOE: return "qwen3_moe";
-    }
-    return "?";
-}
+const char* family_architecture(Family f) { return family_spec(f).architecture; }
 
 std::string supported_architectures() {
     std::string out;
-    for (Family f : ALL) out += (out.empty() ? "" : ", ") + std::string(family_architecture(f));
+    for (const FamilySpec& s : families()) out += (out.empty() ? "" : ", ") + std::string(s.architecture);
     return out;
 }
 
@@ -43,13 +53,13 @@ Family family_of_hf_config(const nlohmann::json& config, const std::string& sour
         fail("{}: architectures {} is not a list of one class name; skew imports {}", source, a.dump(),
              supported_architectures());
     const std::string name = a[0].get<std::string>();
-    for (Family f : ALL) {
-        if (name != family_architecture(f)) continue;
+    for (const FamilySpec& s : families()) {
+        if (name != s.architecture) continue;
         if (config.contains("model_type") &&
-            (!config["model_type"].is_string() || config["model_type"].get<std::string>() != family_model_type(f)))
+            (!config["model_type"].is_string() || config["model_type"].get<std::string>() != s.model_type))
             fail("{}: model_type {} does not match architectures [{}] (expected \"{}\")", source,
-                 config["model_type"].dump(), name, family_model_type(f));
-        return f;
+                 config["model_type"].dump(), name, s.model_type);
+        return s.family;
     }
     fail("{}: architectures [{}] is not supported; skew imports {}", source, name, supported_architectures());
 }
@@ -63,25 +73,26 @@ Family family_of_model(const ModelConfig& m, const std::string& source) {
     if (m.norm != NormKind::RMSNORM) refuse("norm", "is layernorm");
     if (m.attention_bias) refuse("attention_bias", "is true (q, k, v biases without an o bias)");
     if (m.n_shared_experts > 0) refuse("n_shared_experts", fmt::format("is {}", m.n_shared_experts));
-    const Family f = m.qk_norm == QkNorm::FULL       ? Family::OLMOE
-                     : m.qk_norm == QkNorm::PER_HEAD ? Family::QWEN3_MOE
-                                                     : Family::MIXTRAL;
-    if (f != Family::QWEN3_MOE && int64_t(m.moe_blocks.size()) != m.n_blocks)
+    const FamilySpec* spec = nullptr;
+    for (const FamilySpec& s : families())
+        if (s.qk_norm == m.qk_norm) spec = &s;
+    if (spec == nullptr) refuse("qk_norm", "has no family");
+    if (!spec->dense_blocks && int64_t(m.moe_blocks.size()) != m.n_blocks)
         fail(
             "{}: model.moe_blocks lists {} of {} blocks: {} has an MoE in every block (dense blocks: Qwen3-MoE's "
             "mlp_only_layers, which needs model.qk_norm: per_head)",
-            source, m.moe_blocks.size(), m.n_blocks, family_architecture(f));
-    if (f == Family::MIXTRAL && !m.normalize_top_k)
+            source, m.moe_blocks.size(), m.n_blocks, spec->architecture);
+    if (spec->renormalizes_top_k && !m.normalize_top_k)
         fail(
-            "{}: model.normalize_top_k is false: MixtralForCausalLM always renormalizes its top-k gates (OLMoE and "
+            "{}: model.normalize_top_k is false: {} always renormalizes its top-k gates (OLMoE and "
             "Qwen3-MoE do not need to: model.qk_norm full or per_head)",
-            source);
-    if (f == Family::MIXTRAL && m.top_k == 1)
+            source, spec->architecture);
+    if (spec->renormalizes_top_k && m.top_k == 1)
         fail(
-            "{}: model.top_k is 1: skew gates top-1 by the router probability, MixtralForCausalLM renormalizes it "
+            "{}: model.top_k is 1: skew gates top-1 by the router probability, {} renormalizes it "
             "to 1",
-            source);
-    return f;
+            source, spec->architecture);
+    return spec->family;
 }
 
 }  // namespace skew::hf

@@ -22,7 +22,7 @@ bool ends_with(const std::string& s, const char* tail) {
 }  // namespace
 
 std::vector<HfTensor> hf_tensors(Family f, const ModelConfig& m, const ParamTable& table) {
-    const bool mixtral = f == Family::MIXTRAL;
+    const FamilySpec& fam = family_spec(f);
     std::vector<HfTensor> out;
     for (size_t i = 0; i < table.params.size(); ++i) {
         const ParamInfo& p = table.params[i];
@@ -33,10 +33,10 @@ std::vector<HfTensor> hf_tensors(Family f, const ModelConfig& m, const ParamTabl
             out.push_back(HfTensor{std::move(name), {m.vocab_size, p.shape[1]}, i, 0});
         };
         // expert e of a stacked bank (E, rows, cols): one (rows, cols) tensor per expert
-        auto experts = [&](const char* mixtral_name, const char* proj_name) {
+        auto experts = [&](int projection) {  // 0 gate, 1 up, 2 down
             for (int64_t e = 0; e < p.shape[0]; ++e) {
-                const std::string base = layer + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.") +
-                                         std::to_string(e) + "." + (mixtral ? mixtral_name : proj_name) + ".weight";
+                const std::string base = layer + fam.moe_prefix + "experts." + std::to_string(e) + "." +
+                                         fam.expert_names[projection] + ".weight";
                 out.push_back(HfTensor{base, {p.shape[1], p.shape[2]}, i, e * p.shape[1] * p.shape[2]});
             }
         };
@@ -56,16 +56,16 @@ std::vector<HfTensor> hf_tensors(Family f, const ModelConfig& m, const ParamTabl
                 whole(layer +
                       (ends_with(p.name, "q_norm.weight") ? "self_attn.q_norm.weight" : "self_attn.k_norm.weight"));
                 break;
-            case Role::ROUTER: whole(layer + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight")); break;
-            case Role::EXPERT_W1: experts("w1", "gate_proj"); break;  // gate
-            case Role::EXPERT_W2: experts("w3", "up_proj"); break;    // up (Mixtral's w3)
-            case Role::EXPERT_W3: experts("w2", "down_proj"); break;  // down (Mixtral's w2)
+            case Role::ROUTER: whole(layer + fam.moe_prefix + "gate.weight"); break;
+            case Role::EXPERT_W1: experts(0); break;  // gate
+            case Role::EXPERT_W2: experts(1); break;  // up (Mixtral's w3)
+            case Role::EXPERT_W3: experts(2); break;  // down (Mixtral's w2)
             case Role::FFN_W1: whole(layer + "mlp.gate_proj.weight"); break;
             case Role::FFN_W2: whole(layer + "mlp.up_proj.weight"); break;
             case Role::FFN_W3: whole(layer + "mlp.down_proj.weight"); break;
             default:
                 fail("{}: parameter '{}' ({}) has no tensor in a {} checkpoint", "hf", p.name, role_name(p.role),
-                     family_architecture(f));
+                     fam.architecture);
         }
     }
     return out;
