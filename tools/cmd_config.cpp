@@ -1,5 +1,5 @@
 // skew config: validate a config and print it resolved (defaults + file + --set overrides), or
-// print the reference of every key (the README's config reference is generated from it).
+// print the reference of every key (docs/config-reference.md's table is generated from it).
 #include <fmt/format.h>
 
 #include <iostream>
