@@ -329,10 +329,11 @@ TEST_CASE(
 
 // The published families' configs (docs/architectures.md): their parameter counts equal the published
 // checkpoints' (OLMoE-1B-7B 6,919,161,856; Qwen3-30B-A3B 30,532,122,624, its safetensors index's
-// total_size / 2; Mixtral 8x7B 46,702,792,704), and the plan's answers the README states: on 24 GB
-// devices OLMoE-1B-7B trains with SkewAdam on 2 (expert parallel 2) where AdamW needs 8; Qwen3-30B-A3B
-// trains with SkewAdam on one 141 GB H200 where AdamW needs 4.
-TEST_CASE("the OLMoE, Qwen3 and Mixtral configs plan their published parameter counts and the README's device counts") {
+// total_size / 2; Mixtral 8x7B 46,702,792,704), and the device counts of the plan that
+// docs/architectures.md, "Configs and what they plan", states (docs/gpu-status.md's status table repeats
+// them): on 24 GB devices OLMoE-1B-7B trains with SkewAdam on 2 (expert parallel 2) where AdamW needs 8;
+// Qwen3-30B-A3B trains with SkewAdam on one 141 GB H200 where AdamW needs 4.
+TEST_CASE("the OLMoE, Qwen3 and Mixtral configs plan their published parameter counts and the device counts of docs/architectures.md") {
     auto plan = [](const std::string& config, const std::string& args) {
         Run r = run("plan " + std::string(SKEW_SOURCE_DIR) + "/configs/" + config + " --json " + args);
         INFO(r.output);
