@@ -333,7 +333,9 @@ TEST_CASE(
 // docs/architectures.md, "Configs and what they plan", states (docs/gpu-status.md's status table repeats
 // them): on 24 GB devices OLMoE-1B-7B trains with SkewAdam on 2 (expert parallel 2) where AdamW needs 8;
 // Qwen3-30B-A3B trains with SkewAdam on one 141 GB H200 where AdamW needs 4.
-TEST_CASE("the OLMoE, Qwen3 and Mixtral configs plan their published parameter counts and the device counts of docs/architectures.md") {
+TEST_CASE(
+    "the OLMoE, Qwen3 and Mixtral configs plan their published parameter counts and the device counts of "
+    "docs/architectures.md") {
     auto plan = [](const std::string& config, const std::string& args) {
         Run r = run("plan " + std::string(SKEW_SOURCE_DIR) + "/configs/" + config + " --json " + args);
         INFO(r.output);
