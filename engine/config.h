@@ -1,8 +1,8 @@
 // The experiment config: YAML with sections model, optimizers, data, train, runtime, loaded with
 // strict validation (unknown keys with a suggestion, duplicated keys, types, ranges, cross-field
 // rules) and command-line overrides (--set key=value) held to the same rules.
-// The schema (every key, type, default, meaning) lives in config_schema.cpp; README's config
-// reference is generated from it (`skew config --reference`).
+// The schema (every key, type, default, meaning) lives in config_schema.cpp; the config reference
+// (docs/config-reference.md) is generated from it (`skew config --reference`).
 #pragma once
 #include <array>
 #include <cstdint>

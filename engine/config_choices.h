@@ -2,7 +2,7 @@
 // model.norm, model.qk_norm, model.shared_expert_gate, train.expert_grads, train.idle_experts, train.recompute, runtime.backend,
 // runtime.grad_dtype, an optimizer's type) is
 // parsed once into an enum. One name table per enum serves the schema's allowed values, the parser,
-// the resolved config and every message (README.md, "Config reference": `skew config --reference`).
+// the resolved config and every message (docs/config-reference.md: `skew config --reference`).
 #pragma once
 #include <array>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // The config schema: every key of the experiment config with its type, range, allowed values,
 // meaning and how it is stored. One table serves validation, defaults, the resolved-config dump
-// and README's config reference (`skew config --reference`).
+// and the config reference, docs/config-reference.md (`skew config --reference`).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -59,7 +59,7 @@ const char* key_type_name(KeyType t);
 /// text, in schema order. What a checkpoint records of the model that trained it (train/checkpoint.h).
 std::vector<std::pair<std::string, std::string>> config_section_values(const Config& cfg, const std::string& section);
 
-/// README's config reference: a Markdown table of every key (type, default, meaning).
+/// The config reference of docs/config-reference.md: a Markdown table of every key (type, default, meaning).
 std::string config_reference_markdown();
 
 }  // namespace skew

@@ -1,5 +1,5 @@
 // skew config: validate a config and print it resolved (defaults + file + --set overrides), or
-// print the reference of every key (the README's config reference is generated from it).
+// print the reference of every key (docs/config-reference.md's table is generated from it).
 #include <fmt/format.h>
 
 #include <iostream>
@@ -19,16 +19,19 @@ void register_config_command(CLI::App& app) {
     auto args = std::make_shared<Args>();
     CLI::App* cmd = app.add_subcommand("config", "Validate a config and print it resolved, or print the key reference");
     cmd->add_option("config", args->config, "Experiment config (YAML)");
-    cmd->add_flag("--reference", args->reference, "Print every key with type, default and meaning (Markdown); takes no config");
-    cmd->add_option("--set", args->overrides, "Override a config key, e.g. --set model.d_model=128 (repeatable)")->take_all();
+    cmd->add_flag("--reference", args->reference,
+                  "Print every key with type, default and meaning (Markdown); takes no config");
+    cmd->add_option("--set", args->overrides, "Override a config key, e.g. --set model.d_model=128 (repeatable)")
+        ->take_all();
     cmd->callback([args] {
         if (args->reference) {
             // the reference is every key's, of no one config: a file or --set given with it would be ignored
             if (!args->config.empty() || !args->overrides.empty())
-                throw CLI::ValidationError("--reference", fmt::format(
-                    "prints the key reference, which belongs to no config, so {} would be ignored: drop it to print the "
-                    "reference, or drop --reference to check and print the config",
-                    args->config.empty() ? std::string("--set") : args->config));
+                throw CLI::ValidationError("--reference",
+                                           fmt::format("prints the key reference, which belongs to no config, so {} "
+                                                       "would be ignored: drop it to print the "
+                                                       "reference, or drop --reference to check and print the config",
+                                                       args->config.empty() ? std::string("--set") : args->config));
             std::cout << config_reference_markdown();
             return;
         }

@@ -337,7 +337,7 @@ void leaf_keys(const YAML::Node& n, const std::string& prefix, std::vector<std::
 }
 }  // namespace
 
-TEST_CASE("README's config reference lists every key the shipped configs use") {
+TEST_CASE("the config reference (docs/config-reference.md) lists every key the shipped configs use") {
     // The expectation comes from files people wrote (configs/*.yaml), not from the schema that
     // generates the reference: a key a config uses but the reference lacks fails here.
     const std::string ref = config_reference_markdown();
