@@ -23,9 +23,10 @@ void refuse_existing_output(const std::string& out, const std::string& flag) {
     if (!fs::is_empty(out, ec)) fail("{} {}: the folder exists and holds files; give a new folder", flag, out);
 }
 
-std::vector<std::string> copy_tokenizer_files(const std::string& from, const std::string& to) {
+std::vector<std::string> copy_files(const std::string& from, const std::string& to,
+                                    const std::vector<std::string>& names) {
     std::vector<std::string> copied;
-    for (const std::string& name : tokenizer_file_names()) {
+    for (const std::string& name : names) {
         const fs::path src = fs::path(from) / name;
         std::error_code ec;
         if (!fs::is_regular_file(src, ec)) continue;
@@ -36,6 +37,20 @@ std::vector<std::string> copy_tokenizer_files(const std::string& from, const std
         copied.push_back(name);
     }
     return copied;
+}
+
+std::vector<std::string> copy_tokenizer_files(const std::string& from, const std::string& to) {
+    return copy_files(from, to, tokenizer_file_names());
+}
+
+const std::vector<std::string>& published_file_names() {
+    static const std::vector<std::string> names = {"config.json", "generation_config.json"};
+    return names;
+}
+
+const std::vector<std::string>& generation_token_fields() {
+    static const std::vector<std::string> names = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    return names;
 }
 
 }  // namespace skew::hf

@@ -1,5 +1,5 @@
 // The backends and their device communicators: the one place above kernels/ that names a backend
-// and knows which are built (docs/architecture.md, "The runtime"). Everything else works through
+// and knows which are built (docs/architecture.md, "The session"). Everything else works through
 // the Backend interface and its capability queries (kernels/backend.h).
 #pragma once
 #include <memory>

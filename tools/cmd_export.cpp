@@ -3,6 +3,7 @@
 // merged; the file loads with the single-process reader. `--format hf` writes a Hugging Face
 // checkpoint folder of the model's family instead (docs/huggingface.md, "Export").
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <filesystem>
 
@@ -26,13 +27,31 @@ struct ExportArgs {
     bool best = false;
 };
 
-// Whether `path` is a folder `skew import` wrote (config.yaml and model.safetensors, no
-// trainer_state.json and no checkpoints/): `--format hf` writes its weights back as they are.
-bool is_import_folder(const std::string& path) {
-    namespace fs = std::filesystem;
-    const fs::path d(path);
-    return fs::is_directory(d) && fs::exists(d / "config.yaml") && fs::exists(d / "model.safetensors") &&
-           !fs::exists(d / "trainer_state.json") && !fs::exists(d / "checkpoints");
+// The line `skew export --format hf` prints: what was read, what was written.
+void print_hf_export(const std::string& what, const std::string& out, const hf::ExportResult& r) {
+    std::vector<std::string> files = {"config.json", "model.safetensors"};
+    if (r.generation_config) files.push_back("generation_config.json");
+    files.insert(files.end(), r.tokenizer_files.begin(), r.tokenizer_files.end());
+    fmt::print(
+        "skew export: {} -> {} ({}, {} tensors; {}{})\n", what, out, hf::family_architecture(r.family), r.hf_tensors,
+        fmt::join(files, ", "),
+        r.token_fields.empty() ? "" : fmt::format("; config.json's {} as published", fmt::join(r.token_fields, ", ")));
+}
+
+// The published files a run's export writes back: those of the import it started from
+// (train.init_from's hf/), where that folder is still there.
+std::string published_dir_of_run(const Config& cfg) {
+    if (cfg.train.init_from.empty()) return "";
+    const std::filesystem::path dir = std::filesystem::path(cfg.train.init_from) / "hf";
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) {
+        spdlog::warn(
+            "export: {} (train.init_from's published config.json and generation_config.json) is not there: "
+            "config.json gets no bos_token_id, eos_token_id or pad_token_id",
+            dir.string());
+        return "";
+    }
+    return dir.string();
 }
 
 // `skew export IMPORT_DIR --format hf`: an import's weights back in the Hugging Face layout (the
@@ -46,14 +65,13 @@ void export_import_folder(const ExportArgs& a) {
     const std::string tokenizer_dir = (std::filesystem::path(a.run) / "tokenizer").string();
     const hf::ExportResult r =
         hf::export_hf(cfg.model, read_checkpoint_weights(a.run, table), a.out, config_path,
-                      std::filesystem::is_directory(tokenizer_dir) ? tokenizer_dir : std::string());
-    fmt::print("skew export: {} (a skew import) -> {} ({}, {} tensors; config.json, model.safetensors{})\n", a.run,
-               a.out, hf::family_architecture(r.family), r.hf_tensors,
-               r.tokenizer_files.empty() ? "" : fmt::format(", {}", fmt::join(r.tokenizer_files, ", ")));
+                      std::filesystem::is_directory(tokenizer_dir) ? tokenizer_dir : std::string(),
+                      (std::filesystem::path(a.run) / "hf").string());
+    print_hf_export(a.run + " (a skew import)", a.out, r);
 }
 
 void run_export(const ExportArgs& a) {
-    if (a.format == "hf" && is_import_folder(a.run)) return export_import_folder(a);
+    if (a.format == "hf" && eval::is_import_folder(a.run)) return export_import_folder(a);
     const eval::CheckpointRef ref = eval::resolve_checkpoint(a.run, a.optimizer, a.best ? "best" : "last");
     const Config cfg = eval::load_run_config(ref);
     const ParamTable table = build_param_table(cfg.model);
@@ -64,10 +82,8 @@ void run_export(const ExportArgs& a) {
         hf::family_of_model(cfg.model, config_path);  // refused before the weights are read
         hf::refuse_existing_output(a.out, "--out");
         const hf::ExportResult r = hf::export_hf(cfg.model, read_checkpoint_weights(ref.dir, table), a.out, config_path,
-                                                 cfg.data.tokenizer_dir);
-        fmt::print("skew export: {} -> {} ({}, {} tensors; config.json, model.safetensors{})\n", what, a.out,
-                   hf::family_architecture(r.family), r.hf_tensors,
-                   r.tokenizer_files.empty() ? "" : fmt::format(", {}", fmt::join(r.tokenizer_files, ", ")));
+                                                 cfg.data.tokenizer_dir, published_dir_of_run(cfg));
+        print_hf_export(what, a.out, r);
         return;
     }
     export_checkpoint_weights(ref.dir, table, a.out);

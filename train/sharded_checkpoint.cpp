@@ -100,7 +100,8 @@ struct StateShard {
 std::vector<StateShard> state_shards(const ParallelLayout& l) {
     std::vector<StateShard> out;
     if (l.zero()) {
-        for (int64_t r = 0; r < l.world_size; ++r) out.push_back({r, optimizer_shard_file(r, l.world_size), StatePart::ALL});
+        for (int64_t r = 0; r < l.world_size; ++r)
+            out.push_back({r, optimizer_shard_file(r, l.world_size), StatePart::ALL});
     } else if (l.expert_parallel == 1) {
         out.push_back({0, "optimizer.safetensors", StatePart::ALL});
     } else {
@@ -119,9 +120,7 @@ bool reads_shard(const ParallelLayout& l, const StateShard& s) {
     return true;
 }
 
-bool part_holds(StatePart part, bool bank) {
-    return part == StatePart::ALL || (part == StatePart::EXPERTS) == bank;
-}
+bool part_holds(StatePart part, bool bank) { return part == StatePart::ALL || (part == StatePart::EXPERTS) == bank; }
 
 nlohmann::json owned_json(const ZeroPartition& part, const ParamTable& global, int64_t rank,
                           StatePart which = StatePart::ALL) {
@@ -171,6 +170,8 @@ std::map<std::string, HostTensor> read_all(const std::string& path) {
     const SafetensorsHeader h = read_safetensors_header(path);
     std::map<std::string, HostTensor> out;
     for (const SafetensorsEntry& e : h.tensors) {
+        if (!e.dtype_known)
+            fail("{}: tensor '{}' is {}, not a dtype skew writes (BF16, F32, I32, U16)", path, e.name, e.dtype_name);
         HostTensor t;
         t.name = e.name;
         t.dtype = e.dtype;
@@ -249,8 +250,8 @@ void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const T
               if (layout.rank == 0) write_safetensors((fs::path(temp) / MODEL_FILE).string(), dense, meta);
               if (layout.expert_replica() == 0)
                   write_safetensors(
-                      (fs::path(temp) / expert_shard_file(layout.expert_rank(), layout.expert_parallel)).string(), banks,
-                      meta);
+                      (fs::path(temp) / expert_shard_file(layout.expert_rank(), layout.expert_parallel)).string(),
+                      banks, meta);
           }));
     // 3. rank 0: the trainer state and the manifest last, then the swap
     agree(comm, fmt::format("{}: completing the checkpoint", dir), attempt([&] {
@@ -268,7 +269,9 @@ void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const T
               m["expert_shards"] = experts;
               nlohmann::json shards = nlohmann::json::array();
               for (const StateShard& sh : state_shards(layout))
-                  shards.push_back({{"rank", sh.rank}, {"file", sh.file}, {"holds", state_part_name(sh.part)},
+                  shards.push_back({{"rank", sh.rank},
+                                    {"file", sh.file},
+                                    {"holds", state_part_name(sh.part)},
                                     {"owned", owned_json(part, global, sh.rank, sh.part)}});
               m["optimizer_shards"] = shards;
               write_file_atomic((fs::path(temp) / STATE_FILE).string(), json_text(trainer_state_to_json(state)) + "\n");
@@ -282,82 +285,88 @@ TrainerState load_sharded_checkpoint(const std::string& dir, const Arena& arena,
                                      Communicator& comm) {
     if (!arena.plan) fail("{}: the arena has no memory plan", dir);
     TrainerState s;
-    agree(comm, fmt::format("{}: loading the checkpoint", dir), attempt([&] {
-              const fs::path d(dir);
-              const std::string layout_path = (d / LAYOUT_FILE).string();
-              std::error_code ec;
-              if (!fs::exists(layout_path, ec)) {
-                  if (checkpoint_exists(dir))
-                      fail("{}: the checkpoint was written by one process (world size 1, no {}); this run is {}: resume "
-                           "it with one process, or start a new run", dir, LAYOUT_FILE, layout.describe());
-                  fail("{}: no checkpoint here ({} is missing)", dir, layout_path);
-              }
-              const nlohmann::json m = read_json(layout_path);
-              if (!m.is_object() || !m.contains("layout") || !m["layout"].is_object())
-                  fail("{}: no valid layout (no 'layout' object)", layout_path);
-              ParallelLayout was;
-              const std::string where = layout_path + " layout";
-              was.world_size = json_int_or(m["layout"], "world_size", 0, where);
-              was.expert_parallel = json_int_or(m["layout"], "expert_parallel", 0, where);
-              was.zero_stage = json_int_or(m["layout"], "zero_stage", -1, where);
-              if (was.world_size < 1 || was.expert_parallel < 1 || was.zero_stage < 0)
-                  fail("{}: no valid layout (world_size {}, expert_parallel {}, zero_stage {}: missing or out of range)",
-                       layout_path, was.world_size, was.expert_parallel, was.zero_stage);
-              if (was.world_size != layout.world_size || was.expert_parallel != layout.expert_parallel ||
-                  was.zero_stage != layout.zero_stage)
-                  fail("{}: the checkpoint was written with {}; this run is {}: resume with the same layout (mpirun -np "
-                       "{}, parallel.expert {}, parallel.zero_stage {}), or `skew export` its weights",
-                       dir, was.describe(), layout.describe(), was.world_size, was.expert_parallel, was.zero_stage);
-              // the owned ranges must be the ones this build computes (the partition is part of the format)
-              const std::vector<StateShard> mine = [&] {
-                  std::vector<StateShard> v;
-                  for (const StateShard& sh : state_shards(layout))
-                      if (reads_shard(layout, sh)) v.push_back(sh);
-                  return v;
-              }();
-              const nlohmann::json listed = m.value("optimizer_shards", nlohmann::json::array());
-              for (const StateShard& sh : mine) {
-                  bool found = false;
-                  for (const auto& e : listed)
-                      if (e.is_object() && json_string_or(e, "file", "", layout_path + " optimizer_shards") == sh.file) {
-                          found = true;
-                          if (json_int_or(e, "rank", -1, layout_path + " optimizer_shards") != sh.rank ||
-                              e.value("owned", nlohmann::json()) != owned_json(part, global, sh.rank, sh.part))
-                              fail("{}: {} holds other parameter ranges than this run's partition of the optimizer "
-                                   "state for rank {} (another parameter table or optimizer)", layout_path, sh.file,
-                                   sh.rank);
-                      }
-                  if (!found) fail("{}: lists no optimizer state file {} (rank {}'s state)", layout_path, sh.file, sh.rank);
-              }
+    agree(
+        comm, fmt::format("{}: loading the checkpoint", dir), attempt([&] {
+            const fs::path d(dir);
+            const std::string layout_path = (d / LAYOUT_FILE).string();
+            std::error_code ec;
+            if (!fs::exists(layout_path, ec)) {
+                if (checkpoint_exists(dir))
+                    fail(
+                        "{}: the checkpoint was written by one process (world size 1, no {}); this run is {}: resume "
+                        "it with one process, or start a new run",
+                        dir, LAYOUT_FILE, layout.describe());
+                fail("{}: no checkpoint here ({} is missing)", dir, layout_path);
+            }
+            const nlohmann::json m = read_json(layout_path);
+            if (!m.is_object() || !m.contains("layout") || !m["layout"].is_object())
+                fail("{}: no valid layout (no 'layout' object)", layout_path);
+            ParallelLayout was;
+            const std::string where = layout_path + " layout";
+            was.world_size = json_int_or(m["layout"], "world_size", 0, where);
+            was.expert_parallel = json_int_or(m["layout"], "expert_parallel", 0, where);
+            was.zero_stage = json_int_or(m["layout"], "zero_stage", -1, where);
+            if (was.world_size < 1 || was.expert_parallel < 1 || was.zero_stage < 0)
+                fail("{}: no valid layout (world_size {}, expert_parallel {}, zero_stage {}: missing or out of range)",
+                     layout_path, was.world_size, was.expert_parallel, was.zero_stage);
+            if (was.world_size != layout.world_size || was.expert_parallel != layout.expert_parallel ||
+                was.zero_stage != layout.zero_stage)
+                fail(
+                    "{}: the checkpoint was written with {}; this run is {}: resume with the same layout (mpirun -np "
+                    "{}, parallel.expert {}, parallel.zero_stage {}), or `skew export` its weights",
+                    dir, was.describe(), layout.describe(), was.world_size, was.expert_parallel, was.zero_stage);
+            // the owned ranges must be the ones this build computes (the partition is part of the format)
+            const std::vector<StateShard> mine = [&] {
+                std::vector<StateShard> v;
+                for (const StateShard& sh : state_shards(layout))
+                    if (reads_shard(layout, sh)) v.push_back(sh);
+                return v;
+            }();
+            const nlohmann::json listed = m.value("optimizer_shards", nlohmann::json::array());
+            for (const StateShard& sh : mine) {
+                bool found = false;
+                for (const auto& e : listed)
+                    if (e.is_object() && json_string_or(e, "file", "", layout_path + " optimizer_shards") == sh.file) {
+                        found = true;
+                        if (json_int_or(e, "rank", -1, layout_path + " optimizer_shards") != sh.rank ||
+                            e.value("owned", nlohmann::json()) != owned_json(part, global, sh.rank, sh.part))
+                            fail(
+                                "{}: {} holds other parameter ranges than this run's partition of the optimizer "
+                                "state for rank {} (another parameter table or optimizer)",
+                                layout_path, sh.file, sh.rank);
+                    }
+                if (!found)
+                    fail("{}: lists no optimizer state file {} (rank {}'s state)", layout_path, sh.file, sh.rank);
+            }
 
-              const std::string state_path = (d / STATE_FILE).string();
-              s = trainer_state_from_json(read_json(state_path), state_path);
-              if (s.optimizer != arena.plan->optimizer)
-                  fail("{}: checkpoint of optimizer '{}' cannot be loaded into a run of optimizer '{}'", state_path,
-                       s.optimizer, arena.plan->optimizer);
-              auto load = [&](const std::string& file, const std::vector<NamedTensor>& tensors) {
-                  const std::string path = (d / file).string();
-                  auto meta = read_safetensors_into(path, tensors);
-                  auto it = meta.find("step");
-                  if (it == meta.end()) fail("{}: metadata has no 'step'", path);
-                  if (it->second != std::to_string(s.step))
-                      fail("{}: written at step {} but {} says step {}: the folder mixes two saves", path, it->second,
-                           state_path, s.step);
-                  if (const auto bad = first_non_finite(tensors))
-                      fail("{}: tensor '{}' holds a non-finite value at element {}: the checkpoint is corrupt", path,
-                           bad->tensor, bad->index);
-              };
-              const std::vector<NamedTensor> weights = weight_tensors(arena, backend);
-              if (layout.expert_parallel == 1) {
-                  load(MODEL_FILE, weights);
-              } else {
-                  std::vector<NamedTensor> dense, banks;
-                  split_weights(weights, global, dense, banks);
-                  load(MODEL_FILE, dense);
-                  load(expert_shard_file(layout.expert_rank(), layout.expert_parallel), banks);
-              }
-              for (const StateShard& sh : mine) load(sh.file, state_tensors(arena, backend, global, sh.part));
-          }));
+            const std::string state_path = (d / STATE_FILE).string();
+            s = trainer_state_from_json(read_json(state_path), state_path);
+            if (s.optimizer != arena.plan->optimizer)
+                fail("{}: checkpoint of optimizer '{}' cannot be loaded into a run of optimizer '{}'", state_path,
+                     s.optimizer, arena.plan->optimizer);
+            auto load = [&](const std::string& file, const std::vector<NamedTensor>& tensors) {
+                const std::string path = (d / file).string();
+                auto meta = read_safetensors_into(path, tensors);
+                auto it = meta.find("step");
+                if (it == meta.end()) fail("{}: metadata has no 'step'", path);
+                if (it->second != std::to_string(s.step))
+                    fail("{}: written at step {} but {} says step {}: the folder mixes two saves", path, it->second,
+                         state_path, s.step);
+                if (const auto bad = first_non_finite(tensors))
+                    fail("{}: tensor '{}' holds a non-finite value at element {}: the checkpoint is corrupt", path,
+                         bad->tensor, bad->index);
+            };
+            const std::vector<NamedTensor> weights = weight_tensors(arena, backend);
+            if (layout.expert_parallel == 1) {
+                load(MODEL_FILE, weights);
+            } else {
+                std::vector<NamedTensor> dense, banks;
+                split_weights(weights, global, dense, banks);
+                load(MODEL_FILE, dense);
+                load(expert_shard_file(layout.expert_rank(), layout.expert_parallel), banks);
+            }
+            for (const StateShard& sh : mine) load(sh.file, state_tensors(arena, backend, global, sh.part));
+        }));
     return s;
 }
 
@@ -403,10 +412,10 @@ std::vector<HostTensor> read_checkpoint_weights(const std::string& dir, const Pa
         auto it = all.find(p.name);
         if (it == all.end()) fail("{}: the checkpoint has no weight '{}'", dir, p.name);
         HostTensor& t = it->second;
-        if (t.dtype != p.dtype || t.shape != p.shape ||
-            int64_t(t.data.size()) != p.numel() * dtype_bytes(p.dtype))
+        if (t.dtype != p.dtype || t.shape != p.shape || int64_t(t.data.size()) != p.numel() * dtype_bytes(p.dtype))
             fail("{}: weight '{}' is {} {}, the model's is {} {}", dir, p.name, dtype_name(t.dtype),
-                 fmt::format("{}", fmt::join(t.shape, "x")), dtype_name(p.dtype), fmt::format("{}", fmt::join(p.shape, "x")));
+                 fmt::format("{}", fmt::join(t.shape, "x")), dtype_name(p.dtype),
+                 fmt::format("{}", fmt::join(p.shape, "x")));
         out.push_back(std::move(t));
         all.erase(it);
     }
@@ -427,7 +436,8 @@ void export_checkpoint_weights(const std::string& dir, const ParamTable& table, 
         n.data = t.data.data();
         named.push_back(n);
     }
-    write_safetensors(out_path, named, {{"format", "pt"}, {"step", std::to_string(s.step)}, {"optimizer", s.optimizer}});
+    write_safetensors(out_path, named,
+                      {{"format", "pt"}, {"step", std::to_string(s.step)}, {"optimizer", s.optimizer}});
 }
 
 }  // namespace skew
