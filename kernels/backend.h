@@ -79,11 +79,16 @@ struct MatmulShape {
 
 /// Causal GQA attention. Layouts (row-major):
 ///   q, out, dq, dout: (batch, seq_len, n_heads, head_dim)     — the Q projection's output rows
-///   k, v, dk, dv:     (batch, seq_len, n_kv_heads, head_dim)  — the K / V projections' output rows
+///   k, v, dk, dv:     (batch, keys(), n_kv_heads, head_dim)   — the K / V projections' output rows
 ///   lse:              (batch, n_heads, seq_len) fp32, natural-log log-sum-exp of the scaled scores
 /// Query head h reads KV head h / (n_heads / n_kv_heads) (grouped, not tiled); scale 1/sqrt(head_dim).
+/// kv_len > seq_len (a KV-cache step, model/inference.h): the queries are the last seq_len of kv_len
+/// positions, query row t at position kv_len - seq_len + t reading keys 0 .. that position; the
+/// forward's work is O(seq_len * kv_len), not O(kv_len^2). The backward takes kv_len = seq_len only.
 struct AttentionShape {
     int64_t batch = 0, seq_len = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+    int64_t kv_len = 0;  // keys and values per sequence, >= seq_len; 0: seq_len
+    int64_t keys() const { return kv_len > 0 ? kv_len : seq_len; }
 };
 
 /// The router of one MoE block (docs/design.md, "Router (fp32)").
@@ -286,12 +291,14 @@ struct Backend {
     // ---- attention (causal, GQA)
 
     /// out = softmax(q·k^T / sqrt(head_dim) + causal mask) · v per (batch, head); saves lse.
-    /// Shapes and layouts: AttentionShape. Errors: n_heads not a multiple of n_kv_heads.
+    /// Shapes and layouts: AttentionShape. Errors: n_heads not a multiple of n_kv_heads, kv_len
+    /// below seq_len.
     virtual void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                                    const AttentionShape& s) = 0;
 
     /// Attention backward from the saved out and lse (scores recomputed). dq, dk, dv overwritten;
     /// dk and dv of KV head g sum over the query heads g·G .. g·G+G-1, G = n_heads / n_kv_heads.
+    /// Errors: as the forward's, and kv_len other than 0 or seq_len.
     virtual void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k,
                                     const bf16* v, const bf16* out, const float* lse, const AttentionShape& s) = 0;
 

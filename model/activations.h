@@ -9,7 +9,8 @@
 // block); under `attention` every block keeps its working slots except the attention output and
 // logsumexp, which one shared pair holds (the backward recomputes them from the kept q, k, v);
 // under `none` every block keeps all of them. The LM head works on token chunks so full-batch fp32
-// logits never exist.
+// logits never exist. A KV cache (model/inference.h) holds the forward's lines of the same table,
+// one copy of each, with the keys and values per block (kv_cache_buffers).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -64,15 +65,18 @@ enum class ActWhen : uint8_t { ALL, DENSE, MOE, MOE_STORED, EXPERT_PARALLEL, QK_
 /// How many copies of a slot the plan holds: ONE for the whole step; one per block in EVERY_MODE
 /// (the checkpointed block inputs); one per block UNLESS_BLOCK recompute (a block's working slots:
 /// kept by attention and none, one shared set recomputed per block under block); one per block
-/// IF_NONE (the attention core: recomputed under attention and block).
-enum class ActKeep : uint8_t { ONE, EVERY_MODE, UNLESS_BLOCK, IF_NONE };
+/// IF_NONE (the attention core: recomputed under attention and block). CACHED: as UNLESS_BLOCK in
+/// training, and the one kind a KV cache keeps per block (the keys and values every later position
+/// reads; its other slots are one shared set).
+enum class ActKeep : uint8_t { ONE, EVERY_MODE, UNLESS_BLOCK, IF_NONE, CACHED };
 
 /// True when `keep` gives each block its own copy under recompute mode `r`.
 constexpr bool act_kept_per_block(ActKeep keep, Recompute r) {
     switch (keep) {
         case ActKeep::ONE: return false;
         case ActKeep::EVERY_MODE: return true;
-        case ActKeep::UNLESS_BLOCK: return r != Recompute::BLOCK;
+        case ActKeep::UNLESS_BLOCK:
+        case ActKeep::CACHED: return r != Recompute::BLOCK;
         case ActKeep::IF_NONE: return r == Recompute::NONE;
     }
     return false;
@@ -101,7 +105,8 @@ constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scala
 // Phases (engine/memory_plan.h): F forward, H head, BW backward (recompute + backward), O optimizer;
 // FR: from the forward like F, but a block's working slot that the backward's recompute writes
 // again before reading it, so it holds nothing during the head (BufferSpec::dead_in_head) where
-// train.recompute does not keep it per block.
+// train.recompute does not keep it per block; HF: from the head like H, one of the head's forward
+// outputs (the final norm, the logits). A KV cache holds the lines that start in F, FR or HF.
 // int64 index buffers are declared to the plan as pairs of int32 words (the plan has no int64 dtype).
 #define SKEW_ACTIVATIONS(X) \
     /* the batch, the checkpointed block inputs, the final hidden state */                                                     \
@@ -114,8 +119,8 @@ constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scala
     X(ln1_mean,        float*,   "act.ln1_mean",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N)                \
     X(ln1_rstd,        float*,   "act.ln1_rstd",            F32,  ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N)                \
     X(q,               bf16*,    "act.q",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.qd)          \
-    X(k,               bf16*,    "act.k",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.kvd)         \
-    X(v,               bf16*,    "act.v",                   BF16, ALL,   UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.kvd)         \
+    X(k,               bf16*,    "act.k",                   BF16, ALL,   CACHED,       ACTIVATION, FR, BW, D.N, D.kvd)         \
+    X(v,               bf16*,    "act.v",                   BF16, ALL,   CACHED,       ACTIVATION, FR, BW, D.N, D.kvd)         \
     /* model.qk_norm: q and k before their RMSNorm (after the biases) and its rstd, for the backward */                        \
     X(q_pre,           bf16*,    "act.q_pre",               BF16, QK_NORM, UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.qd)        \
     X(k_pre,           bf16*,    "act.k_pre",               BF16, QK_NORM, UNLESS_BLOCK, ACTIVATION, FR, BW, D.N, D.kvd)       \
@@ -162,10 +167,10 @@ constexpr int64_t ACT_SCALAR_WORDS = 64;  // words reserved (the plan's ws.scala
     X(ep_offsets,      int64_t*, "act.ep_offsets",          I32,  EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, D.El + 1, 2)        \
     X(ep_counts,       int64_t*, "act.ep_counts",           I32,  EXPERT_PARALLEL, ONE, ACTIVATION, F, BW, 2 * D.E, 2)         \
     /* LM head: final LayerNorm, logits (overwritten in place by their gradient), per-token losses */                          \
-    X(final_ln_out,    bf16*,    "act.final_ln_out",        BF16, ALL,   ONE,          ACTIVATION, H,  H,  D.N, D.d)           \
-    X(final_ln_mean,   float*,   "act.final_ln_mean",       F32,  ALL,   ONE,          ACTIVATION, H,  H,  D.N)                \
-    X(final_ln_rstd,   float*,   "act.final_ln_rstd",       F32,  ALL,   ONE,          ACTIVATION, H,  H,  D.N)                \
-    X(logits,          float*,   "act.logits",              F32,  ALL,   ONE,          ACTIVATION, H,  H,  D.logits)           \
+    X(final_ln_out,    bf16*,    "act.final_ln_out",        BF16, ALL,   ONE,          ACTIVATION, HF, H,  D.N, D.d)           \
+    X(final_ln_mean,   float*,   "act.final_ln_mean",       F32,  ALL,   ONE,          ACTIVATION, HF, H,  D.N)                \
+    X(final_ln_rstd,   float*,   "act.final_ln_rstd",       F32,  ALL,   ONE,          ACTIVATION, HF, H,  D.N)                \
+    X(logits,          float*,   "act.logits",              F32,  ALL,   ONE,          ACTIVATION, HF, H,  D.logits)           \
     X(losses,          float*,   "act.losses",              F32,  ALL,   ONE,          ACTIVATION, H,  H,  D.N)                \
     X(d_final_ln_out,  bf16*,    "act.d_final_ln_out",      BF16, ALL,   ONE,          ACTIVATION, H,  H,  D.N, D.d)           \
     /* backward: the fp32 residual-stream gradient and the gradients of one block's slots (projection  */                      \
@@ -255,5 +260,17 @@ ActSlots act_slots_bind(const Config& cfg, const ActDims& D, const Arena& arena)
 /// Index of the LM head's fp32 logits slot in `plan` (ActSlots::logits, named by its
 /// SKEW_ACTIVATIONS line), or -1.
 int lm_head_logits_buffer(const MemoryPlan& plan);
+
+/// The buffers of a KV cache of `m` for up to max_len positions (model/inference.h): the table's
+/// lines that a forward writes (first phase F, FR or HF) for one sequence of max_len tokens,
+/// act_dims(m, 1, max_len, 0), one copy of each, except the CACHED lines (the keys and values),
+/// one per block ("act.k.<b>", (max_len, n_kv_heads * head_dim) bf16); the expert slots as stored
+/// mode's, no expert-parallel slots. All live together (nothing shares bytes).
+std::vector<BufferSpec> kv_cache_buffers(const ModelConfig& m, int64_t max_len);
+
+/// The slots of a KV cache bound to its arena (allocated from kv_cache_buffers(m, max_len)): every
+/// block's entry of a slot points at the one buffer, the keys' and values' at their block's.
+/// Throws skew::Error naming a slot the arena's plan lacks or holds too small.
+ActSlots kv_cache_slots_bind(const ModelConfig& m, int64_t max_len, const Arena& arena);
 
 }  // namespace skew

@@ -1,8 +1,9 @@
 // The parts of a block that follow the config's architecture choices (docs/architectures.md): the
 // normalization (model.norm: LayerNorm with bias, or RMSNorm), the positions (model.positions:
 // learned rows added by the embedding, or RoPE on q and k), the q and k normalization
-// (model.qk_norm) and the projections' biases (model.attention_bias). The training model (model/model.cpp)
-// and the KV-cache decoder (model/inference.cpp) call these, so both follow one rule.
+// (model.qk_norm) and the projections' biases (model.attention_bias). The one block forward
+// (model/block.cpp), which training and the KV-cache decoder both run, and the training backward
+// (model/model.cpp) call these.
 #pragma once
 #include <cstdint>
 

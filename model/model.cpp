@@ -2,7 +2,8 @@
 // paper Section 4): per-block activation checkpointing (forward keeps block inputs, backward
 // recomputes each block with the same router noise; or, per train.recompute, the forward keeps
 // every block's slots and the backward recomputes only the attention core, or nothing),
-// loss = LM + Σ_MoE (balance + z), each / accum.
+// loss = LM + Σ_MoE (balance + z), each / accum. A block's forward is model/block.cpp's, over a
+// view of the block's activation slots (training_view).
 #include "model/model.h"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "kernels/common/init_math.h"
 #include "kernels/common/philox.h"
 #include "kernels/cuda/nvtx.h"
+#include "model/block.h"
 #include "model/expert_exchange.h"
 #include "model/layers.h"
 
@@ -48,63 +50,13 @@ ParamRef bind_param(const ParamTable& table, Arena& arena, const std::string& na
     return r;
 }
 
-// Shapes of one microbatch.
-struct Dims {
-    int64_t B, T, N, d, hd, qd, kvd, H, KV, ff, E, k, NK, de, ds, V, Vp;
-};
+// The sizes of one microbatch (model/block.h).
+Dims dims_of(const Model& m) { return dims_of(m.cfg->model, m.microbatch, m.seq_len); }
 
-Dims dims_of(const Model& m) {
-    const ModelConfig& c = m.cfg->model;
-    Dims x{};
-    x.B = m.microbatch;
-    x.T = m.seq_len;
-    x.N = x.B * x.T;
-    x.d = c.d_model;
-    x.hd = c.head_dim();
-    x.H = c.n_heads;
-    x.KV = c.n_kv_heads;
-    x.qd = x.H * x.hd;
-    x.kvd = x.KV * x.hd;
-    x.ff = c.d_ff;
-    x.E = c.n_experts;
-    x.k = c.top_k;
-    x.NK = x.N * x.k;
-    x.de = c.d_expert;
-    x.ds = c.d_shared();
-    x.V = c.vocab_size;
-    x.Vp = c.padded_vocab_size;
-    return x;
-}
-
-// Router options of MoE block `blk` for microbatch `mb` at `step`.
-RouterOptions router_options(const Model& m, const BlockParams& blk, int64_t mb, uint32_t step, bool noise) {
-    const ModelConfig& c = m.cfg->model;
-    const Dims x = dims_of(m);
-    RouterOptions o;
-    o.noise_std = noise ? float(c.router_noise_std) : 0.0f;
-    o.seed = uint64_t(m.cfg->train.seed);
-    o.step = step;
-    o.tensor = blk.router.info->index;
-    o.noise_offset = uint64_t(mb) * uint64_t(x.N) * uint64_t(x.E);
-    o.balance_alpha = float(c.balance_loss_coef);
-    o.z_coef = float(c.z_loss_coef);
-    o.normalize_top_k = c.normalize_top_k;
-    return o;
-}
-
-// The expert slots of MoE block `bi` for microbatch `mb`: the table's act.moe_* slots in stored
-// mode; in deferred mode the block's kept operands of that microbatch (model/activations.h,
-// deferred_expert_buffers), where h1 and h2 share bytes with their gradients (the SwiGLU backward
-// runs in place).
-struct ExpertSlots {
-    bf16 *moe_in, *h1, *h2, *act, *d_out, *d_h1, *d_h2;
-};
-
+// The expert slots of MoE block `bi` for microbatch `mb` (model/block.h, ExpertSlots): the table's
+// act.moe_* slots in stored mode; in deferred mode the block's kept operands of that microbatch.
 ExpertSlots expert_slots(const Model& m, int64_t bi, int64_t mb) {
-    const ActSlots& a = m.act;
-    const size_t b = size_t(bi);
-    if (!m.deferred.on)
-        return ExpertSlots{a.moe_in[b], a.moe_h1[b], a.moe_h2[b], a.moe_act[b], a.d_moe_out, a.d_moe_h1, a.d_moe_h2};
+    if (!m.deferred.on) return stored_expert_slots(m.act, size_t(bi));
     const auto& per_block = m.deferred.kept[size_t(bi)];
     if (mb < 0 || mb >= int64_t(per_block.size()))
         fail("model: microbatch {} is beyond the {} whose expert operands the plan keeps", mb, per_block.size());
@@ -112,53 +64,26 @@ ExpertSlots expert_slots(const Model& m, int64_t bi, int64_t mb) {
     return ExpertSlots{k.moe_in, k.d_moe_h1, k.d_moe_h2, k.moe_act, k.d_moe_out, k.d_moe_h1, k.d_moe_h2};
 }
 
-// ---- expert parallelism (docs/distributed.md, "Expert parallel")
-
-// Where the grouped expert matmuls of a MoE block run: over the microbatch's NK copies and all E
-// experts (one rank), or over the R rows this rank's El experts received (expert parallel).
-struct ExpertRows {
-    const bf16* in;          // X of w1 and w2 (rows, d), expert order
-    bf16* out;               // w3's output (rows, d); in the backward w3's dY, then dX of w1 + w2
-    const int64_t* offsets;  // (n_experts + 1) row offsets
-    int64_t n_experts, rows;
-};
-
-ExpertRows expert_rows(const Model& m, int64_t bi, const bf16* moe_in) {
-    const ActSlots& a = m.act;
-    if (!m.ep.on()) {
-        const Dims x = dims_of(m);
-        return ExpertRows{moe_in, a.moe_out[size_t(bi)], a.expert_offsets[size_t(bi)], x.E, x.NK};
-    }
-    return ExpertRows{a.ep_moe_in, a.ep_moe_out, a.ep_offsets, m.ep.El, m.ep.recv_total};
+// The view of block `bi`'s forward over the model's activation slots (model/block.h): the
+// microbatch's rows from position 0, the block's saved input, its output into `out` (null: the
+// recompute), the expert slots of microbatch `mb`.
+BlockView training_view(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, bool noise) {
+    BlockView v;
+    v.act = &m.act;
+    v.block = bi;
+    v.batch = m.microbatch;
+    v.rows = m.seq_len;
+    v.input = m.act.block_input[size_t(bi)];
+    v.out = out;
+    if (m.blocks[size_t(bi)].moe) v.experts = expert_slots(m, bi, mb);
+    v.microbatch = mb;
+    v.step = step;
+    v.noise = noise;
+    return v;
 }
 
-// ---- the shared experts of an MoE block (docs/architectures.md, "Shared experts")
-
-// The shared experts of MoE block `bi` on its LN2 rows x, one SwiGLU of width d_shared: h1 = x·w1^T,
-// h2 = x·w2^T, act = silu(h1)·h2 (the dense FFN's ops); gated, also s = act·w3^T and logit = x·w_gate
-// (fp32, a product with one output column). With `out` (the forward, after the routed combine wrote
-// it) their output is added: out += act·w3^T as one product accumulating into out (no gate), or
-// out += sigmoid(logit)·s. The recompute passes null and stops at what the backward reads.
-void shared_experts_forward(Model& m, int64_t bi, bf16* out) {
-    const BlockParams& p = m.blocks[size_t(bi)];
-    if (!p.shared_w1.info) return;
-    Backend& be = *m.backend;
-    ActSlots& a = m.act;
-    const Dims x = dims_of(m);
-    const size_t b = size_t(bi);
-    be.matmul_forward(a.shared_h1[b], a.ln2_out[b], p.shared_w1.w(), x.N, x.d, x.ds);
-    be.matmul_forward(a.shared_h2[b], a.ln2_out[b], p.shared_w2.w(), x.N, x.d, x.ds);
-    be.swiglu_forward(a.shared_act[b], a.shared_h1[b], a.shared_h2[b], x.N * x.ds);
-    if (p.shared_gate.info) {
-        be.matmul_forward(a.shared_out[b], a.shared_act[b], p.shared_w3.w(), x.N, x.ds, x.d);
-        be.matmul_forward(a.gate_logit[b], a.ln2_out[b], p.shared_gate.w(), x.N, x.d, 1);
-        if (out) be.sigmoid_gate_forward(out, a.gate_logit[b], a.shared_out[b], x.N, x.d, true);
-    } else if (out) {
-        be.matmul_forward(out, a.shared_act[b], p.shared_w3.w(), x.N, x.ds, x.d, true);
-    }
-}
-
-// Their backward from a.d_resid (dL/d block output, bf16): the gate's (ds = g·dy, dlogit, then
+// The shared experts' backward (docs/architectures.md, "Shared experts"; their forward:
+// model/block.cpp) from a.d_resid (dL/d block output, bf16): the gate's (ds = g·dy, dlogit, then
 // w_gate's gradient and x's share through the logit product), w3, the SwiGLU, w1 and w2; every
 // input gradient accumulates into a.d_ln_out (which the routed experts and the router wrote).
 void shared_experts_backward(Model& m, int64_t bi) {
@@ -183,97 +108,6 @@ void shared_experts_backward(Model& m, int64_t bi) {
                        true);
 }
 
-// ---- one block, forward (also the recompute of the backward)
-
-// The attention core of block `bi`: attn_out and attn_lse from its q, k, v (causal, GQA). The
-// forward runs it inside block_forward; train.recompute: attention runs it again in the backward.
-void attention_core_forward(Model& m, int64_t bi) {
-    ActSlots& a = m.act;
-    const Dims x = dims_of(m);
-    const size_t b = size_t(bi);
-    const AttentionShape as{x.B, x.T, x.H, x.KV, x.hd};
-    m.backend->attention_forward(a.attn_out[b], a.attn_lse[b], a.q[b], a.k[b], a.v[b], as);
-}
-
-// Runs block `bi` from its saved input into the block's slots (a.q[bi], ...: its own under
-// train.recompute attention or none, the shared set under block). When `out` is non-null the block
-// output (N, d) is written there (the next block's input); the recompute passes null and stops
-// after the last activation the backward reads. Fills *stats for MoE blocks when non-null.
-void block_forward(Model& m, int64_t bi, bf16* out, int64_t mb, uint32_t step, bool noise, MoeStats* stats) {
-    Backend& be = *m.backend;
-    ActSlots& a = m.act;
-    const BlockParams& p = m.blocks[size_t(bi)];
-    const Dims x = dims_of(m);
-    const ModelConfig& c = m.cfg->model;
-    const size_t b = size_t(bi);  // the block's slots (the one shared set under train.recompute: block)
-    const bf16* inp = a.block_input[b];
-
-    // attention sub-block: resid1 = inp + wo · attn(norm1(inp)), q and k at their positions
-    // (model.attention_bias: + bq, bk, bv; model.qk_norm: q and k normalized from act.q_pre, k_pre)
-    norm_forward(be, c, a.ln1_out[b], a.ln1_mean[b], a.ln1_rstd[b], inp, p.ln1_w, p.ln1_b, x.N);
-    const bool qk_norm = c.qk_norm != QkNorm::NONE;
-    bf16* q_lin = qk_norm ? a.q_pre[b] : a.q[b];  // the projections' outputs
-    bf16* k_lin = qk_norm ? a.k_pre[b] : a.k[b];
-    be.matmul_forward(q_lin, a.ln1_out[b], p.wq.w(), x.N, x.d, x.qd);
-    be.matmul_forward(k_lin, a.ln1_out[b], p.wk.w(), x.N, x.d, x.kvd);
-    be.matmul_forward(a.v[b], a.ln1_out[b], p.wv.w(), x.N, x.d, x.kvd);
-    bias_forward(be, q_lin, p.bq, x.N);
-    bias_forward(be, k_lin, p.bk, x.N);
-    bias_forward(be, a.v[b], p.bv, x.N);
-    if (qk_norm) {
-        qk_norm_forward(be, c, a.q[b], a.q_rstd[b], q_lin, p.q_norm_w, x.N, x.H);
-        qk_norm_forward(be, c, a.k[b], a.k_rstd[b], k_lin, p.k_norm_w, x.N, x.KV);
-    }
-    rotate_qk(be, c, a.q[b], a.k[b], x.B, x.T, 0);
-    attention_core_forward(m, bi);
-    be.matmul_forward(a.resid1[b], a.attn_out[b], p.wo.w(), x.N, x.qd, x.d);
-    be.residual_forward(a.resid1[b], a.resid1[b], inp, x.N * x.d);
-
-    // FFN sub-block: out = resid1 + FFN(norm2(resid1))
-    norm_forward(be, c, a.ln2_out[b], a.ln2_mean[b], a.ln2_rstd[b], a.resid1[b], p.ln2_w, p.ln2_b, x.N);
-    if (!p.moe) {
-        be.matmul_forward(a.ffn_h1[b], a.ln2_out[b], p.ffn_w1.w(), x.N, x.d, x.ff);
-        be.matmul_forward(a.ffn_h2[b], a.ln2_out[b], p.ffn_w2.w(), x.N, x.d, x.ff);
-        be.swiglu_forward(a.ffn_act[b], a.ffn_h1[b], a.ffn_h2[b], x.N * x.ff);
-        if (!out) return;
-        be.matmul_forward(out, a.ffn_act[b], p.ffn_w3.w(), x.N, x.ff, x.d);
-    } else {
-        // router (fp32): clean logits = LN2(resid1) · Wr^T, then noise, softmax, top-k, aux losses
-        be.matmul_forward(a.router_logits[b], a.ln2_out[b], p.router.w(), x.N, x.d, x.E);
-        const RouterShape rs{x.N, x.E, x.k};
-        const RouterOptions ro = router_options(m, p, mb, step, noise);
-        float* bal = a.scalar(ACT_SCALAR_BALANCE_LOSS);
-        float* z = a.scalar(ACT_SCALAR_Z_LOSS);
-        be.moe_router_forward(a.router_probs[b], a.topk_idx[b], a.topk_gate[b], a.router_counts[b], bal, z, nullptr,
-                              a.router_logits[b], rs, ro);
-        if (stats) {
-            stats->block = int(bi);
-            stats->counts.resize(size_t(x.E));
-            from_backend(be, stats->counts.data(), a.router_counts[b], size_t(x.E) * sizeof(int64_t));
-            stats->balance_loss = read_scalar(be, bal);
-            stats->z_loss = read_scalar(be, z);
-        }
-        // dropless dispatch -> expert SwiGLU (grouped matmuls) -> weighted combine
-        const ExpertSlots es = expert_slots(m, bi, mb);
-        be.moe_dispatch(a.sorted_to_copy[b], a.copy_to_sorted[b], a.expert_offsets[b], a.topk_idx[b], x.N, x.k, x.E);
-        be.moe_gather_forward(es.moe_in, a.ln2_out[b], a.sorted_to_copy[b], x.N, x.k, x.d);
-        if (m.ep.on()) {  // the rows go to the ranks that own their experts
-            ep_plan_exchange(m, bi);
-            ep_to_owners(m, es.moe_in, a.ep_moe_in, x.d);
-        }
-        const ExpertRows er = expert_rows(m, bi, es.moe_in);
-        be.moe_matmul_forward(es.h1, er.in, p.expert_w1.w(), er.offsets, er.n_experts, x.d, x.de);
-        be.moe_matmul_forward(es.h2, er.in, p.expert_w2.w(), er.offsets, er.n_experts, x.d, x.de);
-        be.swiglu_forward(es.act, es.h1, es.h2, er.rows * x.de);
-        be.moe_matmul_forward(er.out, es.act, p.expert_w3.w(), er.offsets, er.n_experts, x.de, x.d);
-        if (m.ep.on()) ep_from_owners(m, er.out, a.moe_out[b], x.d);  // results back, global expert order
-        if (!out) return shared_experts_forward(m, bi, nullptr);
-        be.moe_combine_forward(out, a.moe_out[b], a.topk_gate[b], a.copy_to_sorted[b], x.N, x.k, x.d);
-        shared_experts_forward(m, bi, out);  // out += [gate ·] shared(LN2 out)
-    }
-    be.residual_forward(out, out, a.resid1[b], x.N * x.d);
-}
-
 // What the backward of block `bi` reads and the forward did not keep (train.recompute;
 // model/activations.h): under block the whole block from its saved input, with the same router
 // noise (block_forward with out = nullptr); under attention the attention output and logsumexp
@@ -283,12 +117,12 @@ void recompute_for_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, boo
     switch (m.act.recompute) {
         case Recompute::BLOCK: {
             SKEW_NVTX_RANGE(fmt::format("block {} recompute", bi).c_str());
-            block_forward(m, bi, nullptr, mb, step, noise, nullptr);
+            block_forward(m, training_view(m, bi, nullptr, mb, step, noise), nullptr);
             return;
         }
         case Recompute::ATTENTION: {
             SKEW_NVTX_RANGE(fmt::format("block {} recompute attention", bi).c_str());
-            attention_core_forward(m, bi);
+            block_attention_forward(m, training_view(m, bi, nullptr, mb, step, noise));
             return;
         }
         case Recompute::NONE: return;
@@ -331,7 +165,7 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
         be.moe_combine_backward(es.d_out, a.d_topk_gate, a.d_resid, a.moe_out[b], a.topk_gate[b], a.copy_to_sorted[b],
                                 x.N, x.k, x.d);
         // expert parallel: output gradients to the owners (into er.out), input gradients come back
-        const ExpertRows er = expert_rows(m, bi, es.moe_in);
+        const ExpertRows er = expert_rows(m, a, b, es.moe_in, x.N);
         const bf16* dy = m.ep.on() ? er.out : es.d_out;
         bf16* dx = m.ep.on() ? er.out : a.d_moe_in;
         if (m.ep.on()) ep_to_owners(m, es.d_out, er.out, x.d);
@@ -348,7 +182,7 @@ void block_backward(Model& m, int64_t bi, int64_t mb, uint32_t step, bool noise,
         be.moe_gather_backward(a.d_ln_out, a.d_moe_in, a.copy_to_sorted[b], x.N, x.k, x.d);
         // router: gates, balance and z-loss (each weighted loss_weight = 1/accum) to the logits
         const RouterShape rs{x.N, x.E, x.k};
-        const RouterOptions ro = router_options(m, p, mb, step, noise);
+        const RouterOptions ro = router_options(m, p, mb, step, noise, x.N);
         be.moe_router_backward(a.d_router_logits, a.d_topk_gate, a.router_logits[b], a.router_probs[b], a.topk_idx[b],
                                a.topk_gate[b], a.router_counts[b], loss_weight, loss_weight, rs, ro);
         be.matmul_backward(a.d_ln_out, p.router.grad, a.d_router_logits, a.ln2_out[b], p.router.w(), x.N, x.d, x.E,
@@ -452,7 +286,7 @@ LossParts forward_and_head(Model& m, const int32_t* tokens, const int32_t* targe
         bf16* out = bi + 1 < nb ? a.block_input[size_t(bi + 1)] : a.final_input;
         MoeStats st;
         SKEW_NVTX_RANGE(fmt::format("block {} forward", bi).c_str());
-        block_forward(m, bi, out, mb, step, noise, m.blocks[size_t(bi)].moe ? &st : nullptr);
+        block_forward(m, training_view(m, bi, out, mb, step, noise), m.blocks[size_t(bi)].moe ? &st : nullptr);
         if (m.blocks[size_t(bi)].moe) {
             lp.balance_loss += st.balance_loss;
             lp.z_loss += st.z_loss;

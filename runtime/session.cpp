@@ -103,7 +103,7 @@ KvCache open_kv_cache(const Model& m, int64_t max_len) {
     plan.offsets = layout_arena(plan.buffers, &plan.peak_bytes);
     plan.activation_bytes = plan.peak_bytes;
     kc.arena = allocate_arena(plan, *m.backend);
-    kv_cache_bind(kc, c);
+    kc.act = kv_cache_slots_bind(c, max_len, kc.arena);
     if (m.backend->matmul_widens_bf16_weights()) kv_cache_widen_weights(kc, m);
     return kc;
 }

@@ -4,10 +4,10 @@
 // value products are OpenBLAS sgemm calls on blocks of query rows (fp32; one task per head, so the
 // results do not depend on the thread count); the softmax's exponentials are exp_nonpos_f32.
 #include <cblas.h>
+#include <climits>
 #include <omp.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -26,6 +26,8 @@ void check_shape(const char* op, const AttentionShape& s) {
         fail("{}: n_heads {}, n_kv_heads {} and head_dim {} must be positive", op, s.n_heads, s.n_kv_heads, s.head_dim);
     if (s.n_heads % s.n_kv_heads != 0)
         fail("{}: n_heads {} is not a multiple of n_kv_heads {}", op, s.n_heads, s.n_kv_heads);
+    if (s.kv_len != 0 && s.kv_len < s.seq_len)
+        fail("{}: kv_len {} is below seq_len {} (the queries are the last seq_len positions)", op, s.kv_len, s.seq_len);
 }
 
 void check_blas_dims(const char* op, int64_t seq_len, int64_t head_dim) {
@@ -102,36 +104,36 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
 }  // namespace
 
 // Forward, per (batch, query head) and block of QUERY_BLOCK query rows q0..: the block's scores
-// S = scale · Q K^T over keys [0, q0 + rows) (one sgemm), per row the causal softmax (max, then
-// exp_nonpos_f32 lane by lane, the sum in a fixed order; later keys get probability 0), lse, and
-// O = P V (one sgemm).
+// S = scale · Q K^T over keys [0, off + q0 + rows) (one sgemm; off = kv_len - seq_len, the position
+// of query row 0), per row the causal softmax (max, then exp_nonpos_f32 lane by lane, the sum in a
+// fixed order; later keys get probability 0), lse, and O = P V (one sgemm).
 template <class T>
 void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, const AttentionShape& s) {
     check_shape("attention_forward", s);
-    const int64_t B = s.batch, Tn = s.seq_len, H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
+    const int64_t B = s.batch, Tn = s.seq_len, Tk = s.keys(), H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
     if (B == 0 || Tn == 0) return;
-    check_blas_dims("attention_forward", Tn, D);
-    const int64_t group = H / KV;
+    check_blas_dims("attention_forward", Tk, D);
+    const int64_t group = H / KV, off = Tk - Tn;
     const float scale = 1.0f / std::sqrt(float(D));
     const BlasSerialScope serial_blas;  // one single-threaded product per OpenMP task
-#pragma omp parallel if (B * H * Tn * Tn * D > kParallelMinWork)
+#pragma omp parallel if (B * H * Tn * Tk * D > kParallelMinWork)
     {
         const int64_t QB = std::min(QUERY_BLOCK, Tn);
-        std::vector<float> kf(static_cast<size_t>(Tn * D)), vf(static_cast<size_t>(Tn * D));
+        std::vector<float> kf(static_cast<size_t>(Tk * D)), vf(static_cast<size_t>(Tk * D));
         std::vector<float> qf(static_cast<size_t>(QB * D)), of(static_cast<size_t>(QB * D));
-        std::vector<float> sc(static_cast<size_t>(QB * Tn));
+        std::vector<float> sc(static_cast<size_t>(QB * Tk));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t bh = 0; bh < B * H; ++bh) {
             const int64_t b = bh / H, h = bh % H, g = h / group;
-            widen_rows(kf.data(), k, b, g, KV, 0, Tn, Tn, D);
-            widen_rows(vf.data(), v, b, g, KV, 0, Tn, Tn, D);
+            widen_rows(kf.data(), k, b, g, KV, 0, Tk, Tk, D);
+            widen_rows(vf.data(), v, b, g, KV, 0, Tk, Tk, D);
             for (int64_t q0 = 0; q0 < Tn; q0 += QB) {
-                const int64_t rows = std::min(QB, Tn - q0), keys = q0 + rows;
+                const int64_t rows = std::min(QB, Tn - q0), keys = off + q0 + rows;
                 widen_rows(qf.data(), q, b, h, H, q0, rows, Tn, D);
                 gemm(false, true, rows, keys, D, scale, qf.data(), D, kf.data(), D, 0.0f, sc.data(), keys);
                 for (int64_t i = 0; i < rows; ++i) {
                     float* p = sc.data() + i * keys;
-                    const int64_t n = q0 + i + 1;  // keys 0..t
+                    const int64_t n = off + q0 + i + 1;  // keys 0..t
                     float mx = -INFINITY;
                     for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
                     const float sum = softmax_exp_sum(p, n, mx);
@@ -155,6 +157,9 @@ template <class T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                         const float* lse, const AttentionShape& s) {
     check_shape("attention_backward", s);
+    if (s.keys() != s.seq_len)
+        fail("attention_backward: kv_len {} differs from seq_len {} (a KV-cache step has no backward)", s.kv_len,
+             s.seq_len);
     (void)out;
     const int64_t B = s.batch, Tn = s.seq_len, H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
     if (B == 0 || Tn == 0) return;
@@ -167,7 +172,8 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
         const int64_t QB = std::min(QUERY_BLOCK, Tn);
         std::vector<float> kf(static_cast<size_t>(Tn * D)), vf(static_cast<size_t>(Tn * D));
         std::vector<float> dkf(static_cast<size_t>(Tn * D)), dvf(static_cast<size_t>(Tn * D));
-        std::vector<float> qf(static_cast<size_t>(QB * D)), gf(static_cast<size_t>(QB * D)), dqf(static_cast<size_t>(QB * D));
+        std::vector<float> qf(static_cast<size_t>(QB * D)), gf(static_cast<size_t>(QB * D)),
+            dqf(static_cast<size_t>(QB * D));
         std::vector<float> pr(static_cast<size_t>(QB * Tn)), dp(static_cast<size_t>(QB * Tn));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t bg = 0; bg < B * KV; ++bg) {

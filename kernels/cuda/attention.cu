@@ -76,6 +76,7 @@ void check_shape(const char* op, const AttentionShape& s) {
     if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0)
         throw_op_error(op, "n_heads, n_kv_heads and head_dim must be positive");
     if (s.n_heads % s.n_kv_heads != 0) throw_op_error(op, "n_heads is not a multiple of n_kv_heads");
+    if (s.kv_len != 0 && s.kv_len < s.seq_len) throw_op_error(op, "kv_len is below seq_len");
     if (!attention_supports_head_dim(s.head_dim))
         throw_op_error(op, "the CUDA attention kernels take head_dim 16, 32, 64 or 128 only");
 }
@@ -105,6 +106,8 @@ void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf
                         const bf16* out, const float* lse, const AttentionShape& s, void* scratch,
                         cudaStream_t stream) {
     check_shape("attention_backward", s);
+    if (s.keys() != s.seq_len)
+        throw_op_error("attention_backward", "kv_len differs from seq_len (a KV-cache step has no backward)");
     const int64_t B = s.batch, T = s.seq_len, H = s.n_heads, D = s.head_dim;
     if (B == 0 || T == 0) return;
     float* dvec = static_cast<float*>(scratch);

@@ -4,7 +4,8 @@
 //   forward: block (b·H + h, query tile of 64), 4 warps x 16 query rows; K/V tiles of 64 (or 32)
 //     keys double-buffered through cp.async, K and V in separate groups; S = Q·K^T and O += P·V
 //     in registers (P reuses S's accumulators), online softmax in fp32 with exp2, lse (natural
-//     log) saved per row.
+//     log) saved per row. With Tk keys per sequence (Tk >= T, a KV-cache step) query row t sits at
+//     position Tk - T + t: the key tiles and the causal mask follow the positions.
 //   backward (deterministic, no atomics): D = rowsum(dO∘O) (attention.cu), then
 //     dK/dV: block (b·KV + g, key tile of 64), 4 warps x 16 keys; loops over the G query heads of
 //       the group and the query steps of 32 rows at or after the tile (causal); recomputes
@@ -30,27 +31,38 @@ namespace skew::cuda::attention_mma {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kTileM = 64;   // query rows per block (forward, dQ): 16 per warp
-constexpr int kTileN = 64;   // keys per dK/dV block (16 per warp); the forward's and dQ's default key tile (KN: 32 or 64)
-constexpr int kStepM = 32;   // query rows per step of the dK/dV block
+constexpr int kTileM = 64;  // query rows per block (forward, dQ): 16 per warp
+constexpr int kTileN =
+    64;  // keys per dK/dV block (16 per warp); the forward's and dQ's default key tile (KN: 32 or 64)
+constexpr int kStepM = 32;  // query rows per step of the dK/dV block
 // k-loop unrolling of the dK/dV kernel's score GEMMs: 2 at D = 128 (no spills), full below.
 template <int D>
-constexpr int dkdv_unroll() { return D == 128 ? 2 : D / 16; }
+constexpr int dkdv_unroll() {
+    return D == 128 ? 2 : D / 16;
+}
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D>
-constexpr int stride() { return D + 8; }  // smem row stride in bf16
+constexpr int stride() {
+    return D + 8;
+}  // smem row stride in bf16
 
 // Lane offsets (elements) for ldmatrix_x4 into a row-major smem tile of stride S:
 // A operand (16 rows x 16 cols at (0, 0)): matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
 template <int S>
-__device__ __forceinline__ int a_lane_offset(int lane) { return (lane & 15) * S + (lane >> 4) * 8; }
+__device__ __forceinline__ int a_lane_offset(int lane) {
+    return (lane & 15) * S + (lane >> 4) * 8;
+}
 // B operand as rows of B^T (16 rows n x 16 cols k): (n 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15).
 template <int S>
-__device__ __forceinline__ int bt_lane_offset(int lane) { return ((lane >> 4) * 8 + (lane & 7)) * S + ((lane >> 3) & 1) * 8; }
+__device__ __forceinline__ int bt_lane_offset(int lane) {
+    return ((lane >> 4) * 8 + (lane & 7)) * S + ((lane >> 3) & 1) * 8;
+}
 // B operand as rows of B (16 rows k x 16 cols n), read transposed: (k 0-7, n 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
 template <int S>
-__device__ __forceinline__ int b_lane_offset(int lane) { return (((lane >> 3) & 1) * 8 + (lane & 7)) * S + (lane >> 4) * 8; }
+__device__ __forceinline__ int b_lane_offset(int lane) {
+    return (((lane >> 3) & 1) * 8 + (lane & 7)) * S + (lane >> 4) * 8;
+}
 
 // acc (16 x 8·NT fp32, C fragments) += A · B^T: A the warp's 16 rows of a smem tile (a_addr =
 // lane's a_lane_offset address), B^T NT·8 rows of a smem tile (bt_addr = lane's bt_lane_offset
@@ -79,7 +91,8 @@ __device__ __forceinline__ void mma_a_bt(float (&acc)[NT][4], uint32_t a_addr, u
 // here), B 16·KT rows of a smem tile, D wide (b_addr = lane's b_lane_offset address). Only the
 // first k_steps steps of 16 are computed (P is zero beyond them).
 template <int D, int KT>
-__device__ __forceinline__ void mma_p_b(float (&acc)[D / 8][4], const float (&p)[2 * KT][4], uint32_t b_addr, int k_steps) {
+__device__ __forceinline__ void mma_p_b(float (&acc)[D / 8][4], const float (&p)[2 * KT][4], uint32_t b_addr,
+                                        int k_steps) {
     constexpr int S = stride<D>();
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
@@ -101,7 +114,8 @@ __device__ __forceinline__ void mma_p_b(float (&acc)[D / 8][4], const float (&p)
 // Copy ROWS rows of D bf16 (global row stride src_stride elements) into a smem tile of stride
 // D + 8 with cp.async; rows >= valid are zero-filled (valid >= 1: src row 0 is readable).
 template <int D, int ROWS>
-__device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* __restrict__ src, int64_t src_stride, int valid) {
+__device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* __restrict__ src, int64_t src_stride,
+                                                int valid) {
     constexpr int S = stride<D>(), CH = D / 8, N = ROWS * CH;
 #pragma unroll
     for (int it = 0; it < (N + kThreads - 1) / kThreads; ++it) {
@@ -122,7 +136,8 @@ __device__ __forceinline__ void stage_rows(bf16* s_rows, const float (&acc)[D / 
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) {
-        *reinterpret_cast<uint32_t*>(s_rows + g * S + nt * 8 + 2 * c) = pack_bf16x2(acc[nt][0] * mul0, acc[nt][1] * mul0);
+        *reinterpret_cast<uint32_t*>(s_rows + g * S + nt * 8 + 2 * c) =
+            pack_bf16x2(acc[nt][0] * mul0, acc[nt][1] * mul0);
         *reinterpret_cast<uint32_t*>(s_rows + (g + 8) * S + nt * 8 + 2 * c) =
             pack_bf16x2(acc[nt][2] * mul1, acc[nt][3] * mul1);
     }
@@ -136,7 +151,9 @@ __device__ __forceinline__ void store_rows(bf16* __restrict__ dst, int64_t dst_s
 #pragma unroll
     for (int i = lane; i < 16 * CH; i += 32) {
         const int r = i / CH, c = i - r * CH;
-        if (r < valid) *reinterpret_cast<uint4*>(dst + r * dst_stride + c * 8) = *reinterpret_cast<const uint4*>(s_rows + r * S + c * 8);
+        if (r < valid)
+            *reinterpret_cast<uint4*>(dst + r * dst_stride + c * 8) =
+                *reinterpret_cast<const uint4*>(s_rows + r * S + c * 8);
     }
 }
 
@@ -155,28 +172,28 @@ __device__ __forceinline__ float quad_sum(float v) {
 template <int D, int KN = kTileN>
 __global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
     attention_forward_mma_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
-                                 const bf16* __restrict__ k, const bf16* __restrict__ v, int T, int H, int KV,
+                                 const bf16* __restrict__ k, const bf16* __restrict__ v, int T, int Tk, int H, int KV,
                                  float scale, float scale_log2) {
     constexpr int S = stride<D>();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-    bf16* sK = sQ + kTileM * S;       // two buffers of KN rows
-    bf16* sV = sK + 2 * KN * S;   // two buffers of KN rows
+    bf16* sK = sQ + kTileM * S;  // two buffers of KN rows
+    bf16* sV = sK + 2 * KN * S;  // two buffers of KN rows
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t bh = blockIdx.x, b = bh / H, h = bh % H, g = h / (H / KV);
     const int qt = int(gridDim.y) - 1 - int(blockIdx.y);  // longest rows first
-    const int q0 = qt * kTileM;
+    const int q0 = qt * kTileM, off = Tk - T;             // off: the position of query row 0
     const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(KV) * D;
-    const bf16* k_base = k + (b * T * KV + g) * D;
-    const bf16* v_base = v + (b * T * KV + g) * D;
+    const bf16* k_base = k + (b * Tk * KV + g) * D;
+    const bf16* v_base = v + (b * Tk * KV + g) * D;
 
     // Pipeline (FlashAttention-2's): K and V travel in separate cp.async groups, so S = Q·K_j^T
     // starts before V_j lands and K_{j+1} loads during P·V_j. Groups in issue order: {Q, K_0},
     // {V_0}, {K_1}, {V_1}, ...
     load_rows_async<D, kTileM>(sQ, q + ((b * T + q0) * H + h) * D, q_stride, min(kTileM, T - q0));
-    load_rows_async<D, KN>(sK, k_base, kv_stride, min(KN, T));
+    load_rows_async<D, KN>(sK, k_base, kv_stride, min(KN, Tk));
     cp_async_commit();
-    load_rows_async<D, KN>(sV, v_base, kv_stride, min(KN, T));
+    load_rows_async<D, KN>(sV, v_base, kv_stride, min(KN, Tk));
     cp_async_commit();
 
     float o[D / 8][4];
@@ -185,8 +202,8 @@ __global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const int row0 = q0 + warp * 16 + (lane >> 2);  // rows row0 and row0 + 8
     const uint32_t q_addr = smem_u32(sQ + warp * 16 * S + a_lane_offset<S>(lane));
-    const int n_tiles = min((q0 + kTileM - 1) / KN + 1, (T + KN - 1) / KN);  // key tiles up to the diagonal
-    const int warp_row = q0 + warp * 16;                                      // the warp's first row
+    const int n_tiles = min((off + q0 + kTileM - 1) / KN + 1, (Tk + KN - 1) / KN);  // key tiles up to the diagonal
+    const int warp_row = off + q0 + warp * 16;  // the position of the warp's first row
     for (int j = 0; j < n_tiles; ++j) {
         const int buf = j & 1;
         cp_async_wait<1>();  // K_j (and Q) have landed; V_j may be in flight
@@ -210,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int key = key_lo + nt * 8 + 2 * (lane & 3) + (e & 1);
-                        if (key > row0 + (e >> 1) * 8) s[nt][e] = -INFINITY;
+                        if (key > off + row0 + (e >> 1) * 8) s[nt][e] = -INFINITY;
                     }
             }
             // Online softmax over the rows row0 (e = 0, 1) and row0 + 8 (e = 2, 3).
@@ -247,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
         }
         const int j1 = (j + 1) * KN;
         if (j + 1 < n_tiles) {  // K_{j+1} into the other buffer (last read by S of iteration j - 1)
-            load_rows_async<D, KN>(sK + (buf ^ 1) * KN * S, k_base + j1 * kv_stride, kv_stride, min(KN, T - j1));
+            load_rows_async<D, KN>(sK + (buf ^ 1) * KN * S, k_base + j1 * kv_stride, kv_stride, min(KN, Tk - j1));
             cp_async_commit();
             cp_async_wait<1>();  // V_j has landed; K_{j+1} may be in flight
         } else {
@@ -256,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
         __syncthreads();
         if (pairs > 0) mma_p_b<D, KN / 16>(o, s, smem_u32(cV + b_lane_offset<S>(lane)), pairs);
         if (j + 1 < n_tiles) {  // V_{j+1} into the other buffer (last read by P·V of iteration j - 1)
-            load_rows_async<D, KN>(sV + (buf ^ 1) * KN * S, v_base + j1 * kv_stride, kv_stride, min(KN, T - j1));
+            load_rows_async<D, KN>(sV + (buf ^ 1) * KN * S, v_base + j1 * kv_stride, kv_stride, min(KN, Tk - j1));
             cp_async_commit();
         }
     }
@@ -293,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
     bf16* sG = sQ + kTileM * S;
-    bf16* sK = sG + kTileM * S;      // two buffers
+    bf16* sK = sG + kTileM * S;  // two buffers
     bf16* sV = sK + 2 * KN * S;  // two buffers
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t bh = blockIdx.x, b = bh / H, h = bh % H, g = h / (H / KV);
@@ -356,7 +373,8 @@ __global__ void __launch_bounds__(kThreads, KN == 32 ? 3 : 2)
                 for (int e = 0; e < 4; ++e) {
                     const int key = key_lo + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
                     const float p = exp2f(s[nt][e] * scale_log2 - row_lse[e >> 1]);
-                    const bool zero = (need_mask && key > row) || row == 0;  // masked, or a one-key row (dS = 0 exactly)
+                    const bool zero =
+                        (need_mask && key > row) || row == 0;  // masked, or a one-key row (dS = 0 exactly)
                     s[nt][e] = zero ? 0.0f : p * (dp[nt][e] - row_d[e >> 1]) * scale;
                 }
             mma_p_b<D, KN / 16>(acc, s, smem_u32(cK + b_lane_offset<S>(lane)), pairs);
@@ -383,10 +401,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* sK = reinterpret_cast<bf16*>(smem_raw);
     bf16* sV = sK + kTileN * S;
-    bf16* sQ = sV + kTileN * S;      // two buffers of kStepM rows
-    bf16* sG = sQ + 2 * kStepM * S;  // two buffers of kStepM rows
+    bf16* sQ = sV + kTileN * S;                                 // two buffers of kStepM rows
+    bf16* sG = sQ + 2 * kStepM * S;                             // two buffers of kStepM rows
     float* sL = reinterpret_cast<float*>(sG + 2 * kStepM * S);  // two buffers: lse·log2(e) per query row
-    float* sD = sL + 2 * kStepM;                                 // two buffers: D per query row
+    float* sD = sL + 2 * kStepM;                                // two buffers: D per query row
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t bg = blockIdx.x, b = bg / KV, g = bg % KV;
     const int G = H / KV;

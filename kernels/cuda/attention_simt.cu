@@ -13,16 +13,14 @@ namespace skew::cuda {
 
 namespace {
 
-constexpr int kTile = 32;          // queries per tile = keys per tile (one key per lane)
-constexpr int kFwdWarps = 4;       // forward and dQ: 4 warps x 8 query rows
+constexpr int kTile = 32;     // queries per tile = keys per tile (one key per lane)
+constexpr int kFwdWarps = 4;  // forward and dQ: 4 warps x 8 query rows
 constexpr int kRowsPerWarp = kTile / kFwdWarps;
-constexpr int kKvWarps = 8;        // dK/dV: 8 warps
+constexpr int kKvWarps = 8;  // dK/dV: 8 warps
 constexpr int kKeysPerWarp = kTile / kKvWarps;
 
 // Rows of a tile of kTile starting at row0 that lie before T.
-__device__ __forceinline__ int tile_valid(int64_t T, int64_t row0) {
-    return T - row0 < kTile ? int(T - row0) : kTile;
-}
+__device__ __forceinline__ int tile_valid(int64_t T, int64_t row0) { return T - row0 < kTile ? int(T - row0) : kTile; }
 
 // Whether lane owns dimension lane + 32c of a head of D dims (all lanes do when D % 32 == 0).
 template <int D>
@@ -59,11 +57,12 @@ __device__ __forceinline__ void load_tile(bf16* dst, const bf16* __restrict__ sr
 }
 
 // Block (query tile, b·H + h). Warp w owns query rows w·8 .. w·8+7; lane j is key j of each key tile.
+// Tk keys per sequence (Tk >= T): query row t sits at position Tk - T + t.
 template <int D>
 __global__ void __launch_bounds__(kFwdWarps * 32)
     attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
-                             const bf16* __restrict__ k, const bf16* __restrict__ v, int64_t T, int64_t H, int64_t KV,
-                             float scale) {
+                             const bf16* __restrict__ k, const bf16* __restrict__ v, int64_t T, int64_t Tk, int64_t H,
+                             int64_t KV, float scale) {
     constexpr int S = D + 2, C = (D + 31) / 32;
     __shared__ __align__(16) bf16 sQ[kTile * S], sK[kTile * S], sV[kTile * S];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -82,17 +81,17 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
 #pragma unroll
         for (int c = 0; c < C; ++c) acc[i][c] = 0.0f;
     }
-    const int64_t last_key = q0 + q_valid - 1;
+    const int64_t off = Tk - T, last_key = off + q0 + q_valid - 1;  // off: the position of query row 0
     for (int64_t j0 = 0; j0 <= last_key; j0 += kTile) {
         __syncthreads();
-        const int k_valid = tile_valid(T, j0);
-        load_tile<D>(sK, k + ((b * T + j0) * KV + g) * D, KV * D, k_valid);
-        load_tile<D>(sV, v + ((b * T + j0) * KV + g) * D, KV * D, k_valid);
+        const int k_valid = tile_valid(Tk, j0);
+        load_tile<D>(sK, k + ((b * Tk + j0) * KV + g) * D, KV * D, k_valid);
+        load_tile<D>(sV, v + ((b * Tk + j0) * KV + g) * D, KV * D, k_valid);
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < kRowsPerWarp; ++i) {
             const int r = warp * kRowsPerWarp + i;
-            const int64_t t = q0 + r;
+            const int64_t t = off + q0 + r;        // the row's position
             if (r >= q_valid || j0 > t) continue;  // warp-uniform
             const int64_t j = j0 + lane;
             const float s = j <= t ? dot_rows<D>(sQ + r * S, sK + lane * S) * scale : -INFINITY;
@@ -277,24 +276,32 @@ template <int D>
 void attention_backward_launch(dim3 grid_kv, dim3 grid_q, bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
                                const bf16* k, const bf16* v, const float* lse, const float* dvec, int64_t T, int64_t H,
                                int64_t KV, float scale, cudaStream_t stream) {
-    attention_backward_dkdv_kernel<D><<<grid_kv, kKvWarps * 32, 0, stream>>>(dk, dv, dout, q, k, v, lse, dvec, T, H, KV,
-                                                                             scale);
+    attention_backward_dkdv_kernel<D>
+        <<<grid_kv, kKvWarps * 32, 0, stream>>>(dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale);
     cuda_check_kernel("attention_backward_dkdv_kernel");
-    attention_backward_dq_kernel<D><<<grid_q, kFwdWarps * 32, 0, stream>>>(dq, dout, q, k, v, lse, dvec, T, H, KV, scale);
+    attention_backward_dq_kernel<D>
+        <<<grid_q, kFwdWarps * 32, 0, stream>>>(dq, dout, q, k, v, lse, dvec, T, H, KV, scale);
 }
 
 }  // namespace
 
-void attention_forward_simt(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
-                            const AttentionShape& s, cudaStream_t stream) {
-    const int64_t B = s.batch, T = s.seq_len, H = s.n_heads, KV = s.n_kv_heads;
+void attention_forward_simt(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttentionShape& s,
+                            cudaStream_t stream) {
+    const int64_t B = s.batch, T = s.seq_len, Tk = s.keys(), H = s.n_heads, KV = s.n_kv_heads;
     const float scale = 1.0f / std::sqrt(float(s.head_dim));
     const dim3 grid(flat_grid((T + kTile - 1) / kTile, B * H));
     switch (s.head_dim) {
-        case 16: attention_forward_kernel<16><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale); break;
-        case 32: attention_forward_kernel<32><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale); break;
-        case 64: attention_forward_kernel<64><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale); break;
-        default: attention_forward_kernel<128><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, H, KV, scale);
+        case 16:
+            attention_forward_kernel<16><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, Tk, H, KV, scale);
+            break;
+        case 32:
+            attention_forward_kernel<32><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, Tk, H, KV, scale);
+            break;
+        case 64:
+            attention_forward_kernel<64><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, Tk, H, KV, scale);
+            break;
+        default:
+            attention_forward_kernel<128><<<grid, kFwdWarps * 32, 0, stream>>>(out, lse, q, k, v, T, Tk, H, KV, scale);
     }
     cuda_check_kernel("attention_forward_kernel");
 }
@@ -307,10 +314,21 @@ void attention_backward_simt(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, con
     const int64_t tiles = (T + kTile - 1) / kTile;
     const dim3 grid_kv(flat_grid(tiles, B * KV)), grid_q(flat_grid(tiles, B * H));
     switch (D) {
-        case 16: attention_backward_launch<16>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream); break;
-        case 32: attention_backward_launch<32>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream); break;
-        case 64: attention_backward_launch<64>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream); break;
-        default: attention_backward_launch<128>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale, stream);
+        case 16:
+            attention_backward_launch<16>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale,
+                                          stream);
+            break;
+        case 32:
+            attention_backward_launch<32>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale,
+                                          stream);
+            break;
+        case 64:
+            attention_backward_launch<64>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale,
+                                          stream);
+            break;
+        default:
+            attention_backward_launch<128>(grid_kv, grid_q, dq, dk, dv, dout, q, k, v, lse, dvec, T, H, KV, scale,
+                                           stream);
     }
     cuda_check_kernel("attention_backward_dq_kernel");
 }

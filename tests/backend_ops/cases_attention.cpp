@@ -1,7 +1,8 @@
 // Op-table rows of causal GQA attention (tests/backend_ops/op_table.h): forward and backward against
 // the double evaluation at head_dim 3..128, GQA groups 1/2/4/8, T = 1, T = 150 across several query
-// blocks, and the error for n_heads not a multiple of n_kv_heads; finite differences on the CPU's fp32
-// path (T = 70 across query blocks, and a grouped case).
+// blocks, the forward of a KV-cache step (kv_len > T: the last T of kv_len positions), and the errors
+// for n_heads not a multiple of n_kv_heads, kv_len below T and a backward with kv_len != T; finite
+// differences on the CPU's fp32 path (T = 70 across query blocks, and a grouped case).
 #include <cmath>
 #include <memory>
 
@@ -18,7 +19,7 @@ std::string label(const AttentionShape& s) {
     std::snprintf(buf, sizeof buf, "B%lld T%lld H%lld KV%lld D%lld (group %lld)", (long long)s.batch,
                   (long long)s.seq_len, (long long)s.n_heads, (long long)s.n_kv_heads, (long long)s.head_dim,
                   (long long)(s.n_kv_heads > 0 ? s.n_heads / s.n_kv_heads : 0));
-    return buf;
+    return s.kv_len > 0 ? buf + std::string(" kv_len ") + std::to_string(s.kv_len) : buf;
 }
 
 // The CUDA kernels take head_dim 16, 32, 64 or 128 only (kernels/cuda/attention.cu).
@@ -27,11 +28,13 @@ bool cuda_head_dim(const BackendTraits& be, int64_t d) {
 }
 
 int64_t nq(const AttentionShape& s) { return s.batch * s.seq_len * s.n_heads * s.head_dim; }
-int64_t nkv(const AttentionShape& s) { return s.batch * s.seq_len * s.n_kv_heads * s.head_dim; }
+int64_t nkv(const AttentionShape& s) { return s.batch * s.keys() * s.n_kv_heads * s.head_dim; }
 
-// Causal attention: per (batch, head) T(T+1)/2 score dot products and as many P·V terms of D each.
+// Causal attention: per (batch, head) T·off + T(T+1)/2 score dot products (off = kv_len - T, the
+// position of query row 0) and as many P·V terms of D each.
 double attn_flops(const AttentionShape& s) {
-    return 4.0 * double(s.batch * s.n_heads) * double(s.seq_len) * double(s.seq_len + 1) / 2.0 * double(s.head_dim);
+    const double T = double(s.seq_len), off = double(s.keys() - s.seq_len);
+    return 4.0 * double(s.batch * s.n_heads) * (T * off + T * (T + 1) / 2.0) * double(s.head_dim);
 }
 
 Case fwd_case(const AttentionShape& s, uint32_t seed) {
@@ -39,8 +42,8 @@ Case fwd_case(const AttentionShape& s, uint32_t seed) {
     c.op = "attention_forward";
     c.shape = label(s);
     c.dtypes = "bf16 (lse f32)";
-    // out: bf16, sums over up to T keys of D-term scores; lse: f32 after a length-T sum.
-    const int64_t k = std::max(s.seq_len, s.head_dim);
+    // out: bf16, sums over up to kv_len keys of D-term scores; lse: f32 after a length-kv_len sum.
+    const int64_t k = std::max(s.keys(), s.head_dim);
     c.t = {input("q", DT::BF16, nq(s), seed, -2, 2), input("k", DT::BF16, nkv(s), seed + 1, -2, 2),
            input("v", DT::BF16, nkv(s), seed + 2), output("out", DT::BF16, nq(s), tol_rounded(DT::BF16, k)),
            output("lse", DT::F32, s.batch * s.n_heads * s.seq_len, tol_rounded(DT::F32, k))};
@@ -104,6 +107,29 @@ Case bad_group_case() {
     return c;
 }
 
+// A KV-cache shape the op refuses: kv_len below seq_len (forward), or a backward of kv_len != seq_len.
+Case bad_kv_len_case(bool backward) {
+    const AttentionShape s = backward ? AttentionShape{1, 4, 2, 1, 16, 6} : AttentionShape{1, 4, 2, 1, 16, 3};
+    Case c;
+    c.op = backward ? "attention_backward" : "attention_forward";
+    c.shape = backward ? "T4 kv_len 6 (a KV-cache step): throws" : "T4 kv_len 3 (below T): throws";
+    c.dtypes = "bf16 (lse f32)";
+    c.expect_error = true;
+    const int64_t nq4 = 4 * 2 * 16, nkv6 = 6 * 16;
+    c.t = {
+        input("q", DT::BF16, nq4, 1),       input("k", DT::BF16, nkv6, 2),      input("v", DT::BF16, nkv6, 3),
+        input("out", DT::BF16, nq4, 4),     input("lse", DT::F32, 8, 5),        output("a", DT::BF16, nq4, Tol{}),
+        output("b", DT::BF16, nkv6, Tol{}), output("c", DT::BF16, nkv6, Tol{}), output("lse_out", DT::F32, 8, Tol{})};
+    c.run = [s, backward](Backend& be, Bufs& b) {
+        if (backward)
+            be.attention_backward(b.at<bf16>(5), b.at<bf16>(6), b.at<bf16>(7), b.at<bf16>(3), b.at<bf16>(0),
+                                  b.at<bf16>(1), b.at<bf16>(2), b.at<bf16>(3), b.at<float>(4), s);
+        else be.attention_forward(b.at<bf16>(5), b.at<float>(8), b.at<bf16>(0), b.at<bf16>(1), b.at<bf16>(2), s);
+    };
+    c.ref = [](std::vector<Tensor>&) {};
+    return c;
+}
+
 // A head_dim the CUDA kernels have no instantiation for (96): CUDA refuses it; the CPU runs any.
 Case bad_head_dim_case() {
     const AttentionShape s{1, 4, 2, 1, 96};
@@ -152,6 +178,16 @@ void add_attention_cases(std::vector<Case>& out, const TableOptions& o) {
     for (const auto& s : shapes) out.push_back(fwd_case(s, seed += 10));
     for (const auto& s : shapes) out.push_back(bwd_case(s, seed += 10));
     out.push_back(bad_group_case());
+    // A KV-cache step (model/inference.h): the last T of kv_len positions. One row after one tile, on
+    // a tile's last key and after three 64-key tiles; a few rows straddling a 64-row query block;
+    // every head_dim of the CUDA kernels; groups 1, 2, 4, 8.
+    const std::vector<AttentionShape> kv_shapes{
+        {1, 1, 4, 2, 16, 70},  {1, 1, 4, 1, 32, 64},   {2, 1, 8, 1, 64, 200}, {1, 1, 2, 2, 128, 150},
+        {1, 3, 8, 2, 16, 130}, {1, 70, 4, 2, 32, 100}, {2, 2, 4, 2, 3, 9},
+    };
+    for (const auto& s : kv_shapes) out.push_back(fwd_case(s, seed += 10));
+    out.push_back(bad_kv_len_case(false));
+    out.push_back(bad_kv_len_case(true));
     // The CUDA kernels' cases (the removed test_attention.cpp of tests/gpu before; docs/backend-ops.md "Old tests"):
     // every head_dim at group 1, 2, 4 and 8, T = 1, T off the 64-row tile.
     const std::vector<AttentionShape> cuda_shapes{
@@ -167,9 +203,10 @@ void add_attention_cases(std::vector<Case>& out, const TableOptions& o) {
     }
     // Pointers 4- but not 16-byte aligned: the CUDA-core fallback (kernels/cuda/attention.cu), and
     // batch x heads past 65,535 (its flat grid: 33,000 x 2 query heads).
-    for (const AttentionShape& s :
-         std::vector<AttentionShape>{{2, 77, 8, 2, 64}, {1, 1, 2, 1, 64}, {1, 45, 4, 4, 32}, {33000, 2, 2, 1, 16}})
+    for (const AttentionShape& s : std::vector<AttentionShape>{
+             {2, 77, 8, 2, 64}, {1, 1, 2, 1, 64}, {1, 45, 4, 4, 32}, {33000, 2, 2, 1, 16}, {1, 1, 4, 2, 64, 90}})
         for (bool backward : {false, true}) {
+            if (backward && s.kv_len > 0) continue;  // a KV-cache step has no backward
             Case c = backward ? bwd_case(s, seed += 10) : fwd_case(s, seed += 10);
             c.misalign_bytes = 4;
             c.shape += " 4-byte aligned";

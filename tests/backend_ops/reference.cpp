@@ -116,21 +116,22 @@ void rope(Vec& x, int64_t B, int64_t T, int64_t H, int64_t d, int64_t pos0, doub
 }
 
 namespace {
-// The probabilities P[t][j] of one (batch, head), j <= t, and the row's lse.
+// The probabilities P[t][j] of one (batch, head), j <= off + t (query row t at position off + t,
+// off = kv_len - seq_len), and the row's lse.
 void attention_probs(std::vector<Vec>& P, Vec& lse_row, const Vec& q, const Vec& k, const AttentionShape& s, int64_t b,
                      int64_t h) {
-    const int64_t T = s.seq_len, H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim, g = h / (H / KV);
+    const int64_t T = s.seq_len, Tk = s.keys(), H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim, g = h / (H / KV);
     const double sc = 1.0 / std::sqrt(double(D));
     P.assign(z(T), Vec());
     lse_row.assign(z(T), 0.0);
     for (int64_t t = 0; t < T; ++t) {
         Vec& p = P[z(t)];
-        p.resize(z(t + 1));
+        p.resize(z(Tk - T + t + 1));
         double mx = -INFINITY;
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = 0; j < int64_t(p.size()); ++j) {
             double d = 0.0;
             for (int64_t c = 0; c < D; ++c)
-                d += q[z(((b * T + t) * H + h) * D + c)] * k[z(((b * T + j) * KV + g) * D + c)];
+                d += q[z(((b * T + t) * H + h) * D + c)] * k[z(((b * Tk + j) * KV + g) * D + c)];
             p[z(j)] = d * sc;
             mx = std::max(mx, p[z(j)]);
         }
@@ -143,7 +144,7 @@ void attention_probs(std::vector<Vec>& P, Vec& lse_row, const Vec& q, const Vec&
 }  // namespace
 
 void attention_forward(Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec& v, const AttentionShape& s) {
-    const int64_t B = s.batch, T = s.seq_len, H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
+    const int64_t B = s.batch, T = s.seq_len, Tk = s.keys(), H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
     std::vector<Vec> P;
     Vec l;
     for (int64_t b = 0; b < B; ++b)
@@ -154,7 +155,8 @@ void attention_forward(Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec
                 lse[z((b * H + h) * T + t)] = l[z(t)];
                 for (int64_t c = 0; c < D; ++c) {
                     double acc = 0.0;
-                    for (int64_t j = 0; j <= t; ++j) acc += P[z(t)][z(j)] * v[z(((b * T + j) * KV + g) * D + c)];
+                    for (int64_t j = 0; j < int64_t(P[z(t)].size()); ++j)
+                        acc += P[z(t)][z(j)] * v[z(((b * Tk + j) * KV + g) * D + c)];
                     out[z(((b * T + t) * H + h) * D + c)] = acc;
                 }
             }
@@ -162,7 +164,7 @@ void attention_forward(Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec
 }
 
 void attention_backward(Vec& dq, Vec& dk, Vec& dv, const Vec& dout, const Vec& q, const Vec& k, const Vec& v,
-                        const AttentionShape& s) {
+                        const AttentionShape& s) {  // kv_len = seq_len (the backends' backward takes no other)
     const int64_t B = s.batch, T = s.seq_len, H = s.n_heads, KV = s.n_kv_heads, D = s.head_dim;
     const double sc = 1.0 / std::sqrt(double(D));
     std::fill(dq.begin(), dq.end(), 0.0);

@@ -32,9 +32,11 @@ void rmsnorm_backward(Vec& dx, Vec* dw, const Vec& dout, const Vec& x, const Vec
 /// rotated back when inverse.
 void rope(Vec& x, int64_t B, int64_t T, int64_t H, int64_t d, int64_t pos0, double theta, bool inverse);
 
-/// Causal GQA attention: out and lse (AttentionShape layouts).
+/// Causal GQA attention: out and lse (AttentionShape layouts; kv_len > seq_len: the queries are the
+/// last seq_len positions).
 void attention_forward(Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec& v, const AttentionShape& s);
-/// dq, dk, dv of Σ out·dout, recomputing the probabilities from q and k (not from a saved lse).
+/// dq, dk, dv of Σ out·dout, recomputing the probabilities from q and k (not from a saved lse);
+/// kv_len = seq_len.
 void attention_backward(Vec& dq, Vec& dk, Vec& dv, const Vec& dout, const Vec& q, const Vec& k, const Vec& v,
                         const AttentionShape& s);
 

@@ -85,3 +85,45 @@ TEST_CASE("the named loss slots hold the losses the model returns", "[model]") {
     CHECK(*t->model.act.scalar(ACT_SCALAR_BALANCE_LOSS) == lp.moe[0].balance_loss);
     CHECK(*t->model.act.scalar(ACT_SCALAR_Z_LOSS) == lp.moe[0].z_loss);
 }
+
+// The KV cache's slots are the table's forward lines (model/activations.h, kv_cache_buffers): one
+// copy each, shared by every block, except the keys and values, one per block; no slot of the
+// backward or the loss; the expert slots as stored mode's even when training defers them.
+TEST_CASE("a KV cache holds the table's forward slots once and each block's keys and values", "[model][inference]") {
+    auto t = test::make_test_model(tiny_yaml(), {"train.expert_grads=deferred", "model.qk_norm=per_head"}, 2);
+    const ModelConfig& c = t->cfg.model;
+    const int64_t max_len = 40;
+    const std::vector<BufferSpec> kv = kv_cache_buffers(c, max_len);
+    std::set<std::string> names;
+    for (const BufferSpec& b : kv) {
+        names.insert(b.name);
+        CHECK(b.first == Phase::FORWARD);  // all live together: nothing shares bytes
+        CHECK(b.last == Phase::OPTIMIZER);
+    }
+    for (const char* want : {"act.k.0", "act.k.1", "act.v.0", "act.v.1", "act.q", "act.q_pre", "act.ln1_out",
+                             "act.block_input", "act.final_input", "act.moe_in", "act.moe_h1", "act.router_logits",
+                             "act.final_ln_out", "act.logits", "ws.scalars"})
+        CHECK(names.count(want) == 1);
+    for (const char* absent : {"act.k", "act.q.0", "act.block_input.0", "act.d_q", "act.d_stream", "act.losses",
+                               "act.d_final_ln_out", "act.ep_recv"}) {
+        INFO(absent);
+        CHECK(names.count(absent) == 0);
+    }
+    const ActDims D = act_dims(c, 1, max_len, 0);
+    for (const BufferSpec& b : kv)
+        if (b.name == "act.k.1") CHECK(b.bytes() == max_len * D.kvd * 2);
+
+    MemoryPlan plan;
+    plan.buffers = kv;
+    plan.offsets = layout_arena(plan.buffers, &plan.peak_bytes);
+    Arena arena = allocate_host_arena(plan);
+    const ActSlots a = kv_cache_slots_bind(c, max_len, arena);
+    REQUIRE(a.k.size() == 2);
+    CHECK(static_cast<void*>(a.k[0]) == arena.ptr("act.k.0"));
+    CHECK(static_cast<void*>(a.v[1]) == arena.ptr("act.v.1"));
+    CHECK(a.q[0] == a.q[1]);  // one working set for both blocks
+    CHECK(static_cast<void*>(a.q[1]) == arena.ptr("act.q"));
+    CHECK(a.moe_in[1] != nullptr);
+    CHECK(a.moe_in[0] == nullptr);  // block 0 is dense
+    CHECK(a.d_q == nullptr);
+}

@@ -165,8 +165,8 @@ TEST_CASE(
     check_kv_cache_equals_full_forward(QWEN3, {"model.attention_bias=true"});
 }
 
-// The shared experts and their gate run in the cached forward as in the training forward
-// (model/inference.cpp): a row whose shared output is skipped, left ungated or added to the wrong
+// The shared experts and their gate run in the cached forward as in the training forward (one block
+// forward, model/block.cpp, over the cache's rows): a row whose shared output is skipped, left ungated or added to the wrong
 // rows moves its logits by far more than the bf16 round-off.
 TEST_CASE("the KV cache of a model with gated shared experts (Qwen2-MoE) equals its full forward at every position",
           "[model][inference]") {
