@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_runner.h"
+#include "runtime/backend_registry.h"
 #include "runtime/session.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"

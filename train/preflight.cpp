@@ -13,6 +13,7 @@
 #include "engine/error.h"
 #include "optim/optimizer_runner.h"
 #include "plan/plan.h"
+#include "runtime/backend_registry.h"
 #include "train/checkpoint.h"
 #include "train/evaluation.h"
 #include "train/sharded_checkpoint.h"
@@ -92,7 +93,7 @@ int64_t auto_microbatch(const Config& cfg, const ParamTable& table, const Optimi
 /// the microbatch; throws skew::Error naming the optimizer.
 int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
                             const Backend& backend, const ParallelLayout& layout, const std::string& resume_run) {
-    require_optimizer_backend(opt, backend);
+    require_optimizer_backend(opt, optimizer_support(backend));
     const int64_t mb =
         cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, backend, layout, resume_run);
     if (!backend.device_memory())
