@@ -8,12 +8,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "data/tokenizer_identity.h"
 #include "engine/config_schema.h"
 #include "engine/error.h"
 #include "runtime/backend_registry.h"
-#include "train/checkpoint.h"
-#include "train/sharded_checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -48,13 +49,14 @@ CheckpointRef resolve_checkpoint(const std::string& path, const std::string& opt
         fail("{}: is a file, not a folder (give a run folder or a checkpoint folder)", path);
     if (!fs::is_directory(path, ec)) fail("{}: no such folder (a run folder or a checkpoint folder)", path);
     CheckpointRef r;
-    if (fs::exists(fs::path(path) / "trainer_state.json", ec)) {
+    if (fs::exists(CheckpointFolder{path}.trainer_state(), ec)) {
         r.dir = path;
-        r.run_dir = (fs::path(path).lexically_normal() / ".." / ".." / "..").lexically_normal().string();
+        r.run_dir = CheckpointFolder{path}.run().dir;
         r.which = fs::path(path).lexically_normal().filename().string();
         if (r.which.empty()) r.which = fs::path(path).lexically_normal().parent_path().filename().string();
     } else {
-        const fs::path ck = fs::path(path) / "checkpoints";
+        const RunFolder run{path};
+        const fs::path ck = run.checkpoints();
         if (!fs::is_directory(ck, ec))
             fail("{}: neither a checkpoint folder (no trainer_state.json) nor a run folder (no checkpoints/)", path);
         std::string opt = optimizer;
@@ -70,19 +72,19 @@ CheckpointRef resolve_checkpoint(const std::string& path, const std::string& opt
             }
             opt = names[0];
         }
-        const fs::path od = ck / opt;
+        const fs::path od = run.optimizer_checkpoints(opt);
         if (!fs::is_directory(od, ec))
             fail("{}: no checkpoints of optimizer '{}' ({} is missing)", path, opt, od.string());
         std::string w = which;
-        if (w.empty()) w = checkpoint_exists((od / "best").string()) ? "best" : "last";
-        if (!checkpoint_exists((od / w).string()))
+        if (w.empty()) w = checkpoint_exists(run.checkpoint(opt, RunFolder::BEST)) ? RunFolder::BEST : RunFolder::LAST;
+        if (!checkpoint_exists(run.checkpoint(opt, w)))
             fail("{}: no '{}' checkpoint of optimizer '{}' ({} has no trainer_state.json)", path, w, opt,
-                 (od / w).string());
-        r.dir = (od / w).string();
+                 run.checkpoint(opt, w));
+        r.dir = run.checkpoint(opt, w);
         r.run_dir = path;
         r.which = w;
     }
-    const std::string state_path = (fs::path(r.dir) / "trainer_state.json").string();
+    const std::string state_path = CheckpointFolder{r.dir}.trainer_state();
     std::ifstream in(state_path);
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     if (j.is_discarded()) fail("{}: not valid JSON", state_path);
@@ -97,7 +99,7 @@ CheckpointRef resolve_checkpoint(const std::string& path, const std::string& opt
 }
 
 Config load_run_config(const CheckpointRef& ref) {
-    const std::string config_path = (fs::path(ref.run_dir) / "config.yaml").string();
+    const std::string config_path = RunFolder{ref.run_dir}.config();
     std::error_code ec;
     if (!fs::exists(config_path, ec))
         fail("{}: missing; the checkpoint {} must sit in its run folder (RUN/checkpoints/<optimizer>/<which>)",
@@ -119,7 +121,7 @@ Config load_run_config(const CheckpointRef& ref) {
 
 std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::string& backend, int64_t microbatch,
                                         int64_t seq_len) {
-    const std::string config_path = (fs::path(ref.run_dir) / "config.yaml").string();
+    const std::string config_path = RunFolder{ref.run_dir}.config();
     auto lm = std::make_unique<LoadedModel>();
     lm->ref = ref;
     lm->cfg = load_run_config(ref);
@@ -143,7 +145,7 @@ std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::str
         for (size_t i = 0; i < dst.size(); ++i)
             copy_tensor_from_host(dst[i], 0, w[i].data.data(), int64_t(w[i].data.size()));
     } else {
-        read_safetensors_into((fs::path(ref.dir) / "model.safetensors").string(), weight_tensors(s.arena));
+        read_safetensors_into(CheckpointFolder{ref.dir}.weights(), weight_tensors(s.arena));
     }
     lm->model = &s.model;
     return lm;

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "engine/error.h"
 #include "fuzz/fuzz_util.h"
 
@@ -21,7 +21,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             tensors.push_back(t);
         }
         skew::read_safetensors_into(path, tensors);
-    } catch (const skew::Error&) {
-    }
+    } catch (const skew::Error&) {}
     return 0;
 }

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
 #include "fuzz/fuzz_util.h"
@@ -15,7 +15,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const nlohmann::json out = skew::trainer_state_to_json(s);
         const skew::TrainerState back = skew::trainer_state_from_json(out, "written");
         if (skew::trainer_state_to_json(back) != out) std::abort();
-    } catch (const skew::Error&) {
-    }
+    } catch (const skew::Error&) {}
     return 0;
 }

@@ -6,13 +6,13 @@
 
 #include <filesystem>
 
+#include "checkpoint/checkpoint.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
 #include "engine/param_table.h"
 #include "hf/config_map.h"
 #include "hf/folder.h"
 #include "hf/tensor_map.h"
-#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 

@@ -11,6 +11,8 @@
 #include <memory>
 #include <sstream>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/tensor_scan.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
 #include "engine/param_table.h"
@@ -19,8 +21,6 @@
 #include "hf/mapped_file.h"
 #include "hf/tensor_map.h"
 #include "kernels/common/bf16.h"
-#include "train/checkpoint.h"
-#include "train/faults.h"
 
 namespace fs = std::filesystem;
 

@@ -3,6 +3,7 @@
 // FILE --format NAME: zero-shot multiple choice as the LM Evaluation Harness scores PIQA,
 // WinoGrande, HellaSwag and ARC (paper Appendix D, Table 9). Writes <run>/eval_<optimizer>.json.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -10,11 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_identity.h"
-#include "train/checkpoint.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
 #include "engine/process_env.h"
@@ -73,7 +74,6 @@ json task_json(const eval::TaskResult& t) {
                 {"truncated_requests", t.truncated_requests}};
 }
 
-
 void run_eval(const EvalArgs& a) {
     log_to(stderr);  // stdout carries the results (--json) or the generated text
     if (a.data_dir.empty() && a.tasks.empty())
@@ -90,7 +90,7 @@ void run_eval(const EvalArgs& a) {
 
     json out{{"checkpoint", ref.dir}, {"optimizer", ref.optimizer}, {"step", ref.step}, {"which", ref.which}};
     if (!a.data_dir.empty()) {
-        const Config run_cfg = load_config((fs::path(ref.run_dir) / "config.yaml").string());
+        const Config run_cfg = load_config(RunFolder{ref.run_dir}.config());
         const int64_t B = run_cfg.train.batch_size;
         const int64_t mb = run_cfg.train.microbatch > 0 ? run_cfg.train.microbatch : B;
         data::check_run_data_tokenizer(ref.run_dir, a.data_dir, "--data " + a.data_dir);
@@ -98,9 +98,14 @@ void run_eval(const EvalArgs& a) {
         out["backend"] = lm->backend->name();
         const eval::PerplexityResult p = eval::evaluate_perplexity(*lm->model, a.data_dir, a.split, B, a.batches,
                                                                    Progress{live, "perplexity: batch"});
-        out["perplexity"] = json{{"data", a.data_dir}, {"split", p.split},   {"batches", p.batches},
-                                 {"batch_size", B},    {"seq_len", run_cfg.train.seq_len},
-                                 {"tokens", p.tokens}, {"loss", p.loss}, {"perplexity", p.perplexity}};
+        out["perplexity"] = json{{"data", a.data_dir},
+                                 {"split", p.split},
+                                 {"batches", p.batches},
+                                 {"batch_size", B},
+                                 {"seq_len", run_cfg.train.seq_len},
+                                 {"tokens", p.tokens},
+                                 {"loss", p.loss},
+                                 {"perplexity", p.perplexity}};
         if (!a.json_out)
             fmt::print("perplexity ({} split, {} batches, {} tokens): loss {:.4f}, perplexity {:.2f}\n", p.split,
                        p.batches, p.tokens, p.loss, p.perplexity);
@@ -109,7 +114,7 @@ void run_eval(const EvalArgs& a) {
         // every task file is read and checked before the model is loaded
         std::vector<std::vector<eval::McItem>> items;
         for (size_t i = 0; i < a.tasks.size(); ++i) items.push_back(eval::read_task_file(a.tasks[i], formats[i]));
-        const Config run_cfg = load_config((fs::path(ref.run_dir) / "config.yaml").string());
+        const Config run_cfg = load_config(RunFolder{ref.run_dir}.config());
         const data::Tokenizer tok = eval::load_run_tokenizer(ref, run_cfg, a.tokenizer_dir);
         const int64_t L = run_cfg.model.max_seq_len;
         auto lm = eval::load_model(ref, a.backend, a.batch_size, L);
@@ -120,15 +125,19 @@ void run_eval(const EvalArgs& a) {
             try {
                 t = eval::score_task(
                     items[i], formats[i], tok, L + 1, a.batch_size,
-                    [&](const std::vector<std::vector<int32_t>>& seqs) { return model_token_logprobs(*lm->model, seqs); },
+                    [&](const std::vector<std::vector<int32_t>>& seqs) {
+                        return model_token_logprobs(*lm->model, seqs);
+                    },
                     Progress{live, name + ": request"});
             } catch (const Error& e) {
                 fail("{}: {}", a.tasks[i], e.what());
             }
             t.file = a.tasks[i];
             if (t.truncated_requests > 0)
-                spdlog::warn("{}: {} of {} requests were longer than the model's {} positions and lost context tokens "
-                             "on the left", a.tasks[i], t.truncated_requests, t.requests, L);
+                spdlog::warn(
+                    "{}: {} of {} requests were longer than the model's {} positions and lost context tokens "
+                    "on the left",
+                    a.tasks[i], t.truncated_requests, t.requests, L);
             out["tasks"][name] = task_json(t);
             if (!a.json_out)
                 fmt::print("{:<11} n {:>6}  acc {:.4f} ± {:.4f}  acc_norm {:.4f} ± {:.4f}{}\n", name, t.n, t.acc.mean,
@@ -137,20 +146,19 @@ void run_eval(const EvalArgs& a) {
         }
     }
     if (!a.no_write) {
-        const fs::path file = fs::path(ref.run_dir) / ("eval_" + ref.optimizer + ".json");
+        const fs::path file = RunFolder{ref.run_dir}.eval_results(ref.optimizer);
         json merged = out;
         std::error_code ec;
         if (fs::exists(file, ec)) {  // keep the earlier results of the same checkpoint
             std::ifstream in(file);
             const json old = json::parse(in, nullptr, false);
-            if (!old.is_discarded() && old.is_object() && old.contains("checkpoint") &&
-                old["checkpoint"] == ref.dir && old.contains("step") && old["step"] == ref.step) {
+            if (!old.is_discarded() && old.is_object() && old.contains("checkpoint") && old["checkpoint"] == ref.dir &&
+                old.contains("step") && old["step"] == ref.step) {
                 merged = old;
                 for (auto it = out.begin(); it != out.end(); ++it) {
                     if (it.key() == "tasks" && merged.contains("tasks") && merged["tasks"].is_object())
                         for (auto t = it->begin(); t != it->end(); ++t) merged["tasks"][t.key()] = *t;
-                    else
-                        merged[it.key()] = *it;
+                    else merged[it.key()] = *it;
                 }
             }
         }
@@ -164,20 +172,26 @@ void run_eval(const EvalArgs& a) {
 
 void register_eval_command(CLI::App& app) {
     auto a = std::make_shared<EvalArgs>();
-    CLI::App* cmd = app.add_subcommand("eval", "Score a checkpoint: perplexity on a prepared split, zero-shot multiple choice");
+    CLI::App* cmd =
+        app.add_subcommand("eval", "Score a checkpoint: perplexity on a prepared split, zero-shot multiple choice");
     cmd->add_option("checkpoint", a->path, "A run folder (with --optimizer) or a checkpoint folder")->required();
-    cmd->add_option("--optimizer", a->optimizer, "The optimizer whose checkpoint to score (needed when the run has several)");
+    cmd->add_option("--optimizer", a->optimizer,
+                    "The optimizer whose checkpoint to score (needed when the run has several)");
     cmd->add_option("--which", a->which, "best or last (default: best when present, else last)")
         ->check(CLI::IsMember({"best", "last"}));
     cmd->add_option("--data", a->data_dir, "Prepared dataset folder: loss and perplexity over its split");
-    cmd->add_option("--split", a->split, "Split for --data: val (default) or train")->check(CLI::IsMember({"val", "train"}));
+    cmd->add_option("--split", a->split, "Split for --data: val (default) or train")
+        ->check(CLI::IsMember({"val", "train"}));
     cmd->add_option("--batches", a->batches, "Batches of train.batch_size x train.seq_len to score (default: all)")
         ->check(int_at_least(0));
     cmd->add_option("--task", a->tasks, "A task's JSONL file (repeatable, each with its --format)")->take_all();
-    cmd->add_option("--format", a->formats, "piqa, winogrande, hellaswag or arc (one per --task, same order)")->take_all();
+    cmd->add_option("--format", a->formats, "piqa, winogrande, hellaswag or arc (one per --task, same order)")
+        ->take_all();
     cmd->add_option("--tokenizer", a->tokenizer_dir, "Tokenizer folder (default: the run's data.tokenizer_dir)");
-    cmd->add_option("--backend", a->backend, "auto (default), cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-    cmd->add_option("--batch-size", a->batch_size, "Sequences per forward when scoring tasks (default 8)")->check(int_at_least(1));
+    cmd->add_option("--backend", a->backend, "auto (default), cpu or cuda")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    cmd->add_option("--batch-size", a->batch_size, "Sequences per forward when scoring tasks (default 8)")
+        ->check(int_at_least(1));
     cmd->add_flag("--json", a->json_out, "Print the results as JSON on stdout");
     cmd->add_flag("--no-write", a->no_write, "Do not write <run>/eval_<optimizer>.json");
     cmd->add_flag("--no-progress", a->no_progress, "No progress line");
@@ -185,12 +199,14 @@ void register_eval_command(CLI::App& app) {
         // a flag of the part of eval that does not run would be ignored without a word
         for (const char* flag : {"--tokenizer", "--batch-size"})
             if (cmd->count(flag) > 0 && a->tasks.empty())
-                throw CLI::ValidationError(flag, "is for --task scoring; without --task it would be ignored (perplexity "
-                                                 "reads token shards in train.batch_size batches): drop it, or add --task");
+                throw CLI::ValidationError(flag,
+                                           "is for --task scoring; without --task it would be ignored (perplexity "
+                                           "reads token shards in train.batch_size batches): drop it, or add --task");
         for (const char* flag : {"--split", "--batches"})
             if (cmd->count(flag) > 0 && a->data_dir.empty())
-                throw CLI::ValidationError(flag, "is for --data perplexity; without --data it would be ignored: drop it, "
-                                                 "or add --data DIR");
+                throw CLI::ValidationError(flag,
+                                           "is for --data perplexity; without --data it would be ignored: drop it, "
+                                           "or add --data DIR");
         run_eval(*a);
     });
 }

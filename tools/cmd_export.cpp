@@ -6,6 +6,8 @@
 
 #include <filesystem>
 
+#include "checkpoint/run_folder.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "engine/config.h"
 #include "engine/error.h"
 #include "engine/param_table.h"
@@ -13,7 +15,6 @@
 #include "hf/export.h"
 #include "hf/folder.h"
 #include "tools/commands.h"
-#include "train/sharded_checkpoint.h"
 
 namespace skew::tools {
 namespace {
@@ -26,24 +27,16 @@ struct ExportArgs {
     bool best = false;
 };
 
-// Whether `path` is a folder `skew import` wrote (config.yaml and model.safetensors, no
-// trainer_state.json and no checkpoints/): `--format hf` writes its weights back as they are.
-bool is_import_folder(const std::string& path) {
-    namespace fs = std::filesystem;
-    const fs::path d(path);
-    return fs::is_directory(d) && fs::exists(d / "config.yaml") && fs::exists(d / "model.safetensors") &&
-           !fs::exists(d / "trainer_state.json") && !fs::exists(d / "checkpoints");
-}
-
 // `skew export IMPORT_DIR --format hf`: an import's weights back in the Hugging Face layout (the
 // round trip of docs/huggingface.md; the GPU check's peer step loads it in transformers).
 void export_import_folder(const ExportArgs& a) {
-    const std::string config_path = (std::filesystem::path(a.run) / "config.yaml").string();
+    const ImportFolder folder{a.run};
+    const std::string config_path = folder.config();
     const Config cfg = load_config(config_path);
     hf::family_of_model(cfg.model, config_path);
     hf::refuse_existing_output(a.out, "--out");
     const ParamTable table = build_param_table(cfg.model);
-    const std::string tokenizer_dir = (std::filesystem::path(a.run) / "tokenizer").string();
+    const std::string tokenizer_dir = folder.tokenizer();
     const hf::ExportResult r =
         hf::export_hf(cfg.model, read_checkpoint_weights(a.run, table), a.out, config_path,
                       std::filesystem::is_directory(tokenizer_dir) ? tokenizer_dir : std::string());
@@ -53,14 +46,16 @@ void export_import_folder(const ExportArgs& a) {
 }
 
 void run_export(const ExportArgs& a) {
+    // a folder `skew import` wrote: `--format hf` writes its weights back as they are
     if (a.format == "hf" && is_import_folder(a.run)) return export_import_folder(a);
-    const eval::CheckpointRef ref = eval::resolve_checkpoint(a.run, a.optimizer, a.best ? "best" : "last");
+    const eval::CheckpointRef ref =
+        eval::resolve_checkpoint(a.run, a.optimizer, a.best ? RunFolder::BEST : RunFolder::LAST);
     const Config cfg = eval::load_run_config(ref);
     const ParamTable table = build_param_table(cfg.model);
     const std::string what = fmt::format("{} ({} checkpoint of {}, step {}{})", ref.dir, ref.which, ref.optimizer,
                                          ref.step, checkpoint_is_sharded(ref.dir) ? ", shards merged" : "");
     if (a.format == "hf") {
-        const std::string config_path = (std::filesystem::path(ref.run_dir) / "config.yaml").string();
+        const std::string config_path = RunFolder{ref.run_dir}.config();
         hf::family_of_model(cfg.model, config_path);  // refused before the weights are read
         hf::refuse_existing_output(a.out, "--out");
         const hf::ExportResult r = hf::export_hf(cfg.model, read_checkpoint_weights(ref.dir, table), a.out, config_path,

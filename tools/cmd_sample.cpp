@@ -3,15 +3,15 @@
 // (temperature, top-k, top-p, seed) and streamed to stdout until the end-of-text token, --max-tokens or the
 // model's positions run out.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <iterator>
-#include <nlohmann/json.hpp>
 
+#include "checkpoint/run_folder.h"
 #include "data/tokenizer.h"
 #include "engine/config.h"
 #include "engine/error.h"
@@ -27,7 +27,6 @@
 namespace skew::tools {
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 struct SampleArgs {
@@ -47,7 +46,6 @@ struct SampleArgs {
     bool json_out = false;
 };
 
-
 void run_sample(const SampleArgs& a) {
     log_to(stderr);  // stdout carries the results (--json) or the generated text
     if (a.max_tokens < 1) fail("--max-tokens {}: must be >= 1", a.max_tokens);
@@ -55,7 +53,7 @@ void run_sample(const SampleArgs& a) {
     eval::SamplingOptions so{a.temperature, a.top_k, a.top_p, a.seed};
     eval::sampling_distribution(std::vector<float>{0.0f}, 1, so);  // validates the options before loading
     const eval::CheckpointRef ref = eval::resolve_checkpoint(a.path, a.optimizer, a.which);
-    const Config run_cfg = load_config((fs::path(ref.run_dir) / "config.yaml").string());
+    const Config run_cfg = load_config(RunFolder{ref.run_dir}.config());
     const data::Tokenizer tok = eval::load_run_tokenizer(ref, run_cfg, a.tokenizer_dir);
     std::string prompt = a.prompt;
     if (!a.prompt_given) {  // standard input, without the one newline that ends it (echo, a file)
@@ -66,17 +64,19 @@ void run_sample(const SampleArgs& a) {
     const int64_t L = run_cfg.model.max_seq_len, V = run_cfg.model.vocab_size;
     if (prompt.empty() && tok.eot < 0 && tok.bos < 0)
         fail("sample: an empty prompt starts from the end-of-text token, and {} has none: give --prompt", tok.source);
-    std::vector<int32_t> ids = !prompt.empty() ? data::tokenizer_encode(tok, prompt)
-                               : std::vector<int32_t>{tok.eot >= 0 ? tok.eot : tok.bos};
+    std::vector<int32_t> ids =
+        !prompt.empty() ? data::tokenizer_encode(tok, prompt) : std::vector<int32_t>{tok.eot >= 0 ? tok.eot : tok.bos};
     int64_t dropped = 0;
     if (int64_t(ids.size()) > L - 1) {  // keep room for one generated token; the left is dropped
         dropped = int64_t(ids.size()) - (L - 1);
         ids.erase(ids.begin(), ids.begin() + dropped);
-        spdlog::warn("sample: the prompt has {} tokens, more than the model's {} positions leave room for; its first {} "
-                     "tokens were dropped", int64_t(ids.size()) + dropped, L, dropped);
+        spdlog::warn(
+            "sample: the prompt has {} tokens, more than the model's {} positions leave room for; its first {} "
+            "tokens were dropped",
+            int64_t(ids.size()) + dropped, L, dropped);
     }
     const std::string prompt_text = data::tokenizer_decode(tok, ids);  // what the kept prompt ids decode to
-    auto lm = eval::load_model(ref, a.backend, 1, L);  // op scratch sized for a prefill of L tokens
+    auto lm = eval::load_model(ref, a.backend, 1, L);                  // op scratch sized for a prefill of L tokens
     spdlog::info("sample: {} ({} step {}) on {}", ref.dir, ref.optimizer, ref.step, lm->backend->name());
     KvCache cache = open_kv_cache(*lm->model, L);
 
@@ -101,11 +101,12 @@ void run_sample(const SampleArgs& a) {
             all.insert(all.end(), gen.begin(), gen.end());
             std::string text = data::tokenizer_decode(tok, all);
             return text.compare(0, prompt_text.size(), prompt_text) == 0 ? text.substr(prompt_text.size())
-                                                                          : data::tokenizer_decode(tok, gen);
+                                                                         : data::tokenizer_decode(tok, gen);
         };
         auto print_new = [&](bool final) {
             std::string text = gen_text();
-            while (!final && text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) text.resize(text.size() - 3);
+            while (!final && text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0)
+                text.resize(text.size() - 3);
             if (text.size() <= shown.size() || text.compare(0, shown.size(), shown) != 0) return;
             std::fwrite(text.data() + shown.size(), 1, text.size() - shown.size(), stdout);
             std::fflush(stdout);
@@ -131,9 +132,7 @@ void run_sample(const SampleArgs& a) {
             }
         }
         decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        samples.push_back(json{{"text", gen_text()},
-                               {"tokens", gen},
-                               {"stop", stop}});
+        samples.push_back(json{{"text", gen_text()}, {"tokens", gen}, {"stop", stop}});
         if (!a.json_out) {
             print_new(true);
             fmt::print("\n");
@@ -141,19 +140,19 @@ void run_sample(const SampleArgs& a) {
         }
     }
     const double tps = decode_seconds > 0 ? double(decode_tokens) / decode_seconds : 0.0;
-    spdlog::info("sample: {} decode steps in {:.2f} s: {:.1f} tokens/s ({} backend)", decode_tokens, decode_seconds, tps,
-                 lm->backend->name());
+    spdlog::info("sample: {} decode steps in {:.2f} s: {:.1f} tokens/s ({} backend)", decode_tokens, decode_seconds,
+                 tps, lm->backend->name());
     if (a.json_out)
         std::cout << json_text(json{{"checkpoint", ref.dir},
-                          {"optimizer", ref.optimizer},
-                          {"step", ref.step},
-                          {"backend", lm->backend->name()},
-                          {"prompt", prompt},
-                          {"prompt_tokens", int64_t(ids.size())},
-                          {"prompt_tokens_dropped", dropped},
-                          {"seed", a.seed},
-                          {"decode_tokens_per_sec", tps},
-                          {"samples", samples}})  // a sample may end in a cut multi-byte character
+                                    {"optimizer", ref.optimizer},
+                                    {"step", ref.step},
+                                    {"backend", lm->backend->name()},
+                                    {"prompt", prompt},
+                                    {"prompt_tokens", int64_t(ids.size())},
+                                    {"prompt_tokens_dropped", dropped},
+                                    {"seed", a.seed},
+                                    {"decode_tokens_per_sec", tps},
+                                    {"samples", samples}})  // a sample may end in a cut multi-byte character
                   << "\n";
 }
 
@@ -163,21 +162,26 @@ void register_sample_command(CLI::App& app) {
     auto a = std::make_shared<SampleArgs>();
     CLI::App* cmd = app.add_subcommand("sample", "Generate text from a checkpoint (KV cache; streams to stdout)");
     cmd->add_option("checkpoint", a->path, "A run folder (with --optimizer) or a checkpoint folder")->required();
-    cmd->add_option("--optimizer", a->optimizer, "The optimizer whose checkpoint to use (needed when the run has several)");
+    cmd->add_option("--optimizer", a->optimizer,
+                    "The optimizer whose checkpoint to use (needed when the run has several)");
     cmd->add_option("--which", a->which, "best or last (default: best when present, else last)")
         ->check(CLI::IsMember({"best", "last"}));
     cmd->add_option("--prompt", a->prompt, "Prompt text (default: standard input, less its final newline)")
         ->each([a](const std::string&) { a->prompt_given = true; });
     cmd->add_option("--max-tokens", a->max_tokens, "Tokens to generate at most (default 128)")->check(int_at_least(1));
-    cmd->add_option("--temperature", a->temperature, "Softmax temperature; 0 = greedy (default 1)")->check(real_at_least_zero());
-    cmd->add_option("--top-k", a->top_k, "Sample among the k most probable tokens; 0 = all (default)")->check(int_at_least(0));
+    cmd->add_option("--temperature", a->temperature, "Softmax temperature; 0 = greedy (default 1)")
+        ->check(real_at_least_zero());
+    cmd->add_option("--top-k", a->top_k, "Sample among the k most probable tokens; 0 = all (default)")
+        ->check(int_at_least(0));
     cmd->add_option("--top-p", a->top_p, "Nucleus: the smallest set of tokens with probability >= p (default 1)")
         ->check(probability_open_closed());
     cmd->add_option("--seed", a->seed, "Seed of the draws: the same seed gives the same text on the same backend")
         ->check(uint64_value());
-    cmd->add_option("--num-samples", a->num_samples, "Independent samples of the same prompt (default 1)")->check(int_at_least(1));
+    cmd->add_option("--num-samples", a->num_samples, "Independent samples of the same prompt (default 1)")
+        ->check(int_at_least(1));
     cmd->add_option("--tokenizer", a->tokenizer_dir, "Tokenizer folder (default: the run's data.tokenizer_dir)");
-    cmd->add_option("--backend", a->backend, "auto (default), cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    cmd->add_option("--backend", a->backend, "auto (default), cpu or cuda")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     cmd->add_flag("--json", a->json_out, "Print the samples as JSON instead of streaming text");
     cmd->callback([a] { run_sample(*a); });
 }

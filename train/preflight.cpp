@@ -8,15 +8,16 @@
 #include <algorithm>
 #include <fstream>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "data/shard_identity.h"
 #include "engine/config_hint.h"
 #include "engine/error.h"
 #include "optim/optimizer_runner.h"
 #include "plan/plan.h"
 #include "runtime/backend_registry.h"
-#include "train/checkpoint.h"
 #include "train/evaluation.h"
-#include "train/sharded_checkpoint.h"
 
 namespace skew {
 
@@ -106,7 +107,7 @@ int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const Op
 /// the batch and microbatch checks after it would otherwise propose config changes).
 void check_resume_world_size(const Config& cfg, const std::string& run_dir, int world) {
     for (const OptimizerConfig& opt : cfg.optimizers) {
-        const std::string dir = checkpoint_dir(run_dir, opt.name, "last");
+        const std::string dir = RunFolder{run_dir}.checkpoint(opt.name, RunFolder::LAST);
         const int64_t was = checkpoint_world_size(dir);
         if (was == 0 || was == world) continue;
         if (was == 1)

@@ -2,18 +2,18 @@
 // independent reader, atomic replacement under failed writes and crashes, and refusal of corrupt,
 // truncated or mismatched files with a message naming the file and the problem.
 #include <catch2/catch.hpp>
-
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
 #include "engine/error.h"
-#include "train_test_util.h"
 #include "tests/skip.h"
+#include "train_test_util.h"
 
 using namespace skew;
 using namespace train_test;
@@ -25,7 +25,8 @@ namespace {
 std::string snapshot(const Run& r) {
     std::string s;
     for (const auto& t : weight_tensors(r.arena)) s.append(static_cast<const char*>(t.data), size_t(t.bytes()));
-    for (const auto& t : buffer_tensors(r.arena, BufferKind::STATE)) s.append(static_cast<const char*>(t.data), size_t(t.bytes()));
+    for (const auto& t : buffer_tensors(r.arena, BufferKind::STATE))
+        s.append(static_cast<const char*>(t.data), size_t(t.bytes()));
     return s;
 }
 
@@ -56,11 +57,10 @@ std::vector<std::string> visible(const std::string& dir) {
     return out;
 }
 
-
 // A checkpoint of step 1 in a scratch run folder; returns the checkpoint folder.
 std::string saved_checkpoint(Run& r, const std::string& name) {
     std::string run_dir = scratch(name);
-    std::string dir = checkpoint_dir(run_dir, "skewadam", "last");
+    std::string dir = RunFolder{run_dir}.checkpoint("skewadam", RunFolder::LAST);
     fill(r, 1);
     save_checkpoint(dir, r.arena, state_at(1));
     return dir;
@@ -111,11 +111,13 @@ TEST_CASE("an independent reader (Python json + numpy) reads the same values fro
     auto r = make_run();
     std::string dir = saved_checkpoint(*r, "python");
     for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-        Output out = shell(std::string("/usr/bin/python3 ") + SKEW_SOURCE_DIR + "/tests/train/read_safetensors.py " + dir + "/" + file);
+        Output out = shell(std::string("/usr/bin/python3 ") + SKEW_SOURCE_DIR + "/tests/train/read_safetensors.py " +
+                           dir + "/" + file);
         REQUIRE(out.status == 0);
         auto j = nlohmann::json::parse(out.text);
         CHECK(j["metadata"]["step"] == "1");
-        auto tensors = std::string(file) == "model.safetensors" ? weight_tensors(r->arena) : buffer_tensors(r->arena, BufferKind::STATE);
+        auto tensors = std::string(file) == "model.safetensors" ? weight_tensors(r->arena)
+                                                                : buffer_tensors(r->arena, BufferKind::STATE);
         REQUIRE(j["tensors"].size() == tensors.size());
         for (const auto& t : tensors) {
             const auto& e = j["tensors"][t.name];
@@ -146,13 +148,15 @@ TEST_CASE("a failed write leaves the previous checkpoint intact and no half-writ
     const std::string before = snapshot(*r);
     fill(*r, 2);
     set_write_hook_for_testing([](const std::string& path, int64_t offset) {
-        if (path.ends_with("optimizer.safetensors") && offset > 8) fail("{}: simulated disk full at byte {}", path, offset);
+        if (path.ends_with("optimizer.safetensors") && offset > 8)
+            fail("{}: simulated disk full at byte {}", path, offset);
     });
     std::string msg = error_of([&] { save_checkpoint(dir, r->arena, state_at(2)); });
     set_write_hook_for_testing(nullptr);
     CHECK_THAT(msg, Catch::Contains("simulated disk full"));
     CHECK(visible(fs::path(dir).parent_path().string()) == std::vector<std::string>{"last"});
-    CHECK(std::distance(fs::directory_iterator(fs::path(dir).parent_path()), fs::directory_iterator{}) == 1);  // no temp left
+    CHECK(std::distance(fs::directory_iterator(fs::path(dir).parent_path()), fs::directory_iterator{}) ==
+          1);  // no temp left
     fill(*r, 3);
     CHECK(load_checkpoint(dir, r->arena).step == 1);
     CHECK(snapshot(*r) == before);
@@ -171,8 +175,7 @@ TEST_CASE("a crash in the middle of a save leaves the previous checkpoint loadab
         });
         try {
             save_checkpoint(dir, r->arena, state_at(2));
-        } catch (...) {
-        }
+        } catch (...) {}
         ::_exit(0);
     }
     int status = 0;
@@ -196,7 +199,8 @@ TEST_CASE("a truncated checkpoint is refused with a message naming the file") {
     const std::string path = dir + "/model.safetensors";
     fs::resize_file(path, fs::file_size(path) - 10);
     std::string msg = error_of([&] { load_checkpoint(dir, r->arena); });
-    CHECK_THAT(msg, Catch::Contains(path) && Catch::Contains("outside the file's data region") && Catch::Contains("truncated"));
+    CHECK_THAT(msg, Catch::Contains(path) && Catch::Contains("outside the file's data region") &&
+                        Catch::Contains("truncated"));
     fs::resize_file(path, 20);  // cut inside the header
     msg = error_of([&] { load_checkpoint(dir, r->arena); });
     CHECK_THAT(msg, Catch::Contains(path) && Catch::Contains("bad header length"));
@@ -212,7 +216,8 @@ TEST_CASE("a header length larger than the limit is refused as a bad header leng
     std::string bytes = read_file(path);
     for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char(0x7f);
     write_file(path, bytes);
-    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }), Catch::Contains(path) && Catch::Contains("bad header length"));
+    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }),
+               Catch::Contains(path) && Catch::Contains("bad header length"));
 }
 
 TEST_CASE("a header that is not JSON is refused with the parser's message") {
@@ -222,7 +227,8 @@ TEST_CASE("a header that is not JSON is refused with the parser's message") {
     std::string bytes = read_file(path);
     bytes[8] = 'x';  // the opening brace
     write_file(path, bytes);
-    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }), Catch::Contains(path) && Catch::Contains("header is not valid JSON"));
+    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }),
+               Catch::Contains(path) && Catch::Contains("header is not valid JSON"));
 }
 
 TEST_CASE("data offsets outside the file, gaps and trailing bytes are refused") {
@@ -237,13 +243,20 @@ TEST_CASE("data offsets outside the file, gaps and trailing bytes are refused") 
     };
     CHECK_THAT(make(R"({"a":{"dtype":"F32","shape":[250],"data_offsets":[0,1000]}})", 8),
                Catch::Contains("t.safetensors: tensor 'a': data_offsets [0, 1000) lie outside"));
-    CHECK_THAT(make(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4), Catch::Contains("span 4 bytes but shape [2] of F32 needs 8"));
+    CHECK_THAT(make(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4),
+               Catch::Contains("span 4 bytes but shape [2] of F32 needs 8"));
     CHECK_THAT(make(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), Catch::Contains("gap"));
-    CHECK_THAT(make(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", 6),
-               Catch::Contains("overlap"));
-    CHECK_THAT(make(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 12), Catch::Contains("8 bytes after the last tensor"));
-    CHECK_THAT(make(R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8), Catch::Contains("unsupported dtype 'F64'"));
-    CHECK_THAT(make(R"({"a":{"dtype":"F32","shape":[1]}})", 4), Catch::Contains("data_offsets null is not [begin, end]"));
+    CHECK_THAT(
+        make(
+            R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+            6),
+        Catch::Contains("overlap"));
+    CHECK_THAT(make(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 12),
+               Catch::Contains("8 bytes after the last tensor"));
+    CHECK_THAT(make(R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8),
+               Catch::Contains("unsupported dtype 'F64'"));
+    CHECK_THAT(make(R"({"a":{"dtype":"F32","shape":[1]}})", 4),
+               Catch::Contains("data_offsets null is not [begin, end]"));
     CHECK_THAT(make(R"([1,2])", 0), Catch::Contains("header JSON is a array, not an object"));
     CHECK(make(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4) == "(no error)");
     // A shape whose byte count overflows int64 (it once wrapped, to 0 for [2^32, 2^32]) is refused.
@@ -260,12 +273,14 @@ TEST_CASE("a tensor with another shape or dtype than the plan is refused naming 
     const std::string path = dir + "/model.safetensors";
     const std::map<std::string, std::string> meta = {{"step", "1"}};
     auto tensors = weight_tensors(r->arena);
-    auto q = std::find_if(tensors.begin(), tensors.end(), [](const NamedTensor& t) { return t.shape.size() == 2 && t.shape[0] != t.shape[1]; });
+    auto q = std::find_if(tensors.begin(), tensors.end(),
+                          [](const NamedTensor& t) { return t.shape.size() == 2 && t.shape[0] != t.shape[1]; });
     REQUIRE(q != tensors.end());
     std::swap(q->shape[0], q->shape[1]);  // same bytes, transposed shape
     write_safetensors(path, tensors, meta);
     CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }),
-               Catch::Contains(path) && Catch::Contains("tensor '" + q->name + "' has shape") && Catch::Contains("in the plan"));
+               Catch::Contains(path) && Catch::Contains("tensor '" + q->name + "' has shape") &&
+                   Catch::Contains("in the plan"));
 
     tensors = weight_tensors(r->arena);
     auto ln = std::find_if(tensors.begin(), tensors.end(), [](const NamedTensor& t) { return t.dtype == DType::F32; });
@@ -285,24 +300,29 @@ TEST_CASE("a missing or an extra tensor is refused naming it") {
     const std::string dropped = tensors.back().name;
     tensors.pop_back();
     write_safetensors(path, tensors, meta);
-    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }), Catch::Contains(path) && Catch::Contains("missing tensor '" + dropped + "'"));
+    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }),
+               Catch::Contains(path) && Catch::Contains("missing tensor '" + dropped + "'"));
     tensors = weight_tensors(r->arena);
     float extra = 1.0f;
     tensors.push_back(NamedTensor{"blocks.9.surprise", DType::F32, {1}, &extra});
     write_safetensors(path, tensors, meta);
-    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }), Catch::Contains("holds tensor 'blocks.9.surprise' that the plan does not have"));
+    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }),
+               Catch::Contains("holds tensor 'blocks.9.surprise' that the plan does not have"));
 }
 
 TEST_CASE("a checkpoint of another optimizer is refused") {
     auto r = make_run("skewadam");
     std::string dir = saved_checkpoint(*r, "other-opt");
     auto a = make_run("adamw");
-    CHECK_THAT(error_of([&] { load_checkpoint(dir, a->arena); }),
-               Catch::Contains("trainer_state.json: checkpoint of optimizer 'skewadam' cannot be loaded into a run of optimizer 'adamw'"));
+    CHECK_THAT(
+        error_of([&] { load_checkpoint(dir, a->arena); }),
+        Catch::Contains(
+            "trainer_state.json: checkpoint of optimizer 'skewadam' cannot be loaded into a run of optimizer 'adamw'"));
     // The state file alone, put into an adamw checkpoint, is refused for its tensors.
     std::string adir = scratch("other-opt-adamw") + "/last";
     save_checkpoint(adir, a->arena, state_at(1, "adamw"));
-    fs::copy_file(dir + "/optimizer.safetensors", adir + "/optimizer.safetensors", fs::copy_options::overwrite_existing);
+    fs::copy_file(dir + "/optimizer.safetensors", adir + "/optimizer.safetensors",
+                  fs::copy_options::overwrite_existing);
     CHECK_THAT(error_of([&] { load_checkpoint(adir, a->arena); }), Catch::Contains(adir + "/optimizer.safetensors"));
 }
 
@@ -312,7 +332,8 @@ TEST_CASE("files of two different saves in one folder are refused") {
     std::string other = scratch("mixed-2") + "/last";
     save_checkpoint(other, r->arena, state_at(5));
     fs::copy_file(other + "/model.safetensors", dir + "/model.safetensors", fs::copy_options::overwrite_existing);
-    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }), Catch::Contains("written at step 5") && Catch::Contains("mixes two saves"));
+    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }),
+               Catch::Contains("written at step 5") && Catch::Contains("mixes two saves"));
 }
 
 TEST_CASE("a corrupt trainer_state.json is refused naming the file and the key") {
@@ -320,11 +341,13 @@ TEST_CASE("a corrupt trainer_state.json is refused naming the file and the key")
     std::string dir = saved_checkpoint(*r, "state-json");
     const std::string path = dir + "/trainer_state.json";
     write_file(path, "{\"step\": 3");
-    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }), Catch::Contains(path) && Catch::Contains("not valid JSON"));
+    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }),
+               Catch::Contains(path) && Catch::Contains("not valid JSON"));
     auto j = trainer_state_to_json(state_at(1));
     j.erase("data_position");
     write_file(path, j.dump());
-    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }), Catch::Contains(path) && Catch::Contains("missing key 'data_position'"));
+    CHECK_THAT(error_of([&] { load_checkpoint(dir, r->arena); }),
+               Catch::Contains(path) && Catch::Contains("missing key 'data_position'"));
     j = trainer_state_to_json(state_at(1));
     j["step"] = "three";
     write_file(path, j.dump());
@@ -348,14 +371,16 @@ TEST_CASE("an atomic write refuses to replace a pipe, a link or a directory, and
     write_file(target, "kept\n");
     fs::create_symlink(target, link);
     fs::create_directories(sub);
-    CHECK_THAT(error_of([&] { write_file_atomic(fifo, "x"); }), Catch::Contains(fifo + ": exists and is not an ordinary file (a named pipe)"));
+    CHECK_THAT(error_of([&] { write_file_atomic(fifo, "x"); }),
+               Catch::Contains(fifo + ": exists and is not an ordinary file (a named pipe)"));
     CHECK_THAT(error_of([&] { write_file_atomic(link, "x"); }), Catch::Contains("(a symbolic link)"));
-    CHECK_THAT(error_of([&] { write_safetensors(sub, {}, {}); }), Catch::Contains(sub + ": exists and is not an ordinary file (a directory)"));
+    CHECK_THAT(error_of([&] { write_safetensors(sub, {}, {}); }),
+               Catch::Contains(sub + ": exists and is not an ordinary file (a directory)"));
     CHECK(fs::is_fifo(fs::symlink_status(fifo)));
     CHECK(fs::is_symlink(fs::symlink_status(link)));
     CHECK(read_file(target) == "kept\n");
     CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}) == 4);  // no temporary left
-    write_file_atomic(target, "new\n");  // an ordinary file is replaced
+    write_file_atomic(target, "new\n");                                                // an ordinary file is replaced
     CHECK(read_file(target) == "new\n");
 }
 
@@ -398,7 +423,7 @@ TEST_CASE("only a lower finite validation loss makes a new best checkpoint") {
     TrainerState s;
     CHECK(record_validation(s, 10, 5.0));
     CHECK(s.best_val_step == 10);
-    CHECK(!record_validation(s, 20, 5.0));   // equal is not better
+    CHECK(!record_validation(s, 20, 5.0));  // equal is not better
     CHECK(!record_validation(s, 30, std::nan("")));
     CHECK(!record_validation(s, 40, 6.0));
     CHECK(record_validation(s, 50, 4.5));

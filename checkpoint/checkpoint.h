@@ -1,128 +1,25 @@
-// Checkpoints and durable files (docs/design.md, "Errors, not crashes": a checkpoint on disk is never
-// left half-written). Weights and optimizer state are safetensors files (header JSON + raw
-// little-endian data, readable by PyTorch's `safetensors`); the trainer's scalars are a JSON file.
+// Checkpoints (docs/design.md, "Errors, not crashes": a checkpoint on disk is never left
+// half-written): the weights and optimizer state as safetensors files (checkpoint/safetensors.h),
+// the trainer's scalars as a JSON file, in a checkpoint folder (checkpoint/run_folder.h) swapped in
+// whole.
 #pragma once
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <map>
 #include <string>
 #include <string_view>
-#include <vector>
 
+#include "checkpoint/durable_file.h"
+#include "checkpoint/named_tensor.h"
+#include "checkpoint/safetensors.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 
 namespace skew {
-
-// ---- tensors in memory
-
-/// A named tensor in host or device memory: what a safetensors file stores or a fault check scans.
-struct NamedTensor {
-    std::string name;  // name in the file / in messages
-    DType dtype = DType::F32;
-    std::vector<int64_t> shape;  // row-major
-    void* data = nullptr;        // host pointer, or device pointer when device == CUDA
-    ArenaDevice device = ArenaDevice::HOST;
-    Backend* backend = nullptr;  // copies device memory (Backend::copy_to_host/_device); needed when device != HOST
-
-    int64_t numel() const;
-    int64_t bytes() const { return numel() * dtype_bytes(dtype); }
-};
-
-/// The weights of an arena as tensors named by the parameter table ("blocks.1.moe.router"), in
-/// table order: the plan's "weight.<param>" buffers with the prefix removed. `backend` copies a
-/// device arena's memory (nullptr for a host arena).
-std::vector<NamedTensor> weight_tensors(const Arena& arena, Backend* backend = nullptr);
-
-/// The plan buffers of one kind (GRAD, STATE, ...), named exactly as the plan names them
-/// ("grad.<param>", "state.<param>.<kind>"), in plan order; `backend` as for weight_tensors.
-std::vector<NamedTensor> buffer_tensors(const Arena& arena, BufferKind kind, Backend* backend = nullptr);
-
-/// Copy `bytes` bytes starting `offset` bytes into t's data to host memory dst (t.backend's
-/// copy_to_host for device memory). Throws skew::Error naming the tensor on a range outside it, a
-/// device tensor without a backend, or a failed copy.
-void copy_tensor_to_host(void* dst, const NamedTensor& t, int64_t offset, int64_t bytes);
-
-/// The reverse: host memory src into t's data at `offset`.
-void copy_tensor_from_host(const NamedTensor& t, int64_t offset, const void* src, int64_t bytes);
-
-// ---- durable files
-
-/// Write `bytes` to `path` so that a reader sees either the old file or the whole new one: write
-/// to a hidden temporary in the same folder (".<name>.tmp-<pid>"), fsync it, rename it over path,
-/// fsync the folder. Creates missing parent folders. Throws skew::Error naming path and the OS
-/// error; the temporary is removed on failure.
-void write_file_atomic(const std::string& path, std::string_view bytes);
-
-/// fsync a folder so that renames and creations inside it are durable. Throws skew::Error.
-void fsync_directory(const std::string& dir);
-
-/// Testing hook: called before every chunk a durable writer puts into a file, with the final path
-/// and the byte offset about to be written. A hook that throws simulates a failed write (disk full);
-/// one that calls _exit simulates a crash. Pass nullptr to remove it. Not thread-safe.
-using WriteHook = std::function<void(const std::string& path, int64_t offset)>;
-void set_write_hook_for_testing(WriteHook hook);
-
-// ---- safetensors
-
-/// Safetensors dtype string of a DType: "BF16", "F32", "I32", "U16".
-const char* safetensors_dtype(DType t);
-
-/// One tensor entry of a safetensors header; offsets are bytes relative to the data region.
-struct SafetensorsEntry {
-    std::string name;
-    DType dtype = DType::F32;
-    std::vector<int64_t> shape;
-    int64_t begin = 0;
-    int64_t end = 0;
-};
-
-/// A validated safetensors header.
-struct SafetensorsHeader {
-    std::string path;
-    int64_t file_bytes = 0;
-    int64_t data_start = 0;                       // 8 + header length
-    std::vector<SafetensorsEntry> tensors;        // in data order
-    std::map<std::string, std::string> metadata;  // "__metadata__"
-
-    /// The entry of that name, or nullptr.
-    const SafetensorsEntry* find(const std::string& name) const;
-};
-
-/// "[2, 3]": a shape or a multi-index (an element's coordinates) as error messages print it.
-std::string shape_text(const std::vector<int64_t>& s);
-
-/// The safetensors header of `tensors` laid out in the given order, contiguous from offset 0: the
-/// 8-byte little-endian length, then the JSON (string `metadata` as __metadata__ when not empty)
-/// padded with spaces to 8 bytes, so the data starts aligned. Only names, dtypes and shapes are
-/// read. Throws skew::Error naming `path` on an empty, reserved or repeated tensor name.
-std::string safetensors_header_bytes(const std::string& path, const std::vector<NamedTensor>& tensors,
-                                     const std::map<std::string, std::string>& metadata);
-
-/// Write tensors (in the given order, contiguous, header padded with spaces to 8 bytes) and the
-/// string metadata to `path` durably (as write_file_atomic). Device tensors are staged through a
-/// bounded host buffer. Throws skew::Error naming the file.
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
-
-/// Read and validate the header of `path`: 8-byte little-endian length within the file, JSON that
-/// parses to an object, each entry with a known dtype, a shape and data_offsets of exactly
-/// numel * dtype bytes inside the file, entries tiling the data region with no gap, overlap or
-/// trailing bytes. Throws skew::Error naming the file and what is wrong.
-SafetensorsHeader read_safetensors_header(const std::string& path);
-
-/// Load `path` into `tensors`: every tensor must be in the file with the same dtype and shape,
-/// and the file may hold no other tensor. Returns the metadata. Throws skew::Error naming the file
-/// and the tensor (missing, extra, dtype or shape mismatch, unreadable).
-std::map<std::string, std::string> read_safetensors_into(const std::string& path,
-                                                         const std::vector<NamedTensor>& tensors);
-
-// ---- checkpoints
 
 /// The trainer's scalars, saved next to the tensors (trainer_state.json). RNG needs no state of its
 /// own: every draw is Philox keyed by (seed, stream, step, tensor, element), so seed and step
@@ -143,6 +40,10 @@ struct TrainerState {
     std::map<std::string, std::string> model_config;
     nlohmann::json extra = nlohmann::json::object();  // optimizer scalars that live outside the arena
 };
+
+/// The JSON in file `path`, parsed strictly (engine/json_strict.h: a key named twice is refused).
+/// Throws skew::Error naming the file when it cannot be opened or is not valid JSON.
+nlohmann::json read_json_file(const std::string& path);
 
 /// The trainer_state.json of checkpoint folder `dir` (or of `dir`.old, where a save was interrupted
 /// between its two renames). Throws skew::Error naming the file: missing, not valid JSON, a field
@@ -183,9 +84,6 @@ std::string config_hash(std::string_view resolved_yaml);
 /// (model.layernorm_eps -> model.norm_eps): its config.yaml, unedited, still hashes to what its
 /// checkpoints carry, while the same settings resolve to new text. An unreadable file: false.
 bool config_hash_matches(const Config& cfg, const std::string& config_path, const std::string& hash);
-
-/// RUNDIR/checkpoints/<optimizer>/<which>, which is "last" or "best".
-std::string checkpoint_dir(const std::string& run_dir, const std::string& optimizer, const std::string& which);
 
 /// Save a checkpoint to folder `dir`: model.safetensors (weights, parameter-table names),
 /// optimizer.safetensors (the plan's state buffers, plan names), trainer_state.json; both tensor
