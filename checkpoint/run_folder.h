@@ -70,7 +70,8 @@ struct CheckpointFolder {
     std::string optimizer_state() const { return file(OPTIMIZER_FILE); }
     std::string trainer_state() const { return file(TRAINER_STATE_FILE); }
     std::string layout() const { return file(LAYOUT_FILE); }
-    /// The run folder holding it: DIR/../../.. (RUN of RUN/checkpoints/<optimizer>/<which>), normalized.
+    /// The run folder holding it: DIR/../../.. (RUN of RUN/checkpoints/<optimizer>/<which>),
+    /// lexically normalized ("runs/a/checkpoints/adamw/best" gives "runs/a/").
     RunFolder run() const;
 };
 

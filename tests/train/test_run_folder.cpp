@@ -29,7 +29,7 @@ TEST_CASE("a run folder names its files as runs on disk hold them") {
     CHECK(RunFolder{"runs/a/"}.config() == "runs/a/config.yaml");
 }
 
-TEST_CASE("a metrics file's name gives its optimizer; any other name none") {
+TEST_CASE("a metrics or eval file's name gives its optimizer, any other name none") {
     CHECK(RunFolder::metrics_optimizer("metrics_adamw.json") == "adamw");
     CHECK(RunFolder::metrics_optimizer("metrics_galore-paper.json") == "galore-paper");
     CHECK_FALSE(RunFolder::metrics_optimizer("metrics_.json"));
@@ -52,9 +52,11 @@ TEST_CASE("a checkpoint folder names its files and the run folder three levels u
     CHECK(CheckpointFolder::optimizer_shard_file(1, 4) == "optimizer.rank-1-of-4.safetensors");
     CHECK(CheckpointFolder::expert_state_shard_file(0, 2) == "optimizer.experts-0-of-2.safetensors");
     CHECK(CheckpointFolder::expert_shard_file(1, 2) == "model.experts-1-of-2.safetensors");
-    CHECK(ck.run().dir == "runs/a");
-    CHECK(CheckpointFolder{"runs/a/checkpoints/adamw/best/"}.run().dir == "runs/a");
-    CHECK(CheckpointFolder{"checkpoints/adamw/last"}.run().dir == ".");
+    // the run folder as `skew eval` has always named it in messages (normalized, a trailing separator)
+    CHECK(ck.run().dir == "runs/a/");
+    CHECK(ck.run().config() == "runs/a/config.yaml");
+    CHECK(CheckpointFolder{"runs/a/checkpoints/adamw/best/"}.run().config() == "runs/a/config.yaml");
+    CHECK(CheckpointFolder{"checkpoints/adamw/last"}.run().config() == "./config.yaml");
 }
 
 TEST_CASE("an import folder is told apart from a run folder and a checkpoint folder") {
@@ -72,6 +74,6 @@ TEST_CASE("an import folder is told apart from a run folder and a checkpoint fol
     CHECK_FALSE(is_import_folder(dir));  // a run folder
     fs::remove_all(RunFolder{dir}.checkpoints());
     std::ofstream(CheckpointFolder{dir}.trainer_state()) << "{}";
-    CHECK_FALSE(is_import_folder(dir));  // a checkpoint folder
+    CHECK_FALSE(is_import_folder(dir));            // a checkpoint folder
     CHECK_FALSE(is_import_folder(imp.weights()));  // a file
 }
