@@ -7,6 +7,8 @@
 #
 #   bench/gpu_carry.sh stage BUILD_DIR CARRY_DIR DATA_DIR   stage (then check) a carry
 #   bench/gpu_carry.sh check CARRY_DIR                      size and library check; exit 1 naming the problem
+#   bench/gpu_carry.sh matches CARRY_DIR                    whether the carry was built from this tree (commit
+#                                                           and the scripts' and configs' contents); exit 1 if not
 #
 # The GPU image (docs/gpu-status.md) provides only: the C and C++ runtimes, the NVIDIA driver,
 # cuBLAS/cuBLASLt and the CUDA runtime (toolkit and pip), NCCL (pip nvidia-nccl-cu13; loaded by skew
@@ -28,6 +30,48 @@ carry_say() { echo "gpu_carry: $*" >&2; }
 
 # carry_needed FILE: the sonames FILE needs (DT_NEEDED), one per line.
 carry_needed() { readelf -d "$1" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
+
+# carry_unpack PAYLOAD DIR: unpack payload.tar.xz into DIR with tar and xz, or with Python's tarfile
+# and lzma where xz is not installed (the GPU image need not have it) or SKEW_CARRY_UNPACK=python.
+carry_unpack() {
+    if [[ "${SKEW_CARRY_UNPACK:-}" != python ]] && command -v xz >/dev/null; then
+        tar -C "$2" -xJf "$1"
+    else
+        python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' "$1" "$2"
+    fi
+}
+
+# carry_sources_hash: one sha256 over the paths and contents of the files a phase reads beside the
+# binaries (configs/*.yaml, bench/*.sh, bench/*.py), run from the repository root; computed the same
+# way where the carry is staged and where it runs (the GPU machine's copy has no .git).
+carry_sources_hash() {
+    local f
+    for f in configs/*.yaml bench/*.sh bench/*.py; do
+        [[ -f "$f" ]] && printf '%s %s\n' "$f" "$(sha256sum < "$f" | cut -d' ' -f1)"
+    done | sha256sum | cut -c1-16
+}
+
+# carry_matches_tree CARRY_DIR: prints one line; returns 0 when the carry was staged from this tree:
+# the same commit where git can tell, and the same carry_sources_hash; 1 otherwise.
+carry_matches_tree() {
+    local carry=$1 built tree src_built src_tree
+    built=$(head -1 "$carry/COMMIT" 2>/dev/null)
+    src_built=$(sed -n 's/^sources: //p' "$carry/COMMIT" 2>/dev/null | head -1)
+    src_tree=$(carry_sources_hash)
+    tree=$(git rev-parse HEAD 2>/dev/null || echo "")
+    if [[ -n "$tree" && "$built" != "$tree" ]]; then
+        echo "the carry was built at commit ${built:-unknown}, the tree is at $tree (bench/gpu_check.sh --prepare)"
+        return 1
+    fi
+    if [[ "$src_built" != "$src_tree" ]]; then
+        echo "the carry's scripts and configs (sources ${src_built:-unknown}) differ from the tree's ($src_tree) (bench/gpu_check.sh --prepare)"
+        return 1
+    fi
+    local same="" dirty=""
+    [[ -n "$tree" ]] && same=" (the tree's too)"
+    grep -q '^uncommitted:' "$carry/COMMIT" && dirty=", with uncommitted changes"
+    echo "commit ${built:-unknown}$same, sources $src_tree$dirty"
+}
 
 # carry_copy_libs DEST FILE...: copy every library the files need (resolved by ldd, transitively)
 # that is not the GPU image's into DEST.
@@ -84,6 +128,7 @@ carry_stage() {
         git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown
         git -C "$root" status --short 2>/dev/null | sed 's/^/uncommitted: /'
         echo "built: $build ($(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null))"
+        echo "sources: $(cd "$root" && carry_sources_hash)"
     } > "$carry/COMMIT"
     carry_check "$carry"
 }
@@ -94,7 +139,7 @@ carry_check() {
     local carry=$1 kib bad=0 tmp
     [[ -f "$carry/payload.tar.xz" ]] || { carry_say "$carry/payload.tar.xz is missing (bench/gpu_check.sh --prepare)"; return 1; }
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/skew-carry-check.XXXXXX")
-    tar -C "$tmp" -xJf "$carry/payload.tar.xz" || { carry_say "$carry/payload.tar.xz does not unpack"; rm -rf "$tmp"; return 1; }
+    carry_unpack "$carry/payload.tar.xz" "$tmp" || { carry_say "$carry/payload.tar.xz does not unpack"; rm -rf "$tmp"; return 1; }
     echo "carry $carry ($(head -1 "$carry/COMMIT" 2>/dev/null)):"
     (cd "$carry" && du -ak . | sort -k2 | awk '{printf "  %8.1f MiB  %s\n", $1 / 1024, $2}' | grep -v ' \.$')
     echo "  payload unpacked:"
@@ -126,15 +171,22 @@ carry_check() {
     return $bad
 }
 
-# carry_env CARRY_DIR: on the GPU machine, unpack the payload into a temporary folder and export
+# carry_env CARRY_DIR: on the GPU machine, unpack the payload into a temporary folder (or reuse the
+# one SKEW_CARRY_DIR names, where bench/gpu_check.sh all unpacked it for its phases) and export
 # what the carried programs need: SKEW_CARRY_BIN (the binaries), LD_LIBRARY_PATH (the carried
 # libraries, then the CUDA toolkit's and wherever the image keeps cuBLASLt, the CUDA runtime and
 # NCCL), PATH (the carried mpirun) with Open MPI's relocation variables, and the tests' SKEW_BINARY
 # and SKEW_SOURCE_DIR (tests/test_paths.h). Returns 1 when the payload does not unpack.
 carry_env() {
     local carry=$1 dir d
-    dir=$(mktemp -d "${TMPDIR:-/tmp}/skew-carry.XXXXXX")
-    tar -C "$dir" -xJf "$carry/payload.tar.xz" || { carry_say "cannot unpack $carry/payload.tar.xz into $dir"; return 1; }
+    if [[ -n "${SKEW_CARRY_DIR:-}" && -x "${SKEW_CARRY_DIR}/bin/skew" ]]; then
+        dir=$SKEW_CARRY_DIR
+        # exported already (a phase of bench/gpu_check.sh all): nothing to add
+        [[ "${LD_LIBRARY_PATH:-}" == "$dir/lib"* && "${SKEW_CARRY_BIN:-}" == "$dir/bin" ]] && return 0
+    else
+        dir=$(mktemp -d "${TMPDIR:-/tmp}/skew-carry.XXXXXX")
+        carry_unpack "$carry/payload.tar.xz" "$dir" || { carry_say "cannot unpack $carry/payload.tar.xz into $dir"; return 1; }
+    fi
     export SKEW_CARRY_DIR=$dir SKEW_CARRY_BIN=$dir/bin
     local path=$dir/lib
     for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
@@ -159,6 +211,7 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
     case "${1:-}" in
         stage) carry_stage "$2" "$3" "$4" ;;
         check) carry_check "$2" ;;
-        *) echo "usage: bench/gpu_carry.sh stage BUILD_DIR CARRY_DIR DATA_DIR | check CARRY_DIR" >&2; exit 2 ;;
+        matches) carry_matches_tree "$2" ;;
+        *) echo "usage: bench/gpu_carry.sh stage BUILD_DIR CARRY_DIR DATA_DIR | check CARRY_DIR | matches CARRY_DIR" >&2; exit 2 ;;
     esac
 fi

@@ -6,9 +6,10 @@ make_tiny_hf.py): `skew import` it, `skew export --format hf` the import, and lo
 and skew's export in `transformers` (AutoModelForCausalLM, float32, CPU). Each model's logits for
 the fixture's 2 x 16 reference tokens are compared with the float64 reference logits of
 <family>_reference.bin, which skew's own forward meets at 0.8-0.9% (tests/hf/test_import.cpp): the
-limit is that test's, a normalized error (||a - b|| / ||b||) of 2e-2. The fixture's tokenizer.json
-through `tokenizers` gives the same ids as `skew tokenize` on the committed multilingual texts
-(tests/fixtures/data/multilingual.json).
+limit is that test's, a normalized error (||a - b|| / ||b||) of 2e-2. The export's generation config
+(the bos, eos and pad token ids `generate` stops and pads at) is the fixture's. The fixture's
+tokenizer.json through `tokenizers` gives the same ids as `skew tokenize` on the committed
+multilingual texts (tests/fixtures/data/multilingual.json); Mixtral's is the SentencePiece-style one.
 
 Needs python3 with torch, transformers and tokenizers (the GPU machine's image has them); exits 77
 with one line when they are missing, 1 when a comparison fails, 0 when every one passes.
@@ -64,16 +65,21 @@ def load_model(path):
     return m.eval()
 
 
-def logits_error(path, tokens, reference):
+def logits_error(model, tokens, reference):
     import numpy as np
     import torch
 
-    model = load_model(path)
     with torch.no_grad():
         got = model(input_ids=torch.from_numpy(tokens)).logits.double().numpy()
     got = got.reshape(-1, got.shape[-1])[:, : reference.shape[1]]
     ref = reference.astype(np.float64)
     return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-12))
+
+
+def generation_ids(model):
+    """The token ids transformers' generate() stops and pads at, from the model's generation config."""
+    g = model.generation_config
+    return {k: getattr(g, k, None) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
 
 
 def main():
@@ -112,17 +118,24 @@ def main():
             continue
         rec = read_records(os.path.join(hf_root, f"{fam}_reference.bin"))
         tokens = rec["tokens"].astype("int64")
+        ids = {}
         for what, path in (("fixture", fixture), ("skew's export", exp)):
             try:
-                e = logits_error(path, tokens, rec["logits"])
+                model = load_model(path)
+                ids[what] = generation_ids(model)
+                e = logits_error(model, tokens, rec["logits"])
                 result(f"{fam} {what} in transformers", e <= LIMIT, f"logits error {e:.4f} against the reference, limit {LIMIT}")
             except Exception as ex:  # a model transformers cannot load is the finding
                 result(f"{fam} {what} in transformers", False, f"{type(ex).__name__}: {ex}")
+        if len(ids) == 2:
+            want, got = ids["fixture"], ids["skew's export"]
+            result(f"{fam} generation ids", want == got, f"fixture {want}, export {got}")
         tok = tokenizers.Tokenizer.from_file(os.path.join(fixture, "tokenizer.json"))
         differ = []
         for i, text in enumerate(texts):
             want = tok.encode(text, add_special_tokens=False).ids
-            got = [int(x) for x in skew(a.skew, ["tokenize", "--tokenizer", os.path.join(imp, "tokenizer")],
+            # tokenizers matches special added tokens in the text: skew's --allow-special
+            got = [int(x) for x in skew(a.skew, ["tokenize", "--allow-special", "--tokenizer", os.path.join(imp, "tokenizer")],
                                         stdin=text.encode("utf-8")).split()]
             if got != want:
                 differ.append(i)

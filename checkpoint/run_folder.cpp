@@ -17,6 +17,7 @@ namespace {
 constexpr const char* CHECKPOINTS_FOLDER = "checkpoints";
 constexpr const char* DATA_MANIFEST_FILE = "manifest.json";  // the data folder's own name (skew prepare)
 constexpr const char* TOKENIZER_FOLDER = "tokenizer";
+constexpr const char* PUBLISHED_FOLDER = "hf";
 constexpr const char* METRICS_PREFIX = "metrics_";
 constexpr const char* EVAL_PREFIX = "eval_";
 constexpr const char* JSON_SUFFIX = ".json";
@@ -80,11 +81,15 @@ RunFolder CheckpointFolder::run() const {
 std::string ImportFolder::config() const { return in(dir, CONFIG_FILE); }
 std::string ImportFolder::weights() const { return in(dir, CheckpointFolder::WEIGHTS_FILE); }
 std::string ImportFolder::tokenizer() const { return in(dir, TOKENIZER_FOLDER); }
+HfFolder ImportFolder::published() const { return HfFolder{in(dir, PUBLISHED_FOLDER)}; }
+
+std::string HfFolder::file(const std::string& name) const { return in(dir, name); }
 
 bool is_import_folder(const std::string& dir) {
+    std::error_code ec;
     const ImportFolder f{dir};
-    return fs::is_directory(dir) && fs::exists(f.config()) && fs::exists(f.weights()) &&
-           !fs::exists(CheckpointFolder{dir}.trainer_state()) && !fs::exists(RunFolder{dir}.checkpoints());
+    return fs::is_directory(dir, ec) && fs::exists(f.config(), ec) && fs::exists(f.weights(), ec) &&
+           !fs::exists(CheckpointFolder{dir}.trainer_state(), ec) && !fs::exists(RunFolder{dir}.checkpoints(), ec);
 }
 
 }  // namespace skew

@@ -75,18 +75,40 @@ struct CheckpointFolder {
     RunFolder run() const;
 };
 
+/// A Hugging Face checkpoint folder (docs/huggingface.md): the one `skew import` reads, the one
+/// `skew export --format hf` writes, and the published files an import keeps (IMPORT/hf/).
+struct HfFolder {
+    std::string dir;
+
+    static constexpr const char* CONFIG_FILE = "config.json";
+    static constexpr const char* GENERATION_CONFIG_FILE = "generation_config.json";
+    /// The weights in one file (the name skew's own checkpoints use too), or ...
+    static constexpr const char* WEIGHTS_FILE = CheckpointFolder::WEIGHTS_FILE;
+    /// ... in shards, each tensor's file named by this index's `weight_map`.
+    static constexpr const char* WEIGHTS_INDEX_FILE = "model.safetensors.index.json";
+
+    std::string file(const std::string& name) const;  // DIR/name
+    std::string config() const { return file(CONFIG_FILE); }
+    std::string generation_config() const { return file(GENERATION_CONFIG_FILE); }
+    std::string weights() const { return file(WEIGHTS_FILE); }
+    std::string weights_index() const { return file(WEIGHTS_INDEX_FILE); }
+};
+
 /// The folder `skew import` writes (docs/huggingface.md, "Import"): the model section as a config,
-/// the weights under skew's names, and the tokenizer's files when the checkpoint had any.
+/// the weights under skew's names, the tokenizer's files when the checkpoint had any, and the
+/// published config.json and generation_config.json for `skew export --format hf`.
 struct ImportFolder {
     std::string dir;
 
     std::string config() const;     // config.yaml
     std::string weights() const;    // model.safetensors (CheckpointFolder::WEIGHTS_FILE's format)
     std::string tokenizer() const;  // tokenizer/
+    HfFolder published() const;     // hf/: the files as published
 };
 
-/// Whether `dir` is a folder `skew import` wrote: a folder with config.yaml and model.safetensors
-/// but neither a checkpoint's trainer_state.json nor a run's checkpoints/.
+/// Whether `dir` is a folder `skew import` wrote (docs/huggingface.md, "Import"): a folder with
+/// config.yaml and model.safetensors but neither a checkpoint's trainer_state.json nor a run's
+/// checkpoints/. False where the disk cannot be read.
 bool is_import_folder(const std::string& dir);
 
 }  // namespace skew

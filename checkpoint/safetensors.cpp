@@ -10,10 +10,12 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 
 #include "checkpoint/durable_file.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
+#include "engine/text.h"
 
 namespace skew {
 
@@ -56,6 +58,15 @@ struct ReadFile {
         }
     }
 };
+
+// The element width of a safetensors dtype (the format's Dtype enum), or 0 for a name it does not have.
+int64_t safetensors_dtype_bytes(const std::string& s) {
+    static const std::map<std::string, int64_t> widths = {
+        {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+        {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"I64", 8},     {"U64", 8}, {"F64", 8}};
+    const auto it = widths.find(s);
+    return it == widths.end() ? 0 : it->second;
+}
 
 bool parse_dtype(const std::string& s, DType* out) {
     for (DType t : {DType::BF16, DType::F32, DType::I32, DType::U16})
@@ -148,61 +159,79 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
 
     nlohmann::json j;
     std::string json_error;
-    if (!json_try_parse_strict(text, j, json_error)) fail("{}: header is not valid JSON: {}", path, json_error);
+    if (!json_try_parse_strict(text, j, json_error))
+        fail("{}: header is not valid JSON: {}", path, escape_text(json_error));
     if (!j.is_object()) fail("{}: header JSON is a {}, not an object", path, j.type_name());
     for (auto it = j.begin(); it != j.end(); ++it) {
         const std::string& name = it.key();
+        const std::string shown = escape_text(name);  // a name may hold control characters (\u0007)
         const auto& v = it.value();
         if (name == "__metadata__") {
             if (!v.is_object()) fail("{}: __metadata__ is not an object", path);
             for (auto m = v.begin(); m != v.end(); ++m) {
-                if (!m.value().is_string()) fail("{}: __metadata__ value of '{}' is not a string", path, m.key());
+                if (!m.value().is_string())
+                    fail("{}: __metadata__ value of '{}' is not a string", path, escape_text(m.key()));
                 h.metadata[m.key()] = m.value().get<std::string>();
             }
             continue;
         }
-        if (!v.is_object()) fail("{}: tensor '{}': header entry is not an object", path, name);
+        if (!v.is_object()) fail("{}: tensor '{}': header entry is not an object", path, shown);
         SafetensorsEntry e;
         e.name = name;
-        if (!v.contains("dtype") || !v["dtype"].is_string()) fail("{}: tensor '{}': missing dtype", path, name);
-        if (!parse_dtype(v["dtype"].get<std::string>(), &e.dtype))
-            fail("{}: tensor '{}': unsupported dtype '{}' (skew reads BF16, F32, I32, U16)", path, name,
-                 v["dtype"].get<std::string>());
-        if (!v.contains("shape") || !v["shape"].is_array()) fail("{}: tensor '{}': missing shape", path, name);
+        if (!v.contains("dtype") || !v["dtype"].is_string()) fail("{}: tensor '{}': missing dtype", path, shown);
+        e.dtype_name = v["dtype"].get<std::string>();
+        const int64_t width = safetensors_dtype_bytes(e.dtype_name);
+        if (width == 0)
+            fail("{}: tensor '{}': dtype '{}' is not a safetensors dtype", path, shown, escape_text(e.dtype_name));
+        e.dtype_known = parse_dtype(e.dtype_name, &e.dtype);
+        if (!v.contains("shape") || !v["shape"].is_array()) fail("{}: tensor '{}': missing shape", path, shown);
         for (const auto& d : v["shape"]) {
             if (!d.is_number_integer() || d.get<int64_t>() < 0)
-                fail("{}: tensor '{}': shape {} is not a list of sizes", path, name, v["shape"].dump());
+                fail("{}: tensor '{}': shape {} is not a list of sizes", path, shown, v["shape"].dump());
             e.shape.push_back(d.get<int64_t>());
         }
         const auto& off = v.contains("data_offsets") ? v["data_offsets"] : nlohmann::json();
         if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() || !off[1].is_number_integer() ||
             off[0].get<int64_t>() < 0 || off[1].get<int64_t>() < off[0].get<int64_t>())
-            fail("{}: tensor '{}': data_offsets {} is not [begin, end] with 0 <= begin <= end", path, name, off.dump());
+            fail("{}: tensor '{}': data_offsets {} is not [begin, end] with 0 <= begin <= end", path, shown,
+                 off.dump());
         e.begin = off[0].get<int64_t>();
         e.end = off[1].get<int64_t>();
         if (e.end > data_bytes)
             fail(
                 "{}: tensor '{}': data_offsets [{}, {}) lie outside the file's data region of {} bytes: the file is "
                 "truncated",
-                path, name, e.begin, e.end, data_bytes);
+                path, shown, e.begin, e.end, data_bytes);
         // The shape's byte count, refused where it overflows int64 (a crafted header) before it is compared.
-        int64_t need = dtype_bytes(e.dtype);
+        int64_t need = width;
         for (const int64_t d : e.shape)
             if (__builtin_mul_overflow(need, d, &need))
-                fail("{}: tensor '{}': shape {} of {} holds more bytes than a file can", path, name,
-                     shape_text(e.shape), safetensors_dtype(e.dtype));
+                fail("{}: tensor '{}': shape {} of {} holds more bytes than a file can", path, shown,
+                     shape_text(e.shape), e.dtype_name);
         if (e.end - e.begin != need)
-            fail("{}: tensor '{}': data_offsets span {} bytes but shape {} of {} needs {}", path, name, e.end - e.begin,
-                 shape_text(e.shape), safetensors_dtype(e.dtype), need);
+            fail("{}: tensor '{}': data_offsets span {} bytes but shape {} of {} needs {}", path, shown,
+                 e.end - e.begin, shape_text(e.shape), e.dtype_name, need);
         h.tensors.push_back(std::move(e));
     }
-    std::sort(h.tensors.begin(), h.tensors.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+    // In data order (begin, then end, then name, so the order and the messages do not depend on the
+    // header's), the tensors that hold bytes tiling the data region; an empty one holds none.
+    std::sort(h.tensors.begin(), h.tensors.end(), [](const auto& a, const auto& b) {
+        return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+    });
     int64_t expect = 0;
+    const SafetensorsEntry* previous = nullptr;
     for (const auto& e : h.tensors) {
-        if (e.begin != expect)
-            fail("{}: tensor '{}': data starts at byte {} but the previous tensor ends at {}: {} in the data region",
-                 path, e.name, e.begin, expect, e.begin < expect ? "overlap" : "gap");
+        if (e.begin == e.end) continue;
+        if (e.begin < expect)
+            fail("{}: tensors '{}' [{}, {}) and '{}' [{}, {}) share bytes: an overlap in the data region", path,
+                 escape_text(previous->name), previous->begin, previous->end, escape_text(e.name), e.begin, e.end);
+        if (e.begin > expect)
+            fail("{}: tensor '{}': data starts at byte {} but {}: a gap in the data region", path, escape_text(e.name),
+                 e.begin,
+                 previous ? fmt::format("tensor '{}' ends at {}", escape_text(previous->name), expect)
+                          : std::string("the data region starts at byte 0"));
         expect = e.end;
+        previous = &e;
     }
     if (expect != data_bytes)
         fail("{}: {} bytes after the last tensor's data: corrupt file", path, data_bytes - expect);
@@ -220,8 +249,8 @@ std::map<std::string, std::string> read_safetensors_into(const std::string& path
     for (const auto& t : tensors) {
         const SafetensorsEntry* e = h.find(t.name);
         if (!e) fail("{}: missing tensor '{}' ({} {})", path, t.name, safetensors_dtype(t.dtype), shape_text(t.shape));
-        if (e->dtype != t.dtype)
-            fail("{}: tensor '{}' is {} in the file but {} in the plan", path, t.name, safetensors_dtype(e->dtype),
+        if (!e->dtype_known || e->dtype != t.dtype)
+            fail("{}: tensor '{}' is {} in the file but {} in the plan", path, t.name, e->dtype_name,
                  safetensors_dtype(t.dtype));
         if (e->shape != t.shape)
             fail("{}: tensor '{}' has shape {} in the file but {} in the plan", path, t.name, shape_text(e->shape),

@@ -17,7 +17,9 @@ const char* safetensors_dtype(DType t);
 /// One tensor entry of a safetensors header; offsets are bytes relative to the data region.
 struct SafetensorsEntry {
     std::string name;
-    DType dtype = DType::F32;
+    std::string dtype_name;    // as the header writes it: "BF16", "F16", "F64", ...
+    bool dtype_known = false;  // one of skew's dtypes (BF16, F32, I32, U16): `dtype` holds it
+    DType dtype = DType::F32;  // meaningful only where dtype_known; readers refuse the others by dtype_name
     std::vector<int64_t> shape;
     int64_t begin = 0;
     int64_t end = 0;
@@ -49,9 +51,12 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
                        const std::map<std::string, std::string>& metadata = {});
 
 /// Read and validate the header of `path`: 8-byte little-endian length within the file, JSON that
-/// parses to an object, each entry with a known dtype, a shape and data_offsets of exactly
-/// numel * dtype bytes inside the file, entries tiling the data region with no gap, overlap or
-/// trailing bytes. Throws skew::Error naming the file and what is wrong.
+/// parses to an object, each entry with a dtype of the safetensors format (BOOL, U8, I8, F8_E5M2,
+/// F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, I64, U64, F64; those skew holds have dtype_known), a
+/// shape and data_offsets of exactly numel * dtype bytes inside the file, the non-empty entries
+/// tiling the data region (in order of begin, then end) with no gap, overlap or trailing bytes;
+/// empty entries may sit at any offset inside it. Throws skew::Error naming the file and what is
+/// wrong (an overlap names both tensors), bytes of the file that are not printable UTF-8 escaped.
 SafetensorsHeader read_safetensors_header(const std::string& path);
 
 /// Load `path` into `tensors`: every tensor must be in the file with the same dtype and shape,

@@ -156,6 +156,8 @@ std::map<std::string, HostTensor> read_all(const std::string& path) {
     const SafetensorsHeader h = read_safetensors_header(path);
     std::map<std::string, HostTensor> out;
     for (const SafetensorsEntry& e : h.tensors) {
+        if (!e.dtype_known)
+            fail("{}: tensor '{}' is {}, not a dtype skew writes (BF16, F32, I32, U16)", path, e.name, e.dtype_name);
         HostTensor t;
         t.name = e.name;
         t.dtype = e.dtype;

@@ -4,6 +4,8 @@
 #include "data/batch_stream.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,13 +16,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "data/shard.h"
 #include "data/split.h"
-#include "engine/error.h"
 #include "engine/config_hint.h"
+#include "engine/error.h"
 #include "engine/json_strict.h"
 
 namespace skew::data {
@@ -67,19 +67,24 @@ TokenSplit token_split_open_files(const std::vector<std::string>& paths, const s
 TokenSplit token_split_open(const std::string& dir, const std::string& split) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    if (!fs::is_directory(dir, ec)) fail("data: {} is not a directory of token shards (run `skew prepare --out {}`)", dir, dir);
+    if (!fs::is_directory(dir, ec))
+        fail("data: {} is not a directory of token shards (run `skew prepare --out {}`)", dir, dir);
     std::vector<std::string> paths;
     std::string needle = split + "_";
     for (const auto& entry : fs::directory_iterator(dir)) {
         std::string file = entry.path().filename().string();
         if (is_prepare_temp_name(file))
-            fail("data: {} holds {}, a temporary file of an interrupted (or still running) `skew prepare`, so its shards "
-                 "are not a complete dataset; re-run `skew prepare --out {}`", dir, file, dir);
+            fail(
+                "data: {} holds {}, a temporary file of an interrupted (or still running) `skew prepare`, so its "
+                "shards "
+                "are not a complete dataset; re-run `skew prepare --out {}`",
+                dir, file, dir);
         if (!entry.is_regular_file() || file.size() < 4 || file.substr(file.size() - 4) != ".bin") continue;
         size_t at = file.find(needle);
         if (at == 0 || (at != std::string::npos && file[at - 1] == '_')) paths.push_back(entry.path().string());
     }
-    if (paths.empty()) fail("data: no {} shards (*{}_*.bin) in {}; run `skew prepare --out {}`", split, split, dir, dir);
+    if (paths.empty())
+        fail("data: no {} shards (*{}_*.bin) in {}; run `skew prepare --out {}`", split, split, dir, dir);
     std::sort(paths.begin(), paths.end());
     return token_split_open_files(paths, split);
 }
@@ -99,22 +104,27 @@ static bool read_manifest(const std::string& dir, nlohmann::json& m, std::string
 }
 
 bool token_split_check_manifest(const std::string& dir, const std::string& separator, int64_t model_vocab_size,
-                                double val_ratio) {
+                                double val_ratio, const std::string& vocab_advice) {
     nlohmann::json m;
     std::string path;
     if (!read_manifest(dir, m, path)) return false;
     const std::string prepared = json_string_or(m, "separator", "", path);
     if (prepared != separator)
-        fail("data: the config says data.separator: {}, but the shards in {} were prepared with separator {} ({}); "
-             "re-run `skew prepare --separator {}` or change data.separator", separator, dir, prepared, path, separator);
+        fail(
+            "data: the config says data.separator: {}, but the shards in {} were prepared with separator {} ({}); "
+            "re-run `skew prepare --separator {}` or change data.separator",
+            separator, dir, prepared, path, separator);
     const auto tok = m.find("tokenizer");
     if (model_vocab_size > 0 && tok != m.end() && tok->is_object() && tok->contains("vocab_size") &&
         (*tok)["vocab_size"].is_number_integer()) {
         const int64_t data_vocab = (*tok)["vocab_size"].get<int64_t>();
         if (data_vocab > model_vocab_size)
-            fail("data: the shards in {} hold token ids of a {}-token vocabulary ({}), but model.vocab_size is {}; "
-                 "set model.vocab_size to at least {} or prepare the data with a smaller tokenizer", dir, data_vocab,
-                 path, model_vocab_size, data_vocab);
+            fail("data: the shards in {} hold token ids of a {}-token vocabulary ({}), but model.vocab_size is {}; {}",
+                 dir, data_vocab, path, model_vocab_size,
+                 !vocab_advice.empty()
+                     ? vocab_advice
+                     : fmt::format("set model.vocab_size to at least {} or prepare the data with a smaller tokenizer",
+                                   data_vocab));
     }
     // The split is made by `skew prepare`; data.val_ratio says which split the run expects.
     const auto split = m.find("split");
@@ -127,11 +137,14 @@ bool token_split_check_manifest(const std::string& dir, const std::string& separ
         if (prepared_buckets != split_train_buckets(val_ratio)) {
             // Propose the data's ratio only where the schema accepts it (0, no validation split, it does not).
             const std::string set = config_set_hint("data.val_ratio", fmt::format("{}", prepared_ratio));
-            fail("data: the config says data.val_ratio: {}, but the shards in {} were prepared with --val-ratio {} ({}); "
-                 "re-run `skew prepare --val-ratio {}`{}",
-                 val_ratio, dir, prepared_ratio, path, val_ratio,
-                 set.empty() ? fmt::format(" (a run needs a validation split: data.val_ratio {} is not allowed)", prepared_ratio)
-                             : " or " + set);
+            fail(
+                "data: the config says data.val_ratio: {}, but the shards in {} were prepared with --val-ratio {} "
+                "({}); "
+                "re-run `skew prepare --val-ratio {}`{}",
+                val_ratio, dir, prepared_ratio, path, val_ratio,
+                set.empty()
+                    ? fmt::format(" (a run needs a validation split: data.val_ratio {} is not allowed)", prepared_ratio)
+                    : " or " + set);
         }
     }
     return true;
@@ -149,12 +162,16 @@ void token_split_check_listed(const std::string& dir, const TokenSplit& split) {
         const std::string file = std::filesystem::path(split.paths[i]).filename().string();
         const auto it = listed.find(file);
         if (it == listed.end())
-            fail("data: {} holds {}, a {} shard that {} does not list (copied in after `skew prepare`?): remove it, or "
-                 "re-run `skew prepare --out {}`", dir, file, split.name, path, dir);
+            fail(
+                "data: {} holds {}, a {} shard that {} does not list (copied in after `skew prepare`?): remove it, or "
+                "re-run `skew prepare --out {}`",
+                dir, file, split.name, path, dir);
         const int64_t held = split.starts[i + 1] - split.starts[i];
         if (it->second != held)
-            fail("data: {} holds {} tokens, but {} lists {} for it (the shard or the manifest was changed after `skew "
-                 "prepare`): re-run `skew prepare --out {}`", split.paths[i], held, path, it->second, dir);
+            fail(
+                "data: {} holds {} tokens, but {} lists {} for it (the shard or the manifest was changed after `skew "
+                "prepare`): re-run `skew prepare --out {}`",
+                split.paths[i], held, path, it->second, dir);
         listed.erase(it);
     }
     if (!listed.empty())
@@ -196,7 +213,8 @@ ShardPosition token_split_locate(const TokenSplit& split, int64_t position) {
     if (position < 0 || position >= split.tokens)
         fail("data: token {} is outside split {} of {} tokens", position, split.name, split.tokens);
     // The last shard starting at or before position that is not empty.
-    const size_t s = size_t(std::upper_bound(split.starts.begin(), split.starts.end(), position) - split.starts.begin()) - 1;
+    const size_t s =
+        size_t(std::upper_bound(split.starts.begin(), split.starts.end(), position) - split.starts.begin()) - 1;
     const int64_t offset = position - split.starts[s];
     return ShardPosition{split.paths[s], offset, kShardHeaderInts * 4 + split.shards[s]->token_bytes * offset};
 }
@@ -206,9 +224,11 @@ void token_split_check_ids(const TokenSplit& split, int64_t start, const int32_t
     for (int64_t i = 0; i < count; i++) {
         if (tokens[i] >= 0 && tokens[i] < vocab_size) continue;
         const ShardPosition at = token_split_locate(split, start + i);
-        fail("data: split {}: token id {} at offset {} of shard {} (byte {}) is outside the model's vocabulary "
-             "(model.vocab_size {}); the shard is corrupt or was prepared with a larger tokenizer (re-run `skew prepare`)",
-             split.name, tokens[i], at.offset, at.path, at.byte, vocab_size);
+        fail(
+            "data: split {}: token id {} at offset {} of shard {} (byte {}) is outside the model's vocabulary "
+            "(model.vocab_size {}); the shard is corrupt or was prepared with a larger tokenizer (re-run `skew "
+            "prepare`)",
+            split.name, tokens[i], at.offset, at.path, at.byte, vocab_size);
     }
 }
 
@@ -216,7 +236,8 @@ std::string manifest_first_difference(const std::string& was_json, const std::st
     using nlohmann::json;
     json was, now;
     std::string error;
-    if (!json_try_parse_strict(was_json, was, error)) fail("data: the run's copy of manifest.json is not a JSON object: {}", error);
+    if (!json_try_parse_strict(was_json, was, error))
+        fail("data: the run's copy of manifest.json is not a JSON object: {}", error);
     if (!json_try_parse_strict(now_json, now, error)) fail("data: manifest.json is not a JSON object: {}", error);
     if (!was.is_object()) fail("data: the run's copy of manifest.json is not a JSON object");
     if (!now.is_object()) fail("data: manifest.json is not a JSON object");
@@ -254,12 +275,15 @@ std::string manifest_first_difference(const std::string& was_json, const std::st
 }
 
 BatchStream batch_stream_make(const TokenSplit& split, int64_t batch_size, int64_t seq_len, int64_t position) {
-    if (batch_size <= 0 || seq_len <= 0) fail("data: batch_size ({}) and seq_len ({}) must be positive", batch_size, seq_len);
+    if (batch_size <= 0 || seq_len <= 0)
+        fail("data: batch_size ({}) and seq_len ({}) must be positive", batch_size, seq_len);
     if (position < 0) fail("data: batch position {} must be non-negative", position);
     int64_t need = batch_size * seq_len + 1;
     if (split.tokens < need)
-        fail("data: split {} holds {} tokens, fewer than the {} one batch needs (batch_size {} x seq_len {} + 1); "
-             "prepare more text or lower batch_size/seq_len", split.name, split.tokens, need, batch_size, seq_len);
+        fail(
+            "data: split {} holds {} tokens, fewer than the {} one batch needs (batch_size {} x seq_len {} + 1); "
+            "prepare more text or lower batch_size/seq_len",
+            split.name, split.tokens, need, batch_size, seq_len);
     BatchStream s;
     s.split = &split;
     s.batch_size = batch_size;
@@ -272,9 +296,11 @@ BatchStream batch_stream_make(const TokenSplit& split, int64_t batch_size, int64
 void batch_stream_require(const BatchStream& stream, int64_t batches, const std::string& purpose) {
     if (!stream.split) fail("data: batch stream used before batch_stream_make");
     if (stream.num_batches < batches)
-        fail("data: {} needs {} distinct batches of {} x {} tokens, but split {} holds {} tokens, only {} batches; "
-             "prepare more text or lower the count", purpose, batches, stream.batch_size, stream.seq_len, stream.split->name,
-             stream.split->tokens, stream.num_batches);
+        fail(
+            "data: {} needs {} distinct batches of {} x {} tokens, but split {} holds {} tokens, only {} batches; "
+            "prepare more text or lower the count",
+            purpose, batches, stream.batch_size, stream.seq_len, stream.split->name, stream.split->tokens,
+            stream.num_batches);
 }
 
 void batch_stream_get(const BatchStream& stream, int64_t index, int32_t* x, int32_t* y) {
@@ -298,7 +324,7 @@ void batch_stream_check_ids(const BatchStream& stream, int64_t index, const int3
     if (!stream.split) fail("data: batch stream used before batch_stream_make");
     const int64_t n = stream.batch_size * stream.seq_len;
     const int64_t start = (index % stream.num_batches) * n;
-    token_split_check_ids(*stream.split, start, x, n, vocab_size);  // the window's first B*T tokens
+    token_split_check_ids(*stream.split, start, x, n, vocab_size);              // the window's first B*T tokens
     token_split_check_ids(*stream.split, start + n, y + n - 1, 1, vocab_size);  // and its last
 }
 

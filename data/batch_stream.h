@@ -13,10 +13,10 @@ struct MappedShard;  // an mmap'ed .bin shard (batch_stream.cpp)
 
 /// The token shards of one split, memory-mapped and addressed as one stream.
 struct TokenSplit {
-    std::string name;                                   // "train", "val", or the pattern given
-    std::vector<std::string> paths;                     // shard files, in stream order
+    std::string name;                // "train", "val", or the pattern given
+    std::vector<std::string> paths;  // shard files, in stream order
     std::vector<std::shared_ptr<MappedShard>> shards;
-    std::vector<int64_t> starts;                        // (shards + 1) stream offset of each shard's first token
+    std::vector<int64_t> starts;  // (shards + 1) stream offset of each shard's first token
     int64_t tokens = 0;
 };
 
@@ -33,10 +33,12 @@ TokenSplit token_split_open_files(const std::vector<std::string>& paths, const s
 /// model_vocab_size > 0 against the model's vocabulary, and when val_ratio >= 0 against the
 /// config's data.val_ratio (compared as the split's train buckets, split_train_buckets): throws
 /// skew::Error naming both values when the shards were prepared with another separator, by a
-/// tokenizer with more tokens than model.vocab_size, or with another --val-ratio. A directory
+/// tokenizer with more tokens than model.vocab_size, or with another --val-ratio. The advice for a
+/// larger vocabulary is to raise model.vocab_size or prepare with a smaller tokenizer; a run whose
+/// model.vocab_size is fixed (train.init_from's weights) passes `vocab_advice` instead. A directory
 /// without a manifest (e.g. llm.c's shards) passes. Returns false when there was no manifest.
 bool token_split_check_manifest(const std::string& dir, const std::string& separator, int64_t model_vocab_size = 0,
-                                double val_ratio = -1);
+                                double val_ratio = -1, const std::string& vocab_advice = "");
 
 /// Check the opened shards of a split against dir/manifest.json: the files are the ones the
 /// manifest lists for that split (a shard copied in after `skew prepare` would be read silently)

@@ -5,6 +5,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "data/tokenizer.h"
 
+#include <nlohmann/json.hpp>
 #include <pcre2.h>
 
 #include <algorithm>
@@ -12,7 +13,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "data/tokenizer_build.h"
@@ -29,14 +29,15 @@ namespace skew::data {
 static constexpr const char* kSpace =
     "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
 
-const std::vector<std::string_view> kEndOfTextNames = {"<|endoftext|>", "<|end_of_text|>", "</s>",
-                                                        "<|end\xE2\x96\x81of\xE2\x96\x81sentence|>", "<eos>", "<EOT>"};
+const std::vector<std::string_view> kEndOfTextNames = {
+    "<|endoftext|>", "<|end_of_text|>", "</s>", "<|end\xE2\x96\x81of\xE2\x96\x81sentence|>", "<eos>", "<EOT>"};
 
 const char* tokenizer_kind_name(TokenizerKind kind) {
     switch (kind) {
         case TOKENIZER_GPT2_BPE: return "gpt2-bpe";
         case TOKENIZER_HF_BYTE_LEVEL_BPE: return "hf-byte-level-bpe";
         case TOKENIZER_SENTENCEPIECE: return "sentencepiece";
+        case TOKENIZER_HF_SENTENCEPIECE_BPE: return "hf-sentencepiece-bpe";
     }
     return "?";
 }
@@ -56,8 +57,8 @@ struct WordCache {
     };
     std::vector<Slot> slots;
     size_t used = 0;
-    std::string arena;          // piece bytes
-    std::vector<int32_t> pool;  // token ids
+    std::string arena;                 // piece bytes
+    std::vector<int32_t> pool;         // token ids
     const Tokenizer* owner = nullptr;  // the tokenizer whose ids it holds
     void reset(size_t capacity) {
         slots.assign(capacity, Slot{});
@@ -203,7 +204,8 @@ static std::string escaped(const std::string& text) {
     return out;
 }
 
-std::shared_ptr<TokenizerRegex> tokenizer_compile_pattern(const std::string& pattern, bool literal, const std::string& what) {
+std::shared_ptr<TokenizerRegex> tokenizer_compile_pattern(const std::string& pattern, bool literal,
+                                                          const std::string& what) {
     const std::string text = literal ? escaped(pattern) : white_space_as_unicode(pattern);
     int err = 0;
     PCRE2_SIZE err_offset = 0;
@@ -213,8 +215,8 @@ std::shared_ptr<TokenizerRegex> tokenizer_compile_pattern(const std::string& pat
     if (!re->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
-        fail("tokenizer: {}: PCRE2 cannot compile the pattern \"{}\" at offset {}: {}", what, escape_text(pattern), err_offset,
-             reinterpret_cast<char*>(msg));
+        fail("tokenizer: {}: PCRE2 cannot compile the pattern \"{}\" at offset {}: {}", what, escape_text(pattern),
+             err_offset, reinterpret_cast<char*>(msg));
     }
     re->jit = pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0;
     return re;
@@ -223,8 +225,8 @@ std::shared_ptr<TokenizerRegex> tokenizer_compile_pattern(const std::string& pat
 std::shared_ptr<TokenizerRegex> tokenizer_gpt2_pattern() {
     static const std::shared_ptr<TokenizerRegex> re = [] {
         const std::string space = kSpace;
-        return tokenizer_compile_pattern("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + space + "\\p{L}\\p{N}]+|[" + space +
-                                             "]+(?![^" + space + "])|[" + space + "]+",
+        return tokenizer_compile_pattern("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + space +
+                                             "\\p{L}\\p{N}]+|[" + space + "]+(?![^" + space + "])|[" + space + "]+",
                                          false, "GPT-2's pattern");
     }();
     return re;
@@ -244,10 +246,19 @@ bool tokenizer_alphabet_to_bytes(std::string_view s, std::string& out) {
         unsigned char c = s[i];
         uint32_t cp;
         int len;
-        if (c < 0x80) { cp = c; len = 1; }
-        else if ((c >> 5) == 6) { cp = c & 0x1F; len = 2; }
-        else if ((c >> 4) == 14) { cp = c & 0x0F; len = 3; }
-        else { cp = c & 0x07; len = 4; }
+        if (c < 0x80) {
+            cp = c;
+            len = 1;
+        } else if ((c >> 5) == 6) {
+            cp = c & 0x1F;
+            len = 2;
+        } else if ((c >> 4) == 14) {
+            cp = c & 0x0F;
+            len = 3;
+        } else {
+            cp = c & 0x07;
+            len = 4;
+        }
         if (i + len > s.size()) return false;
         for (int k = 1; k < len; k++) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
         i += len;
@@ -257,13 +268,21 @@ bool tokenizer_alphabet_to_bytes(std::string_view s, std::string& out) {
     return true;
 }
 
+// What the merges and the whole-token table see of each id: its bytes, or a SentencePiece-style
+// vocabulary's strings ("\u2581" for a space, <0xNN> for a byte).
+static const std::vector<std::string>& model_strings(const Tokenizer& tok) {
+    return tok.kind == TOKENIZER_HF_SENTENCEPIECE_BPE ? tok.pieces : tok.token_bytes;
+}
+
 // Whole-piece lookup: a piece whose bytes are a token is that token (tiktoken; Hugging Face's
-// ignore_merges). Hash collisions are harmless: a hit is verified against the token's bytes.
+// ignore_merges; a SentencePiece-style vocabulary's characters). Hash collisions are harmless: a hit
+// is verified against the token's string.
 void tokenizer_build_whole(Tokenizer& tok, const std::vector<char>& in_model) {
-    tokenizer_table_init(tok.whole, tok.token_bytes.size());
-    for (size_t id = 0; id < tok.token_bytes.size(); id++) {
-        if (!in_model[id] || tok.token_bytes[id].empty()) continue;
-        uint64_t h = tokenizer_hash_bytes(tok.token_bytes[id]);
+    const std::vector<std::string>& strings = model_strings(tok);
+    tokenizer_table_init(tok.whole, strings.size());
+    for (size_t id = 0; id < strings.size(); id++) {
+        if (!in_model[id] || strings[id].empty()) continue;
+        uint64_t h = tokenizer_hash_bytes(strings[id]);
         for (uint64_t i = mix64(h) & tok.whole.mask;; i = (i + 1) & tok.whole.mask)
             if (tok.whole.keys[i] == FlatTable64::kEmpty) {
                 tok.whole.keys[i] = h;
@@ -274,15 +293,35 @@ void tokenizer_build_whole(Tokenizer& tok, const std::vector<char>& in_model) {
     }
 }
 
+void tokenizer_normalize(const Tokenizer& tok, std::string_view text, std::string& out, std::string& scratch) {
+    out.assign(text);
+    for (const NormalizerStep& n : tok.normalizers) {
+        scratch.swap(out);
+        out.clear();
+        switch (n.kind) {
+            case NormalizerStep::UNICODE_FORM: unicode_normalize(n.form, scratch, out); break;
+            case NormalizerStep::PREPEND:
+                if (!scratch.empty()) out = n.text;
+                out += scratch;
+                break;
+            case NormalizerStep::REPLACE:
+                for (size_t pos = 0;;) {
+                    const size_t hit = scratch.find(n.text, pos);
+                    out.append(scratch, pos, hit == std::string::npos ? std::string::npos : hit - pos);
+                    if (hit == std::string::npos) break;
+                    out += n.replacement;
+                    pos = hit + n.text.size();
+                }
+                break;
+        }
+    }
+}
+
 void tokenizer_prepare_added(Tokenizer& tok) {
+    std::string scratch;
     for (AddedToken& t : tok.added_tokens) {
         t.match = t.content;
-        if (t.normalized)
-            for (NormalizationForm form : tok.normalizers) {
-                std::string next;
-                unicode_normalize(form, t.match, next);
-                t.match = std::move(next);
-            }
+        if (t.normalized) tokenizer_normalize(tok, t.content, t.match, scratch);
     }
     // Longest first, so the first hit at a position is the longest (leftmost-longest matching).
     std::stable_sort(tok.added_tokens.begin(), tok.added_tokens.end(),
@@ -295,9 +334,11 @@ std::string tokenizer_main_file(const std::string& dir) {
     const std::filesystem::path d(dir);
     for (const char* f : {"tokenizer.json", "tokenizer.model"})
         if (std::filesystem::is_regular_file(d / f, ec)) return f;
-    if (std::filesystem::is_regular_file(d / "encoder.json", ec) && std::filesystem::is_regular_file(d / "vocab.bpe", ec))
+    if (std::filesystem::is_regular_file(d / "encoder.json", ec) &&
+        std::filesystem::is_regular_file(d / "vocab.bpe", ec))
         return "encoder.json";
-    if (std::filesystem::is_regular_file(d / "vocab.json", ec) && std::filesystem::is_regular_file(d / "merges.txt", ec))
+    if (std::filesystem::is_regular_file(d / "vocab.json", ec) &&
+        std::filesystem::is_regular_file(d / "merges.txt", ec))
         return "vocab.json";
     return "";
 }
@@ -305,15 +346,19 @@ std::string tokenizer_main_file(const std::string& dir) {
 Tokenizer tokenizer_load(const std::string& dir) {
     std::error_code ec;
     if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
-        fail("tokenizer: {} is a file, not a tokenizer folder (one holding tokenizer.json, tokenizer.model, or GPT-2's "
-             "encoder.json + vocab.bpe; pass --tokenizer DIR)", dir);
+        fail(
+            "tokenizer: {} is a file, not a tokenizer folder (one holding tokenizer.json, tokenizer.model, or GPT-2's "
+            "encoder.json + vocab.bpe; pass --tokenizer DIR)",
+            dir);
     const std::string main = tokenizer_main_file(dir);
     if (main == "tokenizer.json") return tokenizer_load_json(dir + "/tokenizer.json");
     if (main == "tokenizer.model") return tokenizer_load_sentencepiece(dir + "/tokenizer.model");
     if (main == "encoder.json") return tokenizer_load_files(dir + "/encoder.json", dir + "/vocab.bpe");
     if (main == "vocab.json") return tokenizer_load_files(dir + "/vocab.json", dir + "/merges.txt");
-    fail("tokenizer: {} holds no tokenizer.json, tokenizer.model, encoder.json + vocab.bpe or vocab.json + merges.txt "
-         "(run scripts/fetch_data.sh, or pass --tokenizer DIR)", dir);
+    fail(
+        "tokenizer: {} holds no tokenizer.json, tokenizer.model, encoder.json + vocab.bpe or vocab.json + merges.txt "
+        "(run scripts/fetch_data.sh, or pass --tokenizer DIR)",
+        dir);
 }
 
 Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::string& merges_path) {
@@ -327,7 +372,8 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
     std::string json_error;
     if (!json_try_parse_strict(vocab_text, vocab, json_error))
         fail("tokenizer: {} is not valid JSON: {}", vocab_json_path, json_error);
-    if (!vocab.is_object() || vocab.empty()) fail("tokenizer: {} must be a JSON object mapping token -> id", vocab_json_path);
+    if (!vocab.is_object() || vocab.empty())
+        fail("tokenizer: {} must be a JSON object mapping token -> id", vocab_json_path);
 
     std::unordered_map<std::string, int32_t> id_of;  // vocab string (unicode form) -> id
     id_of.reserve(vocab.size() * 2);
@@ -364,7 +410,10 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
         std::string u;
         uint32_t cp = b2u[b];
         if (cp < 0x80) u.push_back(char(cp));
-        else { u.push_back(char(0xC0 | (cp >> 6))); u.push_back(char(0x80 | (cp & 0x3F))); }
+        else {
+            u.push_back(char(0xC0 | (cp >> 6)));
+            u.push_back(char(0x80 | (cp & 0x3F)));
+        }
         auto it = id_of.find(u);
         if (it == id_of.end()) fail("tokenizer: {} lacks the token for byte {} (\"{}\")", vocab_json_path, b, u);
         tok.byte_token[b] = it->second;
@@ -381,13 +430,16 @@ Tokenizer tokenizer_load_files(const std::string& vocab_json_path, const std::st
         if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
         size_t sp = line.find(' ');
         if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos)
-            fail("tokenizer: {}:{}: expected two tokens separated by one space, got \"{}\"", merges_path, line_no, line);
+            fail("tokenizer: {}:{}: expected two tokens separated by one space, got \"{}\"", merges_path, line_no,
+                 line);
         std::string a = line.substr(0, sp), b = line.substr(sp + 1);
         auto ia = id_of.find(a), ib = id_of.find(b), im = id_of.find(a + b);
         if (ia == id_of.end() || ib == id_of.end() || im == id_of.end())
-            fail("tokenizer: {}:{}: merge \"{}\" uses a token missing from {}", merges_path, line_no, line, vocab_json_path);
+            fail("tokenizer: {}:{}: merge \"{}\" uses a token missing from {}", merges_path, line_no, line,
+                 vocab_json_path);
         uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
-        tokenizer_table_insert(tok.merges, key, (uint64_t(rank) << 32) | uint32_t(im->second));  // first (lowest) rank wins
+        tokenizer_table_insert(tok.merges, key,
+                               (uint64_t(rank) << 32) | uint32_t(im->second));  // first (lowest) rank wins
         rank++;
     }
     if (rank == 0) fail("tokenizer: {} holds no merges", merges_path);
@@ -426,24 +478,44 @@ static inline bool lookup_merge(const Tokenizer& tok, int32_t left, int32_t righ
     return true;
 }
 
-// The id of the token whose bytes are exactly piece, or -1.
+// The id of the token whose bytes (SentencePiece-style: vocabulary string) are exactly piece, or -1.
 static inline int32_t lookup_whole(const Tokenizer& tok, std::string_view piece, uint64_t h) {
+    const std::vector<std::string>& strings = model_strings(tok);
     for (uint64_t i = mix64(h) & tok.whole.mask;; i = (i + 1) & tok.whole.mask) {
         uint64_t k = tok.whole.keys[i];
         if (k == FlatTable64::kEmpty) return -1;
-        if (k == h && tok.token_bytes[tok.whole.values[i]] == piece) return int32_t(tok.whole.values[i]);
+        if (k == h && strings[tok.whole.values[i]] == piece) return int32_t(tok.whole.values[i]);
+    }
+}
+
+// The symbols a piece is merged from: the tokens of its bytes; for a SentencePiece-style vocabulary
+// its characters, each the piece it is or else the <0xNN> pieces of its UTF-8 bytes (Hugging Face's
+// BPE with byte_fallback; a byte that is not UTF-8 is a character of its own).
+static void initial_symbols(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& ids) {
+    ids.clear();
+    if (tok.kind != TOKENIZER_HF_SENTENCEPIECE_BPE) {
+        for (const char c : piece) ids.push_back(tok.byte_token[static_cast<unsigned char>(c)]);
+        return;
+    }
+    for (size_t i = 0; i < piece.size();) {
+        const std::string_view ch = piece.substr(i, std::max<size_t>(1, utf8_sequence_length(piece, i)));
+        const int32_t id = lookup_whole(tok, ch, tokenizer_hash_bytes(ch));
+        if (id >= 0) ids.push_back(id);
+        else
+            for (const char c : ch) ids.push_back(tok.byte_token[static_cast<unsigned char>(c)]);
+        i += ch.size();
     }
 }
 
 static constexpr uint32_t kNoRank = 0xFFFFFFFFu;
 
-// Short pieces: keep the rank of each adjacent pair; merge the leftmost lowest rank; update neighbours.
-static void bpe_small(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out) {
-    const size_t n = piece.size();
+// Short pieces (n <= 64 symbols): keep the rank of each adjacent pair; merge the leftmost lowest
+// rank; update neighbours.
+static void bpe_small(const Tokenizer& tok, const int32_t* symbols, size_t n, std::vector<int32_t>& out) {
     int32_t ids[64];
     uint32_t ranks[64];
     int32_t merged_ids[64];
-    for (size_t i = 0; i < n; i++) ids[i] = tok.byte_token[static_cast<unsigned char>(piece[i])];
+    std::copy(symbols, symbols + n, ids);
     size_t count = n;
     for (size_t i = 0; i + 1 < count; i++)
         if (!lookup_merge(tok, ids[i], ids[i + 1], ranks[i], merged_ids[i])) ranks[i] = kNoRank;
@@ -451,7 +523,10 @@ static void bpe_small(const Tokenizer& tok, std::string_view piece, std::vector<
         size_t best = 0;
         uint32_t best_rank = kNoRank;
         for (size_t i = 0; i + 1 < count; i++)
-            if (ranks[i] < best_rank) { best_rank = ranks[i]; best = i; }
+            if (ranks[i] < best_rank) {
+                best_rank = ranks[i];
+                best = i;
+            }
         if (best_rank == kNoRank) break;
         ids[best] = merged_ids[best];
         for (size_t i = best + 1; i + 1 < count; i++) {
@@ -473,15 +548,16 @@ static void bpe_small(const Tokenizer& tok, std::string_view piece, std::vector<
 
 // Long pieces: a doubly linked list of symbols and a binary min-heap of (rank, position) with lazy
 // deletion: an entry is stale when its left or right symbol has changed since it was pushed.
-static void bpe_heap(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out) {
-    const int32_t n = static_cast<int32_t>(piece.size());
-    std::vector<int32_t> id(static_cast<size_t>(n)), next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
+static void bpe_heap(const Tokenizer& tok, const int32_t* symbols, int32_t n, std::vector<int32_t>& out) {
+    std::vector<int32_t> id(symbols, symbols + n), next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
     for (int32_t i = 0; i < n; i++) {
-        id[i] = tok.byte_token[static_cast<unsigned char>(piece[i])];
         prev[i] = i - 1;
         next[i] = i + 1 < n ? i + 1 : -1;
     }
-    struct Entry { uint64_t key; int32_t left, right; };  // key = rank << 32 | position: leftmost lowest rank first
+    struct Entry {
+        uint64_t key;
+        int32_t left, right;
+    };  // key = rank << 32 | position: leftmost lowest rank first
     auto later = [](const Entry& a, const Entry& b) { return a.key > b.key; };
     std::vector<Entry> heap;
     heap.reserve(static_cast<size_t>(n));
@@ -524,13 +600,11 @@ static void bpe_heap(const Tokenizer& tok, std::string_view piece, std::vector<i
 }
 
 void tokenizer_bpe(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out) {
-    if (piece.empty()) return;
-    if (piece.size() == 1) {
-        out.push_back(tok.byte_token[static_cast<unsigned char>(piece[0])]);
-        return;
-    }
-    if (piece.size() <= 64) bpe_small(tok, piece, out);
-    else bpe_heap(tok, piece, out);
+    static thread_local std::vector<int32_t> symbols;
+    initial_symbols(tok, piece, symbols);
+    if (symbols.size() <= 1) out.insert(out.end(), symbols.begin(), symbols.end());
+    else if (symbols.size() <= 64) bpe_small(tok, symbols.data(), symbols.size(), out);
+    else bpe_heap(tok, symbols.data(), int32_t(symbols.size()), out);
 }
 
 // ---- pre-tokenization
@@ -578,8 +652,10 @@ static void for_each_segment(const TokenizerRegex& re, std::string_view text, To
     if (gap < n) fn(text.substr(gap), false);
 }
 
-// Applies pre-tokenizer steps k.. to piece, handing each final piece to sink.
-static void pre_tokenize(const Tokenizer& tok, size_t k, std::string_view piece, TokenizerWorkspace::Impl& w, const PieceSink& sink) {
+// Applies pre-tokenizer steps k.. to piece, handing each final piece to sink. at_start: the piece
+// begins the encoded text (a Metaspace step's prepend_scheme "first").
+static void pre_tokenize(const Tokenizer& tok, size_t k, std::string_view piece, TokenizerWorkspace::Impl& w,
+                         const PieceSink& sink, bool at_start) {
     if (k == tok.pre_tokenizer.size()) {
         sink(piece);
         return;
@@ -592,8 +668,18 @@ static void pre_tokenize(const Tokenizer& tok, size_t k, std::string_view piece,
         prefixed.append(piece);
         piece = prefixed;
     }
+    if (step.metaspace) {  // spaces as the replacement character, which also goes before the piece
+        const bool prepend = (step.prepend == METASPACE_ALWAYS || (step.prepend == METASPACE_FIRST && at_start)) &&
+                             piece.substr(0, step.replacement.size()) != step.replacement;
+        if (prepend) prefixed = step.replacement;
+        for (const char c : piece) {
+            if (c == ' ') prefixed += step.replacement;
+            else prefixed.push_back(c);
+        }
+        piece = prefixed;
+    }
     if (!step.regex) {
-        pre_tokenize(tok, k + 1, piece, w, sink);
+        pre_tokenize(tok, k + 1, piece, w, sink, at_start);
         return;
     }
     const SplitBehavior behavior = step.byte_level ? SPLIT_ISOLATED : step.behavior;
@@ -602,7 +688,9 @@ static void pre_tokenize(const Tokenizer& tok, size_t k, std::string_view piece,
     // decide on it when the next segment comes).
     size_t begin = 0, end = 0;
     bool pending = false, pending_delimiter = false;
-    auto emit = [&](size_t b, size_t e) { pre_tokenize(tok, k + 1, piece.substr(b, e - b), w, sink); };
+    auto emit = [&](size_t b, size_t e) {
+        pre_tokenize(tok, k + 1, piece.substr(b, e - b), w, sink, at_start && b == 0);
+    };
     auto on_segment = [&](std::string_view seg, bool is_match) {
         const size_t b = size_t(seg.data() - piece.data()), e = b + seg.size();
         const bool delimiter = is_match != invert;
@@ -644,16 +732,18 @@ static void pre_tokenize(const Tokenizer& tok, size_t k, std::string_view piece,
 }
 
 std::vector<std::string> tokenizer_pieces(const Tokenizer& tok, std::string_view text, TokenizerWorkspace& ws) {
-    if (tok.kind == TOKENIZER_SENTENCEPIECE) fail("tokenizer: {} is a SentencePiece model: it has no pre-tokenizer", tok.source);
+    if (tok.kind == TOKENIZER_SENTENCEPIECE)
+        fail("tokenizer: {} is a SentencePiece model: it has no pre-tokenizer", tok.source);
     std::vector<std::string> pieces;
     auto collect = [&](std::string_view p) { pieces.emplace_back(p); };
-    if (!text.empty()) pre_tokenize(tok, 0, text, *ws.impl, piece_sink(collect));
+    if (!text.empty()) pre_tokenize(tok, 0, text, *ws.impl, piece_sink(collect), true);
     return pieces;
 }
 
 // One piece: a single byte; a whole token; a cached word; else byte-pair merging (then cached).
-static void encode_piece(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out, TokenizerWorkspace& ws) {
-    if (piece.size() == 1) {
+static void encode_piece(const Tokenizer& tok, std::string_view piece, std::vector<int32_t>& out,
+                         TokenizerWorkspace& ws) {
+    if (piece.size() == 1 && tok.kind != TOKENIZER_HF_SENTENCEPIECE_BPE) {
         out.push_back(tok.byte_token[static_cast<unsigned char>(piece[0])]);
         return;
     }
@@ -679,7 +769,8 @@ static void encode_piece(const Tokenizer& tok, std::string_view piece, std::vect
     for (;; i = (i + 1) & mask) {
         const WordCache::Slot& s = c.slots[i];
         if (s.hash == FlatTable64::kEmpty) break;
-        if (s.hash == h && s.bytes == piece.size() && std::memcmp(c.arena.data() + s.bytes_offset, piece.data(), piece.size()) == 0) {
+        if (s.hash == h && s.bytes == piece.size() &&
+            std::memcmp(c.arena.data() + s.bytes_offset, piece.data(), piece.size()) == 0) {
             out.insert(out.end(), c.pool.begin() + s.ids_offset, c.pool.begin() + s.ids_offset + s.ids);
             return;
         }
@@ -718,8 +809,9 @@ static void encode_piece(const Tokenizer& tok, std::string_view piece, std::vect
 
 // Unicode White_Space (Rust's char::is_whitespace, the \s of Hugging Face's strip patterns).
 static bool is_white_space(uint32_t cp) {
-    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+           cp == 0x3000;
 }
 
 // The code point of the UTF-8 sequence at text[i] (len bytes, already validated).
@@ -740,11 +832,12 @@ static size_t char_start_before(std::string_view text, size_t end) {
 
 // A Unicode word character (\w of Rust's regex: Alphabetic, marks, decimal digits, connectors, joiners).
 static bool is_word_char_at(std::string_view text, size_t i, size_t len) {
-    static const std::shared_ptr<TokenizerRegex> word =
-        tokenizer_compile_pattern("[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]", false, "the word-character class");
+    static const std::shared_ptr<TokenizerRegex> word = tokenizer_compile_pattern(
+        "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]", false, "the word-character class");
     if (len == 0) return false;
     pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
-    const int rc = pcre2_match(word->code, reinterpret_cast<PCRE2_SPTR>(text.data() + i), len, 0, PCRE2_ANCHORED, md, nullptr);
+    const int rc =
+        pcre2_match(word->code, reinterpret_cast<PCRE2_SPTR>(text.data() + i), len, 0, PCRE2_ANCHORED, md, nullptr);
     pcre2_match_data_free(md);
     return rc >= 0;
 }
@@ -754,10 +847,11 @@ static bool is_word_char_at(std::string_view text, size_t i, size_t len) {
 // allowed (its text stays ordinary), single_word / lstrip / rstrip. Calls on_text(stretch) and
 // on_token(id) in order.
 template <typename TextFn, typename TokenFn>
-static void split_added(const Tokenizer& tok, std::string_view text, bool normalized_pass, bool allow_special, TextFn&& on_text,
-                        TokenFn&& on_token) {
+static void split_added(const Tokenizer& tok, std::string_view text, bool normalized_pass, bool allow_special,
+                        TextFn&& on_text, TokenFn&& on_token) {
     bool any = false;
-    for (const AddedToken& t : tok.added_tokens) any |= t.normalized == normalized_pass && (allow_special || !t.special);
+    for (const AddedToken& t : tok.added_tokens)
+        any |= t.normalized == normalized_pass && (allow_special || !t.special);
     if (!any) {
         if (!text.empty()) on_text(text);
         return;
@@ -816,19 +910,19 @@ static void encode_bpe(const Tokenizer& tok, std::string_view text, std::vector<
     auto encode = [&](std::string_view piece) { encode_piece(tok, piece, out, ws); };
     const PieceSink sink = piece_sink(encode);
     auto on_token = [&](int32_t id) { out.push_back(id); };
-    auto pre = [&](std::string_view stretch) { pre_tokenize(tok, 0, stretch, w, sink); };
+    bool raw_first = false;          // the raw stretch being encoded begins the text
+    std::string_view normalized_of;  // its normalized form
+    auto pre = [&](std::string_view stretch) {
+        pre_tokenize(tok, 0, stretch, w, sink, raw_first && stretch.data() == normalized_of.data());
+    };
     auto on_raw = [&](std::string_view stretch) {
         std::string_view normalized = stretch;
         if (!tok.normalizers.empty()) {
-            w.normalized.clear();
-            unicode_normalize(tok.normalizers[0], stretch, w.normalized);
-            for (size_t f = 1; f < tok.normalizers.size(); f++) {
-                w.scratch.swap(w.normalized);
-                w.normalized.clear();
-                unicode_normalize(tok.normalizers[f], w.scratch, w.normalized);
-            }
+            tokenizer_normalize(tok, stretch, w.normalized, w.scratch);
             normalized = w.normalized;
         }
+        raw_first = stretch.data() == text.data();
+        normalized_of = normalized;
         split_added(tok, normalized, true, allow_special, pre, on_token);
     };
     split_added(tok, text, false, allow_special, on_raw, on_token);
@@ -861,7 +955,9 @@ std::string tokenizer_decode(const Tokenizer& tok, std::span<const int32_t> ids)
     if (tok.kind == TOKENIZER_SENTENCEPIECE) return sentencepiece_decode(*tok.sentencepiece, ids);
     std::string out;
     for (int32_t id : ids) out += tok.token_bytes[size_t(id)];
-    return out;
+    size_t strip = 0;  // a SentencePiece-style decoder's Strip: the space the normalizer put first
+    while (strip < size_t(tok.decode_strip_spaces) && strip < out.size() && out[strip] == ' ') ++strip;
+    return out.erase(0, strip);
 }
 
 }  // namespace skew::data

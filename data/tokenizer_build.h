@@ -15,7 +15,8 @@ namespace skew::data {
 /// where available). `\s` and `\S` are read as Unicode White_Space, as Oniguruma (Hugging Face's
 /// regex engine) and Python's regex do. literal: the pattern is plain text. Throws skew::Error
 /// "tokenizer: WHAT: PCRE2 cannot compile ... at offset N: reason".
-std::shared_ptr<TokenizerRegex> tokenizer_compile_pattern(const std::string& pattern, bool literal, const std::string& what);
+std::shared_ptr<TokenizerRegex> tokenizer_compile_pattern(const std::string& pattern, bool literal,
+                                                          const std::string& what);
 
 /// GPT-2's pattern (encoder.py), compiled once and shared: the ByteLevel pre-tokenizer's regex.
 std::shared_ptr<TokenizerRegex> tokenizer_gpt2_pattern();
@@ -30,8 +31,12 @@ void tokenizer_table_init(FlatTable64& t, size_t entries);
 /// Insert unless the key is present (the first value wins); false when it was present. Grows the table.
 bool tokenizer_table_insert(FlatTable64& t, uint64_t key, uint64_t value);
 
-/// Fill tok.whole from the ids whose in_model flag is set (the model's vocabulary, not added tokens).
+/// Fill tok.whole from the ids whose in_model flag is set (the model's vocabulary, not added tokens):
+/// their bytes, or a SentencePiece-style vocabulary's strings (tok.pieces; set tok.kind first).
 void tokenizer_build_whole(Tokenizer& tok, const std::vector<char>& in_model);
+
+/// `text` through tok.normalizers in order, into `out` (`scratch`: a buffer the steps alternate with).
+void tokenizer_normalize(const Tokenizer& tok, std::string_view text, std::string& out, std::string& scratch);
 
 /// Set each added token's match text (its content, normalized by tok.normalizers when the token is
 /// normalized) and order them for matching. Call after tok.normalizers is set.

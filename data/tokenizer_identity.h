@@ -4,6 +4,7 @@
 // (its ids mean other text: the scores would be silently wrong).
 #pragma once
 #include <nlohmann/json.hpp>
+
 #include <string>
 
 namespace skew::data {
@@ -13,18 +14,22 @@ namespace skew::data {
 /// when both exist, else vocab.json and merges.txt (those present).
 nlohmann::json tokenizer_file_md5s(const std::string& tokenizer_dir);
 
-/// The kind (tokenizer_kind_name) of the tokenizer tokenizer_load finds in a folder, "" for none.
-std::string tokenizer_dir_kind(const std::string& tokenizer_dir);
-
-/// Throws skew::Error when RUN_DIR/manifest.json records another kind of tokenizer than
-/// `tokenizer_dir` holds, or tokenizer files that `tokenizer_dir` holds
-/// under the same names with other bytes (MD5), naming `what` (e.g. "--tokenizer DIR"), the file and
-/// the run's tokenizer folder. No manifest: nothing checked; GPT-2's two file layouts are not compared.
-void check_run_tokenizer(const std::string& run_dir, const std::string& tokenizer_dir, const std::string& what);
+/// Throws skew::Error when RUN_DIR/manifest.json records another kind of tokenizer than `kind` (the
+/// tokenizer_kind_name of the one loaded from `tokenizer_dir`), or tokenizer files that
+/// `tokenizer_dir` holds under the same names with other bytes (MD5), naming `what` (e.g.
+/// "--tokenizer DIR"), the file and the run's tokenizer folder. No manifest: nothing checked;
+/// GPT-2's two file layouts are not compared.
+void check_run_tokenizer(const std::string& run_dir, const std::string& tokenizer_dir, const std::string& kind,
+                         const std::string& what);
 
 /// Throws skew::Error when DATA_DIR/manifest.json and RUN_DIR/manifest.json record different
 /// tokenizers (kind, vocabulary size, or the MD5 of a file both name), naming `what` (e.g. "--data DIR")
 /// and both manifests. Either manifest missing: nothing checked.
 void check_run_data_tokenizer(const std::string& run_dir, const std::string& data_dir, const std::string& what);
+
+/// Throws skew::Error when DATA_DIR/manifest.json records another tokenizer than the one in
+/// `tokenizer_dir`: none of the files it records (by name) is there, or one of them has other bytes
+/// (MD5). Names `what` (e.g. "--data DIR"), the manifest and the folder. No manifest: nothing checked.
+void check_data_tokenizer(const std::string& data_dir, const std::string& tokenizer_dir, const std::string& what);
 
 }  // namespace skew::data

@@ -1,6 +1,6 @@
 // What the process's environment says about where it runs: whether an MPI launcher started it, and
 // whether an output stream reaches a terminal, so that colour and "\r" redraws go to terminals
-// only, never to a file or a pipe, on every rank (docs/training.md "Logs").
+// only, never to a file or a pipe, on every rank (docs/training.md "Progress display").
 #pragma once
 
 namespace skew {

@@ -14,16 +14,25 @@
 #include "data/tokenizer_identity.h"
 #include "engine/config_schema.h"
 #include "engine/error.h"
+#include "kernels/common/attention_head_dims.h"
 #include "runtime/backend_registry.h"
 
 namespace fs = std::filesystem;
 
 namespace skew::eval {
 
+std::string checkpoint_label(const CheckpointRef& ref) {
+    return ref.import_folder ? fmt::format("{} (a skew import)", ref.dir)
+                             : fmt::format("{} ({} step {})", ref.dir, ref.optimizer, ref.step);
+}
+
 data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_cfg, const std::string& flag_dir) {
-    const std::string dir = flag_dir.empty() ? run_cfg.data.tokenizer_dir : flag_dir;
-    const std::string what = flag_dir.empty() ? fmt::format("data.tokenizer_dir {} of {}/config.yaml", dir, ref.run_dir)
-                                              : "--tokenizer " + dir;
+    const std::string own = ref.import_folder ? ImportFolder{ref.dir}.tokenizer() : run_cfg.data.tokenizer_dir;
+    const std::string dir = flag_dir.empty() ? own : flag_dir;
+    const std::string what = !flag_dir.empty() ? "--tokenizer " + dir
+                             : ref.import_folder
+                                 ? fmt::format("{} (the import's tokenizer)", dir)
+                                 : fmt::format("data.tokenizer_dir {} of {}/config.yaml", dir, ref.run_dir);
     std::error_code ec;
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
         fail(
@@ -33,7 +42,7 @@ data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_c
     if (!fs::is_directory(dir, ec))
         fail("{}: no such folder{}", what, flag_dir.empty() ? "; give --tokenizer DIR" : "");
     data::Tokenizer tok = data::tokenizer_load(dir);
-    data::check_run_tokenizer(ref.run_dir, dir, what);
+    data::check_run_tokenizer(ref.run_dir, dir, data::tokenizer_kind_name(tok.kind), what);
     if (tok.vocab_size() > run_cfg.model.vocab_size)
         fail(
             "{}: the tokenizer has {} ids, more than the model's vocabulary (model.vocab_size {} in {}/config.yaml): "
@@ -43,12 +52,31 @@ data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_c
     return tok;
 }
 
+void check_data_tokenizer(const CheckpointRef& ref, const std::string& data_dir, const std::string& what) {
+    if (ref.import_folder) data::check_data_tokenizer(data_dir, ImportFolder{ref.dir}.tokenizer(), what);
+    else data::check_run_data_tokenizer(ref.run_dir, data_dir, what);
+}
+
 CheckpointRef resolve_checkpoint(const std::string& path, const std::string& optimizer, const std::string& which) {
     std::error_code ec;
     if (fs::exists(path, ec) && !fs::is_directory(path, ec))
-        fail("{}: is a file, not a folder (give a run folder or a checkpoint folder)", path);
-    if (!fs::is_directory(path, ec)) fail("{}: no such folder (a run folder or a checkpoint folder)", path);
+        fail("{}: is a file, not a folder (give a run folder, a checkpoint folder or a folder `skew import` wrote)",
+             path);
+    if (!fs::is_directory(path, ec))
+        fail("{}: no such folder (a run folder, a checkpoint folder or a folder `skew import` wrote)", path);
     CheckpointRef r;
+    if (is_import_folder(path)) {  // the imported weights as they are: no optimizer, no step
+        if (!optimizer.empty())
+            fail("--optimizer {}: {} is a folder `skew import` wrote, which holds no optimizer's checkpoints; drop it",
+                 optimizer, path);
+        if (!which.empty())
+            fail("--which {}: {} is a folder `skew import` wrote, which holds one set of weights; drop it", which,
+                 path);
+        r.dir = r.run_dir = path;
+        r.which = "import";
+        r.import_folder = true;
+        return r;
+    }
     if (fs::exists(CheckpointFolder{path}.trainer_state(), ec)) {
         r.dir = path;
         r.run_dir = CheckpointFolder{path}.run().dir;
@@ -58,7 +86,10 @@ CheckpointRef resolve_checkpoint(const std::string& path, const std::string& opt
         const RunFolder run{path};
         const fs::path ck = run.checkpoints();
         if (!fs::is_directory(ck, ec))
-            fail("{}: neither a checkpoint folder (no trainer_state.json) nor a run folder (no checkpoints/)", path);
+            fail(
+                "{}: neither a checkpoint folder (no trainer_state.json), a run folder (no checkpoints/) nor a folder "
+                "`skew import` wrote (config.yaml and model.safetensors)",
+                path);
         std::string opt = optimizer;
         if (opt.empty()) {
             std::vector<std::string> names;
@@ -131,7 +162,10 @@ std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::str
     lm->cfg.train.batch_size = microbatch;
     lm->cfg.train.microbatch = microbatch;
     lm->cfg.train.seq_len = seq_len;
-    lm->backend = make_named_backend(backend);
+    // a head width the CUDA attention kernels do not take runs on the CPU (an import writes runtime.backend: cpu)
+    const int64_t hd = lm->cfg.model.head_dim_key;
+    lm->backend =
+        make_named_backend(backend == "auto" && hd != 0 && !attention_head_dim_supported(hd) ? "cpu" : backend);
     lm->cfg.runtime.backend = backend_choice_of(*lm->backend);
     SessionSpec spec;
     spec.kind = SessionKind::INFERENCE;

@@ -21,16 +21,27 @@ struct CheckpointRef {
     std::string run_dir;    // the run folder (config.yaml), two levels above checkpoints/<opt>/
     std::string optimizer;  // from trainer_state.json
     int64_t step = 0;
-    std::string which;      // "best", "last" or the folder's own name
-    std::string config_hash;  // from trainer_state.json: the hash of the config that trained it
+    std::string which;                                // "best", "last" or the folder's own name
+    std::string config_hash;                          // from trainer_state.json: the hash of the config that trained it
     std::map<std::string, std::string> model_config;  // from trainer_state.json (empty in older checkpoints)
+    bool import_folder = false;  // a folder `skew import` wrote: dir = run_dir, no optimizer, step 0, which "import"
 };
 
-/// Resolve `path`: a checkpoint folder (trainer_state.json inside), or a run folder with
-/// checkpoints/<optimizer>/<which> (which = "best" when it exists, else "last", unless given).
+/// Resolve `path`: a checkpoint folder (trainer_state.json inside), a run folder with
+/// checkpoints/<optimizer>/<which> (which = "best" when it exists, else "last", unless given), or
+/// a folder `skew import` wrote (is_import_folder: its weights as imported, its tokenizer/).
 /// `optimizer` may be empty when the run has exactly one. Throws skew::Error naming what is
-/// missing (no such folder, no checkpoint, several optimizers and none chosen).
+/// missing (no such folder, no checkpoint, several optimizers and none chosen), or an optimizer or
+/// `which` given for an import folder, which has neither.
 CheckpointRef resolve_checkpoint(const std::string& path, const std::string& optimizer, const std::string& which = "");
+
+/// "DIR (adamw step 200)", or "DIR (a skew import)": the checkpoint in log lines.
+std::string checkpoint_label(const CheckpointRef& ref);
+
+/// The token shards of `data_dir` for `ref`'s model: refused (skew::Error naming `what`, the
+/// manifests or the tokenizer file) where they were tokenized by another tokenizer than the run's
+/// (data::check_run_data_tokenizer) or, for an import folder, than the one in its tokenizer/.
+void check_data_tokenizer(const CheckpointRef& ref, const std::string& data_dir, const std::string& what);
 
 /// The run's config.yaml loaded for `ref` (RUN/config.yaml), refused where its model section is not
 /// the one that trained the checkpoint: a setting that changes the computation but not a tensor's
@@ -42,9 +53,9 @@ CheckpointRef resolve_checkpoint(const std::string& path, const std::string& opt
 Config load_run_config(const CheckpointRef& ref);
 
 /// The tokenizer of `ref`'s run: the folder `flag_dir` (--tokenizer), or without it the run's
-/// data.tokenizer_dir (run_cfg), loaded and checked against the run's manifest
-/// (data::check_run_tokenizer). Throws skew::Error naming where the folder came from when it is
-/// missing or a file, or holds another tokenizer than the run's.
+/// data.tokenizer_dir (run_cfg; an import folder: its tokenizer/), loaded and checked against the
+/// run's manifest (data::check_run_tokenizer). Throws skew::Error naming where the folder came from
+/// when it is missing or a file, or holds another tokenizer than the run's.
 data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_cfg, const std::string& flag_dir);
 
 /// A model with its weights loaded: its backend and the inference session bound on it (which owns
@@ -58,8 +69,8 @@ struct LoadedModel {
 };
 
 /// Load `ref`'s weights into a model of `microbatch` sequences of `seq_len` tokens (<=
-/// model.max_seq_len) on `backend` ("cpu", "cuda", or "auto": CUDA when built with it and a GPU is
-/// visible). The plan is the trainer's without optimizer state. Throws skew::Error naming the
+/// model.max_seq_len) on `backend` ("cpu", "cuda", or "auto": CUDA when built with it, a GPU is
+/// visible and the CUDA attention kernels take model.head_dim). The plan is the trainer's without optimizer state. Throws skew::Error naming the
 /// file (config.yaml, model.safetensors) on anything missing, corrupt or of another shape.
 std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::string& backend, int64_t microbatch,
                                         int64_t seq_len);

@@ -7,9 +7,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "checkpoint/run_folder.h"
 #include "engine/config_schema.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
+#include "kernels/common/attention_head_dims.h"
 
 namespace skew::hf {
 
@@ -216,8 +218,14 @@ std::string model_section_yaml(const ModelConfig& m) {
 
 std::string config_yaml(const ModelConfig& m) {
     const int64_t seq_len = TrainConfig{}.seq_len;
+    const bool cpu_only = m.head_dim_key != 0 && !attention_head_dim_supported(m.head_dim_key);
     return model_section_yaml(m) +
-           (m.max_seq_len < seq_len ? fmt::format("train:\n  seq_len: {}\n", m.max_seq_len) : "");
+           (m.max_seq_len < seq_len ? fmt::format("train:\n  seq_len: {}\n", m.max_seq_len) : "") +
+           (cpu_only
+                ? fmt::format("runtime:\n  backend: cpu  # head_dim {}: the CUDA attention kernels take 16, 32, 64 "
+                              "and 128, the CPU any width\n",
+                              m.head_dim_key)
+                : "");
 }
 
 Config config_from_model(const ModelConfig& m, const std::string& source, const std::vector<std::string>& overrides) {
@@ -225,8 +233,7 @@ Config config_from_model(const ModelConfig& m, const std::string& source, const 
 }
 
 Config config_from_hf_path(const std::string& path, const std::vector<std::string>& overrides) {
-    const std::string file =
-        std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "config.json").string() : path;
+    const std::string file = std::filesystem::is_directory(path) ? HfFolder{path}.config() : path;
     const nlohmann::json j = read_hf_config(file);
     const Family f = family_of_hf_config(j, file);
     return config_from_model(model_config_from_hf(j, f, file), file + " (as skew's model section)", overrides);

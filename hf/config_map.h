@@ -39,8 +39,10 @@ nlohmann::json hf_config_from_model(const ModelConfig& m, Family f);
 std::string model_section_yaml(const ModelConfig& m);
 
 /// model_section_yaml(m), plus `train: seq_len: max_seq_len` where the model's max_seq_len is below
-/// train.seq_len's default (a config must train sequences the model holds): the config.yaml `skew
-/// import` writes, which loads with every other key at its default.
+/// train.seq_len's default (a config must train sequences the model holds), and `runtime: backend:
+/// cpu` where model.head_dim is a width the CUDA attention kernels do not take
+/// (attention_head_dim_supported; the CPU takes any): the config.yaml `skew import` writes, which
+/// loads with every other key at its default.
 std::string config_yaml(const ModelConfig& m);
 
 /// config_yaml(m) loaded: every other section at its defaults, loaded and validated by skew's own

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "checkpoint/run_folder.h"
 #include "engine/error.h"
 
 namespace fs = std::filesystem;
@@ -23,9 +24,10 @@ void refuse_existing_output(const std::string& out, const std::string& flag) {
     if (!fs::is_empty(out, ec)) fail("{} {}: the folder exists and holds files; give a new folder", flag, out);
 }
 
-std::vector<std::string> copy_tokenizer_files(const std::string& from, const std::string& to) {
+std::vector<std::string> copy_files(const std::string& from, const std::string& to,
+                                    const std::vector<std::string>& names) {
     std::vector<std::string> copied;
-    for (const std::string& name : tokenizer_file_names()) {
+    for (const std::string& name : names) {
         const fs::path src = fs::path(from) / name;
         std::error_code ec;
         if (!fs::is_regular_file(src, ec)) continue;
@@ -36,6 +38,20 @@ std::vector<std::string> copy_tokenizer_files(const std::string& from, const std
         copied.push_back(name);
     }
     return copied;
+}
+
+std::vector<std::string> copy_tokenizer_files(const std::string& from, const std::string& to) {
+    return copy_files(from, to, tokenizer_file_names());
+}
+
+const std::vector<std::string>& published_file_names() {
+    static const std::vector<std::string> names = {HfFolder::CONFIG_FILE, HfFolder::GENERATION_CONFIG_FILE};
+    return names;
+}
+
+const std::vector<std::string>& generation_token_fields() {
+    static const std::vector<std::string> names = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    return names;
 }
 
 }  // namespace skew::hf

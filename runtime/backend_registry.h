@@ -1,5 +1,5 @@
 // The backends, their device communicators and their optimizer steps: the one place above kernels/
-// that names a backend and knows which are built (docs/architecture.md, "The runtime"). Everything
+// that names a backend and knows which are built (docs/architecture.md, "The session"). Everything
 // else works through the Backend interface and its capability queries (kernels/backend.h) and
 // through the OptimizerRunner and OptimizerSupport made here (optim/optimizer_runner.h).
 #pragma once

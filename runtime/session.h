@@ -1,6 +1,6 @@
 // A model stood up on a backend: the one way `skew train`, `eval`, `sample`, the benches and the
 // tests assemble config -> parameter table -> memory plan -> arena -> workspace -> model
-// (docs/architecture.md, "The runtime"). A Session owns each of them, so nothing it hands out
+// (docs/architecture.md, "The session"). A Session owns each of them, so nothing it hands out
 // dangles; the backend's workspace is bound to the arena when it opens and released when it goes.
 #pragma once
 #include <cstdint>

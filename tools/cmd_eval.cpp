@@ -1,7 +1,8 @@
 // skew eval CHECKPOINT_OR_RUN: score a trained checkpoint (docs/evaluation.md). --data: validation
 // loss and perplexity over a prepared split, as the trainer's evaluation computes them; --task
 // FILE --format NAME: zero-shot multiple choice as the LM Evaluation Harness scores PIQA,
-// WinoGrande, HellaSwag and ARC (paper Appendix D, Table 9). Writes <run>/eval_<optimizer>.json.
+// WinoGrande, HellaSwag and ARC (paper Appendix D, Table 9). Writes <run>/eval_<optimizer>.json
+// (an import folder: IMPORT/eval_import.json).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -86,14 +87,14 @@ void run_eval(const EvalArgs& a) {
     if (a.batch_size < 1) fail("--batch-size {}: must be >= 1", a.batch_size);
     const eval::CheckpointRef ref = eval::resolve_checkpoint(a.path, a.optimizer, a.which);
     const bool live = !a.no_progress && !a.json_out && output_is_terminal(STDERR_FILENO);
-    spdlog::info("eval: checkpoint {} ({} step {})", ref.dir, ref.optimizer, ref.step);
+    spdlog::info("eval: checkpoint {}", eval::checkpoint_label(ref));
 
     json out{{"checkpoint", ref.dir}, {"optimizer", ref.optimizer}, {"step", ref.step}, {"which", ref.which}};
     if (!a.data_dir.empty()) {
         const Config run_cfg = load_config(RunFolder{ref.run_dir}.config());
         const int64_t B = run_cfg.train.batch_size;
         const int64_t mb = run_cfg.train.microbatch > 0 ? run_cfg.train.microbatch : B;
-        data::check_run_data_tokenizer(ref.run_dir, a.data_dir, "--data " + a.data_dir);
+        eval::check_data_tokenizer(ref, a.data_dir, "--data " + a.data_dir);
         auto lm = eval::load_model(ref, a.backend, mb, run_cfg.train.seq_len);
         out["backend"] = lm->backend->name();
         const eval::PerplexityResult p = eval::evaluate_perplexity(*lm->model, a.data_dir, a.split, B, a.batches,
@@ -146,7 +147,7 @@ void run_eval(const EvalArgs& a) {
         }
     }
     if (!a.no_write) {
-        const fs::path file = RunFolder{ref.run_dir}.eval_results(ref.optimizer);
+        const fs::path file = RunFolder{ref.run_dir}.eval_results(ref.import_folder ? ref.which : ref.optimizer);
         json merged = out;
         std::error_code ec;
         if (fs::exists(file, ec)) {  // keep the earlier results of the same checkpoint
@@ -174,7 +175,9 @@ void register_eval_command(CLI::App& app) {
     auto a = std::make_shared<EvalArgs>();
     CLI::App* cmd =
         app.add_subcommand("eval", "Score a checkpoint: perplexity on a prepared split, zero-shot multiple choice");
-    cmd->add_option("checkpoint", a->path, "A run folder (with --optimizer) or a checkpoint folder")->required();
+    cmd->add_option("checkpoint", a->path,
+                    "A run folder (with --optimizer), a checkpoint folder, or a folder `skew import` wrote")
+        ->required();
     cmd->add_option("--optimizer", a->optimizer,
                     "The optimizer whose checkpoint to score (needed when the run has several)");
     cmd->add_option("--which", a->which, "best or last (default: best when present, else last)")
@@ -193,7 +196,8 @@ void register_eval_command(CLI::App& app) {
     cmd->add_option("--batch-size", a->batch_size, "Sequences per forward when scoring tasks (default 8)")
         ->check(int_at_least(1));
     cmd->add_flag("--json", a->json_out, "Print the results as JSON on stdout");
-    cmd->add_flag("--no-write", a->no_write, "Do not write <run>/eval_<optimizer>.json");
+    cmd->add_flag("--no-write", a->no_write,
+                  "Do not write <run>/eval_<optimizer>.json (an import folder: eval_import.json)");
     cmd->add_flag("--no-progress", a->no_progress, "No progress line");
     cmd->callback([a, cmd] {
         // a flag of the part of eval that does not run would be ignored without a word

@@ -3,6 +3,7 @@
 // merged; the file loads with the single-process reader. `--format hf` writes a Hugging Face
 // checkpoint folder of the model's family instead (docs/huggingface.md, "Export").
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <filesystem>
 
@@ -27,6 +28,33 @@ struct ExportArgs {
     bool best = false;
 };
 
+// The line `skew export --format hf` prints: what was read, what was written.
+void print_hf_export(const std::string& what, const std::string& out, const hf::ExportResult& r) {
+    std::vector<std::string> files = {HfFolder::CONFIG_FILE, HfFolder::WEIGHTS_FILE};
+    if (r.generation_config) files.push_back(HfFolder::GENERATION_CONFIG_FILE);
+    files.insert(files.end(), r.tokenizer_files.begin(), r.tokenizer_files.end());
+    fmt::print(
+        "skew export: {} -> {} ({}, {} tensors; {}{})\n", what, out, hf::family_architecture(r.family), r.hf_tensors,
+        fmt::join(files, ", "),
+        r.token_fields.empty() ? "" : fmt::format("; config.json's {} as published", fmt::join(r.token_fields, ", ")));
+}
+
+// The published files a run's export writes back: those of the import it started from
+// (train.init_from's hf/), where that folder is still there.
+std::string published_dir_of_run(const Config& cfg) {
+    if (cfg.train.init_from.empty()) return "";
+    const std::filesystem::path dir = ImportFolder{cfg.train.init_from}.published().dir;
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) {
+        spdlog::warn(
+            "export: {} (train.init_from's published config.json and generation_config.json) is not there: "
+            "config.json gets no bos_token_id, eos_token_id or pad_token_id",
+            dir.string());
+        return "";
+    }
+    return dir.string();
+}
+
 // `skew export IMPORT_DIR --format hf`: an import's weights back in the Hugging Face layout (the
 // round trip of docs/huggingface.md; the GPU check's peer step loads it in transformers).
 void export_import_folder(const ExportArgs& a) {
@@ -37,12 +65,10 @@ void export_import_folder(const ExportArgs& a) {
     hf::refuse_existing_output(a.out, "--out");
     const ParamTable table = build_param_table(cfg.model);
     const std::string tokenizer_dir = folder.tokenizer();
-    const hf::ExportResult r =
-        hf::export_hf(cfg.model, read_checkpoint_weights(a.run, table), a.out, config_path,
-                      std::filesystem::is_directory(tokenizer_dir) ? tokenizer_dir : std::string());
-    fmt::print("skew export: {} (a skew import) -> {} ({}, {} tensors; config.json, model.safetensors{})\n", a.run,
-               a.out, hf::family_architecture(r.family), r.hf_tensors,
-               r.tokenizer_files.empty() ? "" : fmt::format(", {}", fmt::join(r.tokenizer_files, ", ")));
+    const hf::ExportResult r = hf::export_hf(
+        cfg.model, read_checkpoint_weights(a.run, table), a.out, config_path,
+        std::filesystem::is_directory(tokenizer_dir) ? tokenizer_dir : std::string(), folder.published().dir);
+    print_hf_export(a.run + " (a skew import)", a.out, r);
 }
 
 void run_export(const ExportArgs& a) {
@@ -59,10 +85,8 @@ void run_export(const ExportArgs& a) {
         hf::family_of_model(cfg.model, config_path);  // refused before the weights are read
         hf::refuse_existing_output(a.out, "--out");
         const hf::ExportResult r = hf::export_hf(cfg.model, read_checkpoint_weights(ref.dir, table), a.out, config_path,
-                                                 cfg.data.tokenizer_dir);
-        fmt::print("skew export: {} -> {} ({}, {} tensors; config.json, model.safetensors{})\n", what, a.out,
-                   hf::family_architecture(r.family), r.hf_tensors,
-                   r.tokenizer_files.empty() ? "" : fmt::format(", {}", fmt::join(r.tokenizer_files, ", ")));
+                                                 cfg.data.tokenizer_dir, published_dir_of_run(cfg));
+        print_hf_export(what, a.out, r);
         return;
     }
     export_checkpoint_weights(ref.dir, table, a.out);

@@ -77,7 +77,7 @@ void run_sample(const SampleArgs& a) {
     }
     const std::string prompt_text = data::tokenizer_decode(tok, ids);  // what the kept prompt ids decode to
     auto lm = eval::load_model(ref, a.backend, 1, L);                  // op scratch sized for a prefill of L tokens
-    spdlog::info("sample: {} ({} step {}) on {}", ref.dir, ref.optimizer, ref.step, lm->backend->name());
+    spdlog::info("sample: {} on {}", eval::checkpoint_label(ref), lm->backend->name());
     KvCache cache = open_kv_cache(*lm->model, L);
 
     json samples = json::array();
@@ -161,7 +161,9 @@ void run_sample(const SampleArgs& a) {
 void register_sample_command(CLI::App& app) {
     auto a = std::make_shared<SampleArgs>();
     CLI::App* cmd = app.add_subcommand("sample", "Generate text from a checkpoint (KV cache; streams to stdout)");
-    cmd->add_option("checkpoint", a->path, "A run folder (with --optimizer) or a checkpoint folder")->required();
+    cmd->add_option("checkpoint", a->path,
+                    "A run folder (with --optimizer), a checkpoint folder, or a folder `skew import` wrote")
+        ->required();
     cmd->add_option("--optimizer", a->optimizer,
                     "The optimizer whose checkpoint to use (needed when the run has several)");
     cmd->add_option("--which", a->which, "best or last (default: best when present, else last)")

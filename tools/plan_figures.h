@@ -51,16 +51,16 @@ struct PlanFigures {
     ParamTable table;
     OptimizerConfig opt;
     std::optional<ParsedSize> budget;
-    bool cuda = false;           // planned for the CUDA backend
-    int cuda_major = 0;          // the CUDA version whose runtime overhead is modelled
-    int64_t overhead = 0;        // CUDA context and libraries outside the arena (0 on the CPU)
-    int64_t arena_budget = 0;    // the budget less the overhead
-    int64_t largest = -1;        // largest microbatch that fits the budget (-1: no budget)
-    int64_t rank_batch = 0;      // train.batch_size over the ranks
-    int64_t mb = 0;              // the microbatch planned
-    std::string mb_note;         // how train.microbatch 0 was resolved, when it was
-    int64_t plan_rank = 0;       // the rank planned (the most optimizer state under ZeRO-1)
-    MemoryPlan plan;             // that rank's plan for `opt`
+    bool cuda = false;         // planned for the CUDA backend
+    int cuda_major = 0;        // the CUDA version whose runtime overhead is modelled
+    int64_t overhead = 0;      // CUDA context and libraries outside the arena (0 on the CPU)
+    int64_t arena_budget = 0;  // the budget less the overhead
+    int64_t largest = -1;      // largest microbatch that fits the budget (-1: no budget)
+    int64_t rank_batch = 0;    // train.batch_size over the ranks
+    int64_t mb = 0;            // the microbatch planned
+    std::string mb_note;       // how train.microbatch 0 was resolved, when it was
+    int64_t plan_rank = 0;     // the rank planned (the most optimizer state under ZeRO-1)
+    MemoryPlan plan;           // that rank's plan for `opt`
     int64_t backbone = 0, experts = 0, router = 0, shared_experts = 0, total = 0, active = 0;  // parameters
     std::vector<OptimizerConfig> all;  // every built-in optimizer and the config's own
     std::vector<MemoryPlan> plans;     // their plans at `mb`

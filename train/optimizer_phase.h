@@ -1,5 +1,5 @@
 // The optimizer phase of a training step as named stages, built once per optimizer run from the
-// config (docs/architecture.md, "The trainer's stages"): prepare (the idle experts' weights and
+// config (docs/architecture.md, "The optimizer phase's stages"): prepare (the idle experts' weights and
 // state kept, train.idle_experts: skip), the step (this rank's slots; under ZeRO-1 its owned ranges
 // and the weights' all-gather), finish (the deferred expert banks, train.expert_grads: deferred; the
 // idle experts put back; the data-parallel weights). A feature adds a stage here, not a branch in

@@ -161,7 +161,15 @@ void agree_before_training(Communicator& comm, const std::string& failed, std::v
 }
 
 TrainingData open_training_data(const Config& cfg, const std::string& resume_run, bool writer) {
-    data::token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size, cfg.data.val_ratio);
+    const std::string vocab_advice =  // the imported weights fix model.vocab_size
+        cfg.train.init_from.empty()
+            ? std::string()
+            : fmt::format(
+                  "it is the vocabulary of the weights in {} (train.init_from): prepare the data with their "
+                  "tokenizer (skew prepare --tokenizer {}/tokenizer)",
+                  cfg.train.init_from, cfg.train.init_from);
+    data::token_split_check_manifest(cfg.data.dir, cfg.data.separator, cfg.model.vocab_size, cfg.data.val_ratio,
+                                     vocab_advice);
     TrainingData d{data::token_split_open(cfg.data.dir, "train"), data::token_split_open(cfg.data.dir, "val")};
     for (const data::TokenSplit* split : {&d.train, &d.val}) data::token_split_check_listed(cfg.data.dir, *split);
     if (!resume_run.empty()) data::shard_identity_check(resume_run, cfg.data.dir, {&d.train, &d.val});

@@ -1,5 +1,5 @@
 // What one `skew train` invocation created in its run folder, so that a run failing before its
-// first checkpoint is taken back whole (docs/training.md, "Run folders").
+// first checkpoint is taken back whole (docs/training.md, "The run folder").
 #pragma once
 #include <system_error>
 

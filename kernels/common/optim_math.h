@@ -29,7 +29,9 @@ SKEW_HD float optim_ema(float s, float x, float beta, float one_minus_beta) {
 
 /// The value rounded back to bf16 (or stored exactly for fp32 params) with decay fused in fp32:
 /// w * keep - lr * u, keep = 1 - lr*wd (docs/design.md "Weight decay"). With keep = 1 it is plain w - lr*u.
-SKEW_HD float optim_decayed_target(float w, float keep, float lr, float u) { return rn_sub(rn_mul(w, keep), rn_mul(lr, u)); }
+SKEW_HD float optim_decayed_target(float w, float keep, float lr, float u) {
+    return rn_sub(rn_mul(w, keep), rn_mul(lr, u));
+}
 
 /// The fp32 value a bf16 weight w32 is rounded to after update u (docs/optimizers.md §9): the fused
 /// target optim_decayed_target, or with `premultiply` (weight_decay_mode bf16_premultiply, the paper's
@@ -105,7 +107,7 @@ SKEW_HD float skewadam_row_scale(float r, float rbar, float eps) { return sqrtf(
 /// Factored column scale sqrt(max(C_j, eps)).
 SKEW_HD float skewadam_col_scale(float c, float eps) { return sqrtf(fmaxf(c, eps)); }
 
-/// The floor of the factored normalizer's mean (skewadam.py: hard-coded 1e-15).
+/// The floor of the factored normalizer's mean: 1e-15, as the paper's trainer hard-codes it (docs/optimizers.md §7.1).
 constexpr float SKEWADAM_RBAR_FLOOR = 1e-15f;
 
 // ---- Adafactor (HF transformers, scale_parameter=False, relative_step=False, beta1=None; docs/optimizers.md §5)

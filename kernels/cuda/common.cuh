@@ -86,6 +86,13 @@ inline unsigned grid_for(int64_t n, int threads) {
     return unsigned(std::clamp<int64_t>(b, 1, int64_t(1) << 20));
 }
 
+/// The most blocks a launch may have along grid.y (and grid.z): a kernel with more rows of work than
+/// that along y loops over them in steps of gridDim.y (grid_y_for sizes such a launch).
+inline constexpr int64_t kMaxGridY = 65535;
+
+/// grid.y for a loop over n items along y in steps of gridDim.y: n clamped to [1, kMaxGridY].
+inline unsigned grid_y_for(int64_t n) { return unsigned(std::clamp<int64_t>(n, 1, kMaxGridY)); }
+
 /// Global thread index and stride of a 1-D grid-stride loop, 64-bit.
 __device__ __forceinline__ int64_t thread_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }

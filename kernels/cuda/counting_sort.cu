@@ -1,6 +1,7 @@
-// Stable device counting sort (MoE dispatch: docs/design.md "dropless", a permutation that groups token
-// copies by expert; embedding backward: positions grouped by token). Integer counts only, so the
-// result is exact and independent of timing. CPU twins: moe_dispatch / embedding_backward in kernels/cpu/.
+// Stable device counting sort (the dropless MoE dispatch of docs/design.md "Router (fp32)": a
+// permutation that groups token copies by expert; embedding backward: positions grouped by
+// token). Integer counts only, so the result is exact and independent of timing. CPU twins:
+// moe_dispatch / embedding_backward in kernels/cpu/.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/counting_sort.h"
 #include "kernels/cuda/cuda_check.h"
@@ -32,15 +33,15 @@ __global__ void chunk_histogram_kernel(int32_t* __restrict__ chunk_counts, const
 // Per key: exclusive running count over chunks (in place) and the key's total.
 __global__ void chunk_scan_kernel(int32_t* __restrict__ chunk_counts, int64_t* __restrict__ totals, int64_t chunks,
                                   int64_t n_keys) {
-    const int64_t k = thread_index();
-    if (k >= n_keys) return;
-    int64_t run = 0;
-    for (int64_t c = 0; c < chunks; ++c) {
-        const int32_t v = chunk_counts[c * n_keys + k];
-        chunk_counts[c * n_keys + k] = int32_t(run);
-        run += v;
+    for (int64_t k = thread_index(); k < n_keys; k += grid_stride()) {
+        int64_t run = 0;
+        for (int64_t c = 0; c < chunks; ++c) {
+            const int32_t v = chunk_counts[c * n_keys + k];
+            chunk_counts[c * n_keys + k] = int32_t(run);
+            run += v;
+        }
+        totals[k] = run;
     }
-    totals[k] = run;
 }
 
 // One block: offsets = exclusive prefix sum of totals (n_keys + 1 entries).

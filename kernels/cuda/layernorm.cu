@@ -1,6 +1,7 @@
 // CUDA LayerNorm forward and backward (docs/design.md, "The paper's model": pre-LayerNorm, fp32
 // parameters). One warp per row; the parameter gradients are summed over rows in fixed chunks, then
 // over chunks in order, so they do not depend on timing. CPU twin: kernels/cpu/layernorm.cpp.
+#include "kernels/cuda/column_partials.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/layernorm.h"
@@ -10,10 +11,7 @@ namespace skew::cuda {
 
 namespace {
 
-constexpr int kRowsPerBlock = 8;                                    // warps per block, one row each
-constexpr int kParamRowChunk = cuda_ws::LAYERNORM_PARAM_ROW_CHUNK;  // rows per partial sum of dweight / dbias
-constexpr int kParamCols = 32;                                      // columns per block of the partial-sum kernel
-constexpr int kParamRowLanes = 8;                                   // row lanes per block of the partial-sum kernel
+constexpr int kRowsPerBlock = 8;  // warps per block, one row each
 
 __global__ void layernorm_forward_kernel(bf16* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                                          const bf16* __restrict__ inp, const float* __restrict__ weight,
@@ -68,50 +66,16 @@ __global__ void layernorm_backward_dinp_kernel(bf16* __restrict__ dinp, const bf
     }
 }
 
-// Block (column block, row chunk): partial dweight / dbias of kParamCols columns over kParamRowChunk
-// rows, written to partial_w/b[chunk][col].
-__global__ void layernorm_param_partials_kernel(float* __restrict__ partial_w, float* __restrict__ partial_b,
-                                                const bf16* __restrict__ dout, const bf16* __restrict__ inp,
-                                                const float* __restrict__ mean, const float* __restrict__ rstd,
-                                                int64_t n_rows, int64_t C) {
-    __shared__ float sw[kParamRowLanes][kParamCols], sb[kParamRowLanes][kParamCols];
-    const int tc = threadIdx.x % kParamCols, tr = threadIdx.x / kParamCols;
-    const int64_t col = int64_t(blockIdx.x) * kParamCols + tc;
-    const int64_t r0 = int64_t(blockIdx.y) * kParamRowChunk;
-    const int64_t r1 = min(n_rows, r0 + kParamRowChunk);
-    float dw = 0.0f, db = 0.0f;
-    if (col < C) {
-        for (int64_t r = r0 + tr; r < r1; r += kParamRowLanes) {
-            const float gv = ld(dout[r * C + col]);
-            dw += gv * (ld(inp[r * C + col]) - mean[r]) * rstd[r];
-            db += gv;
-        }
-    }
-    sw[tr][tc] = dw;
-    sb[tr][tc] = db;
-    __syncthreads();
-    if (tr == 0 && col < C) {
-        for (int i = 1; i < kParamRowLanes; ++i) {
-            dw += sw[i][tc];
-            db += sb[i][tc];
-        }
-        partial_w[int64_t(blockIdx.y) * C + col] = dw;
-        partial_b[int64_t(blockIdx.y) * C + col] = db;
-    }
-}
-
-__global__ void layernorm_param_reduce_kernel(float* __restrict__ dweight, float* __restrict__ dbias,
-                                              const float* __restrict__ partial_w, const float* __restrict__ partial_b,
-                                              int64_t n_chunks, int64_t C) {
-    const int64_t col = thread_index();
-    if (col >= C) return;
-    float dw = 0.0f, db = 0.0f;
-    for (int64_t i = 0; i < n_chunks; ++i) {
-        dw += partial_w[i * C + col];
-        db += partial_b[i * C + col];
-    }
-    if (dweight) dweight[col] += dw;
-    if (dbias) dbias[col] += db;
+// dweight's and dbias's partial sums over row chunks (kernels/cuda/column_partials.cuh):
+// dout·(x - mean)·rstd and dout per row.
+__global__ void layernorm_param_partials_kernel(ColumnSums<2> s, const bf16* __restrict__ dout,
+                                                const bf16* __restrict__ inp, const float* __restrict__ mean,
+                                                const float* __restrict__ rstd, int64_t n_rows, int64_t C) {
+    column_chunk_partials<2>(s, n_rows, C, [&](int64_t r, int64_t col, float(&acc)[2]) {
+        const float gv = ld(dout[r * C + col]);
+        acc[0] += gv * (ld(inp[r * C + col]) - mean[r]) * rstd[r];
+        acc[1] += gv;
+    });
 }
 
 int64_t param_chunks(int64_t n_rows) { return cuda_ws::layernorm_param_chunks(n_rows); }
@@ -150,14 +114,11 @@ void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* do
     if (dweight || dbias) {
         const int64_t chunks = param_chunks(n_rows);
         float* pw = static_cast<float*>(scratch);
-        float* pb = pw + chunks * channels;
-        const dim3 grid(unsigned((channels + kParamCols - 1) / kParamCols), unsigned(chunks));
-        layernorm_param_partials_kernel<<<grid, kParamCols * kParamRowLanes, 0, stream>>>(pw, pb, dout, inp, mean, rstd,
-                                                                                          n_rows, channels);
+        const ColumnSums<2> sums{{dweight, dbias}, {pw, pw + chunks * channels}};
+        layernorm_param_partials_kernel<<<column_partials_grid(channels, chunks), COLUMN_PARTIAL_THREADS, 0, stream>>>(
+            sums, dout, inp, mean, rstd, n_rows, channels);
         cuda_check_kernel("layernorm_param_partials_kernel");
-        layernorm_param_reduce_kernel<<<grid_for(channels, 256), 256, 0, stream>>>(dweight, dbias, pw, pb, chunks,
-                                                                                   channels);
-        cuda_check_kernel("layernorm_param_reduce_kernel");
+        column_chunk_reduce(sums, chunks, channels, stream);
     }
 }
 

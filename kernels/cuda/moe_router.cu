@@ -26,17 +26,17 @@ __global__ void router_softmax_topk_kernel(float* __restrict__ probs, int32_t* _
                                            float* __restrict__ gates, unsigned long long* __restrict__ counts,
                                            double* __restrict__ z_tok, const float* __restrict__ logits, int64_t n,
                                            int64_t E, int64_t K, RouterOptions o) {
-    const int64_t t = thread_index();
-    if (t >= n) return;
-    const PhiloxKey key{o.seed, PHILOX_STREAM_ROUTER_NOISE};
-    const float* lg = logits + t * E;
-    float* p = probs + t * E;
-    const double lse = double(logits_row_lse(lg, E));
-    z_tok[t] = lse * lse;
-    int32_t* idx = expert_idx + t * K;
-    router_route_token(p, idx, gates + t * K, lg, E, K, t, o.noise_std, key, o.step, o.tensor, o.noise_offset,
-                       o.normalize_top_k);
-    for (int64_t j = 0; j < K; ++j) atomicAdd(counts + idx[j], 1ull);  // integer: order-independent
+    for (int64_t t = thread_index(); t < n; t += grid_stride()) {
+        const PhiloxKey key{o.seed, PHILOX_STREAM_ROUTER_NOISE};
+        const float* lg = logits + t * E;
+        float* p = probs + t * E;
+        const double lse = double(logits_row_lse(lg, E));
+        z_tok[t] = lse * lse;
+        int32_t* idx = expert_idx + t * K;
+        router_route_token(p, idx, gates + t * K, lg, E, K, t, o.noise_std, key, o.step, o.tensor, o.noise_offset,
+                           o.normalize_top_k);
+        for (int64_t j = 0; j < K; ++j) atomicAdd(counts + idx[j], 1ull);  // integer: order-independent
+    }
 }
 
 // Block per expert: p̄_e = mean over tokens of probs[:, e] (double, fixed tree).
@@ -78,36 +78,36 @@ __global__ void router_backward_kernel(float* __restrict__ dlogits, const float*
                                        const int32_t* __restrict__ expert_idx, const float* __restrict__ gates,
                                        const int64_t* __restrict__ counts, double bal_coef, double zs, int64_t n,
                                        int64_t E, int64_t K, bool normalize) {
-    const int64_t t = thread_index();
-    if (t >= n) return;
-    const float* p = probs + t * E;
-    const int32_t* idx = expert_idx + t * K;
-    const float* g = gates + t * K;
-    const float* dg = dgates ? dgates + t * K : nullptr;
-    // Gate renormalization: dp[idx_j] += (dg_j - Σ_i dg_i g_i) / P; top-1 (g = p): dp[idx_0] += dg_0.
-    float P = 0.0f, dot = 0.0f;
-    if (dg) {
-        for (int64_t j = 0; j < K; ++j) {
-            P += p[idx[j]];
-            dot += dg[j] * g[j];
+    for (int64_t t = thread_index(); t < n; t += grid_stride()) {
+        const float* p = probs + t * E;
+        const int32_t* idx = expert_idx + t * K;
+        const float* g = gates + t * K;
+        const float* dg = dgates ? dgates + t * K : nullptr;
+        // Gate renormalization: dp[idx_j] += (dg_j - Σ_i dg_i g_i) / P; top-1 (g = p): dp[idx_0] += dg_0.
+        float P = 0.0f, dot = 0.0f;
+        if (dg) {
+            for (int64_t j = 0; j < K; ++j) {
+                P += p[idx[j]];
+                dot += dg[j] * g[j];
+            }
+            if (!router_renormalizes_gates(K, normalize)) P = 1.0f, dot = 0.0f;
         }
-        if (!router_renormalizes_gates(K, normalize)) P = 1.0f, dot = 0.0f;
-    }
-    auto dp_of = [&](int64_t e) {
-        float v = float(bal_coef * double(counts[e]));
-        if (dg)
-            for (int64_t j = 0; j < K; ++j)
-                if (idx[j] == e) v += (dg[j] - dot) / P;
-        return v;
-    };
-    float pdp = 0.0f;
-    for (int64_t e = 0; e < E; ++e) pdp += p[e] * dp_of(e);
-    const float* lg = logits + t * E;
-    const float lse = logits_row_lse(lg, E);
-    float* dl = dlogits + t * E;
-    for (int64_t e = 0; e < E; ++e) {
-        const float q = expf(lg[e] - lse);
-        dl[e] = p[e] * (dp_of(e) - pdp) + float(zs * double(lse) * double(q));
+        auto dp_of = [&](int64_t e) {
+            float v = float(bal_coef * double(counts[e]));
+            if (dg)
+                for (int64_t j = 0; j < K; ++j)
+                    if (idx[j] == e) v += (dg[j] - dot) / P;
+            return v;
+        };
+        float pdp = 0.0f;
+        for (int64_t e = 0; e < E; ++e) pdp += p[e] * dp_of(e);
+        const float* lg = logits + t * E;
+        const float lse = logits_row_lse(lg, E);
+        float* dl = dlogits + t * E;
+        for (int64_t e = 0; e < E; ++e) {
+            const float q = expf(lg[e] - lse);
+            dl[e] = p[e] * (dp_of(e) - pdp) + float(zs * double(lse) * double(q));
+        }
     }
 }
 

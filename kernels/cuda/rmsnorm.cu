@@ -1,6 +1,7 @@
 // CUDA RMSNorm forward and backward (docs/architectures.md). One warp per row; the weight gradient
 // is summed over rows in fixed chunks, then over chunks in order, so it does not depend on timing.
 // CPU twin: kernels/cpu/rmsnorm.cpp.
+#include "kernels/cuda/column_partials.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/rmsnorm.h"
@@ -10,10 +11,7 @@ namespace skew::cuda {
 
 namespace {
 
-constexpr int kRowsPerBlock = 8;                                    // warps per block, one row each
-constexpr int kParamRowChunk = cuda_ws::LAYERNORM_PARAM_ROW_CHUNK;  // rows per partial sum of dweight
-constexpr int kParamCols = 32;                                      // columns per block of the partial-sum kernel
-constexpr int kParamRowLanes = 8;                                   // row lanes per block of the partial-sum kernel
+constexpr int kRowsPerBlock = 8;  // warps per block, one row each
 
 __global__ void rmsnorm_forward_kernel(bf16* __restrict__ out, float* __restrict__ rstd, const bf16* __restrict__ inp,
                                        const float* __restrict__ weight, int64_t n_rows, int64_t C, float eps) {
@@ -50,34 +48,13 @@ __global__ void rmsnorm_backward_dinp_kernel(bf16* __restrict__ dinp, const bf16
     }
 }
 
-// Block (column block, row chunk): partial dweight of kParamCols columns over kParamRowChunk rows.
-__global__ void rmsnorm_weight_partials_kernel(float* __restrict__ partial, const bf16* __restrict__ dout,
+// dweight's partial sums over row chunks (kernels/cuda/column_partials.cuh): dout·x·rstd per row.
+__global__ void rmsnorm_weight_partials_kernel(ColumnSums<1> s, const bf16* __restrict__ dout,
                                                const bf16* __restrict__ inp, const float* __restrict__ rstd,
                                                int64_t n_rows, int64_t C) {
-    __shared__ float sw[kParamRowLanes][kParamCols];
-    const int tc = threadIdx.x % kParamCols, tr = threadIdx.x / kParamCols;
-    const int64_t col = int64_t(blockIdx.x) * kParamCols + tc;
-    const int64_t r0 = int64_t(blockIdx.y) * kParamRowChunk;
-    const int64_t r1 = min(n_rows, r0 + kParamRowChunk);
-    float dw = 0.0f;
-    if (col < C)
-        for (int64_t r = r0 + tr; r < r1; r += kParamRowLanes)
-            dw += ld(dout[r * C + col]) * ld(inp[r * C + col]) * rstd[r];
-    sw[tr][tc] = dw;
-    __syncthreads();
-    if (tr == 0 && col < C) {
-        for (int i = 1; i < kParamRowLanes; ++i) dw += sw[i][tc];
-        partial[int64_t(blockIdx.y) * C + col] = dw;
-    }
-}
-
-__global__ void rmsnorm_weight_reduce_kernel(float* __restrict__ dweight, const float* __restrict__ partial,
-                                             int64_t n_chunks, int64_t C) {
-    const int64_t col = thread_index();
-    if (col >= C) return;
-    float dw = 0.0f;
-    for (int64_t i = 0; i < n_chunks; ++i) dw += partial[i * C + col];
-    dweight[col] += dw;
+    column_chunk_partials<1>(s, n_rows, C, [&](int64_t r, int64_t col, float(&acc)[1]) {
+        acc[0] += ld(dout[r * C + col]) * ld(inp[r * C + col]) * rstd[r];
+    });
 }
 
 }  // namespace
@@ -108,13 +85,11 @@ void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* 
     }
     if (dweight) {
         const int64_t chunks = cuda_ws::layernorm_param_chunks(n_rows);
-        float* partial = static_cast<float*>(scratch);
-        const dim3 grid(unsigned((channels + kParamCols - 1) / kParamCols), unsigned(chunks));
-        rmsnorm_weight_partials_kernel<<<grid, kParamCols * kParamRowLanes, 0, stream>>>(partial, dout, inp, rstd,
-                                                                                         n_rows, channels);
+        const ColumnSums<1> sums{{dweight}, {static_cast<float*>(scratch)}};
+        rmsnorm_weight_partials_kernel<<<column_partials_grid(channels, chunks), COLUMN_PARTIAL_THREADS, 0, stream>>>(
+            sums, dout, inp, rstd, n_rows, channels);
         cuda_check_kernel("rmsnorm_weight_partials_kernel");
-        rmsnorm_weight_reduce_kernel<<<grid_for(channels, 256), 256, 0, stream>>>(dweight, partial, chunks, channels);
-        cuda_check_kernel("rmsnorm_weight_reduce_kernel");
+        column_chunk_reduce(sums, chunks, channels, stream);
     }
 }
 

@@ -1,5 +1,5 @@
-// CUDA rotary position embedding (kernels/common/rope_math.h): one thread per lane pair of a
-// (token, head) row, in place. CPU twin: kernels/cpu/rope.cpp.
+// CUDA rotary position embedding (kernels/common/rope_math.h): a grid-stride loop over the lane
+// pairs of every (token, head) row, in place. CPU twin: kernels/cpu/rope.cpp.
 #include "kernels/common/rope_math.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -11,18 +11,19 @@ namespace {
 
 __global__ void rope_kernel(bf16* __restrict__ x, int64_t rows, int64_t seq_len, int64_t n_heads, int64_t head_dim,
                             int64_t pos0, float theta, float sign) {
-    const int64_t half = head_dim / 2;
-    const int64_t j = thread_index();
-    if (j >= rows * half) return;
-    const int64_t r = j / half, i = j % half;
-    const int64_t t = (r / n_heads) % seq_len;
-    float s, c;
-    sincosf(rope_angle(pos0 + t, i, head_dim, theta), &s, &c);
-    bf16* v = x + r * head_dim;
-    float lo = ld(v[i]), hi = ld(v[i + half]);
-    rope_rotate(lo, hi, c, s, sign);
-    st(v + i, lo);
-    st(v + i + half, hi);
+    const int64_t half = head_dim / 2, pairs = rows * half;
+    // the grid is capped (grid_for): pairs past 2^28 are reached by the loop, not by more blocks
+    for (int64_t j = thread_index(); j < pairs; j += grid_stride()) {
+        const int64_t r = j / half, i = j % half;
+        const int64_t t = (r / n_heads) % seq_len;
+        float s, c;
+        sincosf(rope_angle(pos0 + t, i, head_dim, theta), &s, &c);
+        bf16* v = x + r * head_dim;
+        float lo = ld(v[i]), hi = ld(v[i + half]);
+        rope_rotate(lo, hi, c, s, sign);
+        st(v + i, lo);
+        st(v + i + half, hi);
+    }
 }
 
 }  // namespace

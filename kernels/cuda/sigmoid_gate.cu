@@ -1,8 +1,6 @@
 // CUDA sigmoid gate forward and backward (docs/architectures.md, "Shared experts"): each row
 // scaled by its sigmoid(logit), a grid row per token row; the backward's row dot product by one warp per row, lanes
 // striding the columns, then warp_sum (an order fixed by C). CPU twin: kernels/cpu/sigmoid_gate.cpp.
-#include <algorithm>
-
 #include "kernels/common/activations.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -54,7 +52,7 @@ void sigmoid_gate_forward(bf16* out, const float* logit, const bf16* s, int64_t 
     check_nonneg("sigmoid_gate_forward n_rows", n_rows);
     check_nonneg("sigmoid_gate_forward channels", channels);
     if (n_rows == 0 || channels == 0) return;
-    const dim3 grid(unsigned((channels + kThreads - 1) / kThreads), unsigned(std::min<int64_t>(n_rows, 65535)));
+    const dim3 grid(unsigned((channels + kThreads - 1) / kThreads), grid_y_for(n_rows));
     sigmoid_gate_forward_kernel<<<grid, kThreads, 0, stream>>>(out, logit, s, n_rows, channels, accumulate);
     cuda_check_kernel("sigmoid_gate_forward_kernel");
 }

@@ -71,6 +71,8 @@ void add_bias_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(bias_bwd_case(5, 67, 13));
     out.push_back(bias_bwd_case(1, 128, 14));
     out.push_back(bias_bwd_case(600, 40, 15));  // three 256-row chunks, the last partial
+    if (o.large)  // 2^24 rows: 65,536 row chunks of partial sums, one more than a grid's y dimension holds
+        out.push_back(large_row(bias_bwd_case(int64_t(1) << 24, 1, 16)));
 }
 
 void add_bias_grad_cases(std::vector<GradCase>& out) {

@@ -254,6 +254,8 @@ void add_dense_device_cases(std::vector<Case>& out, const TableOptions& o) {
         out.push_back(large_row(matmul_case(512, 1024, 768, false, true, 1, 0, DT::BF16, DT::BF16, DT::BF16, 220)));
         out.push_back(large_row(matmul_case(512, 768, 1024, false, false, 1, 0, DT::BF16, DT::BF16, DT::BF16, 221)));
         out.push_back(large_row(matmul_case(1024, 768, 512, true, false, 1, 1, DT::BF16, DT::BF16, DT::F32, 222)));
+        // 2^24 rows: 65,536 row chunks of the dweight/dbias partial sums, one more than grid.y holds
+        out.push_back(large_row(layernorm_bwd_case(int64_t(1) << 24, 1, false, 223)));
     }
 }
 

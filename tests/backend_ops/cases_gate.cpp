@@ -1,7 +1,8 @@
 // Op-table rows of the sigmoid gate (the shared experts' gate, Qwen2-MoE; docs/architectures.md
 // "Shared experts"): forward written and accumulated, backward with either output skipped, at the
-// test shapes (tails off a warp, one row) and the paper's d_model (perf); the finite-difference
-// check of its backward on the CPU's fp32 instantiation.
+// test shapes (tails off a warp, one row) and the paper's d_model (perf); the gate's one-column
+// matmul rows (its logit and both gradients); the finite-difference check of its backward on the
+// CPU's fp32 instantiation.
 #include <cmath>
 #include <memory>
 
@@ -82,6 +83,21 @@ Case gate_bwd_case(int64_t n, int64_t C, int outputs, uint32_t seed) {
     return c;
 }
 
+// The gate's three one-column products (model/model.cpp, the shared experts' gate; cuBLASLt on
+// CUDA): logit (N, 1) f32 = x (N, C) bf16 · w_gate (1, C)^T; dx (N, C) bf16 += dlogit (N, 1) f32 ·
+// w_gate (a k = 1 product accumulating into the LN output's gradient); dw_gate (1, C) += dlogit^T ·
+// x, in fp32 or bf16 (runtime.grad_dtype). Shapes labelled as the gate's.
+void add_gate_products(std::vector<Case>& out, int64_t N, int64_t C, uint32_t seed) {
+    auto gate = [](Case c, const char* what) {
+        c.shape += std::string(" (shared-expert gate ") + what + ")";
+        return c;
+    };
+    out.push_back(gate(matmul_case(N, 1, C, false, true, 1, 0, DT::BF16, DT::BF16, DT::F32, seed), "logit"));
+    out.push_back(gate(matmul_case(N, C, 1, false, false, 1, 1, DT::F32, DT::BF16, DT::BF16, seed + 3), "dx"));
+    out.push_back(gate(matmul_case(1, C, N, true, false, 1, 1, DT::F32, DT::BF16, DT::F32, seed + 6), "dw_gate f32"));
+    out.push_back(gate(matmul_case(1, C, N, true, false, 1, 1, DT::F32, DT::BF16, DT::BF16, seed + 9), "dw_gate bf16"));
+}
+
 }  // namespace
 
 void add_gate_cases(std::vector<Case>& out, const TableOptions& o) {
@@ -90,6 +106,7 @@ void add_gate_cases(std::vector<Case>& out, const TableOptions& o) {
         const int64_t n = o.cpu_scaled ? 128 : 8192, C = 4096;
         out.push_back(gate_fwd_case(n, C, true, 1));
         out.push_back(gate_bwd_case(n, C, 0, 2));
+        add_gate_products(out, n, C, 3);
         return;
     }
     out.push_back(gate_fwd_case(37, 67, false, 10));
@@ -99,6 +116,9 @@ void add_gate_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(gate_bwd_case(9, 1000, 0, 21));
     out.push_back(gate_bwd_case(1, 33, 1, 22));
     out.push_back(gate_bwd_case(5, 40, 2, 23));
+    add_gate_products(out, 37, 67, 30);  // odd widths: no 16-byte alignment of the rows
+    add_gate_products(out, 1, 256, 40);  // T = 1
+    add_gate_products(out, 300, 2048, 50);
 }
 
 void add_gate_grad_cases(std::vector<GradCase>& out) {

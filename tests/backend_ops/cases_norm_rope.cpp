@@ -82,6 +82,28 @@ Case rope_case(int64_t B, int64_t T, int64_t H, int64_t d, int64_t pos0, float t
     return c;
 }
 
+// The large row: more lane pairs than grid_for's capped grid has threads (2^28 + 2^14 pairs at 256
+// threads a block, 1 GiB of bf16 in backend scratch), positions 0..63 (small angles, so the fp32
+// angle stays exact to bf16). The tensor compared is the last batch element, copied into the scratch
+// before the rotation and out after it: every one of its pairs lies past pair 2^28.
+Case rope_large_case(uint32_t seed) {
+    const int64_t B = (int64_t(1) << 14) + 1, T = 64, H = 4, d = 128, one = T * H * d;
+    Case c = rope_case(1, T, H, d, 0, 1e4f, false, seed);
+    c.shape = label("B%lld T%lld H%lld d%lld: 2^28 + 2^14 pairs, the last batch element compared", (long long)B,
+                    (long long)T, (long long)H, (long long)d);
+    c.t[0].name = "x_last";
+    c.run = [=](Backend& be, Bufs& b) {
+        bf16* x = static_cast<bf16*>(b.scratch(B * one * int64_t(sizeof(bf16))));
+        bf16* last = x + (B - 1) * one;
+        be.convert(last, ConstTensorRef(b.at<bf16>(0)), one);
+        be.rope(x, B, T, H, d, 0, 1e4f, false);
+        be.convert(b.at<bf16>(0), ConstTensorRef(last), one);
+    };
+    c.flops = 6.0 * double(B * T * H * d / 2);
+    c.bytes = 2.0 * double(B * one) * double(sizeof(bf16));
+    return c;
+}
+
 Case rope_bad_case() {
     Case c;
     c.op = "rope";
@@ -129,6 +151,12 @@ void add_norm_rope_cases(std::vector<Case>& out, const TableOptions& o) {
     out.push_back(rope_case(2, 70, 3, 64, 5, 1e4f, true, 41));    // the backward
     out.push_back(rope_case(1, 1, 8, 32, 0, 1e4f, false, 42));    // T = 1 at position 0: unchanged
     out.push_back(rope_bad_case());
+    if (o.large) {
+        out.push_back(large_row(rope_large_case(43)));
+        // 2^24 rows: 65,536 row chunks of the weight gradient's partial sums, one more than a grid's y
+        // dimension holds (the chunks loop over grid.y)
+        out.push_back(large_row(rmsnorm_bwd_case(int64_t(1) << 24, 1, false, 73)));
+    }
 }
 
 void add_norm_rope_grad_cases(std::vector<GradCase>& out) {

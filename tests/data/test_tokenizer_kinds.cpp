@@ -2,12 +2,15 @@
 // merge forms, merge ranks, ignore_merges, added and special tokens (lstrip/rstrip, single_word), the
 // ByteLevel prefix space, every Split behavior, NFC, the one-line errors; GPT-2's files as a tokenizer.json
 // give tiktoken's ids; a tiny SentencePiece model (tests/reference/tokenizer/make_tiny_sentencepiece.sh):
-// byte fallback, end-of-text, control pieces. The folder's files choose the kind.
+// byte fallback, end-of-text, control pieces; a SentencePiece-style tokenizer.json (byte_fallback,
+// Prepend and Replace, Metaspace, its decoder) by hand, and Mixtral's fixture folder's tokenizer.json
+// against its tokenizer.model. The folder's files choose the kind.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
 #include "engine/error.h"
@@ -26,7 +29,10 @@ static std::string alphabet(const std::string& bytes) {
     for (unsigned char b : bytes) {
         const uint32_t cp = gpt2_byte_to_unicode()[b];
         if (cp < 0x80) out.push_back(char(cp));
-        else { out.push_back(char(0xC0 | (cp >> 6))); out.push_back(char(0x80 | (cp & 0x3F))); }
+        else {
+            out.push_back(char(0xC0 | (cp >> 6)));
+            out.push_back(char(0x80 | (cp & 0x3F)));
+        }
     }
     return out;
 }
@@ -43,25 +49,28 @@ static json tiny(const std::vector<std::string>& extra, const std::vector<std::p
         if (pair_form) m.push_back(json::array({alphabet(a), alphabet(b)}));
         else m.push_back(alphabet(a) + " " + alphabet(b));
     }
-    return json{{"version", "1.0"},
-                {"added_tokens", json::array()},
-                {"normalizer", nullptr},
-                {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
-                {"post_processor", nullptr},
-                {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-                {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"vocab", vocab}, {"merges", m}}}};
+    return json{
+        {"version", "1.0"},
+        {"added_tokens", json::array()},
+        {"normalizer", nullptr},
+        {"pre_tokenizer",
+         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+        {"post_processor", nullptr},
+        {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+        {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"vocab", vocab}, {"merges", m}}}};
 }
 
 static Tokenizer parse(const json& j) { return tokenizer_parse_json(j.dump(), "tiny/tokenizer.json"); }
 
 static json added(const std::string& content, int id, bool special, bool lstrip = false, bool rstrip = false,
                   bool single_word = false) {
-    return json{{"id", id},           {"content", content}, {"single_word", single_word}, {"lstrip", lstrip},
-                {"rstrip", rstrip},   {"normalized", false}, {"special", special}};
+    return json{{"id", id},         {"content", content},  {"single_word", single_word}, {"lstrip", lstrip},
+                {"rstrip", rstrip}, {"normalized", false}, {"special", special}};
 }
 
 TEST_CASE("tokenizer.json merges in both forms apply by rank") {
-    const std::vector<std::pair<std::string, std::string>> merges = {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}};
+    const std::vector<std::pair<std::string, std::string>> merges = {
+        {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}};
     const std::vector<std::string> extra = {"he", "ll", "hell", "hello"};
     const Tokenizer strings = parse(tiny(extra, merges)), pairs = parse(tiny(extra, merges, true));
     CHECK(strings.kind == TOKENIZER_HF_BYTE_LEVEL_BPE);
@@ -87,8 +96,9 @@ TEST_CASE("ignore_merges makes a whole-word vocabulary hit win over the merges")
 
 TEST_CASE("added tokens match before pre-tokenization and special ones only when allowed") {
     json j = tiny({"ab"}, {{"a", "b"}});
-    j["added_tokens"] = json::array({added("<think>", 300, false), added("<|eot|>", 301, true), added("<mask>", 302, true, true, true),
-                                     added("xy", 303, false, false, false, true)});
+    j["added_tokens"] =
+        json::array({added("<think>", 300, false), added("<|eot|>", 301, true), added("<mask>", 302, true, true, true),
+                     added("xy", 303, false, false, false, true)});
     const Tokenizer tok = parse(j);
     CHECK(tok.vocab_size() == 304);
     CHECK(tok.eot == -1);  // <|eot|> is not an end-of-text name
@@ -124,10 +134,15 @@ TEST_CASE("Split pre-tokenizers give Hugging Face's pieces under every behavior"
     json j = tiny({"a ", " b", "  "}, {{"a", " "}, {" ", "b"}, {" ", " "}});
     auto with = [&](const char* behavior, bool invert) {
         json k = j;
-        k["pre_tokenizer"] = {{"type", "Sequence"},
-                              {"pretokenizers",
-                               json::array({{{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", behavior}, {"invert", invert}},
-                                            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}})}};
+        k["pre_tokenizer"] = {
+            {"type", "Sequence"},
+            {"pretokenizers",
+             json::array(
+                 {{{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", behavior}, {"invert", invert}},
+                  {{"type", "ByteLevel"},
+                   {"add_prefix_space", false},
+                   {"trim_offsets", false},
+                   {"use_regex", false}}})}};
         return tokenizer_encode(parse(k), "a b  c");
     };
     CHECK(with("Isolated", false) == Ids{'a', ' ', 'b', ' ', ' ', 'c'});
@@ -138,10 +153,15 @@ TEST_CASE("Split pre-tokenizers give Hugging Face's pieces under every behavior"
     CHECK(with("Removed", true) == Ids{' ', ' ', ' '});
     // A Regex pattern; \s is Unicode White_Space (U+3000 is one).
     json k = j;
-    k["pre_tokenizer"] = {{"type", "Sequence"},
-                          {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}, {"invert", false}},
-                                                         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}})}};
-    CHECK(tokenizer_encode(parse(k), "a\xE3\x80\x80" "b c") == Ids{'a', 'b', 'c'});
+    k["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         json::array(
+             {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}, {"invert", false}},
+              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}})}};
+    CHECK(tokenizer_encode(parse(k),
+                           "a\xE3\x80\x80"
+                           "b c") == Ids{'a', 'b', 'c'});
 }
 
 TEST_CASE("an NFC normalizer composes before pre-tokenization, and bytes that are not UTF-8 pass through") {
@@ -150,12 +170,16 @@ TEST_CASE("an NFC normalizer composes before pre-tokenization, and bytes that ar
     j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFC"}}})}};
     const Tokenizer nfc = parse(j);
     CHECK(tokenizer_encode(nfc, "e\xCC\x81") == Ids{0xC3, 0xA9});
-    CHECK(tokenizer_decode(nfc, tokenizer_encode(nfc, "caf" "e\xCC\x81" "\xFF\xFE")) == "caf\xC3\xA9\xFF\xFE");
+    CHECK(tokenizer_decode(nfc, tokenizer_encode(nfc,
+                                                 "caf"
+                                                 "e\xCC\x81"
+                                                 "\xFF\xFE")) == "caf\xC3\xA9\xFF\xFE");
 }
 
 TEST_CASE("GPT-2's vocabulary as a tokenizer.json gives tiktoken's ids") {
     // encoder.json + vocab.bpe rewritten the way Hugging Face's gpt2 tokenizer.json holds them.
-    std::ifstream ef(kFixtures + "/gpt2/encoder.json"), mf(kFixtures + "/gpt2/vocab.bpe"), cf(kFixtures + "/tokenizer_expected.json");
+    std::ifstream ef(kFixtures + "/gpt2/encoder.json"), mf(kFixtures + "/gpt2/vocab.bpe"),
+        cf(kFixtures + "/tokenizer_expected.json");
     json vocab = json::parse(ef), merges = json::array();
     for (std::string line; std::getline(mf, line);)
         if (!line.empty() && line.rfind("#version", 0) != 0) merges.push_back(line);
@@ -188,13 +212,17 @@ TEST_CASE("tokenizer.json files skew cannot encode are refused in one line namin
     k["model"]["type"] = "WordPiece";
     refused(k, "model.type: \"WordPiece\" is not supported");
     k = j;
-    k["model"]["byte_fallback"] = true;
-    refused(k, "model.byte_fallback");
+    k["model"]["byte_fallback"] = true;  // a SentencePiece-style BPE: its vocabulary holds <0xNN> pieces
+    refused(k, "model.vocab: lacks the byte piece \"<0x00>\"");
     k = j;
     k["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}};
     refused(k, "pre_tokenizer.type: \"Metaspace\" is not supported");
     k = j;
-    k["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"Regex", "(a"}}}, {"behavior", "Isolated"}, {"invert", false}}})}};
+    k["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         json::array(
+             {{{"type", "Split"}, {"pattern", {{"Regex", "(a"}}}, {"behavior", "Isolated"}, {"invert", false}}})}};
     refused(k, "pre_tokenizer.pretokenizers[0].pattern.Regex: PCRE2 cannot compile");
     k["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "a";
     refused(k, "pre_tokenizer: has no ByteLevel step");
@@ -221,8 +249,10 @@ TEST_CASE("tokenizer.json files skew cannot encode are refused in one line namin
     k = j;
     k.erase("model");
     refused(k, "model: missing");
-    CHECK_THROWS_WITH(tokenizer_parse_json("{\"model\": ", "tiny/tokenizer.json"), Catch::Contains("tiny/tokenizer.json is not valid JSON"));
-    CHECK_THROWS_WITH(tokenizer_load_json("/nonexistent/tokenizer.json"), Catch::Contains("cannot open /nonexistent/tokenizer.json"));
+    CHECK_THROWS_WITH(tokenizer_parse_json("{\"model\": ", "tiny/tokenizer.json"),
+                      Catch::Contains("tiny/tokenizer.json is not valid JSON"));
+    CHECK_THROWS_WITH(tokenizer_load_json("/nonexistent/tokenizer.json"),
+                      Catch::Contains("cannot open /nonexistent/tokenizer.json"));
 }
 
 TEST_CASE("a SentencePiece tokenizer.model encodes through libsentencepiece with byte fallback and its end-of-text") {
@@ -248,6 +278,125 @@ TEST_CASE("a SentencePiece tokenizer.model encodes through libsentencepiece with
     fs::remove_all(bad);
 }
 
+// A SentencePiece-style tokenizer.json (Llama 2's and Mixtral's layout, as transformers converts a
+// tokenizer.model): <unk> 0, <s> 1, </s> 2, the byte pieces <0xNN> at 3 + NN, then "▁" 259, "a" 260,
+// "b" 261, "▁a" 262, "ab" 263, "▁ab" 264; merges "▁ a", "a b", "▁a b"; Prepend "▁" and Replace " "
+// by "▁"; no pre-tokenizer; Replace, ByteFallback, Fuse, Strip.
+static json tiny_sentencepiece() {
+    const std::string u = "\xE2\x96\x81";  // ▁
+    json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+    char name[8];
+    for (int b = 0; b < 256; b++) {
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        vocab[name] = 3 + b;
+    }
+    vocab[u] = 259, vocab["a"] = 260, vocab["b"] = 261, vocab[u + "a"] = 262, vocab["ab"] = 263, vocab[u + "ab"] = 264;
+    json added_tokens = json::array({added("<unk>", 0, true), added("<s>", 1, true), added("</s>", 2, true)});
+    return json{
+        {"version", "1.0"},
+        {"added_tokens", added_tokens},
+        {"normalizer",
+         {{"type", "Sequence"},
+          {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", u}},
+                                       {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", u}}})}}},
+        {"pre_tokenizer", nullptr},
+        {"decoder",
+         {{"type", "Sequence"},
+          {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", u}}}, {"content", " "}},
+                                    {{"type", "ByteFallback"}},
+                                    {{"type", "Fuse"}},
+                                    {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
+        {"model",
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", "<unk>"},
+          {"fuse_unk", true},
+          {"byte_fallback", true},
+          {"vocab", vocab},
+          {"merges", json::array({u + " a", "a b", u + "a b"})}}}};
+}
+
+TEST_CASE(
+    "a SentencePiece-style tokenizer.json merges characters, falls back to bytes and decodes as its decoder says") {
+    const Tokenizer tok = parse(tiny_sentencepiece());
+    CHECK(tok.kind == TOKENIZER_HF_SENTENCEPIECE_BPE);
+    CHECK(std::string(tokenizer_kind_name(tok.kind)) == "hf-sentencepiece-bpe");
+    CHECK(tok.eot == 2);
+    CHECK(tok.bos == 1);
+    // "ab ab" -> "▁ab▁ab": "▁ a" (rank 0) twice, then "▁a b" (rank 2); "a b" (rank 1) never meets an "a"
+    CHECK(tokenizer_encode(tok, "ab ab") == Ids{264, 264});
+    CHECK(tokenizer_encode(tok, "ba") == Ids{259, 261, 260});  // "▁ b" and "b a" are no merges
+    // "é" is no piece: its UTF-8 bytes C3 A9 as <0xC3> <0xA9>; a byte that is not UTF-8 as its piece
+    CHECK(tokenizer_encode(tok, "\xC3\xA9") == Ids{259, 3 + 0xC3, 3 + 0xA9});
+    CHECK(tokenizer_encode(tok, "a\xFF") == Ids{262, 3 + 0xFF});
+    CHECK(tokenizer_encode(tok, "") == Ids{});
+    // the decoder: "▁" as a space, bytes fused, one leading space stripped
+    CHECK(tokenizer_decode(tok, Ids{264, 264}) == "ab ab");
+    CHECK(tokenizer_decode(tok, Ids{259, 3 + 0xC3, 3 + 0xA9}) == "\xC3\xA9");
+    for (const std::string text : {"ab ab", " ab", "ab  b ", "\xC3\xA9 a\nb", "a\xFF"}) {
+        INFO(text);
+        CHECK(tokenizer_decode(tok, tokenizer_encode(tok, text)) == text);
+    }
+    // special tokens only when allowed; the normalizer (Prepend) runs on each stretch between them
+    CHECK(tokenizer_encode(tok, "</s>ab", true) == Ids{2, 264});
+    CHECK(tokenizer_encode(tok, "</s>ab").size() > 2);
+    // Metaspace instead (transformers' non-legacy layout): "first" prepends "▁" at the text's start only
+    json m = tiny_sentencepiece();
+    m["normalizer"] = nullptr;
+    m["pre_tokenizer"] = {
+        {"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "first"}, {"split", true}};
+    const Tokenizer meta = parse(m);
+    CHECK(tokenizer_encode(meta, "ab ab") == Ids{264, 264});
+    CHECK(tokenizer_encode(meta, "</s>ab", true) == Ids{2, 263});
+    m["pre_tokenizer"]["prepend_scheme"] = "always";
+    CHECK(tokenizer_encode(parse(m), "</s>ab", true) == Ids{2, 264});
+    // what a SentencePiece-style file must hold
+    auto refused = [](const json& j, const std::string& part) {
+        CHECK_THROWS_WITH(parse(j), Catch::Contains("tiny/tokenizer.json") && Catch::Contains(part));
+    };
+    json k = tiny_sentencepiece();
+    k["model"]["vocab"].erase("<0x0A>");
+    refused(k, "model.vocab: lacks the byte piece \"<0x0A>\"");
+    k = tiny_sentencepiece();
+    k["decoder"]["decoders"].erase(1);
+    refused(k, "decoder: has no ByteFallback step");
+    k = tiny_sentencepiece();
+    k["decoder"] = {{"type", "ByteLevel"}};
+    refused(k, "decoder.type: \"ByteLevel\" is not supported");
+    k = tiny_sentencepiece();
+    k["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}};
+    refused(k, "pre_tokenizer: has a ByteLevel step, but model.byte_fallback is true");
+    k = tiny_sentencepiece();
+    k["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
+    refused(k, "normalizer.normalizers[1].pattern: expected {\"String\": ...}");
+}
+
+TEST_CASE("Mixtral's folder: its tokenizer.json gives the ids of its tokenizer.model on the multilingual set") {
+    // tests/reference/hf/mixtral: the 302-piece model of tests/fixtures/data/sentencepiece_302 and the
+    // tokenizer.json transformers makes of it (tests/reference/tokenizer/sentencepiece_to_json.py)
+    const std::string dir = std::string(SKEW_SOURCE_DIR) + "/tests/reference/hf/mixtral";
+    const Tokenizer json_tok = tokenizer_load(dir);
+    REQUIRE(json_tok.kind == TOKENIZER_HF_SENTENCEPIECE_BPE);
+    const Tokenizer model_tok = tokenizer_load_sentencepiece(dir + "/tokenizer.model");
+    CHECK(json_tok.vocab_size() == model_tok.vocab_size());
+    CHECK(json_tok.eot == model_tok.eot);
+    CHECK(json_tok.bos == model_tok.bos);
+    std::ifstream f(kFixtures + "/multilingual.json");
+    std::vector<std::string> texts = json::parse(f).get<std::vector<std::string>>();
+    for (const char* extra : {"", " ", "  two  spaces ", "\n\n", " leading", "trailing ", "hello world \xE2\x82\xAC"})
+        texts.push_back(extra);
+    size_t tokens = 0;
+    for (const std::string& text : texts) {
+        INFO(text);
+        const Ids ids = tokenizer_encode(json_tok, text);
+        CHECK(ids == tokenizer_encode(model_tok, text));
+        CHECK(tokenizer_decode(json_tok, ids) == text);
+        tokens += ids.size();
+    }
+    CHECK(tokens > 2000);  // the texts are mostly bytes to this small vocabulary
+    CHECK(tokenizer_encode(json_tok, "hello</s>", true) == tokenizer_encode(model_tok, "hello</s>", true));
+}
+
 TEST_CASE("a folder's files choose the kind: tokenizer.json, then tokenizer.model, then GPT-2's") {
     const fs::path dir = skew::test::test_temp_root() / "skew_test_tokenizer_choice";
     fs::create_directories(dir);
@@ -255,7 +404,8 @@ TEST_CASE("a folder's files choose the kind: tokenizer.json, then tokenizer.mode
     fs::copy_file(kFixtures + "/gpt2/vocab.bpe", dir / "vocab.bpe", fs::copy_options::overwrite_existing);
     CHECK(tokenizer_load(dir.string()).kind == TOKENIZER_GPT2_BPE);
     CHECK(tokenizer_main_file(dir.string()) == "encoder.json");
-    fs::copy_file(kFixtures + "/sentencepiece_tiny/tokenizer.model", dir / "tokenizer.model", fs::copy_options::overwrite_existing);
+    fs::copy_file(kFixtures + "/sentencepiece_tiny/tokenizer.model", dir / "tokenizer.model",
+                  fs::copy_options::overwrite_existing);
     CHECK(tokenizer_load(dir.string()).kind == TOKENIZER_SENTENCEPIECE);
     { std::ofstream(dir / "tokenizer.json") << tiny({}, {}).dump(); }
     CHECK(tokenizer_load(dir.string()).kind == TOKENIZER_HF_BYTE_LEVEL_BPE);

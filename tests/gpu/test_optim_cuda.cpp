@@ -1,4 +1,4 @@
-// CPU/CUDA twin tests of the optimizer step (docs/design.md "Every CUDA kernel has a CPU twin") for
+// CPU/CUDA twin tests of the optimizer step (docs/design.md "Two backends, one model") for
 // SkewAdam (every tier kind: factored with and without momentum, full, none), Adafactor, AdamW and
 // Lion: several steps on both backends from the same weights, gradients (fp32 and bf16) and Philox
 // stream, with the folded clip coefficient (OptimStep::grad_scale) active on some steps, shapes that
@@ -28,13 +28,13 @@ namespace {
 float g_at(uint32_t t, uint64_t i, float s) { return s * philox_normal(PhiloxKey{5, 77}, 0, t, i); }
 
 void add_model(TensorSet& ts) {
-    ts.add(make_param("q", {48, 40}, DType::BF16, Tier::BACKBONE, Role::ATTN_Q, 0));              // 16-byte path
+    ts.add(make_param("q", {48, 40}, DType::BF16, Tier::BACKBONE, Role::ATTN_Q, 0));  // 16-byte path
     ts.add(make_param("ln", {40}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, 1));
     ts.add(make_param("experts", {3, 32, 40}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 2));
     ts.add(make_param("router", {4, 40}, DType::F32, Tier::ROUTER, Role::ROUTER, 3));
     ts.add(make_param("wide", {2, 6, 2064}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W2, 4));     // ragged segment
     ts.add(make_param("odd", {5, 37}, DType::BF16, Tier::BACKBONE, Role::ATTN_O, 5));             // scalar path
-    ts.add(make_param("wte", {3, 2100}, DType::BF16, Tier::BACKBONE, Role::TOKEN_EMBEDDING, 6));        // scalar, 2 segments
+    ts.add(make_param("wte", {3, 2100}, DType::BF16, Tier::BACKBONE, Role::TOKEN_EMBEDDING, 6));  // scalar, 2 segments
     ts.add(make_param("bias", {1001}, DType::BF16, Tier::BACKBONE, Role::NORM_BIAS, 7));          // vector tail
 }
 
@@ -90,7 +90,8 @@ void run_twin(const TwinCase& tc, Rounding mode, DType grad_dtype, bool matrix_b
         gpu_slots[t].weight = dev(cpu.slots[t].weight, size_t(p.bytes()));
         gpu_slots[t].grad = dev(nullptr, size_t(p.numel()) * gbytes);
         for (const StateSlotSpec& s : optimizer_param_state(opt, p))
-            gpu_slots[t].state[size_t(s.kind)] = static_cast<float*>(dev(cpu.slots[t].st(s.kind), size_t(s.numel()) * 4));
+            gpu_slots[t].state[size_t(s.kind)] =
+                static_cast<float*>(dev(cpu.slots[t].st(s.kind), size_t(s.numel()) * 4));
     }
     CudaOptimContext ctx;
     ctx.scratch_bytes = optimizer_cuda_scratch_bytes(opt, gpu_slots);
@@ -105,7 +106,8 @@ void run_twin(const TwinCase& tc, Rounding mode, DType grad_dtype, bool matrix_b
                 cpu.grads[t][size_t(i)] = g;
             }
             const void* src = grad_dtype == DType::BF16 ? static_cast<const void*>(g16[t].data()) : cpu.grads[t].data();
-            cuda_check(cudaMemcpy(const_cast<void*>(gpu_slots[t].grad), src, size_t(n) * gbytes, cudaMemcpyHostToDevice));
+            cuda_check(
+                cudaMemcpy(const_cast<void*>(gpu_slots[t].grad), src, size_t(n) * gbytes, cudaMemcpyHostToDevice));
         }
         OptimStep st{step, 1e-3 * step, 42};
         st.grad_scale = step % 2 == 0 ? 0.37f : 1.0f;  // the clip coefficient, folded on even steps
@@ -136,8 +138,9 @@ void run_twin(const TwinCase& tc, Rounding mode, DType grad_dtype, bool matrix_b
         CHECK(beyond_ulp == 0);
         if (tc.exact) CHECK(differ == 0);
         else CHECK(double(differ) <= std::max(2.0, 0.002 * double(p.numel())));
-        if (differ) WARN(tc.name << " " << rounding_name(mode) << " " << p.name << ": " << differ << " of " << p.numel()
-                                 << " weights differ by one ulp");
+        if (differ)
+            WARN(tc.name << " " << rounding_name(mode) << " " << p.name << ": " << differ << " of " << p.numel()
+                         << " weights differ by one ulp");
         for (const StateSlotSpec& s : optimizer_param_state(opt, p)) {
             INFO("state " << state_kind_name(s.kind));
             std::vector<float> have(size_t(s.numel()));
@@ -146,7 +149,8 @@ void run_twin(const TwinCase& tc, Rounding mode, DType grad_dtype, bool matrix_b
             int64_t bad = 0, neq = 0;
             for (int64_t i = 0; i < s.numel(); ++i) {
                 if (have[size_t(i)] != want[i]) ++neq;
-                if (std::fabs(double(have[size_t(i)]) - double(want[i])) > 1e-6 * std::fabs(double(want[i])) + 1e-30) ++bad;
+                if (std::fabs(double(have[size_t(i)]) - double(want[i])) > 1e-6 * std::fabs(double(want[i])) + 1e-30)
+                    ++bad;
             }
             CHECK(bad == 0);
             if (tc.exact) CHECK(neq == 0);
@@ -156,10 +160,12 @@ void run_twin(const TwinCase& tc, Rounding mode, DType grad_dtype, bool matrix_b
 
 }  // namespace
 
-TEST_CASE("CUDA optimizer step matches the CPU step: SkewAdam tiers, Adafactor, AdamW, Lion, bf16 and fp32 grads, folded clip") {
+TEST_CASE(
+    "CUDA optimizer step matches the CPU step: SkewAdam tiers, Adafactor, AdamW, Lion, bf16 and fp32 grads, folded "
+    "clip") {
     SKEW_REQUIRE_GPU();
-    const TwinCase cases[] = {{"skewadam", false}, {"uniform", false}, {"skewadam-factored-router", false},
-                              {"adafactor", false}, {"adamw", true},     {"lion", true}};
+    const TwinCase cases[] = {{"skewadam", false},  {"uniform", false}, {"skewadam-factored-router", false},
+                              {"adafactor", false}, {"adamw", true},    {"lion", true}};
     for (const TwinCase& tc : cases)
         for (Rounding mode : {Rounding::NEAREST, Rounding::STOCHASTIC, Rounding::DITHERED})
             for (DType gd : {DType::F32, DType::BF16}) run_twin(tc, mode, gd);
@@ -198,10 +204,22 @@ TEST_CASE("CUDA Lion step on a tensor of more than 2^31 elements: 64-bit indices
     // The expected value of element i from the shared per-element math (kernels/common).
     const float w0 = bf16_to_f32(bf16{0x3F3F}), g0 = rn_mul(bf16_to_f32(bf16{0xBCBC}), 0.5f);
     float m0 = 0.0f;
-    const float u = lion_element(g0, m0, float(opt.beta1), float(1.0 - opt.beta1), float(opt.beta2), float(1.0 - opt.beta2));
+    const float u =
+        lion_element(g0, m0, float(opt.beta1), float(1.0 - opt.beta1), float(opt.beta2), float(1.0 - opt.beta2));
     const float keep = float(1.0 - st.lr * opt.weight_decay), x = optim_decayed_target(w0, keep, float(st.lr), u);
-    const int64_t probes[] = {0, 1, 7, 8, 4095, (int64_t(1) << 31) - 8, (int64_t(1) << 31) - 1, int64_t(1) << 31,
-                              (int64_t(1) << 31) + 1, (int64_t(1) << 31) + 7, (int64_t(1) << 31) + 8, n - 5, n - 1};
+    const int64_t probes[] = {0,
+                              1,
+                              7,
+                              8,
+                              4095,
+                              (int64_t(1) << 31) - 8,
+                              (int64_t(1) << 31) - 1,
+                              int64_t(1) << 31,
+                              (int64_t(1) << 31) + 1,
+                              (int64_t(1) << 31) + 7,
+                              (int64_t(1) << 31) + 8,
+                              n - 5,
+                              n - 1};
     for (int64_t i : probes) {
         INFO("element " << i);
         uint16_t h;
@@ -258,8 +276,8 @@ TEST_CASE("CUDA SkewAdam factored step on an expert stack of more than 2^31 elem
     optimizer_step(opt, small.slots, st);
     const uint16_t want = small.w16[0][0];
     CHECK(want != 0x3F3F);
-    const int64_t probes[] = {0, 8, cols - 1, rows * cols - 1, rows * cols, (int64_t(1) << 31) - 1, int64_t(1) << 31,
-                              n - cols, n - 1};
+    const int64_t probes[] = {
+        0, 8, cols - 1, rows * cols - 1, rows * cols, (int64_t(1) << 31) - 1, int64_t(1) << 31, n - cols, n - 1};
     for (int64_t i : probes) {
         INFO("element " << i);
         uint16_t h;

@@ -3,6 +3,7 @@
 // written from named byte buffers (to make a checkpoint with a tensor missing, added or reshaped).
 #pragma once
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -35,6 +36,7 @@ struct RawTensor {
     DType dtype = DType::BF16;
     std::vector<int64_t> shape;
     std::string bytes;
+    bool operator==(const RawTensor&) const = default;
 };
 
 /// Every tensor of the safetensors file at `path` by name.
@@ -62,6 +64,36 @@ inline std::string read_text_file(const std::string& path) {
     std::stringstream ss;
     ss << in.rdbuf();
     return ss.str();
+}
+
+/// A copy of the family's fixture to change, in a new scratch folder named `name`.
+inline std::string copy_hf_fixture(const std::string& family, const std::string& name) {
+    const std::string dir = hf_scratch(name) + "/" + family;
+    std::filesystem::copy(hf_fixture(family), dir, std::filesystem::copy_options::recursive);
+    return dir;
+}
+
+/// Change config.json of the checkpoint in `dir` with `change(json&)`.
+template <typename F>
+void edit_config(const std::string& dir, F&& change) {
+    nlohmann::json j = nlohmann::json::parse(read_text_file(dir + "/config.json"));
+    change(j);
+    std::ofstream(dir + "/config.json") << j.dump(2);
+}
+
+/// Rewrite the safetensors file at `path` with tensor `name`'s dtype written as `dtype_name` (e.g.
+/// "F16", a dtype skew holds no type for), its bytes and every offset unchanged.
+inline void set_dtype_name(const std::string& path, const std::string& name, const std::string& dtype_name) {
+    const std::string all = read_text_file(path);
+    uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= uint64_t(static_cast<unsigned char>(all[size_t(i)])) << (8 * i);
+    nlohmann::json header = nlohmann::json::parse(all.substr(8, size_t(n)));
+    header[name]["dtype"] = dtype_name;
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[size_t(i)] = char((uint64_t(text.size()) >> (8 * i)) & 0xff);
+    std::ofstream(path, std::ios::binary) << out << text << all.substr(8 + size_t(n));
 }
 
 }  // namespace skew::test

@@ -16,19 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A copy of the family's fixture to change.
 std::string copy_fixture(const std::string& family, const std::string& name) {
-    const std::string dir = hf_scratch("refuse-" + name) + "/" + family;
-    fs::copy(hf_fixture(family), dir, fs::copy_options::recursive);
-    return dir;
-}
-
-// Change config.json of the checkpoint in `dir`.
-template <typename F>
-void edit_config(const std::string& dir, F&& change) {
-    nlohmann::json j = nlohmann::json::parse(read_text_file(dir + "/config.json"));
-    change(j);
-    std::ofstream(dir + "/config.json") << j.dump(2);
+    return copy_hf_fixture(family, "refuse-" + name);
 }
 
 // `skew import dir` fails with status 1 and one line naming `needle`; the output folder is not made.
@@ -101,6 +90,39 @@ TEST_CASE("import refuses a missing tensor, an extra one and one of another shap
     n = RawTensor{DType::I32, {32}, std::string(128, '\0')};
     write_raw_tensors(dtype + "/model.safetensors", t);
     refused(dtype, "tensor 'model.norm.weight' is I32; skew imports BF16 and F32 weights");
+
+    // a dtype skew holds no type for is named as import's own rule says (not the header reader's list)
+    const std::string f16 = copy_fixture("mixtral", "f16");
+    set_dtype_name(f16 + "/model.safetensors", "model.norm.weight", "F16");
+    refused(f16, "tensor 'model.norm.weight' is F16; skew imports BF16 and F32 weights");
+}
+
+TEST_CASE("import names transformers v5's fused experts, whichever of its tensors sorts first", "[hf]") {
+    // save_original_format=False: one (E, 2 I, d) gate_up_proj and one (E, d, I) down_proj per layer
+    const std::string fused = copy_fixture("olmoe", "fused");
+    for (const char* shard : {"/model-00001-of-00002.safetensors", "/model-00002-of-00002.safetensors"}) {
+        auto t = read_raw_tensors(fused + shard);
+        if (!t.count("model.layers.0.mlp.gate.weight")) continue;
+        for (const char* layer : {"0", "1"}) {
+            const std::string m = std::string("model.layers.") + layer + ".mlp.experts.";
+            for (int e = 0; e < 8; ++e)
+                for (const char* p : {"gate_proj", "up_proj", "down_proj"})
+                    t.erase(m + std::to_string(e) + "." + p + ".weight");
+            t[m + "gate_up_proj"] = RawTensor{DType::F32, {8, 32, 32}, std::string(8 * 32 * 32 * 4, '\0')};
+            t[m + "down_proj"] = RawTensor{DType::F32, {8, 32, 16}, std::string(8 * 32 * 16 * 4, '\0')};
+        }
+        write_raw_tensors(fused + shard, t);
+    }
+    fs::remove(fused + "/model.safetensors.index.json");  // the shards as one file would be: list them anew
+    auto a = read_raw_tensors(fused + "/model-00001-of-00002.safetensors");
+    const auto b = read_raw_tensors(fused + "/model-00002-of-00002.safetensors");
+    a.insert(b.begin(), b.end());
+    fs::remove(fused + "/model-00001-of-00002.safetensors");
+    fs::remove(fused + "/model-00002-of-00002.safetensors");
+    write_raw_tensors(fused + "/model.safetensors", a);
+    refused(fused,
+            "tensor 'model.layers.0.mlp.experts.down_proj' holds every expert of a layer (transformers v5's fused "
+            "experts, saved with save_original_format=False): save the checkpoint with the per-expert names");
 }
 
 TEST_CASE("import refuses a shard index naming a file or tensor that is not there", "[hf]") {

@@ -1,7 +1,8 @@
 // `skew train --init-from` and `skew export --format hf` end to end on the tiny checkpoints: a run
 // from an import starts from the imported weights (its first step's loss is the imported model's
 // forward loss on that batch, computed here by the same model code), a run's export is a checkpoint
-// folder of the family with the published names and config fields, and importing the export gives
+// folder of the family with the published names and config fields (the token ids and
+// generation_config.json of the import it started from among them), and importing the export gives
 // back the run's weights byte for byte (the padded vocabulary rows are zero in both: no gradient
 // reaches them). A model section other than the import's, and a model no family represents, are
 // refused naming the key.
@@ -117,9 +118,13 @@ TEST_CASE("train --init-from starts from the imported weights, export --format h
         const json was = json::parse(read_text_file(hf_fixture(family) + "/config.json"));
         for (const auto& [key, value] : was.items()) {
             INFO("config.json " << key);
-            if (key != "torch_dtype") CHECK(got[key] == value);  // skew's dtypes: bfloat16
+            if (key != "torch_dtype") CHECK((got.contains(key) && got[key] == value));  // skew's dtypes: bfloat16
         }
         CHECK(got["torch_dtype"] == "bfloat16");
+        // the published generation_config.json, from the import the run started from (train.init_from)
+        const std::string generation = hf_fixture(family) + "/generation_config.json";
+        CHECK(fs::exists(hf + "/generation_config.json") == fs::exists(generation));
+        if (fs::exists(generation)) CHECK(read_text_file(hf + "/generation_config.json") == read_text_file(generation));
 
         // import of the export: the run's weights, every byte
         const std::string back = work() + "/reimport-" + family;

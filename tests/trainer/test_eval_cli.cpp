@@ -3,10 +3,10 @@
 // written to eval_<optimizer>.json (and shown by `skew report`), sampling is reproducible, a long
 // prompt is cut on the left and said so, bad input is refused with one clear line.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "tests/cli_util.h"
@@ -27,13 +27,14 @@ const std::string& run_dir() {
         const std::string work = (fs::temp_directory_path() / ("skew-eval-test-" + std::to_string(getpid()))).string();
         fs::remove_all(work);
         fs::create_directories(work);
-        Run p = run("prepare --input " + src("tests/fixtures/train/sample.jsonl") + " --out " + work + "/prep --tokenizer " +
-                    src("tests/fixtures/data/gpt2") + " --no-progress");
+        Run p = run("prepare --input " + src("tests/fixtures/train/sample.jsonl") + " --out " + work +
+                    "/prep --tokenizer " + src("tests/fixtures/data/gpt2") + " --no-progress");
         INFO(p.output);
         REQUIRE(p.status == 0);
-        Run t = run("train " + src("configs/tiny.yaml") + " --plain --optimizers adamw --out " + work + "/run --set data.dir=" +
-                    work + "/prep --set data.tokenizer_dir=" + src("tests/fixtures/data/gpt2") +
-                    " --set train.steps=4 --set train.eval_every=4 --set train.checkpoint_every=4 --set train.eval_batches=2");
+        Run t = run(
+            "train " + src("configs/tiny.yaml") + " --plain --optimizers adamw --out " + work +
+            "/run --set data.dir=" + work + "/prep --set data.tokenizer_dir=" + src("tests/fixtures/data/gpt2") +
+            " --set train.steps=4 --set train.eval_every=4 --set train.checkpoint_every=4 --set train.eval_batches=2");
         INFO(t.output);
         REQUIRE(t.status == 0);
         return work + "/run";
@@ -78,7 +79,8 @@ TEST_CASE("skew eval --data gives the trainer's validation loss for the same bat
     CHECK(out["optimizer"] == "adamw");
 }
 
-TEST_CASE("skew eval scores the four task formats, writes eval_<optimizer>.json, and skew report shows Table 9", "[eval][cli]") {
+TEST_CASE("skew eval scores the four task formats, writes eval_<optimizer>.json, and skew report shows Table 9",
+          "[eval][cli]") {
     Run r = run("eval " + run_dir() + task_args() + " --batch-size 3");
     INFO(r.output);
     REQUIRE(r.status == 0);
@@ -118,7 +120,8 @@ TEST_CASE("skew eval scores the four task formats, writes eval_<optimizer>.json,
     CHECK(rep.output.find("HellaSwag") != std::string::npos);
 }
 
-TEST_CASE("skew eval refuses a malformed task line naming file and line, and unmatched --task/--format", "[eval][cli]") {
+TEST_CASE("skew eval refuses a malformed task line naming file and line, and unmatched --task/--format",
+          "[eval][cli]") {
     const std::string bad = (fs::temp_directory_path() / "skew_eval_cli_bad.jsonl").string();
     std::ofstream(bad) << "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": 0}\n{\"goal\": \"g\"}\n";
     Run r = run("eval " + run_dir() + " --task " + bad + " --format piqa --no-write");
@@ -132,7 +135,8 @@ TEST_CASE("skew eval refuses a malformed task line naming file and line, and unm
     CHECK(n.output.find("no checkpoints of optimizer 'lion'") != std::string::npos);
 }
 
-TEST_CASE("skew sample: the same seed gives the same text, greedy is top-k 1, a long prompt is cut on the left", "[eval][cli]") {
+TEST_CASE("skew sample: the same seed gives the same text, greedy is top-k 1, a long prompt is cut on the left",
+          "[eval][cli]") {
     const std::string base = "sample " + run_dir() + " --prompt 'The history of' --max-tokens 8 --json";
     Run a = run(base + " --seed 3 --num-samples 2");
     INFO(a.output);
@@ -149,7 +153,8 @@ TEST_CASE("skew sample: the same seed gives the same text, greedy is top-k 1, a 
     // standard input, less its final newline, is the same prompt
     const std::string in = (fs::temp_directory_path() / "skew_sample_prompt.txt").string();
     std::ofstream(in) << "The history of\n";
-    const json from_stdin = json_of(run("sample " + run_dir() + " --max-tokens 8 --json --temperature 0 < " + in).output);
+    const json from_stdin =
+        json_of(run("sample " + run_dir() + " --max-tokens 8 --json --temperature 0 < " + in).output);
     CHECK(from_stdin["samples"][0]["tokens"] == g["samples"][0]["tokens"]);
     CHECK(from_stdin["prompt"] == "The history of");
 
@@ -161,7 +166,7 @@ TEST_CASE("skew sample: the same seed gives the same text, greedy is top-k 1, a 
     CHECK(l.output.find("tokens were dropped") != std::string::npos);
     const json jl = json_of(l.output);
     CHECK(jl["prompt_tokens"] == 63);
-    CHECK(jl["prompt_tokens_dropped"] == 18);  // 81 tokens (a trailing space) - 63
+    CHECK(jl["prompt_tokens_dropped"] == 18);       // 81 tokens (a trailing space) - 63
     CHECK(jl["samples"][0]["tokens"].size() == 2);  // read at position 63 (the last), then one from its logits
     CHECK(jl["samples"][0]["stop"] == "max_seq_len");
 
@@ -170,11 +175,13 @@ TEST_CASE("skew sample: the same seed gives the same text, greedy is top-k 1, a 
     CHECK(s.output.find("--top-p") != std::string::npos);
 }
 
-TEST_CASE("skew eval and sample refuse a tokenizer, or a dataset tokenized by one, other than the run's", "[eval][cli]") {
+TEST_CASE("skew eval and sample refuse a tokenizer, or a dataset tokenized by one, other than the run's",
+          "[eval][cli]") {
     // Another tokenizer: GPT-2's files less the last merge ("Ġg azed"), so " gazed" is two tokens.
     const fs::path work = fs::path(run_dir()).parent_path(), other = work / "other-tokenizer";
     fs::create_directories(other);
-    fs::copy_file(src("tests/fixtures/data/gpt2/encoder.json"), other / "encoder.json", fs::copy_options::overwrite_existing);
+    fs::copy_file(src("tests/fixtures/data/gpt2/encoder.json"), other / "encoder.json",
+                  fs::copy_options::overwrite_existing);
     {
         std::ifstream in(src("tests/fixtures/data/gpt2/vocab.bpe"));
         std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -192,8 +199,8 @@ TEST_CASE("skew eval and sample refuse a tokenizer, or a dataset tokenized by on
     CHECK(s.status == 1);
     CHECK(s.output.find("skew: error: --tokenizer " + other.string() + ": not the tokenizer") != std::string::npos);
     // Shards prepared by that tokenizer: refused for --data, naming both manifests.
-    Run p = run("prepare --input " + src("tests/fixtures/train/sample.jsonl") + " --out " + (work / "other-prep").string() +
-                " --tokenizer " + other.string() + " --no-progress");
+    Run p = run("prepare --input " + src("tests/fixtures/train/sample.jsonl") + " --out " +
+                (work / "other-prep").string() + " --tokenizer " + other.string() + " --no-progress");
     REQUIRE(p.status == 0);
     Run d = run("eval " + run_dir() + " --optimizer adamw --no-write --data " + (work / "other-prep").string());
     INFO(d.output);
@@ -202,11 +209,14 @@ TEST_CASE("skew eval and sample refuse a tokenizer, or a dataset tokenized by on
                         ": its shards were tokenized by another tokenizer than the run's") != std::string::npos);
     CHECK(d.output.find("its vocab.bpe differs by MD5 from the run's") != std::string::npos);
     // A tokenizer of another kind (a tokenizer.json): refused naming both kinds.
-    Run k = run("sample " + run_dir() + " --prompt hi --max-tokens 2 --tokenizer " + src("tests/fixtures/data/hf_tiny"));
+    Run k =
+        run("sample " + run_dir() + " --prompt hi --max-tokens 2 --tokenizer " + src("tests/fixtures/data/hf_tiny"));
     INFO(k.output);
     CHECK(k.status == 1);
-    CHECK(k.output.find("not the tokenizer this run was trained with: it is a hf-byte-level-bpe tokenizer (tokenizer.json), "
-                        "the one " + run_dir() + "/manifest.json records is gpt2-bpe") != std::string::npos);
+    CHECK(k.output.find(
+              "not the tokenizer this run was trained with: it is a hf-byte-level-bpe tokenizer (tokenizer.json), "
+              "the one " +
+              run_dir() + "/manifest.json records is gpt2-bpe") != std::string::npos);
     // The run's own tokenizer and data still pass.
     CHECK(run("eval " + run_dir() + " --optimizer adamw --no-write --batches 1 --data " + prep_dir()).status == 0);
 }
@@ -227,8 +237,8 @@ TEST_CASE("skew eval, sample and export refuse a config.yaml whose model setting
     const size_t at = text.find("top_k: 2");
     REQUIRE(at != std::string::npos);
     std::ofstream(config) << text.substr(0, at) + "top_k: 1" + text.substr(at + 8);
-    const std::string expect = config.string() + ": model.top_k is 1 but the checkpoint " + edited.string() +
-                               "/checkpoints/adamw/";
+    const std::string expect =
+        config.string() + ": model.top_k is 1 but the checkpoint " + edited.string() + "/checkpoints/adamw/";
     Run e = run("eval " + edited.string() + " --optimizer adamw --no-write --batches 1 --data " + prep_dir());
     INFO(e.output);
     CHECK(e.status == 1);
@@ -261,7 +271,8 @@ TEST_CASE("skew eval, sample and export refuse a config.yaml whose model setting
     CHECK(own.output.find("not the config the checkpoint") == std::string::npos);
 }
 
-TEST_CASE("skew eval and sample name a path of the wrong kind and refuse flags the command would ignore", "[eval][cli]") {
+TEST_CASE("skew eval and sample name a path of the wrong kind and refuse flags the command would ignore",
+          "[eval][cli]") {
     const std::string readme = src("README.md");
     const fs::path dir = fs::path(run_dir()).parent_path() / "a-folder";
     fs::create_directories(dir);
@@ -270,19 +281,24 @@ TEST_CASE("skew eval and sample name a path of the wrong kind and refuse flags t
     CHECK(task.output.find(dir.string() + ": is a folder; --task takes a JSONL task file") != std::string::npos);
     Run ck = run("eval " + readme + " --data " + prep_dir());
     CHECK(ck.status == 1);
-    CHECK(ck.output.find(readme + ": is a file, not a folder (give a run folder or a checkpoint folder)") != std::string::npos);
+    CHECK(ck.output.find(
+              readme +
+              ": is a file, not a folder (give a run folder, a checkpoint folder or a folder `skew import` wrote)") !=
+          std::string::npos);
     Run tok = run("sample " + run_dir() + " --prompt hi --max-tokens 1 --tokenizer " + readme);
     CHECK(tok.status == 1);
     CHECK(tok.output.find("--tokenizer " + readme + ": is a file, not a tokenizer folder") != std::string::npos);
     // --tokenizer and --batch-size serve --task only; --split and --batches serve --data only
     Run ignored = run("eval " + run_dir() + " --no-write --data " + prep_dir() + " --tokenizer " + readme);
     CHECK(ignored.status == 2);
-    CHECK(ignored.output.find("--tokenizer: is for --task scoring; without --task it would be ignored") != std::string::npos);
+    CHECK(ignored.output.find("--tokenizer: is for --task scoring; without --task it would be ignored") !=
+          std::string::npos);
     CHECK(run("eval " + run_dir() + " --no-write --data " + prep_dir() + " --batch-size 4").status == 2);
     Run split = run("eval " + run_dir() + " --no-write --task " + src("tests/fixtures/eval/piqa.jsonl") +
                     " --format piqa --split train");
     CHECK(split.status == 2);
-    CHECK(split.output.find("--split: is for --data perplexity; without --data it would be ignored") != std::string::npos);
+    CHECK(split.output.find("--split: is for --data perplexity; without --data it would be ignored") !=
+          std::string::npos);
     Run resume = run("train --resume " + readme);
     CHECK(resume.status == 1);
     CHECK(resume.output.find("--resume " + readme + ": is a file, not a run folder") != std::string::npos);

@@ -6,16 +6,21 @@
 # equations over the Hugging Face names (not from skew's names or code). RMSNorm and rotate-half RoPE
 # are imported from tests/reference/model/make_golden_llama.py, whose equations are those of all three.
 #   mixtral  MixtralForCausalLM: GQA 4/2, top-2 of 4 renormalized, block_sparse_moe.experts.{e}.w1 (gate),
-#            w2 (down), w3 (up); bf16 tensors in one model.safetensors.
+#            w2 (down), w3 (up); bf16 tensors in one model.safetensors; Mixtral's tokenizer layout: a
+#            SentencePiece tokenizer.model (tests/fixtures/data/sentencepiece_302, 302 pieces) and the
+#            tokenizer.json transformers makes of it (../tokenizer/sentencepiece_to_json.py, byte_fallback),
+#            tokenizer_config.json, generation_config.json.
 #   olmoe    OlmoeForCausalLM: MHA, RMSNorm over the full q and k widths, top-4 of 8 not renormalized,
 #            mlp.experts.{e}.gate_proj / up_proj / down_proj; fp32 tensors (skew rounds the matrices to
 #            bf16 on import) in two shards with model.safetensors.index.json.
 #   qwen3    Qwen3MoeForCausalLM: GQA 4/2, head_dim 16 > hidden_size / heads = 8, RMSNorm per head of q
 #            and k, top-4 of 8 renormalized, rms_norm_eps 1e-6, block 1 a dense SwiGLU (mlp_only_layers [1]);
-#            bf16 tensors, one file, plus tokenizer_config.json and special_tokens_map.json.
-# Every folder holds the tiny tokenizer.json of tests/fixtures/data/hf_tiny (302 ids), the vocabulary
-# size of every config, so skew pads the embeddings to 320 rows. Writes <family>/ and <family>_reference.bin
-# (SKEWGOLD records: tokens (B, T), logits (B*T, vocab_size)) next to this script.
+#            bf16 tensors, one file, plus tokenizer_config.json, special_tokens_map.json and
+#            generation_config.json (an end-of-text list, as Qwen3's).
+# OLMoE and Qwen3-MoE hold the tiny byte-level tokenizer.json of tests/fixtures/data/hf_tiny (302 ids);
+# 302 is every config's vocabulary size, so skew pads the embeddings to 320 rows. Each config.json has
+# the family's bos_token_id, eos_token_id and pad_token_id fields. Writes <family>/ and
+# <family>_reference.bin (SKEWGOLD records: tokens (B, T), logits (B*T, vocab_size)) next to this script.
 #
 # Run with Debian's python3 (torch, numpy):  /usr/bin/python3 tests/reference/hf/make_tiny_hf.py
 import json
@@ -30,9 +35,12 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "model"))
+sys.path.insert(0, os.path.join(HERE, "..", "tokenizer"))
 from make_golden_llama import rmsnorm, rope, round_bf16, write_records  # noqa: E402
+import sentencepiece_to_json  # noqa: E402
 
-VOCAB = 302  # tests/fixtures/data/hf_tiny/tokenizer.json: ids 0..301
+VOCAB = 302  # tests/fixtures/data/hf_tiny/tokenizer.json and sentencepiece_302/tokenizer.model: ids 0..301
+FIXTURES = os.path.join(HERE, "..", "..", "fixtures", "data")
 B, T = 2, 16
 MIN_GAP = 0.02  # no token's k-th and (k+1)-th router logits closer than this (no near-tie in the top-k)
 
@@ -42,16 +50,24 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attenti
 FAMILIES = {
     "mixtral": dict(COMMON, architectures=["MixtralForCausalLM"], model_type="mixtral", intermediate_size=16,
                     num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, rope_theta=1e6,
-                    rms_norm_eps=1e-5, sliding_window=None, router_aux_loss_coef=0.02, torch_dtype="bfloat16"),
+                    rms_norm_eps=1e-5, sliding_window=None, router_aux_loss_coef=0.02, torch_dtype="bfloat16",
+                    bos_token_id=1, eos_token_id=2),
     "olmoe": dict(COMMON, architectures=["OlmoeForCausalLM"], model_type="olmoe", intermediate_size=16,
                   num_key_value_heads=4, num_experts=8, num_experts_per_tok=4, norm_topk_prob=False,
                   rope_theta=10000.0, rms_norm_eps=1e-5, attention_bias=False, clip_qkv=None,
-                  router_aux_loss_coef=0.01, torch_dtype="float32"),
+                  router_aux_loss_coef=0.01, torch_dtype="float32", bos_token_id=None, eos_token_id=300,
+                  pad_token_id=1),
     "qwen3": dict(COMMON, architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", intermediate_size=24,
                   moe_intermediate_size=16, num_key_value_heads=2, head_dim=16, num_experts=8, num_experts_per_tok=4,
                   norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], rope_theta=1e6, rms_norm_eps=1e-6,
                   use_sliding_window=False, sliding_window=None, max_window_layers=2, attention_bias=False,
-                  router_aux_loss_coef=0.001, torch_dtype="bfloat16"),
+                  router_aux_loss_coef=0.001, torch_dtype="bfloat16", bos_token_id=300, eos_token_id=300),
+}
+# generation_config.json as the published checkpoints ship it (OLMoE's fixture has none)
+GENERATION = {
+    "mixtral": {"_from_model_config": True, "bos_token_id": 1, "eos_token_id": 2, "transformers_version": "4.36.0.dev0"},
+    "qwen3": {"bos_token_id": 300, "do_sample": True, "eos_token_id": [300], "pad_token_id": 300, "temperature": 0.6,
+              "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0"},
 }
 SEEDS = {"mixtral": 20280101, "olmoe": 20280201, "qwen3": 20280301}
 SHARDED = {"olmoe"}
@@ -236,7 +252,22 @@ def write_checkpoint(name, c, w):
             f.write("\n")
     else:
         write_safetensors(os.path.join(out, "model.safetensors"), [(n, w[n]) for n in order], bf16)
-    shutil.copy(os.path.join(HERE, "..", "..", "fixtures", "data", "hf_tiny", "tokenizer.json"), out)
+    if name == "mixtral":  # SentencePiece's model and the tokenizer.json transformers converts it to
+        model = os.path.join(FIXTURES, "sentencepiece_302", "tokenizer.model")
+        shutil.copy(model, out)
+        pieces, _ = sentencepiece_to_json.read_model(model)
+        with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(sentencepiece_to_json.convert(pieces), f, ensure_ascii=False, indent=1)
+            f.write("\n")
+        with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+            json.dump({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+                       "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False, "legacy": True}, f)
+    else:
+        shutil.copy(os.path.join(FIXTURES, "hf_tiny", "tokenizer.json"), out)
+    if name in GENERATION:
+        with open(os.path.join(out, "generation_config.json"), "w") as f:
+            json.dump(GENERATION[name], f, indent=2)
+            f.write("\n")
     if name == "qwen3":
         with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
             json.dump({"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|endoftext|>", "bos_token": None}, f)

