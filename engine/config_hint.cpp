@@ -3,8 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <filesystem>
-
 #include "engine/config.h"
 #include "engine/error.h"
 
@@ -31,9 +29,10 @@ std::string config_change_hint(const Config& cfg, const std::string& key, const 
         return "";
     }
     if (resume_run.empty()) return "set " + key + ": " + value;
-    return fmt::format("start a new run with {}: {} (skew train {} --set {}={} --out NEW_FOLDER; --resume keeps the "
-                       "run's config)", key, value, (std::filesystem::path(resume_run) / "config.yaml").string(), key,
-                       value);
+    return fmt::format(
+        "start a new run with {}: {} (skew train {} --set {}={} --out NEW_FOLDER; --resume keeps the "
+        "run's config)",
+        key, value, cfg.source, key, value);
 }
 
 }  // namespace skew

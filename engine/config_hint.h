@@ -17,8 +17,9 @@ std::string config_set_hint(const std::string& key, const std::string& value);
 
 /// A hint's proposal to change `key` of the run's config `cfg` to `value`, as the command at hand
 /// can take it: "set <key>: <value>" for a new run (`skew train CONFIG`, its file or --set); under
-/// `skew train --resume RUN` (resume_run not empty), which keeps RUN's config.yaml, "start a new
-/// run with <key>: <value> (skew train RUN/config.yaml --set <key>=<value> --out NEW_FOLDER)".
+/// `skew train --resume RUN` (resume_run not empty), which keeps the run's config, "start a new
+/// run with <key>: <value> (skew train SOURCE --set <key>=<value> --out NEW_FOLDER)", SOURCE the
+/// file cfg was read from (cfg.source: the run folder's config under --resume).
 /// "" when the validator refuses cfg with that value (the caller leaves the alternative out).
 std::string config_change_hint(const Config& cfg, const std::string& key, const std::string& value,
                                const std::string& resume_run);

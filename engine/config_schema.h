@@ -56,7 +56,7 @@ std::string format_config_value(const ConfigValue& v);
 const char* key_type_name(KeyType t);
 
 /// The resolved values of one section ("model"): key (without the section) -> format_config_value
-/// text, in schema order. What a checkpoint records of the model that trained it (train/checkpoint.h).
+/// text, in schema order. What a checkpoint records of the model that trained it (checkpoint/checkpoint.h).
 std::vector<std::pair<std::string, std::string>> config_section_values(const Config& cfg, const std::string& section);
 
 /// The config reference of docs/config-reference.md: a Markdown table of every key (type, default, meaning).

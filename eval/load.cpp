@@ -8,24 +8,18 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "data/tokenizer_identity.h"
 #include "engine/config_schema.h"
 #include "engine/error.h"
 #include "kernels/common/attention_head_dims.h"
 #include "runtime/backend_registry.h"
-#include "train/checkpoint.h"
-#include "train/sharded_checkpoint.h"
 
 namespace fs = std::filesystem;
 
 namespace skew::eval {
-
-bool is_import_folder(const std::string& path) {
-    std::error_code ec;
-    const fs::path d(path);
-    return fs::is_directory(d, ec) && fs::exists(d / "config.yaml", ec) && fs::exists(d / "model.safetensors", ec) &&
-           !fs::exists(d / "trainer_state.json", ec) && !fs::exists(d / "checkpoints", ec);
-}
 
 std::string checkpoint_label(const CheckpointRef& ref) {
     return ref.import_folder ? fmt::format("{} (a skew import)", ref.dir)
@@ -33,7 +27,7 @@ std::string checkpoint_label(const CheckpointRef& ref) {
 }
 
 data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_cfg, const std::string& flag_dir) {
-    const std::string own = ref.import_folder ? (fs::path(ref.dir) / "tokenizer").string() : run_cfg.data.tokenizer_dir;
+    const std::string own = ref.import_folder ? ImportFolder{ref.dir}.tokenizer() : run_cfg.data.tokenizer_dir;
     const std::string dir = flag_dir.empty() ? own : flag_dir;
     const std::string what = !flag_dir.empty() ? "--tokenizer " + dir
                              : ref.import_folder
@@ -59,7 +53,7 @@ data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_c
 }
 
 void check_data_tokenizer(const CheckpointRef& ref, const std::string& data_dir, const std::string& what) {
-    if (ref.import_folder) data::check_data_tokenizer(data_dir, (fs::path(ref.dir) / "tokenizer").string(), what);
+    if (ref.import_folder) data::check_data_tokenizer(data_dir, ImportFolder{ref.dir}.tokenizer(), what);
     else data::check_run_data_tokenizer(ref.run_dir, data_dir, what);
 }
 
@@ -83,13 +77,14 @@ CheckpointRef resolve_checkpoint(const std::string& path, const std::string& opt
         r.import_folder = true;
         return r;
     }
-    if (fs::exists(fs::path(path) / "trainer_state.json", ec)) {
+    if (fs::exists(CheckpointFolder{path}.trainer_state(), ec)) {
         r.dir = path;
-        r.run_dir = (fs::path(path).lexically_normal() / ".." / ".." / "..").lexically_normal().string();
+        r.run_dir = CheckpointFolder{path}.run().dir;
         r.which = fs::path(path).lexically_normal().filename().string();
         if (r.which.empty()) r.which = fs::path(path).lexically_normal().parent_path().filename().string();
     } else {
-        const fs::path ck = fs::path(path) / "checkpoints";
+        const RunFolder run{path};
+        const fs::path ck = run.checkpoints();
         if (!fs::is_directory(ck, ec))
             fail(
                 "{}: neither a checkpoint folder (no trainer_state.json), a run folder (no checkpoints/) nor a folder "
@@ -108,19 +103,19 @@ CheckpointRef resolve_checkpoint(const std::string& path, const std::string& opt
             }
             opt = names[0];
         }
-        const fs::path od = ck / opt;
+        const fs::path od = run.optimizer_checkpoints(opt);
         if (!fs::is_directory(od, ec))
             fail("{}: no checkpoints of optimizer '{}' ({} is missing)", path, opt, od.string());
         std::string w = which;
-        if (w.empty()) w = checkpoint_exists((od / "best").string()) ? "best" : "last";
-        if (!checkpoint_exists((od / w).string()))
+        if (w.empty()) w = checkpoint_exists(run.checkpoint(opt, RunFolder::BEST)) ? RunFolder::BEST : RunFolder::LAST;
+        if (!checkpoint_exists(run.checkpoint(opt, w)))
             fail("{}: no '{}' checkpoint of optimizer '{}' ({} has no trainer_state.json)", path, w, opt,
-                 (od / w).string());
-        r.dir = (od / w).string();
+                 run.checkpoint(opt, w));
+        r.dir = run.checkpoint(opt, w);
         r.run_dir = path;
         r.which = w;
     }
-    const std::string state_path = (fs::path(r.dir) / "trainer_state.json").string();
+    const std::string state_path = CheckpointFolder{r.dir}.trainer_state();
     std::ifstream in(state_path);
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     if (j.is_discarded()) fail("{}: not valid JSON", state_path);
@@ -135,7 +130,7 @@ CheckpointRef resolve_checkpoint(const std::string& path, const std::string& opt
 }
 
 Config load_run_config(const CheckpointRef& ref) {
-    const std::string config_path = (fs::path(ref.run_dir) / "config.yaml").string();
+    const std::string config_path = RunFolder{ref.run_dir}.config();
     std::error_code ec;
     if (!fs::exists(config_path, ec))
         fail("{}: missing; the checkpoint {} must sit in its run folder (RUN/checkpoints/<optimizer>/<which>)",
@@ -157,7 +152,7 @@ Config load_run_config(const CheckpointRef& ref) {
 
 std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::string& backend, int64_t microbatch,
                                         int64_t seq_len) {
-    const std::string config_path = (fs::path(ref.run_dir) / "config.yaml").string();
+    const std::string config_path = RunFolder{ref.run_dir}.config();
     auto lm = std::make_unique<LoadedModel>();
     lm->ref = ref;
     lm->cfg = load_run_config(ref);
@@ -184,7 +179,7 @@ std::unique_ptr<LoadedModel> load_model(const CheckpointRef& ref, const std::str
         for (size_t i = 0; i < dst.size(); ++i)
             copy_tensor_from_host(dst[i], 0, w[i].data.data(), int64_t(w[i].data.size()));
     } else {
-        read_safetensors_into((fs::path(ref.dir) / "model.safetensors").string(), weight_tensors(s.arena));
+        read_safetensors_into(CheckpointFolder{ref.dir}.weights(), weight_tensors(s.arena));
     }
     lm->model = &s.model;
     return lm;

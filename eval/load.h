@@ -27,10 +27,6 @@ struct CheckpointRef {
     bool import_folder = false;  // a folder `skew import` wrote: dir = run_dir, no optimizer, step 0, which "import"
 };
 
-/// Whether `path` is a folder `skew import` wrote (docs/huggingface.md, "Import"): config.yaml and
-/// model.safetensors, with no trainer_state.json and no checkpoints/ (a checkpoint or a run folder).
-bool is_import_folder(const std::string& path);
-
 /// Resolve `path`: a checkpoint folder (trainer_state.json inside), a run folder with
 /// checkpoints/<optimizer>/<which> (which = "best" when it exists, else "last", unless given), or
 /// a folder `skew import` wrote (is_import_folder: its weights as imported, its tokenizer/).

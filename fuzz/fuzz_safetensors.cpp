@@ -4,12 +4,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
 #include "engine/error.h"
 #include "fuzz/fuzz_util.h"
-#include "train/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const std::string path = skew::fuzz::write_scratch("model.safetensors", data, size);
+    const std::string path = skew::fuzz::write_scratch(skew::CheckpointFolder::WEIGHTS_FILE, data, size);
     try {
         const skew::SafetensorsHeader h = skew::read_safetensors_header(path);
         std::vector<std::vector<char>> storage;

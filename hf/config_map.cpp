@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "checkpoint/run_folder.h"
 #include "engine/config_schema.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
@@ -215,8 +216,7 @@ Config config_from_model(const ModelConfig& m, const std::string& source, const 
 }
 
 Config config_from_hf_path(const std::string& path, const std::vector<std::string>& overrides) {
-    const std::string file =
-        std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "config.json").string() : path;
+    const std::string file = std::filesystem::is_directory(path) ? HfFolder{path}.config() : path;
     const nlohmann::json j = read_hf_config(file);
     const Family f = family_of_hf_config(j, file);
     return config_from_model(model_config_from_hf(j, f, file), file + " (as skew's model section)", overrides);

@@ -6,13 +6,14 @@
 
 #include <filesystem>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
 #include "engine/param_table.h"
 #include "hf/config_map.h"
 #include "hf/folder.h"
 #include "hf/tensor_map.h"
-#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -38,7 +39,7 @@ ExportResult export_hf(const ModelConfig& model, const std::vector<HostTensor>& 
     }
     nlohmann::json config = hf_config_from_model(model, r.family);
     std::error_code ec;
-    const fs::path published_config = fs::path(published_dir) / "config.json";
+    const fs::path published_config = HfFolder{published_dir}.config();
     if (!published_dir.empty() && fs::is_regular_file(published_config, ec)) {  // the ids generation stops at
         const nlohmann::json published = read_hf_config(published_config.string());
         for (const std::string& key : generation_token_fields())
@@ -49,11 +50,12 @@ ExportResult export_hf(const ModelConfig& model, const std::vector<HostTensor>& 
     }
     const std::string temp = begin_checkpoint_folder(out_dir, "export-" + std::to_string(::getpid()));
     try {
-        write_safetensors((fs::path(temp) / "model.safetensors").string(), named, {{"format", "pt"}});
-        write_file_atomic((fs::path(temp) / "config.json").string(), json_text(config) + "\n");
+        const HfFolder written{temp};
+        write_safetensors(written.weights(), named, {{"format", "pt"}});
+        write_file_atomic(written.config(), json_text(config) + "\n");
         if (!tokenizer_dir.empty()) r.tokenizer_files = copy_tokenizer_files(tokenizer_dir, temp);
         if (!published_dir.empty())  // generation_config.json as published (config.json is skew's, above)
-            r.generation_config = !copy_files(published_dir, temp, {"generation_config.json"}).empty();
+            r.generation_config = !copy_files(published_dir, temp, {HfFolder::GENERATION_CONFIG_FILE}).empty();
     } catch (...) {
         fs::remove_all(temp, ec);
         throw;

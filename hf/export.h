@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/sharded_checkpoint.h"
 #include "engine/config.h"
 #include "hf/family.h"
-#include "train/sharded_checkpoint.h"
 
 namespace skew::hf {
 

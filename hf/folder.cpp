@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "checkpoint/run_folder.h"
 #include "engine/error.h"
 
 namespace fs = std::filesystem;
@@ -44,7 +45,7 @@ std::vector<std::string> copy_tokenizer_files(const std::string& from, const std
 }
 
 const std::vector<std::string>& published_file_names() {
-    static const std::vector<std::string> names = {"config.json", "generation_config.json"};
+    static const std::vector<std::string> names = {HfFolder::CONFIG_FILE, HfFolder::GENERATION_CONFIG_FILE};
     return names;
 }
 

@@ -1,5 +1,5 @@
 // The output folders of `skew import` and `skew export --format hf`: written whole into a hidden
-// temporary sibling and swapped in at the end (train/checkpoint.h's folder helpers), never over a
+// temporary sibling and swapped in at the end (checkpoint/checkpoint.h's folder helpers), never over a
 // folder that holds files; the tokenizer files a checkpoint folder carries, and the published files
 // an import keeps for export.
 #pragma once

@@ -12,6 +12,9 @@
 #include <memory>
 #include <sstream>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
+#include "checkpoint/tensor_scan.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
 #include "engine/param_table.h"
@@ -20,8 +23,6 @@
 #include "hf/mapped_file.h"
 #include "hf/tensor_map.h"
 #include "kernels/common/bf16.h"
-#include "train/checkpoint.h"
-#include "train/faults.h"
 
 namespace fs = std::filesystem;
 
@@ -44,7 +45,8 @@ struct Checkpoint {
 
 Checkpoint read_checkpoint_headers(const fs::path& dir) {
     Checkpoint c;
-    const fs::path single = dir / "model.safetensors", index_path = dir / "model.safetensors.index.json";
+    const HfFolder folder{dir.string()};
+    const fs::path single = folder.weights(), index_path = folder.weights_index();
     if (fs::exists(single)) {  // the order transformers' from_pretrained looks in
         c.headers.push_back(read_safetensors_header(single.string()));
     } else if (fs::exists(index_path)) {
@@ -160,7 +162,7 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& out_dir) {
     const fs::path dir(hf_dir);
     if (!fs::is_directory(dir)) fail("{}: not a folder (give a Hugging Face checkpoint folder)", hf_dir);
     refuse_existing_output(out_dir, "--out");
-    const std::string config_path = (dir / "config.json").string();
+    const std::string config_path = HfFolder{hf_dir}.config();
     const nlohmann::json hf_config = read_hf_config(config_path);
     ImportResult r;
     r.family = family_of_hf_config(hf_config, config_path);
@@ -240,7 +242,8 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& out_dir) {
             r.tied_head_dropped = true;
         }
         // skew's file as write_safetensors lays it out: the table's tensors in order, contiguous
-        const std::string out_path = (fs::path(temp) / "model.safetensors").string();
+        const ImportFolder written{temp};
+        const std::string out_path = written.weights();
         std::vector<NamedTensor> layout;
         std::vector<int64_t> offsets;
         int64_t data_bytes = 0;
@@ -271,13 +274,13 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& out_dir) {
         out.finish();
         r.hf_tensors = int64_t(want.size());
         r.shards = int64_t(ck.headers.size());
-        write_file_atomic((fs::path(temp) / "config.yaml").string(),
+        write_file_atomic(written.config(),
                           fmt::format("# skew import of {} ({}): its config.json as skew's model section; train from "
                                       "it with `skew train CONFIG --init-from {}` (docs/huggingface.md)\n",
                                       hf_dir, arch, out_dir) +
                               config_yaml(r.config.model));
-        r.tokenizer_files = copy_tokenizer_files(hf_dir, (fs::path(temp) / "tokenizer").string());
-        r.published_files = copy_files(hf_dir, (fs::path(temp) / "hf").string(), published_file_names());
+        r.tokenizer_files = copy_tokenizer_files(hf_dir, written.tokenizer());
+        r.published_files = copy_files(hf_dir, written.published().dir, published_file_names());
     } catch (...) {
         std::error_code ec;
         fs::remove_all(temp, ec);

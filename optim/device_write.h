@@ -1,8 +1,7 @@
 // The CUDA kernels' write-back arguments from the CPU's (optim/optimizer_cuda.cpp, optim/galore_cuda.cpp):
 // one conversion, so the GPU write keys its noise as the CPU's store_update does.
-// Built only with the CUDA backend (SKEW_HAVE_CUDA).
+// In skew_optim_cuda: built only with the CUDA backend.
 #pragma once
-#if defined(SKEW_HAVE_CUDA)
 #include <cstdint>
 
 #include "kernels/cuda/optim_kernels.h"
@@ -27,4 +26,3 @@ inline cuda::OptimWrite device_write(const optim_detail::WriteBack& wb) {
 }
 
 }  // namespace skew
-#endif

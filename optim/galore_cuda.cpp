@@ -1,6 +1,5 @@
 // GaLore on the GPU (optim/galore_cuda.h). Row-major products on column-major cuBLAS:
 // C (m x n) = op(A) op(B) is C^T = op(B)^T op(A)^T; strided batches over a chunk of matrices.
-#if defined(SKEW_HAVE_CUDA)
 #include "optim/galore_cuda.h"
 
 #include <cublas_v2.h>
@@ -148,4 +147,3 @@ void galore_step_cuda(const OptimizerConfig& opt, const ParamSlot& s, const Opti
 }
 
 }  // namespace skew
-#endif

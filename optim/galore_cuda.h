@@ -1,9 +1,8 @@
 // GaLore's CUDA step (both forms) for one projected parameter: projection products on cuBLAS (fp32),
 // the subspace Adam and the write-back on the device, the projector (SVD) on the host from a copy of
 // the gradient (optim/galore.cpp galore_projector, so CPU and GPU projectors are bit-identical).
-// Built only with the CUDA backend (SKEW_HAVE_CUDA).
+// In skew_optim_cuda: built only with the CUDA backend.
 #pragma once
-#if defined(SKEW_HAVE_CUDA)
 #include <cstdint>
 
 #include "optim/optimizer_cuda.h"
@@ -22,4 +21,3 @@ void galore_step_cuda(const OptimizerConfig& opt, const ParamSlot& s, const Opti
 double galore_cuda_projector_host_ms();
 
 }  // namespace skew
-#endif

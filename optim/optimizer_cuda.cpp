@@ -1,7 +1,6 @@
 // The CUDA optimizer step: resolves each parameter's policy exactly as the CPU step does
 // (optim/optimizer.cpp) and calls the fused kernels of kernels/cuda/optim_kernels.cu
 // (paper Algorithm 1; docs/optimizers.md §2-§5).
-#if defined(SKEW_HAVE_CUDA)
 #include "optim/optimizer_cuda.h"
 
 #include <algorithm>
@@ -10,10 +9,10 @@
 
 #include "engine/error.h"
 #include "kernels/cuda/muon.h"
-#include "optim/galore_cuda.h"
 #include "kernels/cuda/nvtx.h"
 #include "kernels/cuda/optim_kernels.h"
 #include "optim/device_write.h"
+#include "optim/galore_cuda.h"
 #include "optim/optim_internal.h"
 #include "optim/state_plan.h"
 
@@ -65,8 +64,8 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
         const ParamInfo& p = *s.info;
         ParamPolicy pol = param_policy(opt, p);
         if (slot_scratch(opt, s) > ctx.scratch_bytes)
-            fail("optimizer '{}': tensor '{}' needs {} bytes of scratch, {} given", opt.name, p.name, slot_scratch(opt, s),
-                 ctx.scratch_bytes);
+            fail("optimizer '{}': tensor '{}' needs {} bytes of scratch, {} given", opt.name, p.name,
+                 slot_scratch(opt, s), ctx.scratch_bytes);
         // Nsight Systems: one range per tensor, named by its tier ("optimizer experts blocks.1.moe.experts.w1").
         SKEW_NVTX_RANGE((std::string("optimizer ") + tier_name(p.tier) + " " + p.name).c_str());
         cuda::OptimTensor dt = device_tensor(s);
@@ -119,14 +118,14 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                 const float inv_sqrt_bc2 = float(1.0 / std::sqrt(1.0 - std::pow(opt.beta2, t)));
                 WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
                 cuda::optim_adamw_step(dt, need_state(s, StateKind::MOMENTUM), need_state(s, StateKind::SECOND_FULL),
-                                       opt.beta1, opt.beta2, inv_bc1, inv_sqrt_bc2, float(opt.eps),
-                                       device_write(wb), ctx.stream);
+                                       opt.beta1, opt.beta2, inv_bc1, inv_sqrt_bc2, float(opt.eps), device_write(wb),
+                                       ctx.stream);
                 break;
             }
             case OptimizerKind::LION: {
                 WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
-                cuda::optim_lion_step(dt, need_state(s, StateKind::MOMENTUM), opt.beta1, opt.beta2,
-                                      device_write(wb), ctx.stream);
+                cuda::optim_lion_step(dt, need_state(s, StateKind::MOMENTUM), opt.beta1, opt.beta2, device_write(wb),
+                                      ctx.stream);
                 break;
             }
             case OptimizerKind::MUON: {
@@ -165,8 +164,8 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                 const float inv_sqrt_bc2 = corrected ? float(1.0 / std::sqrt(1.0 - std::pow(opt.beta2, t))) : 1.0f;
                 WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
                 cuda::optim_adamw_step(dt, need_state(s, StateKind::ADAM_M), need_state(s, StateKind::ADAM_V),
-                                       opt.beta1, opt.beta2, inv_bc1, inv_sqrt_bc2, float(opt.eps),
-                                       device_write(wb), ctx.stream);
+                                       opt.beta1, opt.beta2, inv_bc1, inv_sqrt_bc2, float(opt.eps), device_write(wb),
+                                       ctx.stream);
                 break;
             }
         }
@@ -174,4 +173,3 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
 }
 
 }  // namespace skew
-#endif

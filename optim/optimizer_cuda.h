@@ -1,8 +1,7 @@
 // The optimizer step on the CUDA backend: the same tier policy and state layout as the CPU step
 // (optim/optimizer.h), dispatched per parameter to the kernels of kernels/cuda/optim_kernels.h.
-// Built only with the CUDA backend (SKEW_HAVE_CUDA).
+// In skew_optim_cuda: built only with the CUDA backend.
 #pragma once
-#if defined(SKEW_HAVE_CUDA)
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -39,4 +38,3 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                          const CudaOptimContext& ctx);
 
 }  // namespace skew
-#endif

@@ -1,4 +1,4 @@
-// The backends and their device communicators (runtime/backend_registry.h).
+// The backends, their device communicators and optimizer steps (runtime/backend_registry.h).
 #include "runtime/backend_registry.h"
 
 #include <spdlog/spdlog.h>
@@ -12,6 +12,7 @@
 #include "dist/nccl_communicator.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_info.h"
+#include "optim/optimizer_runner_cuda.h"
 #endif
 
 namespace skew {
@@ -95,6 +96,26 @@ std::unique_ptr<Communicator> make_device_communicator(Backend& backend, Communi
 #endif
     if (backend.device_memory()) fail("{} backend: no device communicator for it", backend.name());
     return nullptr;
+}
+
+OptimizerSupport optimizer_support(const Backend& backend) {
+#if defined(SKEW_HAVE_CUDA)
+    if (backend.runs_cuda()) return CUDA_OPTIMIZER_SUPPORT;
+#else
+    (void)backend;
+#endif
+    return OptimizerSupport{};
+}
+
+std::unique_ptr<OptimizerRunner> make_optimizer_runner(const OptimizerConfig& opt, Backend& backend,
+                                                       const Arena& arena) {
+    if (!arena.plan) fail("{}: the arena has no memory plan", opt.name);
+    require_optimizer_backend(opt, optimizer_support(backend));
+    if (!backend.device_memory()) return make_cpu_optimizer_runner(opt);
+#if defined(SKEW_HAVE_CUDA)
+    if (backend.runs_cuda()) return make_cuda_optimizer_runner(opt, backend, arena);
+#endif
+    fail("{}: no optimizer step for backend '{}'", opt.name, backend.name());
 }
 
 }  // namespace skew

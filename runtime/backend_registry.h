@@ -1,13 +1,16 @@
-// The backends and their device communicators: the one place above kernels/ that names a backend
-// and knows which are built (docs/architecture.md, "The session"). Everything else works through
-// the Backend interface and its capability queries (kernels/backend.h).
+// The backends, their device communicators and their optimizer steps: the one place above kernels/
+// that names a backend and knows which are built (docs/architecture.md, "The session"). Everything
+// else works through the Backend interface and its capability queries (kernels/backend.h) and
+// through the OptimizerRunner and OptimizerSupport made here (optim/optimizer_runner.h).
 #pragma once
 #include <memory>
 #include <string>
 
 #include "dist/communicator.h"
+#include "engine/arena.h"
 #include "engine/config.h"
 #include "kernels/backend.h"
+#include "optim/optimizer_runner.h"
 
 namespace skew {
 
@@ -32,5 +35,19 @@ BackendChoice backend_choice_of(const Backend& backend);
 /// (docs/distributed.md); null for a host backend (`host` itself serves). Throws skew::Error when
 /// NCCL fails to start, or for a device backend this build has no communicator for.
 std::unique_ptr<Communicator> make_device_communicator(Backend& backend, Communicator& host, int device);
+
+/// What the optimizer step of `backend` does differently from the CPU's, per feature: the CPU's
+/// for a host backend, CUDA_OPTIMIZER_SUPPORT (optim/optimizer_runner_cuda.h) for one that
+/// runs CUDA.
+OptimizerSupport optimizer_support(const Backend& backend);
+
+/// The step of `opt` for `backend` over `arena` (allocated from a plan for `opt`): the CPU loops for
+/// a host backend (make_cpu_optimizer_runner), the CUDA kernels for one that runs CUDA
+/// (make_cuda_optimizer_runner). Checks the optimizer against the backend first
+/// (require_optimizer_backend). Throws skew::Error naming the optimizer when the arena has no
+/// plan, the backend has no optimizer step or a CUDA handle fails; a tensor needing more scratch
+/// than the arena's ws.optimizer is refused by its step, named.
+std::unique_ptr<OptimizerRunner> make_optimizer_runner(const OptimizerConfig& opt, Backend& backend,
+                                                       const Arena& arena);
 
 }  // namespace skew

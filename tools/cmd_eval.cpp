@@ -13,6 +13,8 @@
 #include <fstream>
 #include <iostream>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_identity.h"
 #include "engine/error.h"
@@ -26,7 +28,6 @@
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/log_output.h"
-#include "train/checkpoint.h"
 
 namespace skew::tools {
 namespace {
@@ -90,7 +91,7 @@ void run_eval(const EvalArgs& a) {
 
     json out{{"checkpoint", ref.dir}, {"optimizer", ref.optimizer}, {"step", ref.step}, {"which", ref.which}};
     if (!a.data_dir.empty()) {
-        const Config run_cfg = load_config((fs::path(ref.run_dir) / "config.yaml").string());
+        const Config run_cfg = load_config(RunFolder{ref.run_dir}.config());
         const int64_t B = run_cfg.train.batch_size;
         const int64_t mb = run_cfg.train.microbatch > 0 ? run_cfg.train.microbatch : B;
         eval::check_data_tokenizer(ref, a.data_dir, "--data " + a.data_dir);
@@ -114,7 +115,7 @@ void run_eval(const EvalArgs& a) {
         // every task file is read and checked before the model is loaded
         std::vector<std::vector<eval::McItem>> items;
         for (size_t i = 0; i < a.tasks.size(); ++i) items.push_back(eval::read_task_file(a.tasks[i], formats[i]));
-        const Config run_cfg = load_config((fs::path(ref.run_dir) / "config.yaml").string());
+        const Config run_cfg = load_config(RunFolder{ref.run_dir}.config());
         const data::Tokenizer tok = eval::load_run_tokenizer(ref, run_cfg, a.tokenizer_dir);
         const int64_t L = run_cfg.model.max_seq_len;
         auto lm = eval::load_model(ref, a.backend, a.batch_size, L);
@@ -146,8 +147,7 @@ void run_eval(const EvalArgs& a) {
         }
     }
     if (!a.no_write) {
-        const fs::path file =
-            fs::path(ref.run_dir) / ("eval_" + (ref.import_folder ? ref.which : ref.optimizer) + ".json");
+        const fs::path file = RunFolder{ref.run_dir}.eval_results(ref.import_folder ? ref.which : ref.optimizer);
         json merged = out;
         std::error_code ec;
         if (fs::exists(file, ec)) {  // keep the earlier results of the same checkpoint

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 
+#include "checkpoint/run_folder.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "engine/config.h"
 #include "engine/error.h"
 #include "engine/param_table.h"
@@ -14,7 +16,6 @@
 #include "hf/export.h"
 #include "hf/folder.h"
 #include "tools/commands.h"
-#include "train/sharded_checkpoint.h"
 
 namespace skew::tools {
 namespace {
@@ -29,8 +30,8 @@ struct ExportArgs {
 
 // The line `skew export --format hf` prints: what was read, what was written.
 void print_hf_export(const std::string& what, const std::string& out, const hf::ExportResult& r) {
-    std::vector<std::string> files = {"config.json", "model.safetensors"};
-    if (r.generation_config) files.push_back("generation_config.json");
+    std::vector<std::string> files = {HfFolder::CONFIG_FILE, HfFolder::WEIGHTS_FILE};
+    if (r.generation_config) files.push_back(HfFolder::GENERATION_CONFIG_FILE);
     files.insert(files.end(), r.tokenizer_files.begin(), r.tokenizer_files.end());
     fmt::print(
         "skew export: {} -> {} ({}, {} tensors; {}{})\n", what, out, hf::family_architecture(r.family), r.hf_tensors,
@@ -42,7 +43,7 @@ void print_hf_export(const std::string& what, const std::string& out, const hf::
 // (train.init_from's hf/), where that folder is still there.
 std::string published_dir_of_run(const Config& cfg) {
     if (cfg.train.init_from.empty()) return "";
-    const std::filesystem::path dir = std::filesystem::path(cfg.train.init_from) / "hf";
+    const std::filesystem::path dir = ImportFolder{cfg.train.init_from}.published().dir;
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec)) {
         spdlog::warn(
@@ -57,28 +58,30 @@ std::string published_dir_of_run(const Config& cfg) {
 // `skew export IMPORT_DIR --format hf`: an import's weights back in the Hugging Face layout (the
 // round trip of docs/huggingface.md; the GPU check's peer step loads it in transformers).
 void export_import_folder(const ExportArgs& a) {
-    const std::string config_path = (std::filesystem::path(a.run) / "config.yaml").string();
+    const ImportFolder folder{a.run};
+    const std::string config_path = folder.config();
     const Config cfg = load_config(config_path);
     hf::family_of_model(cfg.model, config_path);
     hf::refuse_existing_output(a.out, "--out");
     const ParamTable table = build_param_table(cfg.model);
-    const std::string tokenizer_dir = (std::filesystem::path(a.run) / "tokenizer").string();
-    const hf::ExportResult r =
-        hf::export_hf(cfg.model, read_checkpoint_weights(a.run, table), a.out, config_path,
-                      std::filesystem::is_directory(tokenizer_dir) ? tokenizer_dir : std::string(),
-                      (std::filesystem::path(a.run) / "hf").string());
+    const std::string tokenizer_dir = folder.tokenizer();
+    const hf::ExportResult r = hf::export_hf(
+        cfg.model, read_checkpoint_weights(a.run, table), a.out, config_path,
+        std::filesystem::is_directory(tokenizer_dir) ? tokenizer_dir : std::string(), folder.published().dir);
     print_hf_export(a.run + " (a skew import)", a.out, r);
 }
 
 void run_export(const ExportArgs& a) {
-    if (a.format == "hf" && eval::is_import_folder(a.run)) return export_import_folder(a);
-    const eval::CheckpointRef ref = eval::resolve_checkpoint(a.run, a.optimizer, a.best ? "best" : "last");
+    // a folder `skew import` wrote: `--format hf` writes its weights back as they are
+    if (a.format == "hf" && is_import_folder(a.run)) return export_import_folder(a);
+    const eval::CheckpointRef ref =
+        eval::resolve_checkpoint(a.run, a.optimizer, a.best ? RunFolder::BEST : RunFolder::LAST);
     const Config cfg = eval::load_run_config(ref);
     const ParamTable table = build_param_table(cfg.model);
     const std::string what = fmt::format("{} ({} checkpoint of {}, step {}{})", ref.dir, ref.which, ref.optimizer,
                                          ref.step, checkpoint_is_sharded(ref.dir) ? ", shards merged" : "");
     if (a.format == "hf") {
-        const std::string config_path = (std::filesystem::path(ref.run_dir) / "config.yaml").string();
+        const std::string config_path = RunFolder{ref.run_dir}.config();
         hf::family_of_model(cfg.model, config_path);  // refused before the weights are read
         hf::refuse_existing_output(a.out, "--out");
         const hf::ExportResult r = hf::export_hf(cfg.model, read_checkpoint_weights(ref.dir, table), a.out, config_path,

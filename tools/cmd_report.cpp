@@ -14,13 +14,14 @@
 #include <optional>
 #include <set>
 
+#include "checkpoint/run_folder.h"
 #include "engine/config.h"
 #include "engine/error.h"
 #include "engine/memory_plan.h"
-#include "train/metrics.h"
-#include "train/status_line.h"
 #include "tools/commands.h"
 #include "tools/report_table9.h"
+#include "train/metrics.h"
+#include "train/status_line.h"
 
 namespace skew::tools {
 namespace {
@@ -89,14 +90,16 @@ const nlohmann::json* json_at(const nlohmann::json& j, const char* section, cons
 // A metrics file the report can trust: its optimizer is the one its name says, its evaluations are
 // in strictly increasing step order, and (with config.yaml) none is past train.steps and it was
 // written by a run of that many steps. Throws skew::Error naming the file.
-void check_metrics(const RunMetrics& m, const std::string& path, const std::string& expected_optimizer, const Protocol& p) {
+void check_metrics(const RunMetrics& m, const std::string& path, const std::string& expected_optimizer,
+                   const Protocol& p) {
     if (m.optimizer != expected_optimizer)
         fail("{}: holds the metrics of optimizer '{}', but its name says '{}'", path, m.optimizer, expected_optimizer);
     for (size_t i = 1; i < m.history.size(); ++i)
         if (m.history[i].step <= m.history[i - 1].step)
-            fail("{}: history is not in strictly increasing step order (evaluation {} is at step {}, after step {}); "
-                 "skew train never writes that — was the file edited or merged?",
-                 path, i + 1, m.history[i].step, m.history[i - 1].step);
+            fail(
+                "{}: history is not in strictly increasing step order (evaluation {} is at step {}, after step {}); "
+                "skew train never writes that — was the file edited or merged?",
+                path, i + 1, m.history[i].step, m.history[i - 1].step);
     if (!m.history.empty() && m.history.front().step < 1)
         fail("{}: history has an evaluation at step {} (steps are 1-based)", path, m.history.front().step);
     if (!p.known) return;
@@ -104,9 +107,10 @@ void check_metrics(const RunMetrics& m, const std::string& path, const std::stri
     if (last > p.steps || m.summary.steps > p.steps)
         fail("{}: records step {}, past train.steps = {} of {}; is it from another run?", path,
              std::max(last, m.summary.steps), p.steps, p.config_path);
-    if (const nlohmann::json* s = json_at(m.config, "train", "steps"); s && s->is_number_integer() && s->get<int64_t>() != p.steps)
-        fail("{}: written by a run of train.steps = {}, but {} says {}; is it from another run?", path, s->get<int64_t>(),
-             p.config_path, p.steps);
+    if (const nlohmann::json* s = json_at(m.config, "train", "steps");
+        s && s->is_number_integer() && s->get<int64_t>() != p.steps)
+        fail("{}: written by a run of train.steps = {}, but {} says {}; is it from another run?", path,
+             s->get<int64_t>(), p.config_path, p.steps);
 }
 
 // The run folder: config.yaml's protocol and a row per configured optimizer (or, without
@@ -119,20 +123,21 @@ Run load_run(const std::string& run_dir) {
         const fs::path p(run_dir);
         const std::string name = p.filename().string();
         const std::string parent = p.parent_path().empty() ? "." : p.parent_path().string();
-        if (name == "config.yaml" || (name.starts_with("metrics_") && name.ends_with(".json")))
+        if (name == CONFIG_FILE || RunFolder::metrics_optimizer(name))
             fail("{}: is a file, not a run folder; give the folder holding it: skew report {}", run_dir, parent);
-        fail("{}: is a file, not a run folder (give the folder `skew train --out` wrote, holding config.yaml and "
-             "metrics_<optimizer>.json)", run_dir);
+        fail(
+            "{}: is a file, not a run folder (give the folder `skew train --out` wrote, holding config.yaml and "
+            "metrics_<optimizer>.json)",
+            run_dir);
     }
     Run run;
     run.dir = run_dir;
     std::map<std::string, std::string> files;  // optimizer name -> metrics file
     for (const auto& e : fs::directory_iterator(run_dir)) {
-        const std::string n = e.path().filename().string();
-        if (e.is_regular_file() && n.starts_with("metrics_") && n.ends_with(".json") && n.size() > 13)
-            files[n.substr(8, n.size() - 13)] = e.path().string();
+        const std::optional<std::string> optimizer = RunFolder::metrics_optimizer(e.path().filename().string());
+        if (e.is_regular_file() && optimizer) files[*optimizer] = e.path().string();
     }
-    const fs::path config_path = fs::path(run_dir) / "config.yaml";
+    const fs::path config_path = RunFolder{run_dir}.config();
     Protocol& p = run.protocol;
     if (fs::exists(config_path, ec)) {
         // As `skew train --resume` reads it: the config the run was started with, resolved.
@@ -143,9 +148,10 @@ Run load_run(const std::string& run_dir) {
         p.steps = cfg.train.steps;
         for (const auto& [name, path] : files)
             if (std::find(p.optimizers.begin(), p.optimizers.end(), name) == p.optimizers.end())
-                std::cerr << fmt::format("skew: warning: {}: ignored; optimizer '{}' is not in {}'s train.optimizers ({}) — "
-                                         "a metrics file from another run?\n",
-                                         path, name, p.config_path, fmt::join(p.optimizers, ", "));
+                std::cerr << fmt::format(
+                    "skew: warning: {}: ignored; optimizer '{}' is not in {}'s train.optimizers ({}) — "
+                    "a metrics file from another run?\n",
+                    path, name, p.config_path, fmt::join(p.optimizers, ", "));
         for (const std::string& name : p.optimizers) {
             Row r;
             r.optimizer = name;
@@ -155,7 +161,8 @@ Run load_run(const std::string& run_dir) {
                 r.path = it->second;
                 r.m = read_metrics(r.path);
                 check_metrics(*r.m, r.path, name, p);
-                r.steps_done = std::max(r.m->summary.steps, r.m->history.empty() ? int64_t(0) : r.m->history.back().step);
+                r.steps_done =
+                    std::max(r.m->summary.steps, r.m->history.empty() ? int64_t(0) : r.m->history.back().step);
                 r.complete = r.steps_done == p.steps;
             }
             run.rows.push_back(std::move(r));
@@ -216,8 +223,10 @@ std::string steps_cell(const Row& r, const Protocol& p) {
 std::string completeness_note(const Run& run) {
     const Protocol& p = run.protocol;
     if (!p.known)
-        return fmt::format("No config.yaml in {} (a run folder from before skew wrote one): the report could not check that "
-                           "every configured optimizer ran all its steps.\n\n", run.dir);
+        return fmt::format(
+            "No config.yaml in {} (a run folder from before skew wrote one): the report could not check that "
+            "every configured optimizer ran all its steps.\n\n",
+            run.dir);
     if (run.complete()) return "";
     std::vector<std::string> not_run, stopped;
     int completed = 0;
@@ -227,21 +236,26 @@ std::string completeness_note(const Run& run) {
         else if (!r.m->summary.stop_reason.empty())  // the trainer stopped it on a fault
             stopped.push_back(fmt::format("{} stopped at step {} ({}){}", r.optimizer,
                                           with_thousands(r.m->summary.stopped_at_step), r.m->summary.stop_reason,
-                                          r.m->history.empty() ? " before its first evaluation"
-                                                               : fmt::format(", its values are from the step-{} evaluation",
-                                                                             with_thousands(r.m->history.back().step))));
+                                          r.m->history.empty()
+                                              ? " before its first evaluation"
+                                              : fmt::format(", its values are from the step-{} evaluation",
+                                                            with_thousands(r.m->history.back().step))));
         else if (r.m->history.empty())
-            stopped.push_back(fmt::format("{} at step {} (no evaluation yet)", r.optimizer, with_thousands(r.steps_done)));
+            stopped.push_back(
+                fmt::format("{} at step {} (no evaluation yet)", r.optimizer, with_thousands(r.steps_done)));
         else
             stopped.push_back(fmt::format("{} at step {} (its values are from the step-{} evaluation)", r.optimizer,
                                           with_thousands(r.steps_done), with_thousands(r.m->history.back().step)));
     }
-    std::string out = fmt::format("Incomplete run: {} of {} optimizers in {}'s train.optimizers completed the {} steps.",
-                                  completed, run.rows.size(), p.config_path, with_thousands(p.steps));
+    std::string out =
+        fmt::format("Incomplete run: {} of {} optimizers in {}'s train.optimizers completed the {} steps.", completed,
+                    run.rows.size(), p.config_path, with_thousands(p.steps));
     if (!stopped.empty()) out += fmt::format(" Stopped early: {}.", fmt::join(stopped, "; "));
     if (!not_run.empty()) out += fmt::format(" Not run (no metrics file): {}.", fmt::join(not_run, ", "));
-    out += fmt::format(" Rows that did not complete are not comparable with those that did and are never marked best; "
-                       "continue the run with `skew train --resume {}`.\n\n", run.dir);
+    out += fmt::format(
+        " Rows that did not complete are not comparable with those that did and are never marked best; "
+        "continue the run with `skew train --resume {}`.\n\n",
+        run.dir);
     return out;
 }
 
@@ -268,25 +282,29 @@ std::string render(const Run& run) {
     out += completeness_note(run);
     out += fmt::format("| Optimizer |{} State ({}) | Peak mem. ({}) | Tokens/s | Val. PPL ↓ | Balance loss |\n",
                        steps_column ? " Steps |" : "", su.name, pu.name);
-    out += steps_column ? "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n" : "| --- | ---: | ---: | ---: | ---: | ---: |\n";
+    out += steps_column ? "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+                        : "| --- | ---: | ---: | ---: | ---: | ---: |\n";
     std::vector<std::string> notes;
     for (const Row& row : run.rows) {
         const std::string steps_text = steps_column ? " " + steps_cell(row, p) + " |" : "";
         if (!row.m) {
-            out += fmt::format("| {} |{} {} | {} | {} | {} | {} |\n", row.optimizer, steps_text, DASH, DASH, DASH, DASH, DASH);
+            out += fmt::format("| {} |{} {} | {} | {} | {} | {} |\n", row.optimizer, steps_text, DASH, DASH, DASH, DASH,
+                               DASH);
             continue;
         }
         const RunMetrics& r = *row.m;
         std::string state = size_text(r.paper_state_bytes, su);
         if (r.state_bytes != r.paper_state_bytes) {
             state += "†";
-            notes.push_back(fmt::format("†{}: the paper's accounting (one fp32 buffer per parameter); with the state it keeps for "
-                                        "embeddings, router and vectors the plan holds {} {}.",
-                                        r.optimizer, size_text(r.state_bytes, su), su.name));
+            notes.push_back(
+                fmt::format("†{}: the paper's accounting (one fp32 buffer per parameter); with the state it keeps for "
+                            "embeddings, router and vectors the plan holds {} {}.",
+                            r.optimizer, size_text(r.state_bytes, su), su.name));
         }
         const double tps = final_tokens_per_sec(r);
         out += fmt::format("| {} |{} {} | {} | {} | {} | {} |\n", r.optimizer, steps_text, state,
-                           size_text(r.peak_memory_bytes, pu), !std::isfinite(tps) ? DASH
+                           size_text(r.peak_memory_bytes, pu),
+                           !std::isfinite(tps)     ? DASH
                            : std::fabs(tps) < 9e18 ? with_thousands(std::llround(tps))
                                                    : fmt::format("{:.3g}", tps),
                            fixed(r.summary.final_val_ppl, 1) + (run_diverged(r) ? " (diverged)" : ""),
@@ -295,13 +313,16 @@ std::string render(const Run& run) {
     out += "\n";
     for (const auto& n : notes) out += n + "\n";
     if (!notes.empty()) out += "\n";
-    out += "State sizes are analytic (the memory plan, paper Appendix B); peak memory and throughput are measured at the "
-           "final evaluation; validation perplexity and balance loss are those of the final evaluation.";
+    out +=
+        "State sizes are analytic (the memory plan, paper Appendix B); peak memory and throughput are measured at the "
+        "final evaluation; validation perplexity and balance loss are those of the final evaluation.";
     if (!measured.empty() && std::isfinite(balance_floor(*measured.front())))
-        out += fmt::format(" Balance loss has a floor of {} under uniform routing.", fmt::format("{}", balance_floor(*measured.front())));
+        out += fmt::format(" Balance loss has a floor of {} under uniform routing.",
+                           fmt::format("{}", balance_floor(*measured.front())));
     if (!measured.empty() && std::isfinite(measured.front()->unigram_val_ppl))
-        out += fmt::format(" The unigram baseline (the training split's token frequencies) has validation perplexity {:.1f}.",
-                           measured.front()->unigram_val_ppl);
+        out += fmt::format(
+            " The unigram baseline (the training split's token frequencies) has validation perplexity {:.1f}.",
+            measured.front()->unigram_val_ppl);
     out += "\n\n";
 
     // Appendix C: validation perplexity at every evaluation step, the best of each step in bold
@@ -346,16 +367,20 @@ std::string render(const Run& run) {
         out += "\n";
     }
     if (comparable > 1)
-        out += run.complete() ? "\nBold marks the best optimizer at each step.\n"
-                              : fmt::format("\nBold marks the best at each step among the optimizers that completed the {} steps.\n",
-                                            with_thousands(p.steps));
+        out +=
+            run.complete()
+                ? "\nBold marks the best optimizer at each step.\n"
+                : fmt::format("\nBold marks the best at each step among the optimizers that completed the {} steps.\n",
+                              with_thousands(p.steps));
     return out;
 }
 
 }  // namespace
 
 void register_report_command(CLI::App& app) {
-    auto* cmd = app.add_subcommand("report", "Print the paper's Table 1, per-evaluation perplexity (Appendix C) and, after skew eval, Table 9 for a run, as Markdown");
+    auto* cmd = app.add_subcommand("report",
+                                   "Print the paper's Table 1, per-evaluation perplexity (Appendix C) and, after skew "
+                                   "eval, Table 9 for a run, as Markdown");
     auto run_dir = std::make_shared<std::string>();
     cmd->add_option("RUNDIR", *run_dir, "Run folder holding metrics_<optimizer>.json (skew train --out)")->required();
     cmd->callback([run_dir] { std::cout << render(load_run(*run_dir)) << render_table9(*run_dir) << std::flush; });

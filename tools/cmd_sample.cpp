@@ -8,10 +8,10 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <iterator>
 
+#include "checkpoint/run_folder.h"
 #include "data/tokenizer.h"
 #include "engine/config.h"
 #include "engine/error.h"
@@ -27,7 +27,6 @@
 namespace skew::tools {
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 struct SampleArgs {
@@ -54,7 +53,7 @@ void run_sample(const SampleArgs& a) {
     eval::SamplingOptions so{a.temperature, a.top_k, a.top_p, a.seed};
     eval::sampling_distribution(std::vector<float>{0.0f}, 1, so);  // validates the options before loading
     const eval::CheckpointRef ref = eval::resolve_checkpoint(a.path, a.optimizer, a.which);
-    const Config run_cfg = load_config((fs::path(ref.run_dir) / "config.yaml").string());
+    const Config run_cfg = load_config(RunFolder{ref.run_dir}.config());
     const data::Tokenizer tok = eval::load_run_tokenizer(ref, run_cfg, a.tokenizer_dir);
     std::string prompt = a.prompt;
     if (!a.prompt_given) {  // standard input, without the one newline that ends it (echo, a file)

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "checkpoint/run_folder.h"
 #include "dist/launch.h"
 #include "engine/config.h"
 #include "engine/error.h"
@@ -130,7 +131,7 @@ void register_train_command(CLI::App& app) {
             if (!a->config.empty())
                 fail("--resume {}: give either a config or --resume, not both (the run's config.yaml is used)",
                      a->resume);
-            const std::string path = (std::filesystem::path(a->resume) / "config.yaml").string();
+            const std::string path = RunFolder{a->resume}.config();
             if (std::filesystem::exists(a->resume) && !std::filesystem::is_directory(a->resume))
                 fail("--resume {}: is a file, not a run folder (give the folder `skew train --out` wrote)", a->resume);
             if (!std::filesystem::exists(path))

@@ -3,23 +3,25 @@
 #include "tools/report_table9.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
+
+#include "checkpoint/run_folder.h"
 
 namespace skew::tools {
 
 std::string render_table9(const std::string& run_dir) {
     namespace fs = std::filesystem;
-    std::vector<fs::path> files;
+    std::vector<std::pair<fs::path, std::string>> files;  // eval_<optimizer>.json, optimizer
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(run_dir, ec)) {
-        const std::string name = e.path().filename().string();
-        if (name.rfind("eval_", 0) == 0 && e.path().extension() == ".json") files.push_back(e.path());
-    }
+    for (const auto& e : fs::directory_iterator(run_dir, ec))
+        if (const auto opt = RunFolder::eval_results_optimizer(e.path().filename().string()))
+            files.emplace_back(e.path(), *opt);
     if (files.empty()) return "";
     std::sort(files.begin(), files.end());
     struct Column {
@@ -34,8 +36,7 @@ std::string render_table9(const std::string& run_dir) {
     std::string out = "\n## Zero-shot accuracy (Appendix D, Table 9)\n\n| Optimizer |";
     for (const Column& c : cols) out += fmt::format(" {} |", c.title);
     out += " Checkpoint |\n| --- | ---: | ---: | ---: | ---: | --- |\n";
-    for (const fs::path& f : files) {
-        const std::string opt = f.stem().string().substr(5);
+    for (const auto& [f, opt] : files) {
         std::ifstream in(f);
         const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
         if (j.is_discarded() || !j.is_object()) {
@@ -44,20 +45,22 @@ std::string render_table9(const std::string& run_dir) {
         }
         out += fmt::format("| {} |", opt);
         for (const Column& c : cols) {
-            const nlohmann::json* t = j.contains("tasks") && j["tasks"].contains(c.task) ? &j["tasks"][c.task] : nullptr;
+            const nlohmann::json* t =
+                j.contains("tasks") && j["tasks"].contains(c.task) ? &j["tasks"][c.task] : nullptr;
             const std::string se = std::string(c.metric) + "_stderr";
             if (t && t->contains(c.metric) && (*t)[c.metric].is_number() && t->contains(se) && (*t)[se].is_number())
                 out += fmt::format(" {:.4f} ± {:.4f} |", (*t)[c.metric].get<double>(), (*t)[se].get<double>());
-            else
-                out += " — |";
+            else out += " — |";
         }
         const auto field = [&](const char* key) { return j.contains(key) ? j[key].dump() : std::string("?"); };
-        const std::string which = j.contains("which") && j["which"].is_string() ? j["which"].get<std::string>() : field("which");
+        const std::string which =
+            j.contains("which") && j["which"].is_string() ? j["which"].get<std::string>() : field("which");
         out += fmt::format(" {}, step {} |\n", which, field("step"));
     }
-    out += "\nZero-shot, scored as the LM Evaluation Harness v0.4 scores these tasks (`skew eval`, docs/evaluation.md); "
-           "± is the standard error of the mean. The paper's SkewAdam checkpoint: PIQA 0.5468, WinoGrande 0.4933, "
-           "HellaSwag 0.2543, ARC-C 0.2159 (chance: 0.50, 0.50, 0.25, about 0.25).\n";
+    out +=
+        "\nZero-shot, scored as the LM Evaluation Harness v0.4 scores these tasks (`skew eval`, docs/evaluation.md); "
+        "± is the standard error of the mean. The paper's SkewAdam checkpoint: PIQA 0.5468, WinoGrande 0.4933, "
+        "HellaSwag 0.2543, ARC-C 0.2159 (chance: 0.50, 0.50, 0.25, about 0.25).\n";
     return out;
 }
 

@@ -7,28 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "train/checkpoint.h"  // NamedTensor
+#include "checkpoint/tensor_scan.h"  // NamedTensor, NonFinite, first_non_finite
 
 namespace skew {
-
-/// The first non-finite element found: tensor name, flat index, multi-index and value.
-struct NonFinite {
-    std::string tensor;
-    int64_t index = 0;                 // flat, row-major
-    std::vector<int64_t> coords;       // per dimension
-    double value = 0;                  // NaN, +inf or -inf
-};
-
-/// Scan tensors in order (BF16 and F32; integer tensors are always finite) and return the first
-/// element that is NaN or inf, or nullopt. Device tensors are copied through a bounded host
-/// buffer. Cost: one pass over the bytes; call it only after a non-finite loss or grad norm.
-std::optional<NonFinite> first_non_finite(const std::vector<NamedTensor>& tensors);
-
-/// The names of the tensors (BF16 and F32) whose every element is exactly zero (+0 or -0), in
-/// order. Run over the gradients after a run's first step it names every trainable tensor with no
-/// gradient path (a gate that can only be 1, a detached branch). Device tensors are copied
-/// through a bounded host buffer; one pass over the bytes.
-std::vector<std::string> all_zero_tensors(const std::vector<NamedTensor>& tensors);
 
 /// The skip-count policy: at most max_skipped steps are skipped over a run; the next one stops it.
 struct SkipPolicy {
@@ -45,7 +26,7 @@ struct FaultReport {
     double grad_norm = 0;
     std::optional<NonFinite> first;  // first non-finite element among the scanned tensors
     FaultAction action = FaultAction::SKIP;
-    int64_t skipped = 0;             // skipped steps including this one
+    int64_t skipped = 0;  // skipped steps including this one
     int64_t max_skipped = 0;
 };
 

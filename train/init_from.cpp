@@ -3,10 +3,11 @@
 
 #include <filesystem>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
+#include "checkpoint/tensor_scan.h"
 #include "engine/config_schema.h"
 #include "engine/error.h"
-#include "train/checkpoint.h"
-#include "train/faults.h"
 
 namespace fs = std::filesystem;
 
@@ -15,7 +16,8 @@ namespace skew {
 void check_init_from(const Config& cfg) {
     const std::string& dir = cfg.train.init_from;
     if (dir.empty()) return;
-    const fs::path config_path = fs::path(dir) / "config.yaml", weights = fs::path(dir) / "model.safetensors";
+    const ImportFolder folder{dir};
+    const fs::path config_path = folder.config(), weights = folder.weights();
     if (!fs::is_directory(dir))
         fail("train.init_from {}: no such folder (give the folder `skew import HF_DIR --out DIR` wrote)", dir);
     for (const fs::path& p : {config_path, weights})
@@ -38,7 +40,7 @@ void check_init_from(const Config& cfg) {
 }
 
 void load_init_weights(const std::string& dir, const Arena& arena, Backend* backend) {
-    const std::string path = (fs::path(dir) / "model.safetensors").string();
+    const std::string path = ImportFolder{dir}.weights();
     const std::vector<NamedTensor> tensors = weight_tensors(arena, backend);
     read_safetensors_into(path, tensors);
     if (const auto bad = first_non_finite(tensors))

@@ -16,7 +16,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
 #include "kernels/cpu/blas_core.h"
@@ -197,7 +198,8 @@ nlohmann::json metrics_to_json(const RunMetrics& m) {
         {"plan_peak_bytes", m.plan_peak_bytes},
         {"plan_bytes", m.plan_bytes},
         {"blas_core", m.blas_core},
-        {"device_overhead_bytes", m.device_overhead_bytes >= 0 ? nlohmann::json(m.device_overhead_bytes) : nlohmann::json()},
+        {"device_overhead_bytes",
+         m.device_overhead_bytes >= 0 ? nlohmann::json(m.device_overhead_bytes) : nlohmann::json()},
         {"device_overhead_constant_bytes",
          m.device_overhead_constant_bytes >= 0 ? nlohmann::json(m.device_overhead_constant_bytes) : nlohmann::json()},
         {"unigram_val_ppl", number_or_null(m.unigram_val_ppl)},
@@ -241,7 +243,8 @@ RunMetrics metrics_from_json(const nlohmann::json& j, const std::string& source)
         m.device_overhead_bytes = f.integer("device_overhead_bytes");
     if (j.contains("device_overhead_constant_bytes") && !j["device_overhead_constant_bytes"].is_null())
         m.device_overhead_constant_bytes = f.integer("device_overhead_constant_bytes");
-    if (j.contains("unigram_val_ppl") && !j["unigram_val_ppl"].is_null()) m.unigram_val_ppl = f.number("unigram_val_ppl");
+    if (j.contains("unigram_val_ppl") && !j["unigram_val_ppl"].is_null())
+        m.unigram_val_ppl = f.number("unigram_val_ppl");
     m.peak_memory_bytes = f.integer("peak_memory_bytes");
     const auto& hist = f.need("history");
     if (!hist.is_array()) fail("{}: 'history' must be a list", source);
@@ -286,17 +289,14 @@ RunMetrics metrics_from_json(const nlohmann::json& j, const std::string& source)
         Fields st{sj["stopped"], stop_where};
         m.summary.stopped_at_step = st.integer("step");
         m.summary.stop_reason = st.text("reason");
-        if (m.summary.stopped_at_step < 1) fail("{}: 'step' must be at least 1, got {}", stop_where, m.summary.stopped_at_step);
+        if (m.summary.stopped_at_step < 1)
+            fail("{}: 'step' must be at least 1, got {}", stop_where, m.summary.stopped_at_step);
     }
     return m;
 }
 
-std::string metrics_path(const std::string& run_dir, const std::string& optimizer) {
-    return (std::filesystem::path(run_dir) / ("metrics_" + optimizer + ".json")).string();
-}
-
 void write_metrics(const std::string& run_dir, const RunMetrics& m) {
-    write_file_atomic(metrics_path(run_dir, m.optimizer), json_text(metrics_to_json(m)) + "\n");
+    write_file_atomic(RunFolder{run_dir}.metrics(m.optimizer), json_text(metrics_to_json(m)) + "\n");
 }
 
 RunMetrics read_metrics(const std::string& path) {
@@ -308,10 +308,6 @@ RunMetrics read_metrics(const std::string& path) {
 }
 
 // ---- per-step JSONL log
-
-std::string step_log_path(const std::string& run_dir, const std::string& optimizer) {
-    return (std::filesystem::path(run_dir) / ("steps_" + optimizer + ".jsonl")).string();
-}
 
 nlohmann::json step_record_to_json(const StepRecord& r) {
     return {

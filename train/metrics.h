@@ -3,9 +3,10 @@
 // the per-step JSONL log (steps_<optimizer>.jsonl). Both survive interruption: the JSON is written
 // atomically, the log is appended a whole line at a time and trimmed to the checkpoint on resume.
 #pragma once
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -18,61 +19,61 @@ constexpr double NO_VALUE = std::numeric_limits<double>::quiet_NaN();  // "not m
 
 /// One optimizer step, as the loop logs it (one line of steps_<optimizer>.jsonl).
 struct StepRecord {
-    int64_t step = 0;              // 1-based optimizer step
-    double lr = NO_VALUE;          // learning rate used at this step
-    double lm_loss = NO_VALUE;     // mean LM cross-entropy over the step's batch (nats/token)
-    double balance_loss = NO_VALUE;  // Switch balance loss, summed over MoE blocks
-    double z_loss = NO_VALUE;      // router z-loss, summed over MoE blocks
-    double grad_norm = NO_VALUE;   // global gradient L2 norm before clipping
+    int64_t step = 0;                  // 1-based optimizer step
+    double lr = NO_VALUE;              // learning rate used at this step
+    double lm_loss = NO_VALUE;         // mean LM cross-entropy over the step's batch (nats/token)
+    double balance_loss = NO_VALUE;    // Switch balance loss, summed over MoE blocks
+    double z_loss = NO_VALUE;          // router z-loss, summed over MoE blocks
+    double grad_norm = NO_VALUE;       // global gradient L2 norm before clipping
     double tokens_per_sec = NO_VALUE;  // training tokens of this step / its wall time
-    double step_ms = NO_VALUE;     // the step's wall time (batch read to the device idle after the update)
-    double fwd_bwd_ms = NO_VALUE;  // batch read, gradients zeroed, forward + backward over every microbatch
-    double grad_norm_ms = NO_VALUE;  // global grad-norm (and clipping) over the gradient region
-    double optimizer_ms = NO_VALUE;  // the optimizer update, device idle after it (JSON null when skipped)
-    bool skipped = false;          // no update: the loss or gradient was not finite
+    double step_ms = NO_VALUE;         // the step's wall time (batch read to the device idle after the update)
+    double fwd_bwd_ms = NO_VALUE;      // batch read, gradients zeroed, forward + backward over every microbatch
+    double grad_norm_ms = NO_VALUE;    // global grad-norm (and clipping) over the gradient region
+    double optimizer_ms = NO_VALUE;    // the optimizer update, device idle after it (JSON null when skipped)
+    bool skipped = false;              // no update: the loss or gradient was not finite
 };
 
 /// One evaluation (one entry of metrics_<optimizer>.json's history).
 struct EvalRecord {
     int64_t step = 0;
-    double train_lm_loss = NO_VALUE;  // training LM loss of this step's batch
-    double aux_loss = NO_VALUE;       // balance_loss + z_loss of this step's batch
-    double balance_loss = NO_VALUE;   // training balance loss of this step's batch
-    double z_loss = NO_VALUE;         // training z-loss of this step's batch
-    double val_loss = NO_VALUE;       // mean over the validation batches of each batch's mean loss
-    double val_ppl = NO_VALUE;        // exp(val_loss)
+    double train_lm_loss = NO_VALUE;     // training LM loss of this step's batch
+    double aux_loss = NO_VALUE;          // balance_loss + z_loss of this step's batch
+    double balance_loss = NO_VALUE;      // training balance loss of this step's batch
+    double z_loss = NO_VALUE;            // training z-loss of this step's batch
+    double val_loss = NO_VALUE;          // mean over the validation batches of each batch's mean loss
+    double val_ppl = NO_VALUE;           // exp(val_loss)
     double val_balance_loss = NO_VALUE;  // balance loss on the validation batches (no router noise)
-    double tokens_per_sec = NO_VALUE; // training tokens / training seconds since the previous evaluation
-    int64_t peak_memory_bytes = 0;    // measured peak so far (device peak counter, or host arena + RSS)
-    double lr = NO_VALUE;             // learning rate of this step
-    double grad_norm = NO_VALUE;      // grad norm of this step, before clipping
+    double tokens_per_sec = NO_VALUE;    // training tokens / training seconds since the previous evaluation
+    int64_t peak_memory_bytes = 0;       // measured peak so far (device peak counter, or host arena + RSS)
+    double lr = NO_VALUE;                // learning rate of this step
+    double grad_norm = NO_VALUE;         // grad norm of this step, before clipping
 };
 
 /// The summary of a run (final and best values).
 struct MetricsSummary {
-    double final_val_ppl = NO_VALUE;       // val_ppl of the last evaluation
-    double best_val_ppl = NO_VALUE;        // lowest val_ppl of any evaluation
-    int64_t best_val_step = 0;             // its step
-    double final_balance_loss = NO_VALUE;  // val_balance_loss of the last evaluation (Table 1)
-    double mean_tokens_per_sec = NO_VALUE; // total_tokens / train_seconds
-    int64_t total_tokens = 0;              // training tokens consumed (skipped steps included)
-    double train_seconds = 0;              // time in training steps (no evaluation, no checkpoints)
-    double wall_seconds = 0;               // wall time of the whole run, resumed parts summed
-    int64_t steps = 0;                     // optimizer steps completed
-    int64_t skipped_steps = 0;             // steps skipped for a NaN/inf
-    int64_t stopped_at_step = 0;           // the step at which the run stopped on a fault (0: it did not)
-    std::string stop_reason;               // why it stopped there (e.g. too many non-finite steps); "" if it did not
+    double final_val_ppl = NO_VALUE;        // val_ppl of the last evaluation
+    double best_val_ppl = NO_VALUE;         // lowest val_ppl of any evaluation
+    int64_t best_val_step = 0;              // its step
+    double final_balance_loss = NO_VALUE;   // val_balance_loss of the last evaluation (Table 1)
+    double mean_tokens_per_sec = NO_VALUE;  // total_tokens / train_seconds
+    int64_t total_tokens = 0;               // training tokens consumed (skipped steps included)
+    double train_seconds = 0;               // time in training steps (no evaluation, no checkpoints)
+    double wall_seconds = 0;                // wall time of the whole run, resumed parts summed
+    int64_t steps = 0;                      // optimizer steps completed
+    int64_t skipped_steps = 0;              // steps skipped for a NaN/inf
+    int64_t stopped_at_step = 0;            // the step at which the run stopped on a fault (0: it did not)
+    std::string stop_reason;                // why it stopped there (e.g. too many non-finite steps); "" if it did not
 };
 
 /// Everything metrics_<optimizer>.json holds.
 struct RunMetrics {
-    std::string optimizer;         // OptimizerConfig::name
-    std::string type;              // OptimizerConfig::type
+    std::string optimizer;                             // OptimizerConfig::name
+    std::string type;                                  // OptimizerConfig::type
     nlohmann::json config = nlohmann::json::object();  // the resolved config
     int64_t param_count = 0;
-    int64_t state_bytes = 0;       // the plan's analytic optimizer state (all buffers)
-    int64_t paper_state_bytes = 0; // the paper's accounting of it (Table 1; differs for Muon)
-    int64_t plan_peak_bytes = 0;   // the plan's predicted peak (arena size)
+    int64_t state_bytes = 0;        // the plan's analytic optimizer state (all buffers)
+    int64_t paper_state_bytes = 0;  // the paper's accounting of it (Table 1; differs for Muon)
+    int64_t plan_peak_bytes = 0;    // the plan's predicted peak (arena size)
     /// Device backends: what the process holds outside the arena (CUDA context, library handles and
     /// workspaces), measured once at start-up as device memory in use less the arena (cudaMemGetInfo,
     /// whole device); -1 (JSON null) on host backends.
@@ -88,7 +89,7 @@ struct RunMetrics {
     std::string blas_core;
     double unigram_val_ppl = NO_VALUE;  // baseline: validation perplexity of the training split's
                                         // token frequencies (add-one smoothing); null if not computed
-    int64_t peak_memory_bytes = 0; // the largest measured peak of any evaluation
+    int64_t peak_memory_bytes = 0;      // the largest measured peak of any evaluation
     std::vector<EvalRecord> history;
     MetricsSummary summary;
 };
@@ -143,19 +144,13 @@ nlohmann::json metrics_to_json(const RunMetrics& m);
 /// Parse metrics JSON; `source` names the file in errors (missing key, wrong type).
 RunMetrics metrics_from_json(const nlohmann::json& j, const std::string& source);
 
-/// RUNDIR/metrics_<optimizer>.json
-std::string metrics_path(const std::string& run_dir, const std::string& optimizer);
-
-/// Write metrics_<optimizer>.json into run_dir atomically (temp file, fsync, rename). Throws skew::Error.
+/// Write metrics_<optimizer>.json (RunFolder::metrics) into run_dir atomically (temp file, fsync, rename). Throws skew::Error.
 void write_metrics(const std::string& run_dir, const RunMetrics& m);
 
 /// Read a metrics file. Throws skew::Error naming the file (missing, not JSON, missing key).
 RunMetrics read_metrics(const std::string& path);
 
 // ---- per-step JSONL log
-
-/// RUNDIR/steps_<optimizer>.jsonl
-std::string step_log_path(const std::string& run_dir, const std::string& optimizer);
 
 /// One JSONL line's object: step, lr, lm_loss, balance_loss, z_loss, grad_norm, tokens_per_sec,
 /// step_ms, fwd_bwd_ms, grad_norm_ms, optimizer_ms, skipped.

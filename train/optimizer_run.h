@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "data/batch_stream.h"
 #include "engine/arena.h"
 #include "engine/config.h"
@@ -18,14 +20,13 @@
 #include "model/model.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_runner.h"
+#include "runtime/backend_registry.h"
 #include "runtime/session.h"
-#include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/faults.h"
 #include "train/metrics.h"
 #include "train/optimizer_phase.h"
 #include "train/run_writes.h"
-#include "train/sharded_checkpoint.h"
 #include "train/status_line.h"
 #include "train/trainer.h"
 #include "train/zero_step.h"
@@ -125,7 +126,7 @@ struct OptimizerRun {
     int64_t measured_peak() const { return backend.device_memory() ? device_peak : process_peak_rss_bytes(); }
 
     /// One process: checkpoint.h's folder. Several ranks: a sharded checkpoint (each rank its
-    /// optimizer state, rank 0 the weights and layout.json; train/sharded_checkpoint.h).
+    /// optimizer state, rank 0 the weights and layout.json; checkpoint/sharded_checkpoint.h).
     void checkpoint(const std::string& dir) {
         state.extra["optimizer_t"] = optimizer_t;
         dp_check_weights_agree(dp, model, backend, "at a checkpoint");

@@ -8,14 +8,16 @@
 #include <algorithm>
 #include <fstream>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "data/shard_identity.h"
 #include "engine/config_hint.h"
 #include "engine/error.h"
 #include "optim/optimizer_runner.h"
 #include "plan/plan.h"
-#include "train/checkpoint.h"
+#include "runtime/backend_registry.h"
 #include "train/evaluation.h"
-#include "train/sharded_checkpoint.h"
 
 namespace skew {
 
@@ -92,7 +94,7 @@ int64_t auto_microbatch(const Config& cfg, const ParamTable& table, const Optimi
 /// the microbatch; throws skew::Error naming the optimizer.
 int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
                             const Backend& backend, const ParallelLayout& layout, const std::string& resume_run) {
-    require_optimizer_backend(opt, backend);
+    require_optimizer_backend(opt, optimizer_support(backend));
     const int64_t mb =
         cfg.train.microbatch > 0 ? cfg.train.microbatch : auto_microbatch(cfg, table, opt, backend, layout, resume_run);
     if (!backend.device_memory())
@@ -105,7 +107,7 @@ int64_t check_optimizer_run(const Config& cfg, const ParamTable& table, const Op
 /// the batch and microbatch checks after it would otherwise propose config changes).
 void check_resume_world_size(const Config& cfg, const std::string& run_dir, int world) {
     for (const OptimizerConfig& opt : cfg.optimizers) {
-        const std::string dir = checkpoint_dir(run_dir, opt.name, "last");
+        const std::string dir = RunFolder{run_dir}.checkpoint(opt.name, RunFolder::LAST);
         const int64_t was = checkpoint_world_size(dir);
         if (was == 0 || was == world) continue;
         if (was == 1)

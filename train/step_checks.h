@@ -5,11 +5,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "kernels/backend.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
 
 namespace skew {
 

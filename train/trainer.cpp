@@ -18,6 +18,9 @@
 #include <span>
 #include <string_view>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "data/batch_stream.h"
 #include "data/prepare.h"
 #include "data/resume_check.h"
@@ -39,7 +42,6 @@
 #include "plan/plan.h"
 #include "runtime/backend_registry.h"
 #include "runtime/session.h"
-#include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/deferred_experts.h"
 #include "train/evaluation.h"
@@ -53,7 +55,6 @@
 #include "train/process_groups.h"
 #include "train/run_writes.h"
 #include "train/schedule.h"
-#include "train/sharded_checkpoint.h"
 #include "train/signals.h"
 #include "train/status_line.h"
 #include "train/step_checks.h"
@@ -73,9 +74,6 @@ using data::token_split_check_ids;
 using data::token_split_check_manifest;
 using data::token_split_read;
 using data::token_split_open;
-
-/// The lock file of a run folder (dir_lock), held while `skew train` writes it.
-constexpr const char* RUN_LOCK_FILE = ".skew-train.lock";
 
 /// Reset the process's resident-memory high-water mark (Linux: "5" into /proc/self/clear_refs), so
 /// that each optimizer's measured CPU peak is its own, not the largest of the runs before it.
@@ -130,8 +128,9 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
                  r.dp.world_size > 1 ? fmt::format(" on each of {} ranks", r.dp.world_size) : std::string());
 
     const std::string& run_dir = opts.run_dir;
-    r.last_dir = checkpoint_dir(run_dir, opt.name, "last");
-    r.best_dir = checkpoint_dir(run_dir, opt.name, "best");
+    const RunFolder folder{run_dir};
+    r.last_dir = folder.checkpoint(opt.name, RunFolder::LAST);
+    r.best_dir = folder.checkpoint(opt.name, RunFolder::BEST);
     const std::string hash = config_hash(cfg.resolved_yaml);
     r.state.optimizer = opt.name;
     r.state.seed = tc.seed;
@@ -140,29 +139,28 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     r.metrics.unigram_val_ppl = data.unigram_val_ppl;
     if (opts.resume && checkpoint_exists(r.last_dir)) {
         // a changed model key, named before any tensor is read (which would only say which one is missing)
-        check_model_config(cfg, read_trainer_state(r.last_dir).model_config,
-                           (fs::path(run_dir) / "config.yaml").string(), r.last_dir,
+        check_model_config(cfg, read_trainer_state(r.last_dir).model_config, folder.config(), r.last_dir,
                            "put config.yaml back as the run wrote it; another model needs a new run (skew train "
                            "CONFIG --out NEW_FOLDER)");
         r.state = r.layout.world_size > 1 ? load_sharded_checkpoint(r.last_dir, r.arena, &backend, r.layout,
                                                                     r.partition, r.global, *opts.comm)
                                           : load_checkpoint(r.last_dir, r.arena, &backend);
-        if (!config_hash_matches(cfg, (fs::path(run_dir) / "config.yaml").string(), r.state.config_hash))
+        if (!config_hash_matches(cfg, folder.config(), r.state.config_hash))
             fail(
                 "{}: the checkpoint was written under another config than {} (config hash {} vs {}): was config.yaml "
                 "edited after the run started, or the checkpoint copied from another run? Put config.yaml back as the "
                 "run wrote it; other settings need a new run (skew train CONFIG --out NEW_FOLDER)",
-                r.last_dir, (fs::path(run_dir) / "config.yaml").string(), r.state.config_hash, hash);
-        check_trainer_state_counters(r.state, tc.seed, (fs::path(r.last_dir) / "trainer_state.json").string());
-        if (fs::exists(metrics_path(run_dir, opt.name))) {
-            r.metrics = read_metrics(metrics_path(run_dir, opt.name));
+                r.last_dir, folder.config(), r.state.config_hash, hash);
+        check_trainer_state_counters(r.state, tc.seed, CheckpointFolder{r.last_dir}.trainer_state());
+        if (fs::exists(folder.metrics(opt.name))) {
+            r.metrics = read_metrics(folder.metrics(opt.name));
             truncate_history(r.metrics, r.state.step);
             r.metrics.unigram_val_ppl = data.unigram_val_ppl;
             r.metrics.blas_core = cpu::blas_core_name();  // this part's core
         }
         spdlog::info("{}: resuming from step {} ({})", opt.name, r.state.step, r.last_dir);
     } else {
-        const std::string steps_file = step_log_path(run_dir, opt.name), metrics_file = metrics_path(run_dir, opt.name);
+        const std::string steps_file = folder.step_log(opt.name), metrics_file = folder.metrics(opt.name);
         if (opts.resume && (fs::exists(steps_file) || fs::exists(metrics_file))) {
             // Killed before its first checkpoint and first evaluation (e.g. a second Ctrl-C, kill -9):
             // nothing was kept but a few logged steps, which the same initialization and batches
@@ -224,10 +222,10 @@ std::unique_ptr<OptimizerRun> open_run(const Config& cfg, const ParamTable& tabl
     }
 
     if (r.writer) {
-        writes.file(step_log_path(run_dir, opt.name));
-        writes.file(metrics_path(run_dir, opt.name));
-        writes.dir(fs::path(run_dir) / "checkpoints" / opt.name);
-        r.log = open_step_log(step_log_path(run_dir, opt.name), r.state.step);
+        writes.file(folder.step_log(opt.name));
+        writes.file(folder.metrics(opt.name));
+        writes.dir(folder.optimizer_checkpoints(opt.name));
+        r.log = open_step_log(folder.step_log(opt.name), r.state.step);
     }
     // The model settings this run's checkpoints record (also over a resumed checkpoint from before they were kept).
     const auto model_values = config_section_values(cfg, "model");
@@ -497,7 +495,8 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
     if (cfg.runtime.threads > 0) omp_set_num_threads(int(cfg.runtime.threads));
     const int64_t M = cfg.parallel.expert;
     ParamTable table = build_param_table(cfg.model, ExpertShard{M, comm.rank() % M});
-    const fs::path config_path = fs::path(opts.run_dir) / "config.yaml";
+    const RunFolder folder{opts.run_dir};
+    const fs::path config_path = folder.config();
     DirLock run_lock;
     TrainingData data;
     Config run_cfg = cfg;
@@ -514,7 +513,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
                 opts.run_dir, opts.run_dir);
         // One writer per run folder: a second `skew train` on it (--resume twice) is refused at once.
         if (opts.resume) {
-            if (writer) dir_lock(run_lock, opts.run_dir, RUN_LOCK_FILE, "skew train");
+            if (writer) dir_lock(run_lock, opts.run_dir, RunFolder::LOCK_FILE, "skew train");
             data::check_resume_data(cfg.data.dir, opts.run_dir);
             check_resume_world_size(cfg, opts.run_dir, world);
         }
@@ -565,7 +564,7 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
         std::error_code ec;
         fs::create_directories(opts.run_dir, ec);
         if (ec) fail("--out {}: cannot create the run folder: {}", opts.run_dir, ec.message());
-        dir_lock(run_lock, opts.run_dir, RUN_LOCK_FILE, "skew train");
+        dir_lock(run_lock, opts.run_dir, RunFolder::LOCK_FILE, "skew train");
         if (fs::exists(config_path))  // another `skew train --out` on this folder finished meanwhile
             fail(
                 "--out {}: the folder already holds a run (config.yaml); continue it with `skew train --resume {}` or "
@@ -573,12 +572,11 @@ std::vector<TrainResult> train_all(const Config& cfg, const TrainOptions& opts_i
                 opts.run_dir, opts.run_dir);
         writes.file(config_path);
         write_file_atomic(config_path.string(), cfg.resolved_yaml + "\n");
-        writes.file(fs::path(opts.run_dir) / data::kShardIdentityFile);
-        write_file_atomic((fs::path(opts.run_dir) / data::kShardIdentityFile).string(),
-                          json_text(data::shard_identity({&data.train, &data.val})) + "\n");
+        writes.file(folder.data_identity());
+        write_file_atomic(folder.data_identity(), json_text(data::shard_identity({&data.train, &data.val})) + "\n");
         const fs::path manifest = fs::path(cfg.data.dir) / "manifest.json";
         if (fs::exists(manifest)) {
-            const fs::path copy = fs::path(opts.run_dir) / "manifest.json";
+            const fs::path copy = folder.data_manifest();
             writes.file(copy);
             write_file_atomic(copy.string(), read_text(manifest));
         }

@@ -10,23 +10,22 @@
 // another world size, expert parallelism or ZeRO stage is refused naming both layouts, and `skew
 // export` merges the resumed run's expert shards into the whole banks.
 #include <catch2/catch.hpp>
-
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "tests/cli_util.h"
 #include "tests/dist/mpirun.h"
 #include "tests/dist/run_files.h"
 #include "tests/skip.h"
 #include "tests/temp_dir.h"
-#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -53,11 +52,11 @@ const std::string& prepared() {
 std::string train_args(int M, const std::string& out, const std::string& optimizers, int zero_stage = 0) {
     return "train " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --plain --set data.dir=" + prepared() +
            " --set train.batch_size=4 --set train.microbatch=1 --set train.seq_len=16 --set train.eval_batches=1"
-           " --set train.steps=" + std::to_string(STEPS) + " --set train.eval_every=" + std::to_string(STOP) +
+           " --set train.steps=" +
+           std::to_string(STEPS) + " --set train.eval_every=" + std::to_string(STOP) +
            " --set train.checkpoint_every=" + std::to_string(STOP) +
            " --set runtime.threads=1 --set parallel.zero_stage=" + std::to_string(zero_stage) +
-           " --set parallel.expert=" + std::to_string(M) +
-           " --optimizers " + optimizers + " --out " + out;
+           " --set parallel.expert=" + std::to_string(M) + " --optimizers " + optimizers + " --out " + out;
 }
 
 /// trainer_state.json without its wall-clock field (train_seconds differs from run to run).
@@ -131,8 +130,8 @@ void check_zero_state(const std::string& b, int np, int M) {
     REQUIRE(layout.at("optimizer_shards").size() == size_t(np));
     for (const json& e : layout.at("optimizer_shards")) {
         const int r = e.at("rank").get<int>();
-        CHECK(e.at("file").get<std::string>() == "optimizer.rank-" + std::to_string(r) + "-of-" + std::to_string(np) +
-                                                     ".safetensors");
+        CHECK(e.at("file").get<std::string>() ==
+              "optimizer.rank-" + std::to_string(r) + "-of-" + std::to_string(np) + ".safetensors");
         const skew::SafetensorsHeader h = skew::read_safetensors_header(b + "/" + e.at("file").get<std::string>());
         for (const json& o : e.at("owned")) {
             if (!o.contains("experts")) continue;
@@ -169,7 +168,8 @@ void check_zero_state(const std::string& b, int np, int M) {
 /// Under ZeRO-1 the straight run also equals the stage-0 run bit for bit (losses and weights).
 void check_resume(int np, int M, int zero_stage = 0) {
     if (!skew::test::have_mpirun()) SKEW_SKIP_TEST("mpirun not found");
-    const std::string tag = "np" + std::to_string(np) + "-ep" + std::to_string(M) + "-zero" + std::to_string(zero_stage);
+    const std::string tag =
+        "np" + std::to_string(np) + "-ep" + std::to_string(M) + "-zero" + std::to_string(zero_stage);
     for (const char* opt : OPTIMIZERS) {
         // one optimizer per run: --stop-after stops the whole run at the first optimizer's step
         const std::string straight = work_dir() + "/straight-" + tag + "-" + opt,
@@ -192,7 +192,8 @@ void check_resume(int np, int M, int zero_stage = 0) {
             REQUIRE(r.status == 0);
             CHECK(r.output.find("resuming from step " + std::to_string(STOP)) != std::string::npos);
         }
-        const std::vector<double> la = skew::test::step_losses(straight, opt), lb = skew::test::step_losses(resumed, opt);
+        const std::vector<double> la = skew::test::step_losses(straight, opt),
+                                  lb = skew::test::step_losses(resumed, opt);
         CHECK(la.size() == size_t(STEPS));
         CHECK(la == lb);
         for (const char* which : {"last", "best"}) {
@@ -209,7 +210,8 @@ void check_resume(int np, int M, int zero_stage = 0) {
                 for (int er = 0; er < M; ++er) expected.insert(shard("optimizer", er, M));
             } else {
                 for (int r = 0; r < np; ++r)
-                    expected.insert("optimizer.rank-" + std::to_string(r) + "-of-" + std::to_string(np) + ".safetensors");
+                    expected.insert("optimizer.rank-" + std::to_string(r) + "-of-" + std::to_string(np) +
+                                    ".safetensors");
             }
             CHECK(files_in(a) == expected);
             REQUIRE(files_in(b) == expected);
@@ -229,9 +231,11 @@ void check_resume(int np, int M, int zero_stage = 0) {
             INFO(r.output);
             REQUIRE(r.status == 0);
             CHECK(skew::test::step_losses(stage0, opt) == la);
-            const std::string a = stage0 + "/checkpoints/" + opt + "/last/", b = straight + "/checkpoints/" + opt + "/last/";
+            const std::string a = stage0 + "/checkpoints/" + opt + "/last/",
+                              b = straight + "/checkpoints/" + opt + "/last/";
             CHECK(difference(a + "model.safetensors", b + "model.safetensors") == "");
-            for (int er = 0; er < M; ++er) CHECK(difference(a + shard("model", er, M), b + shard("model", er, M)) == "");
+            for (int er = 0; er < M; ++er)
+                CHECK(difference(a + shard("model", er, M), b + shard("model", er, M)) == "");
         }
     }
     // export merges the resumed run's expert shards: model.safetensors plus each bank's shards
@@ -273,19 +277,22 @@ TEST_CASE("expert-parallel resume equals the straight run bit for bit: mpirun -n
     check_resume(4, 2);
 }
 
-TEST_CASE("ZeRO-1 with expert parallel equals stage 0 bit for bit and resumes bit for bit: mpirun -np 2, parallel.expert 2",
-          "[dist]") {
+TEST_CASE(
+    "ZeRO-1 with expert parallel equals stage 0 bit for bit and resumes bit for bit: mpirun -np 2, parallel.expert 2",
+    "[dist]") {
     check_resume(2, 2, 1);
 }
 
-TEST_CASE("ZeRO-1 with expert parallel equals stage 0 bit for bit and resumes bit for bit: mpirun -np 4, parallel.expert 2 "
-          "(each expert shard's state cut over its 2 holders)",
-          "[dist]") {
+TEST_CASE(
+    "ZeRO-1 with expert parallel equals stage 0 bit for bit and resumes bit for bit: mpirun -np 4, parallel.expert 2 "
+    "(each expert shard's state cut over its 2 holders)",
+    "[dist]") {
     check_resume(4, 2, 1);
 }
 
-TEST_CASE("expert-parallel resume on another world size, expert parallelism or ZeRO stage is refused naming both layouts",
-          "[dist]") {
+TEST_CASE(
+    "expert-parallel resume on another world size, expert parallelism or ZeRO stage is refused naming both layouts",
+    "[dist]") {
     if (!skew::test::have_mpirun()) SKEW_SKIP_TEST("mpirun not found");
     const std::string run = work_dir() + "/stopped";
     {
@@ -301,8 +308,10 @@ TEST_CASE("expert-parallel resume on another world size, expert parallelism or Z
         INFO(r.output);
         CHECK(r.status != 0);
         CHECK(r.status != 124);
-        CHECK(r.output.find("is a sharded checkpoint of world size 2; this run is world size 4: resume it with the same "
-                            "world size (mpirun -np 2 skew train --resume " + run + ")") != std::string::npos);
+        CHECK(
+            r.output.find("is a sharded checkpoint of world size 2; this run is world size 4: resume it with the same "
+                          "world size (mpirun -np 2 skew train --resume " +
+                          run + ")") != std::string::npos);
     }
     {
         // parallel.expert edited in the run's config.yaml (resume takes no --set): 2 ranks, M = 1
@@ -317,8 +326,9 @@ TEST_CASE("expert-parallel resume on another world size, expert parallelism or Z
         INFO(r.output);
         CHECK(r.status != 0);
         CHECK(r.status != 124);
-        CHECK(r.output.find("the checkpoint was written with world size 2, expert parallel 2, ZeRO stage 0; this run is "
-                            "world size 2, expert parallel 1, ZeRO stage 0") != std::string::npos);
+        CHECK(
+            r.output.find("the checkpoint was written with world size 2, expert parallel 2, ZeRO stage 0; this run is "
+                          "world size 2, expert parallel 1, ZeRO stage 0") != std::string::npos);
     }
     {
         // parallel.zero_stage edited: ZeRO-1 would read per-rank state files the run never wrote
@@ -333,8 +343,9 @@ TEST_CASE("expert-parallel resume on another world size, expert parallelism or Z
         INFO(r.output);
         CHECK(r.status != 0);
         CHECK(r.status != 124);
-        CHECK(r.output.find("the checkpoint was written with world size 2, expert parallel 2, ZeRO stage 0; this run is "
-                            "world size 2, expert parallel 2, ZeRO stage 1") != std::string::npos);
+        CHECK(
+            r.output.find("the checkpoint was written with world size 2, expert parallel 2, ZeRO stage 0; this run is "
+                          "world size 2, expert parallel 2, ZeRO stage 1") != std::string::npos);
     }
     // the refused resumes changed nothing: the run still resumes with its own layout
     CHECK(read_bytes(run + "/checkpoints/skewadam/last/optimizer.experts-1-of-2.safetensors") == before);

@@ -6,24 +6,23 @@
 // both; `skew export` writes the checkpoint's weights as one file, which `skew sample` and the
 // single-process reader load.
 #include <catch2/catch.hpp>
-
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
+#include "checkpoint/sharded_checkpoint.h"
 #include "engine/config.h"
 #include "engine/param_table.h"
 #include "tests/cli_util.h"
 #include "tests/dist/mpirun.h"
 #include "tests/dist/run_files.h"
 #include "tests/temp_dir.h"
-#include "train/sharded_checkpoint.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -47,10 +46,10 @@ const std::string& prepared() {
 
 /// `mpirun -np N skew <args>`: exit status and output.
 
-
 std::string train_args(const std::string& out, const std::string& extra, const std::string& optimizers = OPTIMIZERS) {
-    return "train " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --plain --out " + out + " --set data.dir=" +
-           prepared() + " --set train.batch_size=4 --set train.microbatch=1 --set train.eval_batches=2 " +
+    return "train " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --plain --out " + out +
+           " --set data.dir=" + prepared() +
+           " --set train.batch_size=4 --set train.microbatch=1 --set train.eval_batches=2 " +
            "--set train.steps=20 --set train.eval_every=10 --set train.checkpoint_every=10 --set runtime.threads=1 " +
            "--set train.optimizers=" + optimizers + " " + extra;
 }
@@ -77,8 +76,9 @@ std::vector<std::string> optimizer_names() {
 
 }  // namespace
 
-TEST_CASE("mpirun -np 2: ZeRO-1 equals data parallel (zero_stage 0) bit for bit over 20 steps, "
-          "a stopped and resumed ZeRO-1 run equals an uninterrupted one, other layouts are refused, export") {
+TEST_CASE(
+    "mpirun -np 2: ZeRO-1 equals data parallel (zero_stage 0) bit for bit over 20 steps, "
+    "a stopped and resumed ZeRO-1 run equals an uninterrupted one, other layouts are refused, export") {
     if (!skew::test::have_mpirun()) {
         WARN("mpirun not found: skipped");
         std::exit(77);
@@ -126,7 +126,8 @@ TEST_CASE("mpirun -np 2: ZeRO-1 equals data parallel (zero_stage 0) bit for bit 
         if (r.status != 0) FAIL(r.output);
         CHECK(skew::test::step_losses(dir, opt) == skew::test::step_losses(zero, opt));
         const std::string tail = "/checkpoints/" + opt + "/last/";
-        for (const char* f : {"model.safetensors", "optimizer.rank-0-of-2.safetensors", "optimizer.rank-1-of-2.safetensors"})
+        for (const char* f :
+             {"model.safetensors", "optimizer.rank-0-of-2.safetensors", "optimizer.rank-1-of-2.safetensors"})
             CHECK(read_file(zero + tail + f) == read_file(dir + tail + f));
     }
 
@@ -149,8 +150,10 @@ TEST_CASE("mpirun -np 2: ZeRO-1 equals data parallel (zero_stage 0) bit for bit 
             CHECK(std::memcmp(bytes.data() + h.data_start + en->begin, t.data.data(), t.data.size()) == 0);
         }
     }
-    Run smp = skew::test::run_skew("sample " + zero + " --optimizer adamw --which last --prompt 'The' --max-tokens 4 "
-                                   "--backend cpu --seed 1 --tokenizer " + std::string(SKEW_SOURCE_DIR) + "/tests/fixtures/data/gpt2");
+    Run smp = skew::test::run_skew("sample " + zero +
+                                   " --optimizer adamw --which last --prompt 'The' --max-tokens 4 "
+                                   "--backend cpu --seed 1 --tokenizer " +
+                                   std::string(SKEW_SOURCE_DIR) + "/tests/fixtures/data/gpt2");
     INFO(smp.output);
     CHECK(smp.status == 0);
 }

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "dist/mpi_communicator.h"
 #include "engine/arena.h"
 #include "engine/config.h"
@@ -24,8 +26,6 @@
 #include "kernels/common/bf16.h"
 #include "optim/zero_partition.h"
 #include "plan/plan.h"
-#include "train/checkpoint.h"
-#include "train/sharded_checkpoint.h"
 #include "train/zero_step.h"
 
 using namespace skew;
@@ -42,8 +42,17 @@ void check(bool ok, const std::string& what) {
     std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
 }
 
-const char* ALL[] = {"skewadam", "skewadam-expert-momentum", "skewadam-factored-router", "uniform", "adamw",
-                     "lion", "muon", "muon-kj", "adafactor", "galore", "galore-paper"};
+const char* ALL[] = {"skewadam",
+                     "skewadam-expert-momentum",
+                     "skewadam-factored-router",
+                     "uniform",
+                     "adamw",
+                     "lion",
+                     "muon",
+                     "muon-kj",
+                     "adafactor",
+                     "galore",
+                     "galore-paper"};
 constexpr int64_t STEPS = 20, SAVE_AT = 10;
 
 Config small_config() {
@@ -66,7 +75,8 @@ Config small_config() {
 }
 
 float value(uint32_t param, int64_t k, int64_t s) {
-    uint64_t h = (uint64_t(param) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(k) * 0xBF58476D1CE4E5B9ull) ^ (uint64_t(s) << 40);
+    uint64_t h =
+        (uint64_t(param) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(k) * 0xBF58476D1CE4E5B9ull) ^ (uint64_t(s) << 40);
     h ^= h >> 31;
     h *= 0x94D049BB133111EBull;
     h ^= h >> 29;
@@ -94,9 +104,9 @@ struct Run {
     ParamTable held;
     MemoryPlan plan;
     Arena arena;
-    std::unique_ptr<ZeroOptimizer> zero;   // layout.zero()
-    std::vector<ParamSlot> slots;          // one process: every parameter with its state
-    std::vector<int64_t> base;             // global first element of each held tensor
+    std::unique_ptr<ZeroOptimizer> zero;  // layout.zero()
+    std::vector<ParamSlot> slots;         // one process: every parameter with its state
+    std::vector<int64_t> base;            // global first element of each held tensor
 
     Run(const Config& cfg, const ParamTable& global, const OptimizerConfig& opt, const ParallelLayout& l,
         Communicator* world)
@@ -205,8 +215,8 @@ int main(int argc, char** argv) {
                 check(equal, tag + ": ZeRO-1 weights after 20 steps equal the one-process step's");
                 // resume from step 10: bit-exact at step 20 (weights and owned state)
                 Run again(cfg, table, opt, l, world.get());
-                const TrainerState ts = load_sharded_checkpoint(dir, again.arena, nullptr, l, again.zero->partition,
-                                                                table, *world);
+                const TrainerState ts =
+                    load_sharded_checkpoint(dir, again.arena, nullptr, l, again.zero->partition, table, *world);
                 check(ts.step == SAVE_AT, tag + ": the resumed checkpoint is of step 10");
                 for (int64_t s = SAVE_AT + 1; s <= STEPS; ++s) {
                     again.gradients(s);
@@ -217,9 +227,9 @@ int main(int argc, char** argv) {
                     same = same && std::memcmp(mine.weight(p.index), again.weight(p.index), size_t(p.bytes())) == 0;
                 for (size_t i = 0; i < mine.zero->slots.owned.size(); ++i)
                     for (const StateSlotSpec& spec : optimizer_param_state(opt, *mine.zero->slots.owned[i].info))
-                        same = same && std::memcmp(mine.zero->slots.owned[i].st(spec.kind),
-                                                   again.zero->slots.owned[i].st(spec.kind),
-                                                   size_t(spec.numel()) * 4) == 0;
+                        same = same &&
+                               std::memcmp(mine.zero->slots.owned[i].st(spec.kind),
+                                           again.zero->slots.owned[i].st(spec.kind), size_t(spec.numel()) * 4) == 0;
                 check(same, tag + ": resume of the sharded checkpoint of step 10 is bit-exact at step 20");
                 // export (the merge) equals the one-process checkpoint's weights
                 if (g_rank == 0) {
@@ -232,7 +242,8 @@ int main(int argc, char** argv) {
                     Run fresh(cfg, table, opt, one, nullptr);
                     read_safetensors_into(exported, weight_tensors(fresh.arena));
                     for (const HostTensor& t : a)
-                        ok = ok && std::memcmp(fresh.weight(table.find(t.name)->index), t.data.data(), t.data.size()) == 0;
+                        ok = ok &&
+                             std::memcmp(fresh.weight(table.find(t.name)->index), t.data.data(), t.data.size()) == 0;
                     check(ok, tag + ": skew export's merge equals the one-process checkpoint's weights");
                 }
                 world->barrier();
@@ -242,10 +253,11 @@ int main(int argc, char** argv) {
                     l0.zero_stage = 0;
                     Run other(cfg, table, opt, l0, world.get());
                     const ZeroPartition p0 = zero_partition(table, opt, l0);
-                    const std::string msg = error_of(
-                        [&] { load_sharded_checkpoint(dir, other.arena, nullptr, l0, p0, table, *world); });
-                    check(msg.find("ZeRO stage 1") != std::string::npos && msg.find("ZeRO stage 0") != std::string::npos,
-                          tag + ": a ZeRO stage change is refused naming both layouts (got: " + msg + ")");
+                    const std::string msg =
+                        error_of([&] { load_sharded_checkpoint(dir, other.arena, nullptr, l0, p0, table, *world); });
+                    check(
+                        msg.find("ZeRO stage 1") != std::string::npos && msg.find("ZeRO stage 0") != std::string::npos,
+                        tag + ": a ZeRO stage change is refused naming both layouts (got: " + msg + ")");
                 }
             }
         }

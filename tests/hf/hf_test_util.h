@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "tests/cli_util.h"
 #include "tests/temp_dir.h"
-#include "train/checkpoint.h"
 
 namespace skew::test {
 

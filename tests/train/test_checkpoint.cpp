@@ -9,10 +9,11 @@
 
 #include <filesystem>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
 #include "engine/error.h"
 #include "engine/text.h"
 #include "tests/skip.h"
-#include "train/checkpoint.h"
 #include "train_test_util.h"
 
 using namespace skew;
@@ -60,7 +61,7 @@ std::vector<std::string> visible(const std::string& dir) {
 // A checkpoint of step 1 in a scratch run folder; returns the checkpoint folder.
 std::string saved_checkpoint(Run& r, const std::string& name) {
     std::string run_dir = scratch(name);
-    std::string dir = checkpoint_dir(run_dir, "skewadam", "last");
+    std::string dir = RunFolder{run_dir}.checkpoint("skewadam", RunFolder::LAST);
     fill(r, 1);
     save_checkpoint(dir, r.arena, state_at(1));
     return dir;

@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint/checkpoint.h"
 #include "engine/config.h"
 #include "engine/error.h"
 #include "tests/temp_dir.h"
-#include "train/checkpoint.h"
 
 using namespace skew;
 namespace fs = std::filesystem;

@@ -2,16 +2,15 @@
 // exactly, is written atomically; the per-step JSONL log survives an interruption and is trimmed to
 // the checkpoint's step on resume.
 #include <catch2/catch.hpp>
-
-#include <cstdint>
-
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
 #include "engine/error.h"
 #include "train/metrics.h"
 #include "train_test_util.h"
@@ -51,7 +50,6 @@ StepRecord step_at(int64_t s) {
     return r;
 }
 
-
 }  // namespace
 
 TEST_CASE("metrics JSON carries the plan's analytic state, the history and the summary") {
@@ -81,11 +79,12 @@ TEST_CASE("metrics JSON carries the plan's analytic state, the history and the s
     CHECK(m.summary.skipped_steps == 1);
 
     nlohmann::json j = metrics_to_json(m);
-    for (const char* key : {"optimizer", "type", "config", "state_bytes", "state_gib", "paper_state_bytes", "paper_state_gib",
-                            "plan_peak_bytes", "peak_memory_bytes", "peak_memory_gib", "history", "summary"})
+    for (const char* key :
+         {"optimizer", "type", "config", "state_bytes", "state_gib", "paper_state_bytes", "paper_state_gib",
+          "plan_peak_bytes", "peak_memory_bytes", "peak_memory_gib", "history", "summary"})
         CHECK(j.contains(key));
-    for (const char* key : {"step", "train_lm_loss", "aux_loss", "balance_loss", "z_loss", "val_loss", "val_ppl", "val_balance_loss",
-                            "tokens_per_sec", "peak_memory_bytes", "lr", "grad_norm"})
+    for (const char* key : {"step", "train_lm_loss", "aux_loss", "balance_loss", "z_loss", "val_loss", "val_ppl",
+                            "val_balance_loss", "tokens_per_sec", "peak_memory_bytes", "lr", "grad_norm"})
         CHECK(j["history"][0].contains(key));
     CHECK(j["state_gib"].get<double>() == double(r->plan.state_bytes) / GIB);
     CHECK(j["history"].size() == 3);
@@ -106,11 +105,11 @@ TEST_CASE("metrics files carry the start-up measurement of the device overhead n
     m.plan_bytes = m.plan_peak_bytes + m.device_overhead_constant_bytes;
     m.summary = summarize(m.history, RunTotals{});
     write_metrics(dir, m);
-    auto raw = nlohmann::json::parse(read_file(metrics_path(dir, "skewadam")));
+    auto raw = nlohmann::json::parse(read_file(RunFolder{dir}.metrics("skewadam")));
     CHECK(raw["device_overhead_bytes"] == int64_t(700) << 20);
     CHECK(raw["device_overhead_constant_bytes"] == int64_t(788) << 20);
     CHECK(raw["plan_bytes"] == (int64_t(17) << 30) + (int64_t(788) << 20));
-    RunMetrics back = read_metrics(metrics_path(dir, "skewadam"));
+    RunMetrics back = read_metrics(RunFolder{dir}.metrics("skewadam"));
     CHECK(back.device_overhead_bytes == m.device_overhead_bytes);
     CHECK(back.plan_bytes == m.plan_bytes);
     // a file written before these fields: plan_bytes is the arena, the overhead unmeasured
@@ -137,11 +136,11 @@ TEST_CASE("metrics files round-trip every number exactly, unmeasured values as n
     add_eval(m, e);
     m.summary = summarize(m.history, RunTotals{20, 0, 640, 0.0, 1.0});
     write_metrics(dir, m);
-    const std::string path = metrics_path(dir, "lion");
+    const std::string path = RunFolder{dir}.metrics("lion");
     CHECK(fs::path(path).filename() == "metrics_lion.json");
     auto raw = nlohmann::json::parse(read_file(path));
     CHECK(raw["history"][1]["val_balance_loss"].is_null());
-    CHECK(raw["history"][1]["grad_norm"] == "inf");  // overflowed, not "not measured"
+    CHECK(raw["history"][1]["grad_norm"] == "inf");          // overflowed, not "not measured"
     CHECK(raw["summary"]["mean_tokens_per_sec"].is_null());  // no training time recorded
     RunMetrics back = read_metrics(path);
     CHECK(metrics_to_json(back) == metrics_to_json(m));
@@ -177,7 +176,8 @@ TEST_CASE("a metrics file with a missing key or bad JSON is refused naming the f
     j = metrics_to_json(m);
     j["summary"]["steps"] = uint64_t(1) << 63;  // above int64: refused, not wrapped to a negative count
     write_file(path, j.dump());
-    CHECK_THAT(error_of([&] { read_metrics(path); }), Catch::Contains("'steps' must be an integer, got 9223372036854775808"));
+    CHECK_THAT(error_of([&] { read_metrics(path); }),
+               Catch::Contains("'steps' must be an integer, got 9223372036854775808"));
     CHECK_THAT(error_of([&] { read_metrics(dir + "/absent.json"); }), Catch::Contains("absent.json: cannot open"));
 }
 
@@ -192,10 +192,10 @@ TEST_CASE("a run stopped on a fault records where and why in summary.stopped, re
     m.summary.stopped_at_step = 13;
     m.summary.stop_reason = "non-finite loss (nan); stopping";
     write_metrics(dir, m);
-    const auto raw = nlohmann::json::parse(read_file(metrics_path(dir, "adamw")));
+    const auto raw = nlohmann::json::parse(read_file(RunFolder{dir}.metrics("adamw")));
     CHECK(raw["summary"]["stopped"]["step"] == 13);
     CHECK(raw["summary"]["stopped"]["reason"] == "non-finite loss (nan); stopping");
-    const RunMetrics back = read_metrics(metrics_path(dir, "adamw"));
+    const RunMetrics back = read_metrics(RunFolder{dir}.metrics("adamw"));
     CHECK(back.summary.stopped_at_step == 13);
     CHECK(back.summary.stop_reason == m.summary.stop_reason);
     auto j = raw;
@@ -221,7 +221,7 @@ TEST_CASE("a resume drops the evaluations after the checkpoint's step") {
 
 TEST_CASE("the step log holds one JSON object per step with the documented fields") {
     const std::string dir = scratch("steplog");
-    const std::string path = step_log_path(dir, "adamw");
+    const std::string path = RunFolder{dir}.step_log("adamw");
     CHECK(fs::path(path).filename() == "steps_adamw.jsonl");
     {
         StepLog log = open_step_log(path, 0);
@@ -236,7 +236,8 @@ TEST_CASE("the step log holds one JSON object per step with the documented field
     std::string text = read_file(path);
     CHECK(std::count(text.begin(), text.end(), '\n') == 4);
     auto first = nlohmann::json::parse(text.substr(0, text.find('\n')));
-    for (const char* key : {"step", "lr", "lm_loss", "balance_loss", "z_loss", "grad_norm", "tokens_per_sec", "skipped"})
+    for (const char* key :
+         {"step", "lr", "lm_loss", "balance_loss", "z_loss", "grad_norm", "tokens_per_sec", "skipped"})
         CHECK(first.contains(key));
     auto recs = read_step_log(path);
     REQUIRE(recs.size() == 4);
@@ -248,7 +249,7 @@ TEST_CASE("the step log holds one JSON object per step with the documented field
 
 TEST_CASE("an interrupted step log loses only its partial last line and resumes at the checkpoint") {
     const std::string dir = scratch("steplog-resume");
-    const std::string path = step_log_path(dir, "muon");
+    const std::string path = RunFolder{dir}.step_log("muon");
     {
         StepLog log = open_step_log(path, 0);
         for (int64_t s = 1; s <= 7; ++s) append_step(log, step_at(s));

@@ -3,18 +3,18 @@
 // checkpoint, trainable tensors with an identically zero gradient, derived values that overflow
 // (kept apart from "not measured" and never chosen as "best"), and hints that propose a value.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <regex>
 
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "engine/config_hint.h"
 #include "engine/error.h"
-#include "train/faults.h"
 #include "engine/json_strict.h"
+#include "train/faults.h"
 #include "train/metrics.h"
 #include "train_test_util.h"
 
@@ -45,7 +45,10 @@ TEST_CASE("strict JSON refuses a key named twice, naming the key and its object"
                Catch::StartsWith("bad.json: parse error at line 1, column 7: ") && !Catch::Contains("json.exception"));
     // Nesting: 128 levels parse; deeper is refused before nlohmann's recursive copy or dump sees it.
     CHECK(json_parse_strict(std::string(128, '[') + std::string(128, ']'), "ok.json").is_array());
-    CHECK_THAT(error_of([] { json_parse_strict("{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}", "deep.json"); }),
+    CHECK_THAT(error_of([] {
+                   json_parse_strict("{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
+                                     "deep.json");
+               }),
                Catch::StartsWith("deep.json: nested deeper than 128 levels at 'a[0][0][0]"));
 }
 
@@ -114,21 +117,27 @@ TEST_CASE("a resumed checkpoint's counters must be ones a run writes: position, 
     CHECK(error_of([&] { check_trainer_state_counters(s, 7, "t.json"); }) ==
           "t.json: seed 42 but the run's config says train.seed 7 (was the file edited?)");
     s.skipped_steps = 8;
-    CHECK_THAT(error_of([&] { check_trainer_state_counters(s, 42, "t.json"); }), Catch::Contains("more steps skipped than run"));
+    CHECK_THAT(error_of([&] { check_trainer_state_counters(s, 42, "t.json"); }),
+               Catch::Contains("more steps skipped than run"));
 }
 
 TEST_CASE("a safetensors header naming one tensor twice is refused naming it, in either order") {
     const std::string dir = scratch("dup-safetensors");
     const std::string data(8, '\0');
     // Same entry twice (the last would win), and entries whose second copy would make a gap.
-    for (const std::string& header :
-         {std::string(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})"),
-          std::string(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})"),
-          std::string(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})")}) {
+    for (
+        const std::string& header :
+        {std::string(
+             R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})"),
+         std::string(
+             R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})"),
+         std::string(
+             R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})")}) {
         const std::string path = dir + "/dup.safetensors";
         write_file(path, safetensors_bytes(header, data));
         INFO(header);
-        CHECK_THAT(error_of([&] { read_safetensors_header(path); }), Catch::Contains(path) && Catch::Contains("duplicate key 'w'"));
+        CHECK_THAT(error_of([&] { read_safetensors_header(path); }),
+                   Catch::Contains(path) && Catch::Contains("duplicate key 'w'"));
     }
 }
 
@@ -170,8 +179,9 @@ TEST_CASE("a checkpoint holding a NaN weight or an inf optimizer state is refuse
     }
     save_checkpoint(dir, r->arena, s);
     auto loaded = make_run();
-    CHECK_THAT(error_of([&] { load_checkpoint(dir, loaded->arena); }),
-               Catch::Contains("model.safetensors") && Catch::Contains("'final_ln.weight'") && Catch::Contains("(nan) at [0]"));
+    CHECK_THAT(error_of([&] { load_checkpoint(dir, loaded->arena); }), Catch::Contains("model.safetensors") &&
+                                                                           Catch::Contains("'final_ln.weight'") &&
+                                                                           Catch::Contains("(nan) at [0]"));
     // Finite again, but +inf in element 3 of the last state tensor.
     std::memcpy(ln->data, saved.data(), ln->dtype == DType::BF16 ? 2 : 4);
     std::vector<NamedTensor> state = buffer_tensors(r->arena, BufferKind::STATE);
@@ -187,7 +197,8 @@ TEST_CASE("a checkpoint holding a NaN weight or an inf optimizer state is refuse
     }
     save_checkpoint(dir, r->arena, s);
     const std::string e = error_of([&] { load_checkpoint(dir, loaded->arena); });
-    CHECK_THAT(e, Catch::Contains("optimizer.safetensors") && Catch::Contains("'" + st.name + "'") && Catch::Contains("(inf)"));
+    CHECK_THAT(e, Catch::Contains("optimizer.safetensors") && Catch::Contains("'" + st.name + "'") &&
+                      Catch::Contains("(inf)"));
     // The shape-aware index of flat element 3.
     std::string at;
     int64_t rest = 3;
@@ -200,8 +211,10 @@ TEST_CASE("a checkpoint holding a NaN weight or an inf optimizer state is refuse
 TEST_CASE("all_zero_tensors names exactly the tensors whose every element is +0 or -0") {
     std::vector<float> a = {0.0f, -0.0f, 0.0f}, b = {0.0f, 1e-30f, 0.0f};
     std::vector<uint16_t> c = {0x8000, 0x0000}, d = {0x0001, 0x0000};
-    std::vector<NamedTensor> t = {{"grad.a", DType::F32, {3}, a.data()}, {"grad.b", DType::F32, {3}, b.data()},
-                                  {"grad.c", DType::BF16, {2}, c.data()}, {"grad.d", DType::BF16, {2}, d.data()}};
+    std::vector<NamedTensor> t = {{"grad.a", DType::F32, {3}, a.data()},
+                                  {"grad.b", DType::F32, {3}, b.data()},
+                                  {"grad.c", DType::BF16, {2}, c.data()},
+                                  {"grad.d", DType::BF16, {2}, d.data()}};
     CHECK(all_zero_tensors(t) == std::vector<std::string>{"grad.a", "grad.c"});
 }
 
@@ -273,7 +286,8 @@ TEST_CASE("a config with a stray ',' at the top level is a syntax error, not a h
     // yaml-cpp's LoadAll returns the same empty document forever on these (fuzz/regressions/config).
     for (const char* text : {",:", ",", ", a:\nmodel:\n  d_model: 64\n", "model:\n  d_model: 64\n---\n,"}) {
         INFO(text);
-        CHECK_THAT(error_of([&] { load_config_text(text, "stray.yaml"); }), Catch::StartsWith("stray.yaml") &&
-                   (Catch::Contains("YAML syntax error") || Catch::Contains("second YAML document")));
+        CHECK_THAT(error_of([&] { load_config_text(text, "stray.yaml"); }),
+                   Catch::StartsWith("stray.yaml") &&
+                       (Catch::Contains("YAML syntax error") || Catch::Contains("second YAML document")));
     }
 }

@@ -14,10 +14,10 @@
 #include <sstream>
 #include <string>
 
+#include "checkpoint/checkpoint.h"
 #include "engine/dir_lock.h"
 #include "engine/error.h"
 #include "tests/cli_util.h"
-#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -2,35 +2,20 @@
 // rank writes its optimizer-state shard, the weights are written once (rank 0; with expert
 // parallelism each expert shard once), and rank 0 writes the layout manifest (layout.json: world
 // size, expert parallelism, ZeRO stage, who owns what) last, after every rank's files are there,
-// then swaps the folder in (train/checkpoint.h). Resume needs the same layout. `skew export` merges
-// the weights into one file in the single-process format.
+// then swaps the folder in (checkpoint/checkpoint.h; checkpoint/run_folder.h names the files).
+// Resume needs the same layout. `skew export` merges the weights into one file in the
+// single-process format.
 #pragma once
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "dist/communicator.h"
 #include "engine/arena.h"
 #include "engine/parallel_layout.h"
 #include "optim/zero_partition.h"
-#include "train/checkpoint.h"
 
 namespace skew {
-
-/// The manifest of a sharded checkpoint; its presence marks the checkpoint as sharded and complete.
-constexpr const char* LAYOUT_FILE = "layout.json";
-
-/// "optimizer.rank-<rank>-of-<world_size>.safetensors": one rank's owned optimizer state under
-/// ZeRO-1. Under ZeRO stage 0 the replicated state is rank 0's "optimizer.safetensors" (with expert
-/// parallelism: its non-expert state only; each expert shard's bank state is in
-/// expert_state_shard_file).
-std::string optimizer_shard_file(int64_t rank, int64_t world_size);
-
-/// "optimizer.experts-<expert_rank>-of-<expert_parallel>.safetensors": the optimizer state of one
-/// expert shard's banks (ZeRO stage 0 with expert parallelism), written by its first replica.
-std::string expert_state_shard_file(int64_t expert_rank, int64_t expert_parallel);
-
-/// "model.experts-<expert_rank>-of-<expert_parallel>.safetensors": one expert shard's bank weights.
-std::string expert_shard_file(int64_t expert_rank, int64_t expert_parallel);
 
 /// Whether the checkpoint folder `dir` is sharded (holds layout.json).
 bool checkpoint_is_sharded(const std::string& dir);

@@ -1,5 +1,5 @@
-// Sharded checkpoints, their layout manifest and the merged export (train/sharded_checkpoint.h).
-#include "train/sharded_checkpoint.h"
+// Sharded checkpoints, their layout manifest and the merged export (checkpoint/sharded_checkpoint.h).
+#include "checkpoint/sharded_checkpoint.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,30 +9,16 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
+#include "checkpoint/run_folder.h"
+#include "checkpoint/tensor_scan.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
-#include "train/faults.h"
 
 namespace fs = std::filesystem;
 
 namespace skew {
 namespace {
-
-const char* const MODEL_FILE = "model.safetensors";
-const char* const STATE_FILE = "trainer_state.json";
-
-nlohmann::json read_json(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) fail("{}: cannot open", path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    nlohmann::json j;
-    std::string err;
-    if (!json_try_parse_strict(ss.str(), j, err)) fail("{}: not valid JSON: {}", path, err);
-    return j;
-}
 
 /// Every rank reports whether its part succeeded; a rank that failed rethrows its own error, the
 /// others fail naming the rank(s) that did (no rank waits for one that gave up).
@@ -101,13 +87,13 @@ std::vector<StateShard> state_shards(const ParallelLayout& l) {
     std::vector<StateShard> out;
     if (l.zero()) {
         for (int64_t r = 0; r < l.world_size; ++r)
-            out.push_back({r, optimizer_shard_file(r, l.world_size), StatePart::ALL});
+            out.push_back({r, CheckpointFolder::optimizer_shard_file(r, l.world_size), StatePart::ALL});
     } else if (l.expert_parallel == 1) {
-        out.push_back({0, "optimizer.safetensors", StatePart::ALL});
+        out.push_back({0, CheckpointFolder::OPTIMIZER_FILE, StatePart::ALL});
     } else {
-        out.push_back({0, "optimizer.safetensors", StatePart::NON_EXPERT});
+        out.push_back({0, CheckpointFolder::OPTIMIZER_FILE, StatePart::NON_EXPERT});
         for (int64_t er = 0; er < l.expert_parallel; ++er)
-            out.push_back({er, expert_state_shard_file(er, l.expert_parallel), StatePart::EXPERTS});
+            out.push_back({er, CheckpointFolder::expert_state_shard_file(er, l.expert_parallel), StatePart::EXPERTS});
     }
     return out;
 }
@@ -184,28 +170,16 @@ std::map<std::string, HostTensor> read_all(const std::string& path) {
 
 }  // namespace
 
-std::string optimizer_shard_file(int64_t rank, int64_t world_size) {
-    return fmt::format("optimizer.rank-{}-of-{}.safetensors", rank, world_size);
-}
-
-std::string expert_state_shard_file(int64_t expert_rank, int64_t expert_parallel) {
-    return fmt::format("optimizer.experts-{}-of-{}.safetensors", expert_rank, expert_parallel);
-}
-
-std::string expert_shard_file(int64_t expert_rank, int64_t expert_parallel) {
-    return fmt::format("model.experts-{}-of-{}.safetensors", expert_rank, expert_parallel);
-}
-
 bool checkpoint_is_sharded(const std::string& dir) {
     std::error_code ec;
-    return fs::exists(fs::path(dir) / LAYOUT_FILE, ec);
+    return fs::exists(CheckpointFolder{dir}.layout(), ec);
 }
 
 int64_t checkpoint_world_size(const std::string& dir) {
     if (!checkpoint_exists(dir)) return 0;
     if (!checkpoint_is_sharded(dir)) return 1;
-    const std::string layout_path = (fs::path(dir) / LAYOUT_FILE).string();
-    const nlohmann::json m = read_json(layout_path);
+    const std::string layout_path = CheckpointFolder{dir}.layout();
+    const nlohmann::json m = read_json_file(layout_path);
     if (!m.is_object() || !m.contains("layout") || !m["layout"].is_object())
         fail("{}: no valid layout (no 'layout' object)", layout_path);
     const int64_t world = json_int_or(m["layout"], "world_size", 0, layout_path + " layout");
@@ -238,20 +212,20 @@ void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const T
     agree(comm, fmt::format("{}: writing the shards", dir), attempt([&] {
               for (const StateShard& sh : state_shards(layout))
                   if (sh.rank == layout.rank)
-                      write_safetensors((fs::path(temp) / sh.file).string(),
+                      write_safetensors(CheckpointFolder{temp}.file(sh.file),
                                         state_tensors(arena, backend, global, sh.part), meta);
               const std::vector<NamedTensor> weights = weight_tensors(arena, backend);
               if (layout.expert_parallel == 1) {
-                  if (layout.rank == 0) write_safetensors((fs::path(temp) / MODEL_FILE).string(), weights, meta);
+                  if (layout.rank == 0) write_safetensors(CheckpointFolder{temp}.weights(), weights, meta);
                   return;
               }
               std::vector<NamedTensor> dense, banks;
               split_weights(weights, global, dense, banks);
-              if (layout.rank == 0) write_safetensors((fs::path(temp) / MODEL_FILE).string(), dense, meta);
+              if (layout.rank == 0) write_safetensors(CheckpointFolder{temp}.weights(), dense, meta);
               if (layout.expert_replica() == 0)
-                  write_safetensors(
-                      (fs::path(temp) / expert_shard_file(layout.expert_rank(), layout.expert_parallel)).string(),
-                      banks, meta);
+                  write_safetensors(CheckpointFolder{temp}.file(CheckpointFolder::expert_shard_file(
+                                        layout.expert_rank(), layout.expert_parallel)),
+                                    banks, meta);
           }));
     // 3. rank 0: the trainer state and the manifest last, then the swap
     agree(comm, fmt::format("{}: completing the checkpoint", dir), attempt([&] {
@@ -261,11 +235,11 @@ void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const T
               m["step"] = state.step;
               m["optimizer"] = state.optimizer;
               m["layout"] = layout_json(layout);
-              m["model"] = MODEL_FILE;
+              m["model"] = CheckpointFolder::WEIGHTS_FILE;
               nlohmann::json experts = nlohmann::json::array();
               if (layout.expert_parallel > 1)
                   for (int64_t er = 0; er < layout.expert_parallel; ++er)
-                      experts.push_back(expert_shard_file(er, layout.expert_parallel));
+                      experts.push_back(CheckpointFolder::expert_shard_file(er, layout.expert_parallel));
               m["expert_shards"] = experts;
               nlohmann::json shards = nlohmann::json::array();
               for (const StateShard& sh : state_shards(layout))
@@ -274,8 +248,8 @@ void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const T
                                     {"holds", state_part_name(sh.part)},
                                     {"owned", owned_json(part, global, sh.rank, sh.part)}});
               m["optimizer_shards"] = shards;
-              write_file_atomic((fs::path(temp) / STATE_FILE).string(), json_text(trainer_state_to_json(state)) + "\n");
-              write_file_atomic((fs::path(temp) / LAYOUT_FILE).string(), json_text(m) + "\n");
+              write_file_atomic(CheckpointFolder{temp}.trainer_state(), json_text(trainer_state_to_json(state)) + "\n");
+              write_file_atomic(CheckpointFolder{temp}.layout(), json_text(m) + "\n");
               commit_checkpoint_folder(temp, dir);
           }));
 }
@@ -287,18 +261,18 @@ TrainerState load_sharded_checkpoint(const std::string& dir, const Arena& arena,
     TrainerState s;
     agree(
         comm, fmt::format("{}: loading the checkpoint", dir), attempt([&] {
-            const fs::path d(dir);
-            const std::string layout_path = (d / LAYOUT_FILE).string();
+            const CheckpointFolder d{dir};
+            const std::string layout_path = d.layout();
             std::error_code ec;
             if (!fs::exists(layout_path, ec)) {
                 if (checkpoint_exists(dir))
                     fail(
                         "{}: the checkpoint was written by one process (world size 1, no {}); this run is {}: resume "
                         "it with one process, or start a new run",
-                        dir, LAYOUT_FILE, layout.describe());
+                        dir, CheckpointFolder::LAYOUT_FILE, layout.describe());
                 fail("{}: no checkpoint here ({} is missing)", dir, layout_path);
             }
-            const nlohmann::json m = read_json(layout_path);
+            const nlohmann::json m = read_json_file(layout_path);
             if (!m.is_object() || !m.contains("layout") || !m["layout"].is_object())
                 fail("{}: no valid layout (no 'layout' object)", layout_path);
             ParallelLayout was;
@@ -339,13 +313,13 @@ TrainerState load_sharded_checkpoint(const std::string& dir, const Arena& arena,
                     fail("{}: lists no optimizer state file {} (rank {}'s state)", layout_path, sh.file, sh.rank);
             }
 
-            const std::string state_path = (d / STATE_FILE).string();
-            s = trainer_state_from_json(read_json(state_path), state_path);
+            const std::string state_path = d.trainer_state();
+            s = trainer_state_from_json(read_json_file(state_path), state_path);
             if (s.optimizer != arena.plan->optimizer)
                 fail("{}: checkpoint of optimizer '{}' cannot be loaded into a run of optimizer '{}'", state_path,
                      s.optimizer, arena.plan->optimizer);
             auto load = [&](const std::string& file, const std::vector<NamedTensor>& tensors) {
-                const std::string path = (d / file).string();
+                const std::string path = d.file(file);
                 auto meta = read_safetensors_into(path, tensors);
                 auto it = meta.find("step");
                 if (it == meta.end()) fail("{}: metadata has no 'step'", path);
@@ -358,12 +332,12 @@ TrainerState load_sharded_checkpoint(const std::string& dir, const Arena& arena,
             };
             const std::vector<NamedTensor> weights = weight_tensors(arena, backend);
             if (layout.expert_parallel == 1) {
-                load(MODEL_FILE, weights);
+                load(CheckpointFolder::WEIGHTS_FILE, weights);
             } else {
                 std::vector<NamedTensor> dense, banks;
                 split_weights(weights, global, dense, banks);
-                load(MODEL_FILE, dense);
-                load(expert_shard_file(layout.expert_rank(), layout.expert_parallel), banks);
+                load(CheckpointFolder::WEIGHTS_FILE, dense);
+                load(CheckpointFolder::expert_shard_file(layout.expert_rank(), layout.expert_parallel), banks);
             }
             for (const StateShard& sh : mine) load(sh.file, state_tensors(arena, backend, global, sh.part));
         }));
@@ -371,11 +345,11 @@ TrainerState load_sharded_checkpoint(const std::string& dir, const Arena& arena,
 }
 
 std::vector<HostTensor> read_checkpoint_weights(const std::string& dir, const ParamTable& table) {
-    const fs::path d(dir);
-    std::map<std::string, HostTensor> all = read_all((d / MODEL_FILE).string());
+    const CheckpointFolder d{dir};
+    std::map<std::string, HostTensor> all = read_all(d.weights());
     if (checkpoint_is_sharded(dir)) {
-        const std::string layout_path = (d / LAYOUT_FILE).string();
-        const nlohmann::json m = read_json(layout_path);
+        const std::string layout_path = d.layout();
+        const nlohmann::json m = read_json_file(layout_path);
         if (!m.is_object()) fail("{}: not a JSON object", layout_path);
         const nlohmann::json shards = m.contains("expert_shards") ? m["expert_shards"] : nlohmann::json::array();
         if (!shards.is_array()) fail("{}: expert_shards is not a list of file names", layout_path);
@@ -384,7 +358,7 @@ std::vector<HostTensor> read_checkpoint_weights(const std::string& dir, const Pa
             std::vector<std::map<std::string, HostTensor>> parts;
             for (const auto& f : shards) {
                 if (!f.is_string()) fail("{}: expert_shards holds a non-string entry", layout_path);
-                parts.push_back(read_all((d / f.get<std::string>()).string()));
+                parts.push_back(read_all(d.file(f.get<std::string>())));
             }
             for (const ParamInfo& p : table.params) {
                 if (!is_expert_bank(p)) continue;
@@ -396,7 +370,7 @@ std::vector<HostTensor> read_checkpoint_weights(const std::string& dir, const Pa
                 for (size_t i = 0; i < parts.size(); ++i) {
                     auto it = parts[i].find(p.name);
                     if (it == parts[i].end())
-                        fail("{}: tensor '{}' is missing", (d / shards[i].get<std::string>()).string(), p.name);
+                        fail("{}: tensor '{}' is missing", d.file(shards[i].get<std::string>()), p.name);
                     experts += it->second.shape.empty() ? 0 : it->second.shape[0];
                     whole.data.insert(whole.data.end(), it->second.data.begin(), it->second.data.end());
                 }
@@ -425,8 +399,8 @@ std::vector<HostTensor> read_checkpoint_weights(const std::string& dir, const Pa
 
 void export_checkpoint_weights(const std::string& dir, const ParamTable& table, const std::string& out_path) {
     std::vector<HostTensor> w = read_checkpoint_weights(dir, table);
-    const std::string state_path = (fs::path(dir) / STATE_FILE).string();
-    const TrainerState s = trainer_state_from_json(read_json(state_path), state_path);
+    const std::string state_path = CheckpointFolder{dir}.trainer_state();
+    const TrainerState s = trainer_state_from_json(read_json_file(state_path), state_path);
     std::vector<NamedTensor> named;
     for (HostTensor& t : w) {
         NamedTensor n;
