@@ -5,7 +5,7 @@
 // size told the one to resume with; no colour codes in the ranks' logs; a rank that fails (bad data
 // path, bad token mid-run, a kill -9) ends every rank non-zero, naming the rank, within a timeout.
 #include <catch2/catch.hpp>
-
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -55,7 +54,6 @@ const std::string& prepared() {
     return dir;
 }
 
-
 // The runs compared: 10 optimizer steps (the tolerances below also hold at 20).
 constexpr int STEPS = 10;
 
@@ -64,9 +62,12 @@ constexpr int STEPS = 10;
 std::string train_args(const std::string& extra) {
     return "train " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --plain --set data.dir=" + prepared() +
            " --set train.batch_size=4 --set train.microbatch=1 --set train.seq_len=16 --set train.eval_batches=1"
-           " --set train.steps=" + std::to_string(STEPS) + " --set train.eval_every=" + std::to_string(STEPS / 2) +
-           " --set train.checkpoint_every=" + std::to_string(STEPS) + " --set runtime.threads=1"
-           " --set parallel.zero_stage=0 " + extra;
+           " --set train.steps=" +
+           std::to_string(STEPS) + " --set train.eval_every=" + std::to_string(STEPS / 2) +
+           " --set train.checkpoint_every=" + std::to_string(STEPS) +
+           " --set runtime.threads=1"
+           " --set parallel.zero_stage=0 " +
+           extra;
 }
 
 struct Diff {
@@ -116,9 +117,10 @@ Diff compare_runs(const std::string& a, const std::string& b, const std::string&
 // Runs of `optimizers` on 1 (no mpirun), 2 or 4 ranks with one grad dtype, made once per test.
 std::string run_ranks(int np, const std::string& grad_dtype, const std::string& optimizers) {
     const std::string out = work_dir() + "/np" + std::to_string(np) + "-" + grad_dtype;
-    const std::string args = train_args("--set runtime.grad_dtype=" + grad_dtype + " --optimizers " + optimizers +
-                                        " --out " + out);
-    Run r = np == 1 ? skew::test::run_skew(args) : skew::test::mpirun_spec("-np " + std::to_string(np) + " " + skew_bin() + " " + args);
+    const std::string args =
+        train_args("--set runtime.grad_dtype=" + grad_dtype + " --optimizers " + optimizers + " --out " + out);
+    Run r = np == 1 ? skew::test::run_skew(args)
+                    : skew::test::mpirun_spec("-np " + std::to_string(np) + " " + skew_bin() + " " + args);
     INFO(r.output);
     REQUIRE(r.status == 0);
     return out;
@@ -139,8 +141,7 @@ std::string run_ranks(int np, const std::string& grad_dtype, const std::string& 
 // every weight but at most 1 in 100,000 within 2 bf16 ulps of its size + lr / 2 of the single
 // process's (lr: the optimizer's largest), and every step's LM loss within 1e-4 relative (fp32) or
 // 1e-3 (bf16).
-TEST_CASE("data parallel on 2 and 4 ranks equals one process: 10 steps of every optimizer, fp32 gradients",
-          "[dist]") {
+TEST_CASE("data parallel on 2 and 4 ranks equals one process: 10 steps of every optimizer, fp32 gradients", "[dist]") {
     const std::string all = "skewadam,adamw,lion,muon,adafactor";
     const std::string one = run_ranks(1, "fp32", all);
     for (int np : {2, 4}) {
@@ -172,8 +173,9 @@ TEST_CASE("data parallel with bf16 gradients stays within the bf16 summation tol
 
 TEST_CASE("mpirun -np 1 is bit-identical to one process (the MPI path changes nothing at world size 1)", "[dist]") {
     const std::string a = work_dir() + "/plain1", b = work_dir() + "/mpi1";
-    const std::string args = train_args("--set train.steps=4 --set train.eval_every=2 --set train.checkpoint_every=4 "
-                                        "--optimizers adamw --out ");
+    const std::string args = train_args(
+        "--set train.steps=4 --set train.eval_every=2 --set train.checkpoint_every=4 "
+        "--optimizers adamw --out ");
     Run r1 = skew::test::run_skew(args + a);
     INFO(r1.output);
     REQUIRE(r1.status == 0);
@@ -189,15 +191,18 @@ TEST_CASE("mpirun -np 1 is bit-identical to one process (the MPI path changes no
 
 TEST_CASE("a batch size that N x microbatch does not divide is refused before anything is written", "[dist]") {
     const std::string out = work_dir() + "/indivisible";
-    Run r = skew::test::mpirun_spec("-np 4 " + skew_bin() + " " +
-                   train_args("--set train.batch_size=6 --set train.microbatch=1 --optimizers adamw --out " + out), 120);
+    Run r = skew::test::mpirun_spec(
+        "-np 4 " + skew_bin() + " " +
+            train_args("--set train.batch_size=6 --set train.microbatch=1 --optimizers adamw --out " + out),
+        120);
     INFO(r.output);
     CHECK(r.status != 0);
     CHECK(r.status != 124);
     CHECK(r.output.find("train.batch_size 6 is not a multiple of the world size 4 x train.microbatch 1") !=
           std::string::npos);
     // what would work: the world sizes over which 6 microbatches split, or the next batch size
-    CHECK(r.output.find("(run on 1, 2, 3 or 6 ranks with mpirun -np, or set train.batch_size: 8)") != std::string::npos);
+    CHECK(r.output.find("(run on 1, 2, 3 or 6 ranks with mpirun -np, or set train.batch_size: 8)") !=
+          std::string::npos);
     CHECK_FALSE(fs::exists(out));
 }
 
@@ -206,7 +211,8 @@ TEST_CASE("a bad data path on one rank ends every rank with an error naming the 
     const std::string args = train_args("--optimizers adamw --out " + out);
     const auto t0 = std::chrono::steady_clock::now();
     Run r = skew::test::mpirun_spec("-np 1 " + skew_bin() + " " + args + " : -np 1 " + skew_bin() + " " + args +
-                   " --set data.dir=" + work_dir() + "/no-such-data", 120);
+                                        " --set data.dir=" + work_dir() + "/no-such-data",
+                                    120);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     INFO(r.output);
     CHECK(r.status != 0);
@@ -232,8 +238,8 @@ TEST_CASE("a rank that fails mid-run (a bad token only its data holds) ends ever
     }
     const std::string out = work_dir() + "/bad-token-run";
     const std::string args = train_args("--optimizers adamw --out " + out);
-    Run r = skew::test::mpirun_spec("-np 1 " + skew_bin() + " " + args + " : -np 1 " + skew_bin() + " " + args + " --set data.dir=" + bad,
-                   180);
+    Run r = skew::test::mpirun_spec(
+        "-np 1 " + skew_bin() + " " + args + " : -np 1 " + skew_bin() + " " + args + " --set data.dir=" + bad, 180);
     INFO(r.output);
     CHECK(r.status != 0);
     CHECK(r.status != 124);
@@ -258,16 +264,19 @@ TEST_CASE("a rank killed with SIGKILL mid-run ends every rank non-zero, the rank
         for (const auto& e : fs::directory_iterator("/proc")) {
             const std::string name = e.path().filename();
             if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-            std::string cmdline = read_bytes(e.path().string() + "/cmdline"), env = read_bytes(e.path().string() + "/environ");
+            std::string cmdline = read_bytes(e.path().string() + "/cmdline"),
+                        env = read_bytes(e.path().string() + "/environ");
             if (cmdline.find(out) == std::string::npos || cmdline.find("mpirun") != std::string::npos) continue;
-            if (env.find(std::string("OMPI_COMM_WORLD_RANK=1") + '\0') != std::string::npos) return pid_t(std::stol(name));
+            if (env.find(std::string("OMPI_COMM_WORLD_RANK=1") + '\0') != std::string::npos)
+                return pid_t(std::stol(name));
         }
         return 0;
     };
     pid_t victim = 0;
     for (int i = 0; i < 600 && victim == 0; ++i) {
         // training under way: rank 0 has written the step log
-        if (fs::exists(out + "/steps_adamw.jsonl") && fs::file_size(out + "/steps_adamw.jsonl") > 0) victim = find_rank1();
+        if (fs::exists(out + "/steps_adamw.jsonl") && fs::file_size(out + "/steps_adamw.jsonl") > 0)
+            victim = find_rank1();
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     REQUIRE(victim > 0);
@@ -287,8 +296,9 @@ TEST_CASE("a rank killed with SIGKILL mid-run ends every rank non-zero, the rank
 
 TEST_CASE("a data-parallel run stopped and resumed on 2 ranks equals the uninterrupted one bit for bit", "[dist]") {
     const std::string whole = work_dir() + "/dp-whole", parts = work_dir() + "/dp-parts";
-    const std::string args = train_args("--set train.steps=6 --set train.eval_every=3 --set train.checkpoint_every=3 "
-                                        "--optimizers adamw --out ");
+    const std::string args = train_args(
+        "--set train.steps=6 --set train.eval_every=3 --set train.checkpoint_every=3 "
+        "--optimizers adamw --out ");
     const std::string np2 = "-np 2 " + skew_bin() + " ";
     Run a = skew::test::mpirun_spec(np2 + args + whole, 300);
     INFO(a.output);
@@ -311,10 +321,12 @@ TEST_CASE("log lines under mpirun carry no colour codes on any rank, though each
     // Open MPI hands every rank a pseudo-terminal for stdout and copies it to mpirun's own stdout,
     // here a pipe: a rank that coloured when its stdout is a TTY wrote escape codes into the file.
     const std::string out = work_dir() + "/plain-logs";
-    Run r = skew::test::mpirun_spec("-x TERM=xterm-256color -np 2 " + skew_bin() + " " +
-                                        train_args("--set train.steps=2 --set train.eval_every=2 --set train.checkpoint_every=2 "
-                                                   "--optimizers adamw --out " + out),
-                                    300);
+    Run r = skew::test::mpirun_spec(
+        "-x TERM=xterm-256color -np 2 " + skew_bin() + " " +
+            train_args("--set train.steps=2 --set train.eval_every=2 --set train.checkpoint_every=2 "
+                       "--optimizers adamw --out " +
+                       out),
+        300);
     INFO(r.output);
     REQUIRE(r.status == 0);
     CHECK(r.output.find("[info] rank 0: adamw: 2 steps") != std::string::npos);
@@ -324,18 +336,22 @@ TEST_CASE("log lines under mpirun carry no colour codes on any rank, though each
 TEST_CASE("a resume on another world size names the world size to resume with, never a config change --resume refuses",
           "[dist]") {
     const std::string run = work_dir() + "/resume-world";
-    Run a = skew::test::mpirun_spec("-np 2 " + skew_bin() + " " +
-                                        train_args("--set train.steps=2 --set train.eval_every=2 --set train.checkpoint_every=2 "
-                                                   "--optimizers adamw --out " + run),
-                                    300);
+    Run a = skew::test::mpirun_spec(
+        "-np 2 " + skew_bin() + " " +
+            train_args("--set train.steps=2 --set train.eval_every=2 --set train.checkpoint_every=2 "
+                       "--optimizers adamw --out " +
+                       run),
+        300);
     INFO(a.output);
     REQUIRE(a.status == 0);
     // 3 ranks: batch_size 4 is not a multiple of 3 x microbatch 1, but the fix is the world size
     Run three = skew::test::mpirun_skew(3, "train --plain --resume " + run, 120);
     INFO(three.output);
     CHECK(three.status != 0);
-    CHECK(three.output.find("is a sharded checkpoint of world size 2; this run is world size 3: resume it with the same "
-                            "world size (mpirun -np 2 skew train --resume " + run + ")") != std::string::npos);
+    CHECK(
+        three.output.find("is a sharded checkpoint of world size 2; this run is world size 3: resume it with the same "
+                          "world size (mpirun -np 2 skew train --resume " +
+                          run + ")") != std::string::npos);
     CHECK(three.output.find("set train.") == std::string::npos);
     CHECK(three.output.find("choose train.") == std::string::npos);
     // with no checkpoint yet any world size may resume: the batch check's hint then names the rank
@@ -348,8 +364,8 @@ TEST_CASE("a resume on another world size names the world size to resume with, n
     INFO(fresh.output);
     CHECK(fresh.status != 0);
     CHECK(fresh.output.find("(run on 1, 2 or 4 ranks with mpirun -np, or start a new run with train.batch_size: 6 "
-                            "(skew train " + bare + "/config.yaml --set train.batch_size=6 --out NEW_FOLDER") !=
-          std::string::npos);
+                            "(skew train " +
+                            bare + "/config.yaml --set train.batch_size=6 --out NEW_FOLDER") != std::string::npos);
     Run one = skew::test::run_skew("train --plain --resume " + run);
     INFO(one.output);
     CHECK(one.status != 0);
