@@ -32,7 +32,15 @@ for _ in $(seq 240); do
     sleep 0.5
 done
 grep -q "backend_ops test cublas_grouped:" "$out/summary.txt" 2>/dev/null || { cat "$tmp/phase.log"; fail "the phase never reached its training sections"; exit 1; }
-sleep 2
+# and for the first training section to have started its runs (its log exists; a loaded machine
+# can take seconds between the two), then a moment into them
+for _ in $(seq 240); do
+    [[ -f "$out/olmoe-tiny/cpu.log" ]] && break
+    kill -0 "$phase_pid" 2>/dev/null || break
+    sleep 0.5
+done
+[[ -f "$out/olmoe-tiny/cpu.log" ]] || { cat "$tmp/phase.log"; fail "the phase never started the olmoe-tiny runs"; exit 1; }
+sleep 1
 # the time limit's signal: timeout passes SIGTERM on to the phase
 t_kill=$(date +%s)
 kill -TERM "$phase_pid"
