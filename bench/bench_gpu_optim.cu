@@ -77,7 +77,8 @@ void bench_gpu_optimizers(FILE* out, const std::string& config_path, bool quick)
     cudaStream_t s = nullptr;
     cuda_check(cudaStreamCreate(&s));
     cublasHandle_t cublas = nullptr;
-    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) cuda::throw_op_error("bench_gpu_optimizers", "cublasCreate failed");
+    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS)
+        cuda::throw_op_error("bench_gpu_optimizers", "cublasCreate failed");
     const int iters = quick ? 2 : 5;
     int64_t n_total = 0;
     for (const ParamInfo& p : table.params) n_total += p.numel();
@@ -91,7 +92,8 @@ void bench_gpu_optimizers(FILE* out, const std::string& config_path, bool quick)
     for (const ParamInfo& p : table.params) {
         weights.push_back(dalloc(size_t(p.bytes())));
         grads.push_back(dalloc(size_t(p.numel()) * 2));
-        fill_bf16_noise_kernel<<<4096, 256, 0, s>>>(static_cast<bf16*>(grads.back()), p.numel(), 1000 + p.index, 0.002f);
+        fill_bf16_noise_kernel<<<4096, 256, 0, s>>>(static_cast<bf16*>(grads.back()), p.numel(), 1000 + p.index,
+                                                    0.002f);
         cuda_check_kernel("fill_bf16_noise_kernel");
         init_bytes += double(p.bytes());
     }
@@ -103,16 +105,18 @@ void bench_gpu_optimizers(FILE* out, const std::string& config_path, bool quick)
         cuda_check(cudaEventRecord(e0, s));
         for (size_t i = 0; i < table.params.size(); ++i) {
             const ParamInfo& p = table.params[i];
-            cuda::init_normal(TensorRef(weights[i], p.dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32), p.numel(),
-                              42, p.index, float(cfg.model.init_std), s);
+            cuda::init_normal(TensorRef(weights[i], p.dtype == DType::BF16 ? ScalarType::BF16 : ScalarType::F32),
+                              p.numel(), 42, p.index, float(cfg.model.init_std), s);
         }
         cuda_check(cudaEventRecord(e1, s));
         const double ms = event_ms(s, e0, e1);
         std::printf("%-58s %9.3f ms %8.1f GB/s  %lld parameters\n", "model init on the device (Philox normals)", ms,
                     init_bytes / (ms * 1e-3) / 1e9, (long long)n_total);
         if (out)
-            std::fprintf(out, "{\"name\": \"model init on the device (Philox normals)\", \"ms\": %.6f, \"gbs\": %.3f, "
-                              "\"params\": %lld}\n", ms, init_bytes / (ms * 1e-3) / 1e9, (long long)n_total);
+            std::fprintf(out,
+                         "{\"name\": \"model init on the device (Philox normals)\", \"ms\": %.6f, \"gbs\": %.3f, "
+                         "\"params\": %lld}\n",
+                         ms, init_bytes / (ms * 1e-3) / 1e9, (long long)n_total);
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
     }
@@ -149,7 +153,7 @@ void bench_gpu_optimizers(FILE* out, const std::string& config_path, bool quick)
         ctx.stream = s;
         ctx.matrix_by_matrix = row_of.matrix_by_matrix;
         OptimStep st{1, opt.lr, 42};
-        st.grad_scale = 0.5f;  // the folded clip coefficient, as a clipped step reads it
+        st.grad_scale = 0.5f;                      // the folded clip coefficient, as a clipped step reads it
         optimizer_step_cuda(opt, slots, st, ctx);  // warm-up
         cudaEvent_t e0, e1;
         cuda_check(cudaEventCreate(&e0));

@@ -2,6 +2,7 @@
 // built-in optimizer on a small representative parameter set, the bytes each step moves per
 // parameter, and the state size of each optimizer for the paper's model (from the memory plan).
 // Usage: bench_optim [--reps N] [--scale S] [--out FILE]; prints JSON tagged with the git commit.
+#include <nlohmann/json.hpp>
 #include <omp.h>
 
 #include <chrono>
@@ -9,17 +10,16 @@
 #include <cstdlib>
 #include <deque>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
 #include "engine/config.h"
-#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/philox.h"
 #include "optim/optimizer.h"
+#include "plan/plan.h"
 #include "tests/optim/optim_test_util.h"
 
 using namespace skew;
@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
     infos.push_back(make_param("blocks.0.ln1.weight", {d}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, 1));
     infos.push_back(make_param("blocks.0.ln1.bias", {d}, DType::F32, Tier::BACKBONE, Role::NORM_BIAS, 2));
     infos.push_back(make_param("blocks.1.moe.router", {128, d}, DType::F32, Tier::ROUTER, Role::ROUTER, 3));
-    infos.push_back(make_param("blocks.1.moe.experts.w1", {8, d / 2, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 4));
+    infos.push_back(
+        make_param("blocks.1.moe.experts.w1", {8, d / 2, d}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 4));
     int64_t total = 0;
     for (const auto& p : infos) total += p.numel();
 
@@ -67,8 +68,10 @@ int main(int argc, char** argv) {
             w16[t].resize(size_t(n));
             g16[t].resize(size_t(n));
             for (int64_t i = 0; i < n; ++i) {
-                w16[t][size_t(i)] = f32_to_bf16(philox_normal(PhiloxKey{1, 1}, 0, uint32_t(t), uint64_t(i)) * 0.02f).bits;
-                g16[t][size_t(i)] = f32_to_bf16(philox_normal(PhiloxKey{2, 1}, 0, uint32_t(t), uint64_t(i)) * 1e-3f).bits;
+                w16[t][size_t(i)] =
+                    f32_to_bf16(philox_normal(PhiloxKey{1, 1}, 0, uint32_t(t), uint64_t(i)) * 0.02f).bits;
+                g16[t][size_t(i)] =
+                    f32_to_bf16(philox_normal(PhiloxKey{2, 1}, 0, uint32_t(t), uint64_t(i)) * 1e-3f).bits;
             }
         } else {
             w32[t].resize(size_t(n));

@@ -12,6 +12,7 @@
 //           50,304 vocab, batch 8 x 128 in one microbatch (~10.1M parameters)
 // The PyTorch twin is bench/torch_step.py; its --compare runs both side by side on one OpenBLAS core.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -19,7 +20,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -91,8 +91,9 @@ int main(int argc, char** argv) {
                 p = q + 1;
             }
         } else {
-            std::fprintf(stderr, "usage: bench_step [--model tiny|moe10m] [--steps N] [--threads N] [--tiny-config PATH] "
-                                 "[--recompute block|attention|none[,...]] | --blas-core\n");
+            std::fprintf(stderr,
+                         "usage: bench_step [--model tiny|moe10m] [--steps N] [--threads N] [--tiny-config PATH] "
+                         "[--recompute block|attention|none[,...]] | --blas-core\n");
             return 2;
         }
     }

@@ -1,9 +1,10 @@
 // Helpers shared by the benchmarks: run a shell command and capture its output, and the git commit
 // and OpenBLAS core every JSON result is tagged with.
 #pragma once
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "kernels/cpu/blas_core.h"

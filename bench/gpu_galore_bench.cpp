@@ -16,9 +16,9 @@
 #include "engine/config.h"
 #include "kernels/cuda/cuda_check.h"
 #include "optim/galore_cuda.h"
-#include "optim/state_plan.h"
 #include "optim/optim_internal.h"
 #include "optim/optimizer_cuda.h"
+#include "optim/state_plan.h"
 
 namespace skew::bench {
 

@@ -6,6 +6,7 @@
 #include "data/prepare.h"
 
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <omp.h>
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
@@ -17,10 +18,9 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <future>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include <future>
 #include <regex>
 #include <set>
 
@@ -80,8 +80,8 @@ struct SplitOutput {
     std::vector<FinishedShard> shards;  // finished shards, in order
     int64_t tokens = 0;
     int64_t documents = 0;
-    bool placed = false;                // the shards were renamed into place
-    ~SplitOutput() {                    // a failed run leaves no temporary behind
+    bool placed = false;  // the shards were renamed into place
+    ~SplitOutput() {      // a failed run leaves no temporary behind
         if (!placed)
             for (const auto& sh : shards) std::remove(sh.temp.c_str());
     }
@@ -122,7 +122,8 @@ int remove_stale_temps(const std::string& dir) {
     for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
         if (!is_prepare_temp_name(it->path().filename().string())) continue;
         std::error_code rm;
-        if (!fs::remove(it->path(), rm) || rm) fail("prepare: cannot remove the stale temporary {}: {}", it->path().string(), rm.message());
+        if (!fs::remove(it->path(), rm) || rm)
+            fail("prepare: cannot remove the stale temporary {}: {}", it->path().string(), rm.message());
         removed++;
     }
     if (ec) fail("prepare: cannot list {}: {}", dir, ec.message());
@@ -143,7 +144,8 @@ std::string human_duration(double seconds) {
     if (!(seconds >= 0) || seconds > 1e7) return "--:--";
     int64_t s = int64_t(seconds + 0.5);
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60), (long long)(s % 60));
+    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60),
+                  (long long)(s % 60));
     return buf;
 }
 
@@ -154,9 +156,10 @@ void draw_progress(int64_t documents, int64_t consumed, int64_t total, int64_t t
     double eta = frac > 0.01 && seconds > 1.0 ? seconds * (1.0 - frac) / frac : -1;  // unknown until a little is done
     const int width = 24;
     int filled = int(frac * width + 0.5);
-    std::string bar = std::string(size_t(std::min(filled, width)), '#') + std::string(size_t(width - std::min(filled, width)), '.');
-    std::fprintf(stderr, "\rprepare [%s] %3.0f%%  %lld documents  %.1f MB  %.1f MB/s  %s %s   ", bar.c_str(), frac * 100,
-                 (long long)documents, double(text_bytes) / 1e6, mbps, final ? "took" : "ETA",
+    std::string bar =
+        std::string(size_t(std::min(filled, width)), '#') + std::string(size_t(width - std::min(filled, width)), '.');
+    std::fprintf(stderr, "\rprepare [%s] %3.0f%%  %lld documents  %.1f MB  %.1f MB/s  %s %s   ", bar.c_str(),
+                 frac * 100, (long long)documents, double(text_bytes) / 1e6, mbps, final ? "took" : "ETA",
                  human_duration(final ? seconds : eta).c_str());
     if (final) std::fprintf(stderr, "\n");
     std::fflush(stderr);
@@ -166,15 +169,18 @@ void draw_progress(int64_t documents, int64_t consumed, int64_t total, int64_t t
 
 static PrepareSummary prepare_impl(const PrepareOptions& o) {
     auto t0 = std::chrono::steady_clock::now();
-    if (o.separator != "eot" && o.separator != "none") fail("prepare: separator must be eot or none, got \"{}\"", o.separator);
+    if (o.separator != "eot" && o.separator != "none")
+        fail("prepare: separator must be eot or none, got \"{}\"", o.separator);
     if (o.out_dir.empty()) fail("prepare: --out is required");
     if (o.shard_tokens <= 0 || o.shard_tokens > kShardMaxTokens)
         fail("prepare: shard_tokens must be in [1, {}], got {}", kShardMaxTokens, o.shard_tokens);
     const int train_buckets = split_train_buckets(o.val_ratio);
     Tokenizer tok = tokenizer_load(o.tokenizer_dir);
     if (o.separator == "eot" && tok.eot < 0)
-        fail("prepare: --separator eot needs an end-of-text token, and {} has none (a special token {}); use --separator none",
-             tok.source, fmt::join(kEndOfTextNames, ", "));
+        fail(
+            "prepare: --separator eot needs an end-of-text token, and {} has none (a special token {}); use "
+            "--separator none",
+            tok.source, fmt::join(kEndOfTextNames, ", "));
     auto files = expand_inputs(o.inputs);
     DocumentReader reader = document_reader_open(files);
 
@@ -287,7 +293,8 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
             const auto& rec = records[i];
             if (!errors[i].empty()) {
                 const std::string& path = reader.sources[rec.source].path;
-                if (!o.skip_bad_lines) fail("prepare: {}:{}: {} (use --bad-lines skip to skip such lines)", path, rec.line, errors[i]);
+                if (!o.skip_bad_lines)
+                    fail("prepare: {}:{}: {} (use --bad-lines skip to skip such lines)", path, rec.line, errors[i]);
                 if (summary.bad_lines < 10) spdlog::warn("prepare: {}:{}: {}; line skipped", path, rec.line, errors[i]);
                 summary.bad_lines++;
                 bad_per_source[rec.source]++;
@@ -325,19 +332,25 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
     split_finish(train);
     split_finish(val);
     summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (tty) draw_progress(train.documents + val.documents, total_file_bytes, total_file_bytes, summary.bytes,
-                           summary.seconds, true);
+    if (tty)
+        draw_progress(train.documents + val.documents, total_file_bytes, total_file_bytes, summary.bytes,
+                      summary.seconds, true);
     if (summary.bad_lines > 10) spdlog::warn("prepare: {} bad lines skipped in all ({} shown)", summary.bad_lines, 10);
     if (summary.invalid_utf8)
-        spdlog::warn("prepare: {} document{} not valid UTF-8 (the first: {}); {} bytes were tokenized as byte tokens "
-                     "(a SentencePiece model reads them as U+FFFD); convert such files to UTF-8 (e.g. iconv) if that is not intended",
-                     summary.invalid_utf8, summary.invalid_utf8 == 1 ? " is" : "s are", escape_text(summary.first_invalid_utf8),
-                     summary.invalid_utf8 == 1 ? "its" : "their");
+        spdlog::warn(
+            "prepare: {} document{} not valid UTF-8 (the first: {}); {} bytes were tokenized as byte tokens "
+            "(a SentencePiece model reads them as U+FFFD); convert such files to UTF-8 (e.g. iconv) if that is not "
+            "intended",
+            summary.invalid_utf8, summary.invalid_utf8 == 1 ? " is" : "s are", escape_text(summary.first_invalid_utf8),
+            summary.invalid_utf8 == 1 ? "its" : "their");
     // Nothing is placed into the folder for a run that read no document (a wrong --field, empty
     // files): empty shards and a manifest would look like a complete dataset.
     if (train.documents + val.documents == 0)
-        fail("prepare: no documents were read from the input ({} bad lines and {} empty documents skipped: check --field "
-             "and --bad-lines); nothing was written to {}", summary.bad_lines, summary.empty_skipped, o.out_dir);
+        fail(
+            "prepare: no documents were read from the input ({} bad lines and {} empty documents skipped: check "
+            "--field "
+            "and --bad-lines); nothing was written to {}",
+            summary.bad_lines, summary.empty_skipped, o.out_dir);
 
     summary.documents_train = train.documents;
     summary.documents_val = val.documents;
@@ -346,32 +359,49 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
 
     nlohmann::json m;
     const bool wide = shard_token_bytes_for(tok.vocab_size()) == 4;
-    m["format"] = {{"layout", "llm.c .bin"}, {"magic", wide ? kShardMagicU32 : kShardMagic},
-                   {"version", wide ? kShardVersionU32 : kShardVersion}, {"dtype", wide ? "uint32" : "uint16"},
+    m["format"] = {{"layout", "llm.c .bin"},
+                   {"magic", wide ? kShardMagicU32 : kShardMagic},
+                   {"version", wide ? kShardVersionU32 : kShardVersion},
+                   {"dtype", wide ? "uint32" : "uint16"},
                    {"header_bytes", 1024}};
     const nlohmann::json tok_files = tokenizer_file_md5s(o.tokenizer_dir);
-    m["tokenizer"] = {{"kind", tokenizer_kind_name(tok.kind)}, {"dir", o.tokenizer_dir}, {"vocab_size", tok.vocab_size()},
-                      {"eot", tok.eot}, {"eot_text", tok.eot_text}, {"md5", tok_files}, {"allow_special", o.allow_special}};
+    m["tokenizer"] = {{"kind", tokenizer_kind_name(tok.kind)},
+                      {"dir", o.tokenizer_dir},
+                      {"vocab_size", tok.vocab_size()},
+                      {"eot", tok.eot},
+                      {"eot_text", tok.eot_text},
+                      {"md5", tok_files},
+                      {"allow_special", o.allow_special}};
     m["separator"] = o.separator;
     m["split"] = {{"rule", "md5(utf8(first 1024 code points))[:8] as int mod 1000 < train_buckets"},
-                  {"val_ratio", o.val_ratio}, {"train_buckets", train_buckets}};
-    m["documents"] = {{"train", train.documents}, {"val", val.documents}, {"total", train.documents + val.documents},
-                      {"bad_lines_skipped", summary.bad_lines}, {"empty_skipped", summary.empty_skipped},
+                  {"val_ratio", o.val_ratio},
+                  {"train_buckets", train_buckets}};
+    m["documents"] = {{"train", train.documents},
+                      {"val", val.documents},
+                      {"total", train.documents + val.documents},
+                      {"bad_lines_skipped", summary.bad_lines},
+                      {"empty_skipped", summary.empty_skipped},
                       {"invalid_utf8", summary.invalid_utf8}};
     m["tokens"] = {{"train", train.tokens}, {"val", val.tokens}, {"total", train.tokens + val.tokens}};
     m["bytes"] = summary.bytes;
     nlohmann::json sources = nlohmann::json::array();
     for (size_t s = 0; s < reader.sources.size(); s++) {
         const auto& src = reader.sources[s];
-        sources.push_back({{"path", src.path}, {"file_bytes", src.file_bytes}, {"bytes", src.bytes},
+        sources.push_back({{"path", src.path},
+                           {"file_bytes", src.file_bytes},
+                           {"bytes", src.bytes},
                            {"documents", src.documents - bad_per_source[s] - empty_per_source[s]},
-                           {"bad_lines", bad_per_source[s]}, {"empty_skipped", empty_per_source[s]}, {"md5", src.md5}});
+                           {"bad_lines", bad_per_source[s]},
+                           {"empty_skipped", empty_per_source[s]},
+                           {"md5", src.md5}});
     }
     m["sources"] = sources;
     nlohmann::json shards = nlohmann::json::array();
     for (SplitOutput* s : {&train, &val})
         for (const auto& sh : s->shards) {
-            shards.push_back({{"file", fs::path(sh.path).filename().string()}, {"split", s->name}, {"tokens", sh.tokens},
+            shards.push_back({{"file", fs::path(sh.path).filename().string()},
+                              {"split", s->name},
+                              {"tokens", sh.tokens},
                               {"md5", md5_file(sh.temp)}});
             summary.shards.push_back(sh.path);
         }

@@ -2,13 +2,13 @@
 // as one document per file, .jsonl as one record per line, directories and globs expanded in order.
 #include "data/reader.h"
 
-#include <glob.h>
+#include <nlohmann/json.hpp>
 #include <openssl/evp.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <nlohmann/json.hpp>
+#include <glob.h>
+#include <zlib.h>
 
 #include "data/split.h"
 #include "engine/error.h"
@@ -51,7 +51,8 @@ DocumentReader& DocumentReader::operator=(DocumentReader&&) noexcept = default;
 // does not say which link to fix.
 [[noreturn]] static void fail_path(const std::string& path, const std::error_code& ec) {
     if (ec == std::errc::too_many_symbolic_link_levels)
-        fail("data: {}: a symbolic link loop ({}); remove or fix the link, or leave it out of --input", path, ec.message());
+        fail("data: {}: a symbolic link loop ({}); remove or fix the link, or leave it out of --input", path,
+             ec.message());
     fail("data: cannot read {}: {}", path, ec.message());
 }
 
@@ -76,8 +77,11 @@ static std::vector<std::string> expand_directory(const std::string& dir) {
             if (ec) fail_path(path.parent_path().string(), ec);
             auto [t, p] = std::mismatch(target.begin(), target.end(), parent.begin(), parent.end());
             if (t == target.end())
-                fail("data: {}: a symbolic link loop (it leads back to {}, which holds it); remove the link or leave it out "
-                     "of --input", path.string(), target.string());
+                fail(
+                    "data: {}: a symbolic link loop (it leads back to {}, which holds it); remove the link or leave it "
+                    "out "
+                    "of --input",
+                    path.string(), target.string());
             continue;
         }
         std::string p = path.string();
@@ -185,7 +189,8 @@ static size_t fill(DocumentReader& r, size_t n) {
     if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
         // zlib reads a non-gzip file "transparently" and reports a cut-off stream only as an error
         // state at the end: refuse both for a .gz input instead of tokenizing raw or partial bytes.
-        if (got > 0 && gzdirect(s.gz)) fail("data: {} is not a gzip file (no gzip header); rename or recompress it", path);
+        if (got > 0 && gzdirect(s.gz))
+            fail("data: {} is not a gzip file (no gzip header); rename or recompress it", path);
         int err = Z_OK;
         gzerror(s.gz, &err);
         if (got == 0 && err != Z_OK)
@@ -283,7 +288,8 @@ bool document_parse(const DocumentRecord& rec, const std::string& field, std::st
     return true;
 }
 
-std::vector<std::string> read_documents(const std::vector<std::string>& inputs, bool skip_bad_lines, const std::string& field) {
+std::vector<std::string> read_documents(const std::vector<std::string>& inputs, bool skip_bad_lines,
+                                        const std::string& field) {
     auto reader = document_reader_open(expand_inputs(inputs));
     std::vector<std::string> docs;
     DocumentRecord rec;
@@ -291,7 +297,8 @@ std::vector<std::string> read_documents(const std::vector<std::string>& inputs, 
     while (document_reader_next(reader, rec)) {
         if (document_parse(rec, field, text, error)) docs.push_back(text);
         else if (!skip_bad_lines)
-            fail("data: {}:{}: {} (skip bad lines with --bad-lines skip)", reader.sources[rec.source].path, rec.line, error);
+            fail("data: {}:{}: {} (skip bad lines with --bad-lines skip)", reader.sources[rec.source].path, rec.line,
+                 error);
     }
     return docs;
 }

@@ -15,17 +15,17 @@ namespace skew::data {
 struct DocumentRecord {
     std::string raw;
     bool is_json = false;
-    int32_t source = 0;   // index into DocumentReader::sources
-    int64_t line = 0;     // 1-based line number in a .jsonl source; 0 for .txt
+    int32_t source = 0;  // index into DocumentReader::sources
+    int64_t line = 0;    // 1-based line number in a .jsonl source; 0 for .txt
 };
 
 /// Per-source statistics, filled in while reading (the manifest's "sources").
 struct SourceInfo {
     std::string path;
-    int64_t bytes = 0;        // bytes read after decompression
-    int64_t file_bytes = 0;   // size on disk
-    int64_t documents = 0;    // records read (bad .jsonl lines included until checked)
-    std::string md5;          // MD5 of the decompressed content, set when the source is finished
+    int64_t bytes = 0;       // bytes read after decompression
+    int64_t file_bytes = 0;  // size on disk
+    int64_t documents = 0;   // records read (bad .jsonl lines included until checked)
+    std::string md5;         // MD5 of the decompressed content, set when the source is finished
 };
 
 struct DocumentReaderState;  // open file, line buffer, hash context (reader.cpp)

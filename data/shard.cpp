@@ -2,11 +2,11 @@
 // patches the token count into the header on close (docs/data.md, "Shard format (llm.c)").
 #include "data/shard.h"
 
-#include <cerrno>
 #include <climits>
-#include <cstring>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 
@@ -29,7 +29,8 @@ std::string shard_temp_path(const std::string& path) {
 }
 
 bool is_prepare_temp_name(const std::string& file_name) {
-    static const std::regex temp(R"(\.((train|val)_[0-9]{6}\.bin|manifest\.json)\.tmp-[0-9]+|((train|val)_[0-9]{6}\.bin|manifest\.json)\.tmp)");
+    static const std::regex temp(
+        R"(\.((train|val)_[0-9]{6}\.bin|manifest\.json)\.tmp-[0-9]+|((train|val)_[0-9]{6}\.bin|manifest\.json)\.tmp)");
     return std::regex_match(file_name, temp);
 }
 
@@ -56,7 +57,8 @@ static void append_as(ShardWriter& w, std::span<const int32_t> tokens) {
                 fail("shard: token id {} does not fit the uint{} layout of {}", t, 8 * sizeof(T), w.path);
             buf[k] = static_cast<T>(t);
         }
-        if (std::fwrite(buf, sizeof(T), n, w.file) != n) fail("shard: cannot write {}: {}", w.temp, std::strerror(errno));
+        if (std::fwrite(buf, sizeof(T), n, w.file) != n)
+            fail("shard: cannot write {}: {}", w.temp, std::strerror(errno));
         i += n;
     }
 }
@@ -121,16 +123,19 @@ ShardHeader shard_header(const std::string& path) {
         fail("shard: {} is truncated: {} bytes, shorter than the 1024-byte header", path, got * sizeof(int32_t));
     ShardHeader h;
     if (header[0] == kShardMagic) {
-        if (header[1] != kShardVersion) fail("shard: {} has version {}, expected {} (uint16 tokens)", path, header[1], kShardVersion);
+        if (header[1] != kShardVersion)
+            fail("shard: {} has version {}, expected {} (uint16 tokens)", path, header[1], kShardVersion);
         h.token_bytes = 2;
     } else if (header[0] == kShardMagicU32) {
         if (header[1] != kShardVersionU32)
-            fail("shard: {} has magic {} (llm.c's uint32 layout) with version {}, expected {}", path, header[0], header[1],
-                 kShardVersionU32);
+            fail("shard: {} has magic {} (llm.c's uint32 layout) with version {}, expected {}", path, header[0],
+                 header[1], kShardVersionU32);
         h.token_bytes = 4;
     } else {
-        fail("shard: {} has magic {}, expected {} (an llm.c token shard of uint16 tokens) or {} (of uint32 tokens); "
-             "re-run `skew prepare`", path, header[0], kShardMagic, kShardMagicU32);
+        fail(
+            "shard: {} has magic {}, expected {} (an llm.c token shard of uint16 tokens) or {} (of uint32 tokens); "
+            "re-run `skew prepare`",
+            path, header[0], kShardMagic, kShardMagicU32);
     }
     h.tokens = header[2];
     if (h.tokens < 0) fail("shard: {} declares a negative token count {}", path, h.tokens);

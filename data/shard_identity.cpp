@@ -68,7 +68,9 @@ nlohmann::json shard_identity(const std::vector<const TokenSplit*>& splits) {
 
 std::string shard_identity_difference(const nlohmann::json& was, const nlohmann::json& now) {
     using nlohmann::json;
-    auto list = [](const json& j) { return j.is_object() && j.contains("shards") && j["shards"].is_array() ? j["shards"] : json::array(); };
+    auto list = [](const json& j) {
+        return j.is_object() && j.contains("shards") && j["shards"].is_array() ? j["shards"] : json::array();
+    };
     const json ws = list(was), ns = list(now);
     auto field = [](const json& e, const char* key) { return e.is_object() && e.contains(key) ? e[key] : json(); };
     for (size_t i = 0; i < std::min(ws.size(), ns.size()); i++) {
@@ -76,8 +78,8 @@ std::string shard_identity_difference(const nlohmann::json& was, const nlohmann:
             const json a = field(ws[i], key), b = field(ns[i], key);
             if (a.is_null() && b.is_null()) continue;
             if (a != b)
-                return fmt::format("shard {} ({}): {} {} in the run's record, {} now", i + 1, field(ws[i], "file").dump(), key,
-                                   a.dump(), b.dump());
+                return fmt::format("shard {} ({}): {} {} in the run's record, {} now", i + 1,
+                                   field(ws[i], "file").dump(), key, a.dump(), b.dump());
         }
     }
     if (ws.size() != ns.size()) {
@@ -101,9 +103,11 @@ void shard_identity_check(const std::string& run_dir, const std::string& data_di
     // Hash the way the record was made: whole files, or sampled ones.
     const std::string diff = shard_identity_difference(was, shard_identity(splits));
     if (!diff.empty())
-        fail("--resume {}: the shards in {} are not the ones the run started with: {} (recorded in {}); resuming would mix "
-             "two datasets in one run (restore the data, or start a new run with --out)", run_dir, data_dir, diff,
-             path.string());
+        fail(
+            "--resume {}: the shards in {} are not the ones the run started with: {} (recorded in {}); resuming would "
+            "mix "
+            "two datasets in one run (restore the data, or start a new run with --out)",
+            run_dir, data_dir, diff, path.string());
 }
 
 }  // namespace skew::data

@@ -2,8 +2,9 @@
 // shards with a manifest.json, or llm.c's without one): every shard's file name, size and MD5, so
 // that `skew train --resume` refuses shards replaced or edited since the run started (docs/data.md).
 #pragma once
-#include <cstdint>
 #include <nlohmann/json.hpp>
+
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -17,7 +17,8 @@ std::string md5_hex(std::string_view bytes) {
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
     if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_md5(), nullptr) != 1 ||
-        EVP_DigestUpdate(ctx.get(), bytes.data(), bytes.size()) != 1 || EVP_DigestFinal_ex(ctx.get(), digest, &len) != 1)
+        EVP_DigestUpdate(ctx.get(), bytes.data(), bytes.size()) != 1 ||
+        EVP_DigestFinal_ex(ctx.get(), digest, &len) != 1)
         fail("split: OpenSSL MD5 failed");
     static const char* hex = "0123456789abcdef";
     std::string out(2 * len, '0');

@@ -24,6 +24,8 @@ int split_bucket(std::string_view text);
 int split_train_buckets(double val_ratio);
 
 /// True when the document belongs to the training split.
-inline bool split_is_train(std::string_view text, double val_ratio) { return split_bucket(text) < split_train_buckets(val_ratio); }
+inline bool split_is_train(std::string_view text, double val_ratio) {
+    return split_bucket(text) < split_train_buckets(val_ratio);
+}
 
 }  // namespace skew::data

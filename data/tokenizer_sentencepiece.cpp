@@ -31,14 +31,16 @@ std::shared_ptr<const SentencePieceModel> sentencepiece_load(const std::string& 
 void sentencepiece_encode(const SentencePieceModel& model, std::string_view text, std::vector<int32_t>& out) {
     std::vector<int> ids;
     const auto status = model.processor.Encode(text, &ids);
-    if (!status.ok()) fail("tokenizer: {}: libsentencepiece cannot encode {} bytes: {}", model.path, text.size(), status.ToString());
+    if (!status.ok())
+        fail("tokenizer: {}: libsentencepiece cannot encode {} bytes: {}", model.path, text.size(), status.ToString());
     out.insert(out.end(), ids.begin(), ids.end());
 }
 
 std::string sentencepiece_decode(const SentencePieceModel& model, std::span<const int32_t> ids) {
     std::string text;
     const auto status = model.processor.Decode(std::vector<int>(ids.begin(), ids.end()), &text);
-    if (!status.ok()) fail("tokenizer: {}: libsentencepiece cannot decode {} ids: {}", model.path, ids.size(), status.ToString());
+    if (!status.ok())
+        fail("tokenizer: {}: libsentencepiece cannot decode {} ids: {}", model.path, ids.size(), status.ToString());
     return text;
 }
 

@@ -44,7 +44,8 @@ struct SelfCommunicator final : Communicator {
     void allreduce_sum(void*, int64_t, CommDType) override {}
     int64_t start_allreduce_sum(void*, int64_t, CommDType) override { return started++; }
     void wait(int64_t ticket) override {
-        if (ticket < 0 || ticket >= started) fail("wait: ticket {} was not started (one process, {} started)", ticket, started);
+        if (ticket < 0 || ticket >= started)
+            fail("wait: ticket {} was not started (one process, {} started)", ticket, started);
     }
     void wait_all() override { started = 0; }
     void reduce_scatter_sum(const void* send, void* recv, int64_t recv_count, CommDType t) override {

@@ -12,11 +12,11 @@ namespace skew {
 
 /// Where this process sits. Without a launcher: rank 0 of 1, no MPI.
 struct LaunchInfo {
-    bool mpi = false;     // launched by mpirun/srun: MPI is initialized and must be finalized
-    int rank = 0;         // in MPI_COMM_WORLD
+    bool mpi = false;  // launched by mpirun/srun: MPI is initialized and must be finalized
+    int rank = 0;      // in MPI_COMM_WORLD
     int world_size = 1;
-    int local_rank = 0;   // among the ranks on this node (MPI_Comm_split_type MPI_COMM_TYPE_SHARED)
-    int local_size = 1;   // ranks on this node
+    int local_rank = 0;  // among the ranks on this node (MPI_Comm_split_type MPI_COMM_TYPE_SHARED)
+    int local_size = 1;  // ranks on this node
 };
 
 /// Start MPI when launched_by_mpi() (MPI_Init_thread, MPI_THREAD_FUNNELED: only the main thread

@@ -3,10 +3,10 @@
 // max_chunk_ elements (2^30 by default) are split into chunks (MPI 3.1 counts are int).
 #include "dist/mpi_communicator.h"
 
+#include <climits>
 #include <mpi.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -15,7 +15,6 @@
 
 namespace skew {
 namespace {
-
 
 /// Sum of bf16 values (as uint16 patterns): widen, add in fp32, round to nearest even.
 void bf16_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -215,7 +214,8 @@ struct MpiCommunicator final : Communicator {
         char* p = static_cast<char*>(data);
         const int64_t es = comm_dtype_bytes(t);
         for (int64_t off = 0; off < count; off += max_chunk_)
-            check(MPI_Bcast(p + off * es, int(std::min(max_chunk_, count - off)), mpi_type(t), root, comm), "MPI_Bcast");
+            check(MPI_Bcast(p + off * es, int(std::min(max_chunk_, count - off)), mpi_type(t), root, comm),
+                  "MPI_Bcast");
     }
 
     void barrier() override { check(MPI_Barrier(comm), "MPI_Barrier"); }

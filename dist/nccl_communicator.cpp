@@ -3,7 +3,6 @@
 #include "dist/nccl_communicator.h"
 
 #include <cuda_runtime.h>
-
 #include <fmt/format.h>
 
 #include <cstring>
@@ -66,7 +65,7 @@ struct CommStream {
 /// throw inside the bracket (a failed ncclSend, say) closes it in the destructor, so the thread is
 /// not left inside a group whose calls NCCL would never launch.
 class NcclGroup {
-  public:
+public:
     explicit NcclGroup(int rank) : rank_(rank) {
         const ncclResult_t rc = nccl_api().group_start();
         if (rc != ncclSuccess) fail("nccl rank {}: ncclGroupStart failed: {}", rank_, nccl_api().get_error_string(rc));
@@ -83,7 +82,7 @@ class NcclGroup {
         return nccl_api().group_end();
     }
 
-  private:
+private:
     int rank_;
     bool open_ = false;
 };
@@ -98,9 +97,9 @@ struct NcclCommunicator final : Communicator {
     cudaStream_t stream = nullptr;
     int device = 0;
     int rank_ = 0, size_ = 1;
-    int32_t* barrier_word = nullptr;  // one device int for barrier()
+    int32_t* barrier_word = nullptr;              // one device int for barrier()
     std::shared_ptr<CommStreamSlot> comm_stream;  // the non-blocking sums' stream (shared with splits)
-    int64_t started = 0;  // tickets handed out since the last wait_all
+    int64_t started = 0;                          // tickets handed out since the last wait_all
 
     NcclCommunicator(ncclComm_t c, cudaStream_t s, int dev, std::shared_ptr<CommStreamSlot> slot)
         : comm(c), stream(s), device(dev), comm_stream(std::move(slot)) {
@@ -142,7 +141,8 @@ struct NcclCommunicator final : Communicator {
         // bucket's gradients), then sums; `done` marks the last sum started
         check_cuda(cudaEventRecord(cs.ready, stream), rank_, "cudaEventRecord (gradients ready)");
         check_cuda(cudaStreamWaitEvent(cs.stream, cs.ready, 0), rank_, "cudaStreamWaitEvent (communication stream)");
-        check(nccl_api().all_reduce(data, data, size_t(count), nccl_type(t), ncclSum, comm, cs.stream), "ncclAllReduce (started)");
+        check(nccl_api().all_reduce(data, data, size_t(count), nccl_type(t), ncclSum, comm, cs.stream),
+              "ncclAllReduce (started)");
         check_cuda(cudaEventRecord(cs.done, cs.stream), rank_, "cudaEventRecord (sum done)");
         cs.in_flight = true;
         return started++;
@@ -182,7 +182,8 @@ struct NcclCommunicator final : Communicator {
         for (int r = 0; r < size_; ++r) {
             void* dst = out + displs[size_t(r)] * es;
             const void* src = r == rank_ ? send : dst;
-            check(nccl_api().broadcast(src, dst, size_t(counts[size_t(r)]), nccl_type(t), r, comm, stream), "ncclBroadcast");
+            check(nccl_api().broadcast(src, dst, size_t(counts[size_t(r)]), nccl_type(t), r, comm, stream),
+                  "ncclBroadcast");
         }
         check(group.end(), "ncclGroupEnd (allgatherv)");
     }
@@ -196,12 +197,12 @@ struct NcclCommunicator final : Communicator {
         NcclGroup group(rank_);
         for (int r = 0; r < size_; ++r) {
             if (send_counts[size_t(r)] > 0)
-                check(nccl_api().send(s + send_displs[size_t(r)] * es, size_t(send_counts[size_t(r)]), nccl_type(t), r, comm,
-                               stream),
+                check(nccl_api().send(s + send_displs[size_t(r)] * es, size_t(send_counts[size_t(r)]), nccl_type(t), r,
+                                      comm, stream),
                       "ncclSend");
             if (recv_counts[size_t(r)] > 0)
-                check(nccl_api().recv(d + recv_displs[size_t(r)] * es, size_t(recv_counts[size_t(r)]), nccl_type(t), r, comm,
-                               stream),
+                check(nccl_api().recv(d + recv_displs[size_t(r)] * es, size_t(recv_counts[size_t(r)]), nccl_type(t), r,
+                                      comm, stream),
                       "ncclRecv");
         }
         check(group.end(), "ncclGroupEnd (alltoallv)");
@@ -210,8 +211,10 @@ struct NcclCommunicator final : Communicator {
         check(nccl_api().broadcast(data, data, size_t(count), nccl_type(t), root, comm, stream), "ncclBroadcast");
     }
     void barrier() override {
-        check(nccl_api().all_reduce(barrier_word, barrier_word, 1, ncclInt32, ncclSum, comm, stream), "ncclAllReduce (barrier)");
-        if (cudaStreamSynchronize(stream) != cudaSuccess) fail("nccl rank {}: cudaStreamSynchronize (barrier) failed", rank_);
+        check(nccl_api().all_reduce(barrier_word, barrier_word, 1, ncclInt32, ncclSum, comm, stream),
+              "ncclAllReduce (barrier)");
+        if (cudaStreamSynchronize(stream) != cudaSuccess)
+            fail("nccl rank {}: cudaStreamSynchronize (barrier) failed", rank_);
     }
     std::unique_ptr<Communicator> split(int color, int key) override {
         ncclComm_t sub = nullptr;
@@ -219,7 +222,9 @@ struct NcclCommunicator final : Communicator {
         if (!sub) fail("nccl rank {}: ncclCommSplit with color {} gave no communicator", rank_, color);
         return std::make_unique<NcclCommunicator>(sub, stream, device, comm_stream);
     }
-    std::string describe() const override { return fmt::format("nccl rank {} of {} (device {})", rank_, size_, device); }
+    std::string describe() const override {
+        return fmt::format("nccl rank {} of {} (device {})", rank_, size_, device);
+    }
 };
 
 }  // namespace

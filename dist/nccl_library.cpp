@@ -2,7 +2,6 @@
 #include "dist/nccl_library.h"
 
 #include <dlfcn.h>
-
 #include <fmt/format.h>
 
 #include <cstdlib>

@@ -57,7 +57,8 @@ std::vector<int64_t> layout_arena(const std::vector<BufferSpec>& buffers, int64_
     std::vector<size_t> rest;
     for (size_t i = 0; i < buffers.size(); ++i)
         if (!persistent(buffers[i])) rest.push_back(i);
-    std::stable_sort(rest.begin(), rest.end(), [&](size_t a, size_t b) { return buffers[a].bytes() > buffers[b].bytes(); });
+    std::stable_sort(rest.begin(), rest.end(),
+                     [&](size_t a, size_t b) { return buffers[a].bytes() > buffers[b].bytes(); });
     // Two buffers conflict when they live in a common phase, so the bytes a buffer must avoid are
     // the union of the busy bytes of its phases: first fit over that union places it where first
     // fit over every conflicting buffer would, with a few merged intervals to scan instead of every
@@ -119,7 +120,8 @@ Arena allocate_host_arena(const MemoryPlan& plan) {
     a.device = ArenaDevice::HOST;
     a.bytes = plan.peak_bytes;
     a.plan = &plan;
-    const size_t size = size_t(std::max<int64_t>(ARENA_ALIGNMENT, (plan.peak_bytes + ARENA_ALIGNMENT - 1) / ARENA_ALIGNMENT * ARENA_ALIGNMENT));
+    const size_t size = size_t(std::max<int64_t>(
+        ARENA_ALIGNMENT, (plan.peak_bytes + ARENA_ALIGNMENT - 1) / ARENA_ALIGNMENT * ARENA_ALIGNMENT));
     a.base = static_cast<char*>(std::aligned_alloc(ARENA_ALIGNMENT, size));
     if (!a.base)
         fail("arena: cannot allocate {:.2f} GiB of host memory for the plan of optimizer '{}' (microbatch {})",

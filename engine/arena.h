@@ -43,7 +43,9 @@ struct Arena {
     /// Pointer to the named buffer; throws skew::Error naming it when the plan has no such buffer.
     void* ptr(const std::string& name) const;
     template <typename T>
-    T* get(const std::string& name) const { return static_cast<T*>(ptr(name)); }
+    T* get(const std::string& name) const {
+        return static_cast<T*>(ptr(name));
+    }
     /// Pointer to plan buffer i.
     void* ptr(int i) const;
 };

@@ -34,7 +34,8 @@ void dir_lock(DirLock& lock, const std::string& dir, const std::string& lock_fil
                      who, dir, lock.path);
             fail("{}: cannot lock {}: {}", who, lock.path, std::strerror(err));
         }
-        struct stat held {}, named {};
+        struct stat held {
+        }, named{};
         if (::fstat(fd, &held) == 0 && ::stat(lock.path.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
             held.st_dev == named.st_dev) {
             lock.fd = fd;

@@ -63,14 +63,13 @@ bool parse_checked(std::string_view text, nlohmann::json& out, std::string& erro
                 Open& o = open.back();
                 std::string k = parsed.is_string() ? parsed.get<std::string>() : parsed.dump();
                 if (!o.keys.insert(k).second)
-                    throw Refusal{fmt::format("duplicate key '{}' in {}", k,
-                                              o.path.empty() ? std::string("the top-level object") : "'" + o.path + "'")};
+                    throw Refusal{
+                        fmt::format("duplicate key '{}' in {}", k,
+                                    o.path.empty() ? std::string("the top-level object") : "'" + o.path + "'")};
                 o.last_key = std::move(k);
                 break;
             }
-            case json::parse_event_t::value:
-                counted();
-                break;
+            case json::parse_event_t::value: counted(); break;
         }
         return true;
     };

@@ -4,6 +4,7 @@
 // is nesting deeper than 128 levels (nlohmann's copy, == and dump recurse).
 #pragma once
 #include <nlohmann/json.hpp>
+
 #include <string>
 #include <string_view>
 

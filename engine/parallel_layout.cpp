@@ -26,12 +26,16 @@ ParallelLayout parallel_layout(const Config& cfg, int64_t world_size, int64_t ra
         fail("{}: parallel.expert ({}) must divide model.n_experts ({})", cfg.source, l.expert_parallel,
              cfg.model.n_experts);
     if (cfg.train.batch_size % world_size != 0)
-        fail("{}: train.batch_size ({}) must be a multiple of the world size ({}): each rank takes an equal slice of "
-             "every global batch", cfg.source, cfg.train.batch_size, world_size);
+        fail(
+            "{}: train.batch_size ({}) must be a multiple of the world size ({}): each rank takes an equal slice of "
+            "every global batch",
+            cfg.source, cfg.train.batch_size, world_size);
     if (world_size > 1 && cfg.train.expert_grads == ExpertGrads::DEFERRED)
-        fail("{}: train.expert_grads: deferred runs in one process only (each expert's gradient is formed inside the "
-             "optimizer step from this rank's kept operands; the sum over ranks is not built); use "
-             "train.expert_grads: stored with {} ranks", cfg.source, world_size);
+        fail(
+            "{}: train.expert_grads: deferred runs in one process only (each expert's gradient is formed inside the "
+            "optimizer step from this rank's kept operands; the sum over ranks is not built); use "
+            "train.expert_grads: stored with {} ranks",
+            cfg.source, world_size);
     return l;
 }
 

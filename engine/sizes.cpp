@@ -30,10 +30,10 @@ ParsedSize parse_size(const std::string& text, const std::string& what) {
         const char* label;
     };
     static const U units[] = {
-        {"kib", 1024.0, "KiB (2^10 bytes)"},           {"kb", 1e3, "kB (10^3 bytes)"},
-        {"mib", 1048576.0, "MiB (2^20 bytes)"},        {"mb", 1e6, "MB (10^6 bytes)"},
-        {"gib", 1073741824.0, "GiB (2^30 bytes)"},     {"gb", 1e9, "GB (10^9 bytes)"},
-        {"tib", 1099511627776.0, "TiB (2^40 bytes)"},  {"tb", 1e12, "TB (10^12 bytes)"},
+        {"kib", 1024.0, "KiB (2^10 bytes)"},          {"kb", 1e3, "kB (10^3 bytes)"},
+        {"mib", 1048576.0, "MiB (2^20 bytes)"},       {"mb", 1e6, "MB (10^6 bytes)"},
+        {"gib", 1073741824.0, "GiB (2^30 bytes)"},    {"gb", 1e9, "GB (10^9 bytes)"},
+        {"tib", 1099511627776.0, "TiB (2^40 bytes)"}, {"tb", 1e12, "TB (10^12 bytes)"},
     };
     if (lower.empty())
         fail("{}: '{}' has no unit; write e.g. {}GiB (2^30 bytes) or {}GB (10^9 bytes)", what, text, text, text);

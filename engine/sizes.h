@@ -8,7 +8,7 @@ namespace skew {
 
 struct ParsedSize {
     int64_t bytes = 0;
-    std::string unit;         // the unit as understood, e.g. "GiB (2^30 bytes)"
+    std::string unit;  // the unit as understood, e.g. "GiB (2^30 bytes)"
 };
 
 /// Parse a size such as "40GiB", "40 GB", "512MiB", "80gib"; a bare number is refused (the unit

@@ -12,12 +12,12 @@ size_t utf8_sequence_length(std::string_view s, size_t i) {
     size_t n;
     unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
     if (c >= 0xC2 && c <= 0xDF) n = 2;
-    else if (c == 0xE0) n = 3, lo = 0xA0;                 // no overlong 3-byte forms
-    else if (c == 0xED) n = 3, hi = 0x9F;                 // no UTF-16 surrogates
+    else if (c == 0xE0) n = 3, lo = 0xA0;  // no overlong 3-byte forms
+    else if (c == 0xED) n = 3, hi = 0x9F;  // no UTF-16 surrogates
     else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) n = 3;
-    else if (c == 0xF0) n = 4, lo = 0x90;                 // no overlong 4-byte forms
+    else if (c == 0xF0) n = 4, lo = 0x90;  // no overlong 4-byte forms
     else if (c >= 0xF1 && c <= 0xF3) n = 4;
-    else if (c == 0xF4) n = 4, hi = 0x8F;                 // nothing past U+10FFFF
+    else if (c == 0xF4) n = 4, hi = 0x8F;  // nothing past U+10FFFF
     else return 0;
     if (i + n > s.size()) return 0;
     if (b(i + 1) < lo || b(i + 1) > hi) return 0;

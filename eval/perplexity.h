@@ -13,8 +13,8 @@ namespace skew::eval {
 struct PerplexityResult {
     std::string split;
     int64_t batches = 0;
-    int64_t tokens = 0;     // batches * batch_size * seq_len scored tokens
-    double loss = 0.0;      // mean LM loss, nats per token
+    int64_t tokens = 0;  // batches * batch_size * seq_len scored tokens
+    double loss = 0.0;   // mean LM loss, nats per token
     double perplexity = 0.0;
 };
 

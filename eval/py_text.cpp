@@ -35,13 +35,15 @@ constexpr uint32_t SIGMA = 0x03A3, SMALL_SIGMA = 0x03C3, FINAL_SIGMA = 0x03C2;
 constexpr uint32_t ESCAPE_FIRST = 0xDC80, ESCAPE_LAST = 0xDCFF;  // surrogateescape of bytes 0x80..0xFF
 
 bool in_ranges(std::span<const CodePointRange> t, uint32_t c) {
-    const auto it = std::upper_bound(t.begin(), t.end(), c, [](uint32_t v, const CodePointRange& r) { return v < r.first; });
+    const auto it =
+        std::upper_bound(t.begin(), t.end(), c, [](uint32_t v, const CodePointRange& r) { return v < r.first; });
     return it != t.begin() && c <= std::prev(it)->last;
 }
 
 // The mapping of c into out; returns its length (1 with out[0] = c when c maps to itself).
 int case_map(std::span<const CaseRun> runs, std::span<const CaseSpecial> special, uint32_t c, uint32_t out[3]) {
-    const auto r = std::upper_bound(runs.begin(), runs.end(), c, [](uint32_t v, const CaseRun& x) { return v < x.first; });
+    const auto r =
+        std::upper_bound(runs.begin(), runs.end(), c, [](uint32_t v, const CaseRun& x) { return v < x.first; });
     if (r != runs.begin()) {
         const CaseRun& x = *std::prev(r);
         if (c <= x.last && (c - x.first) % x.stride == 0) {

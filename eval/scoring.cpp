@@ -31,7 +31,8 @@ TokenRequest encode_request(const data::Tokenizer& tok, const std::string& conte
     }
     if (cont.empty()) fail("the continuation '{}' encodes to no token after the context '{}'", continuation, context);
     if (int64_t(cont.size()) > max_tokens - 1)
-        fail("the continuation '{}' has {} tokens; the model has {} positions", continuation, cont.size(), max_tokens - 1);
+        fail("the continuation '{}' has {} tokens; the model has {} positions", continuation, cont.size(),
+             max_tokens - 1);
     r.tokens = ctx;
     r.tokens.insert(r.tokens.end(), cont.begin(), cont.end());
     r.n_continuation = int64_t(cont.size());
@@ -73,10 +74,11 @@ MeanStderr mean_stderr(const std::vector<int>& outcomes) {
     return r;
 }
 
-TaskResult score_task(const std::vector<McItem>& items, TaskFormat format, const data::Tokenizer& tok,
-                      int64_t max_tokens, int64_t batch_requests,
-                      const std::function<std::vector<std::vector<float>>(const std::vector<std::vector<int32_t>>&)>& logprobs,
-                      const std::function<void(int64_t, int64_t)>& progress) {
+TaskResult score_task(
+    const std::vector<McItem>& items, TaskFormat format, const data::Tokenizer& tok, int64_t max_tokens,
+    int64_t batch_requests,
+    const std::function<std::vector<std::vector<float>>(const std::vector<std::vector<int32_t>>&)>& logprobs,
+    const std::function<void(int64_t, int64_t)>& progress) {
     TaskResult res;
     res.name = task_format_name(format);
     res.n = int64_t(items.size());

@@ -18,7 +18,7 @@ namespace skew::eval {
 struct TokenRequest {
     std::vector<int32_t> tokens;  // context (possibly left-truncated) + continuation
     int64_t n_continuation = 0;
-    bool truncated = false;       // context tokens were dropped on the left
+    bool truncated = false;  // context tokens were dropped on the left
 };
 
 /// The harness's _encode_pair: trailing whitespace of the context (Python's rstrip: all of Unicode's,
@@ -50,7 +50,7 @@ MeanStderr mean_stderr(const std::vector<int>& outcomes);
 
 /// The result of a task: n items, acc and acc_norm with standard errors, truncated requests.
 struct TaskResult {
-    std::string name;      // the format name
+    std::string name;  // the format name
     std::string file;
     int64_t n = 0;
     MeanStderr acc, acc_norm;
@@ -62,9 +62,10 @@ struct TaskResult {
 /// Score every item: encode each choice's request, compute its log-likelihood with `logprobs`
 /// (a batch of token sequences -> per-token log-probabilities, as model_token_logprobs), in
 /// batches of `batch_requests` sequences, calling `progress(done, total)` after each batch.
-TaskResult score_task(const std::vector<McItem>& items, TaskFormat format, const data::Tokenizer& tok,
-                      int64_t max_tokens, int64_t batch_requests,
-                      const std::function<std::vector<std::vector<float>>(const std::vector<std::vector<int32_t>>&)>& logprobs,
-                      const std::function<void(int64_t, int64_t)>& progress = {});
+TaskResult score_task(
+    const std::vector<McItem>& items, TaskFormat format, const data::Tokenizer& tok, int64_t max_tokens,
+    int64_t batch_requests,
+    const std::function<std::vector<std::vector<float>>(const std::vector<std::vector<int32_t>>&)>& logprobs,
+    const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace skew::eval

@@ -3,9 +3,10 @@
 // partial scoring, and the code-point lengths acc_norm divides by.
 #include "eval/tasks.h"
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "engine/error.h"
 #include "engine/text.h"
@@ -148,8 +149,10 @@ McItem arc(const json& j, const std::string& where) {
     for (size_t i = 0; i < labels.size(); ++i)
         for (size_t k = 0; k < i; ++k)
             if (labels[k] == labels[i])
-                fail("{}: choices {} and {} share the label '{}'; each choice needs its own label for answerKey to name one",
-                     where, k + 1, i + 1, escape_text(labels[i]));
+                fail(
+                    "{}: choices {} and {} share the label '{}'; each choice needs its own label for answerKey to name "
+                    "one",
+                    where, k + 1, i + 1, escape_text(labels[i]));
     const std::string key = get_string(j, "answerKey", where);
     // the harness's choices.label.index(answerKey): the position of the label
     int64_t gold = -1;

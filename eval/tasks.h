@@ -24,7 +24,7 @@ struct McItem {
     std::vector<std::string> continuations;  // one per choice
     std::vector<int64_t> norm_chars;         // one per choice
     int64_t gold = 0;
-    int64_t line = 0;                        // 1-based line in the task file
+    int64_t line = 0;  // 1-based line in the task file
 };
 
 /// Read a JSONL task file. Accepted fields (the HuggingFace exports; ARC also the original AI2 one):

@@ -14,7 +14,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         // The resolved YAML of an accepted config is itself a config that resolves the same way.
         const skew::Config again = skew::load_config_text(cfg.resolved_yaml, "resolved.yaml");
         if (again.resolved_yaml != cfg.resolved_yaml) std::abort();
-    } catch (const skew::Error&) {
-    }
+    } catch (const skew::Error&) {}
     return 0;
 }

@@ -15,8 +15,7 @@ void read_all(const std::string& path) {
         skew::data::DocumentRecord rec;
         std::string text, error;
         while (skew::data::document_reader_next(r, rec)) skew::data::document_parse(rec, "text", text, error);
-    } catch (const skew::Error&) {
-    }
+    } catch (const skew::Error&) {}
 }
 
 }  // namespace

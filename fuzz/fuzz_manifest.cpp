@@ -14,13 +14,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     skew::fuzz::write_scratch("manifest/manifest.json", data, size);
     try {
         skew::data::token_split_check_manifest(dir, "eot", 50257, 0.05);
-    } catch (const skew::Error&) {
-    }
+    } catch (const skew::Error&) {}
     const std::string text(skew::fuzz::as_text(data, size));
     try {
         // A manifest is never different from itself.
         if (!skew::data::manifest_first_difference(text, text).empty()) std::abort();
-    } catch (const skew::Error&) {
-    }
+    } catch (const skew::Error&) {}
     return 0;
 }

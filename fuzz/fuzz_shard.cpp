@@ -17,9 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         tokens = skew::data::shard_check(path);
         const std::vector<int32_t> all = skew::data::shard_read_ids(path);
         if (int64_t(all.size()) != tokens) std::abort();
-        if (skew::data::shard_header(path).token_bytes == 2 && skew::data::shard_read(path).size() != all.size()) std::abort();
-    } catch (const skew::Error&) {
-    }
+        if (skew::data::shard_header(path).token_bytes == 2 && skew::data::shard_read(path).size() != all.size())
+            std::abort();
+    } catch (const skew::Error&) {}
     try {
         const skew::data::TokenSplit split = skew::data::token_split_open_files({path}, "train");
         if (tokens >= 0 && split.tokens != tokens) std::abort();
@@ -27,7 +27,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::vector<int32_t> out(static_cast<size_t>(n));
         skew::data::token_split_read(split, 0, n, out.data());
         skew::data::token_split_check_ids(split, 0, out.data(), n, 50257);
-    } catch (const skew::Error&) {
-    }
+    } catch (const skew::Error&) {}
     return 0;
 }

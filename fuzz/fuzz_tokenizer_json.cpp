@@ -19,7 +19,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         return 0;
     }
     static const std::string sample =
-        "The quick brown fox's 12 jumps — naïve café, e\xCC\x81, 日本語 한국어 🙂 <|endoftext|> <think>\n\t  x\xFF\xC3";
+        "The quick brown fox's 12 jumps — naïve café, e\xCC\x81, "
+        "日本語 한국어 🙂 <|endoftext|> <think>\n\t  "
+        "x\xFF\xC3";
     skew::data::TokenizerWorkspace ws;
     for (const std::string_view t : {std::string_view(sample), text.substr(0, 512)})
         for (bool special : {false, true}) {

@@ -28,7 +28,8 @@ static void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float*
 static void svd_thin(const float* G, int64_t m, int64_t n, std::vector<float>& U, std::vector<float>& Vh,
                      const std::string& name) {
     const int64_t k = std::min(m, n);
-    std::vector<float> a(G, G + m * n), s(static_cast<size_t>(k)), uc(static_cast<size_t>(n * k)), vt(static_cast<size_t>(k * m));
+    std::vector<float> a(G, G + m * n), s(static_cast<size_t>(k)), uc(static_cast<size_t>(n * k)),
+        vt(static_cast<size_t>(k * m));
     int M = int(n), N = int(m), lda = int(n), ldu = int(n), ldvt = int(k), lwork = -1, info = 0;
     float wq = 0;
     sgesvd_("S", "S", &M, &N, a.data(), &lda, s.data(), uc.data(), &ldu, vt.data(), &ldvt, &wq, &lwork, &info);
@@ -174,8 +175,8 @@ void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPoli
     const bool tall = m >= n;
     const int64_t p_numel = paper ? m * r : (tall ? r * n : m * r);
     const int64_t proj_numel = paper ? r * r : (tall ? m * r : r * n);
-    std::vector<float> G(static_cast<size_t>(m * n)), Gt(static_cast<size_t>(proj_numel)), N(static_cast<size_t>(proj_numel)),
-        Nf(static_cast<size_t>(m * n)), tmp;
+    std::vector<float> G(static_cast<size_t>(m * n)), Gt(static_cast<size_t>(proj_numel)),
+        N(static_cast<size_t>(proj_numel)), Nf(static_cast<size_t>(m * n)), tmp;
     // the slot's first matrix in the whole bank (a view over some experts: ZeRO-1, deferred experts):
     // the paper form's test matrices are keyed by the bank's matrix index, as in the whole-bank step
     const int64_t matrix_base = wb.element_base / (m * n);
@@ -194,7 +195,7 @@ void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPoli
             gemm(true, false, r, r, m, Pe, tmp.data(), Gt.data());  // U^T G V (r x r)
             for (int64_t i = 0; i < r * r; ++i)
                 N[size_t(i)] = galore_adam_element(Gt[size_t(i)], Me[i], Ve[i], b1, omb1, b2, omb2, eps);
-            gemm(false, false, m, r, r, Pe, N.data(), tmp.data());  // U N (m x r)
+            gemm(false, false, m, r, r, Pe, N.data(), tmp.data());   // U N (m x r)
             gemm(false, false, m, n, r, tmp.data(), Qe, Nf.data());  // U N V^T (m x n)
         } else {
             if (galore_refresh_due(opt, pol, step.t, all_zero(Pe, p_numel)))

@@ -83,15 +83,17 @@ void muon_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy
         fail("muon: tensor '{}' has a dimension beyond BLAS's int range", p.name);
     float* Bm = need_state(s, StateKind::MOMENTUM);
     const float mu = float(opt.muon_momentum);
-    const float shape_scale = opt.shape_scale ? float(std::sqrt(std::fmax(1.0, double(ms.rows) / double(ms.cols)))) : 1.0f;
+    const float shape_scale =
+        opt.shape_scale ? float(std::sqrt(std::fmax(1.0, double(ms.rows) / double(ms.cols)))) : 1.0f;
     const WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
     const int64_t n = ms.rows * ms.cols;
     std::vector<float> U0(static_cast<size_t>(n)), O(static_cast<size_t>(n));
     for (int64_t e = 0; e < ms.count; ++e) {
         const int64_t base = e * n;
-#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
+#pragma omp parallel for schedule(static) if (n >= OPTIM_PARALLEL_MIN)
         for (int64_t i = 0; i < n; ++i)
-            U0[size_t(i)] = muon_momentum_element(grad_at(s, base + i), Bm[base + i], mu, opt.ema_momentum, opt.nesterov);
+            U0[size_t(i)] =
+                muon_momentum_element(grad_at(s, base + i), Bm[base + i], mu, opt.ema_momentum, opt.nesterov);
         muon_orthogonalize(U0.data(), ms.rows, ms.cols, opt.ns_steps, false, O.data());
         for_each_write(s, wb, base, base + n, [&](int64_t j) { return O[size_t(j - base)] * shape_scale; });
     }

@@ -107,7 +107,7 @@ void for_each_write(const ParamSlot& s, const WriteBack& wb, int64_t begin, int6
     const int64_t g0 = (base + begin) >> 2, g1 = (base + end + 3) >> 2;
     const bool draw = s.info->dtype == DType::BF16 && wb.mode != ROUNDING_NEAREST;
     const PhiloxKey key{wb.seed, PHILOX_STREAM_ROUNDING};
-#pragma omp parallel for schedule(static) if(end - begin >= OPTIM_PARALLEL_MIN)
+#pragma omp parallel for schedule(static) if (end - begin >= OPTIM_PARALLEL_MIN)
     for (int64_t g = g0; g < g1; ++g) {
         Philox4 blk{{0, 0, 0, 0}};
         if (draw) blk = philox_block(key, wb.step, wb.tensor, uint64_t(g));
@@ -126,7 +126,7 @@ double sum_of_squares(int64_t n, F&& f) {
     constexpr int64_t CHUNK = 4096;
     const int64_t nch = (n + CHUNK - 1) / CHUNK;
     std::vector<double> part(static_cast<size_t>(nch), 0.0);
-#pragma omp parallel for schedule(static) if(n >= OPTIM_PARALLEL_MIN)
+#pragma omp parallel for schedule(static) if (n >= OPTIM_PARALLEL_MIN)
     for (int64_t c = 0; c < nch; ++c) {
         double acc = 0;
         const int64_t hi = std::min(n, (c + 1) * CHUNK);
@@ -142,7 +142,9 @@ double sum_of_squares(int64_t n, F&& f) {
 }
 
 /// Number of elements the slot covers (its view or the whole tensor).
-inline int64_t slot_count(const ParamSlot& s) { return s.view_count < 0 ? s.info->numel() - s.view_begin : s.view_count; }
+inline int64_t slot_count(const ParamSlot& s) {
+    return s.view_count < 0 ? s.info->numel() - s.view_begin : s.view_count;
+}
 
 /// Throw unless the slot covers the whole tensor (matrix-wide reductions need all of it).
 inline void require_whole(const ParamSlot& s, const char* what) {

@@ -34,8 +34,8 @@ struct ParamPolicy {
     OptimizerKind kind = OptimizerKind::SKEWADAM;
     MomentumKind momentum = MomentumKind::NONE;
     SecondMomentKind second_moment = SecondMomentKind::NONE;
-    double weight_decay = 0.0;  // lambda for this parameter (router: 0 for the baselines)
-    bool muon_adam = false;     // Muon: internal Adam instead of Newton-Schulz
+    double weight_decay = 0.0;    // lambda for this parameter (router: 0 for the baselines)
+    bool muon_adam = false;       // Muon: internal Adam instead of Newton-Schulz
     bool galore_project = false;  // GaLore: projected (matrix); else plain Adam
     int64_t galore_rank = 0;      // effective rank min(rank, rows, cols)
 };

@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/param_table.h"
 #include "engine/parallel_layout.h"
+#include "engine/param_table.h"
 #include "optim/optimizer.h"
 
 namespace skew {

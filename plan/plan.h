@@ -23,8 +23,8 @@ namespace skew {
 /// and the optimizer scratch are those of its owned ranges only (zero_partition,
 /// docs/distributed.md), else of everything it holds. The default layout is one process. Throws
 /// skew::Error for a bad microbatch or layout, an unknown optimizer type or a plan beyond 4 EiB.
-MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt,
-                             int64_t microbatch, const ParallelLayout& layout = {});
+MemoryPlan build_memory_plan(const Config& cfg, const ParamTable& table, const OptimizerConfig& opt, int64_t microbatch,
+                             const ParallelLayout& layout = {});
 
 /// The plan `skew plan --world-size N` reports: build_memory_plan for the rank of `layout` with
 /// the most optimizer state (ZeroPartition::largest_rank; layout.rank is ignored), whose peak is

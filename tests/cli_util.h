@@ -2,7 +2,6 @@
 // combined stdout/stderr out. The program is skew_binary() (tests/test_paths.h).
 #pragma once
 #include <catch2/catch.hpp>
-
 #include <sys/wait.h>
 
 #include <cstdio>

@@ -4,16 +4,17 @@
 // prerequisite is never counted as a pass of a test with no assertions.
 #pragma once
 #include <catch2/catch.hpp>
+
 #include <cstdio>
 #include <cstdlib>
 
-#define SKEW_SKIP_TEST(MESSAGE)                                    \
-    do {                                                           \
-        WARN(MESSAGE);                                             \
-        if (std::getenv("SKEW_CTEST")) {                           \
-            std::fprintf(stderr, "skipped: %s\n", MESSAGE);        \
-            std::fflush(nullptr);                                  \
-            std::exit(77);                                         \
-        }                                                          \
-        return;                                                    \
+#define SKEW_SKIP_TEST(MESSAGE)                             \
+    do {                                                    \
+        WARN(MESSAGE);                                      \
+        if (std::getenv("SKEW_CTEST")) {                    \
+            std::fprintf(stderr, "skipped: %s\n", MESSAGE); \
+            std::fflush(nullptr);                           \
+            std::exit(77);                                  \
+        }                                                   \
+        return;                                             \
     } while (0)

@@ -2,11 +2,11 @@
 // (a unique name, so two checkouts or two concurrent ctest runs never share a path) and removed with
 // everything in it when the process exits. Every test writes its scratch files below it.
 #pragma once
-#include <stdlib.h>
+#include <system_error>
 
 #include <filesystem>
+#include <stdlib.h>
 #include <string>
-#include <system_error>
 
 #include "engine/error.h"
 

@@ -32,7 +32,8 @@ inline const std::string& source_dir() {
     static const std::string path = [] {
         if (const char* e = std::getenv("SKEW_SOURCE_DIR"); e && *e) return std::string(e);
         std::error_code ec;
-        if (std::filesystem::is_directory(std::string(SKEW_SOURCE_DIR) + "/configs", ec)) return std::string(SKEW_SOURCE_DIR);
+        if (std::filesystem::is_directory(std::string(SKEW_SOURCE_DIR) + "/configs", ec))
+            return std::string(SKEW_SOURCE_DIR);
         return std::filesystem::current_path(ec).string();
     }();
     return path;

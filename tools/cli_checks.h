@@ -2,6 +2,7 @@
 // (exit 2, "the command-line parser refuses") with a message in the flag's own terms.
 #pragma once
 #include <CLI/CLI.hpp>
+
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>

@@ -39,10 +39,15 @@ void register_tokenize_command(CLI::App& app) {
     auto dir = std::make_shared<std::string>("data/tokenizer");
     auto decode = std::make_shared<bool>(false);
     auto special = std::make_shared<bool>(false);
-    CLI::App* cmd = app.add_subcommand("tokenize", "Encode standard input to token ids (one line), or decode ids with --decode");
-    cmd->add_option("--tokenizer", *dir, "Directory with tokenizer.json, tokenizer.model, or GPT-2's encoder.json + vocab.bpe (or vocab.json + merges.txt)")->capture_default_str();
+    CLI::App* cmd =
+        app.add_subcommand("tokenize", "Encode standard input to token ids (one line), or decode ids with --decode");
+    cmd->add_option("--tokenizer", *dir,
+                    "Directory with tokenizer.json, tokenizer.model, or GPT-2's encoder.json + vocab.bpe (or "
+                    "vocab.json + merges.txt)")
+        ->capture_default_str();
     cmd->add_flag("--decode", *decode, "Read whitespace-separated ids from stdin and write the text they encode");
-    cmd->add_flag("--allow-special", *special, "Encode the literal text of special tokens as their ids (GPT-2: <|endoftext|> as 50256)");
+    cmd->add_flag("--allow-special", *special,
+                  "Encode the literal text of special tokens as their ids (GPT-2: <|endoftext|> as 50256)");
     cmd->callback([dir, decode, special] {
         data::Tokenizer tok = data::tokenizer_load(*dir);
         const std::string input = read_stdin_bounded();
@@ -61,8 +66,11 @@ void register_tokenize_command(CLI::App& app) {
                 } catch (const std::exception&) {
                     used = 0;
                 }
-                if (used != word.size() || word.empty()) skew::fail("tokenize: \"{}\" at byte {} of the input is not a token id", word, pos);
-                if (id < 0 || id >= tok.vocab_size()) skew::fail("tokenize: id {} at byte {} is outside the vocabulary [0, {})", id, pos, tok.vocab_size());
+                if (used != word.size() || word.empty())
+                    skew::fail("tokenize: \"{}\" at byte {} of the input is not a token id", word, pos);
+                if (id < 0 || id >= tok.vocab_size())
+                    skew::fail("tokenize: id {} at byte {} is outside the vocabulary [0, {})", id, pos,
+                               tok.vocab_size());
                 ids.push_back(int32_t(id));
                 pos = end;
             }

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <vector>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "engine/config_hint.h"
 #include "engine/error.h"
@@ -19,7 +19,8 @@ std::string world_size_choices(int64_t n, int64_t near, size_t most) {
     std::vector<int64_t> d;
     for (int64_t k = 1; k <= n; ++k)
         if (n % k == 0) d.push_back(k);
-    std::stable_sort(d.begin(), d.end(), [&](int64_t a, int64_t b) { return std::llabs(a - near) < std::llabs(b - near); });
+    std::stable_sort(d.begin(), d.end(),
+                     [&](int64_t a, int64_t b) { return std::llabs(a - near) < std::llabs(b - near); });
     if (d.size() > most) d.resize(most);
     std::sort(d.begin(), d.end());
     std::string out;
@@ -51,10 +52,11 @@ DataParallel dp_make(Communicator& comm, const Config& cfg, int64_t microbatch, 
             ways.push_back(config_change_hint(cfg, "train.batch_size",
                                               std::to_string((tc.batch_size / per_step + 1) * per_step), resume_run));
         std::erase(ways, std::string());
-        fail("train.batch_size {} is not a multiple of the world size {} x train.microbatch {} = {}: every rank runs "
-             "the same number of whole microbatches of each global batch{}",
-             tc.batch_size, dp.world_size, microbatch, per_step,
-             ways.empty() ? "" : fmt::format(" ({})", fmt::join(ways, ", or ")));
+        fail(
+            "train.batch_size {} is not a multiple of the world size {} x train.microbatch {} = {}: every rank runs "
+            "the same number of whole microbatches of each global batch{}",
+            tc.batch_size, dp.world_size, microbatch, per_step,
+            ways.empty() ? "" : fmt::format(" ({})", fmt::join(ways, ", or ")));
     }
     dp.accum_steps = tc.batch_size / per_step;
     return dp;
@@ -150,8 +152,8 @@ void start_bucket(DataParallel& dp, Model& m, Backend& backend, size_t bi) {
     const bool direct = c.device_memory() == backend.device_memory();
     if (!packs(dp, backend, b)) {
         for (size_t k : b.params)
-            dp.in_flight.push_back(
-                DataParallel::InFlight{bi, &c, c.start_allreduce_sum(m.params[k].grad.data, m.params[k].numel(), b.dtype)});
+            dp.in_flight.push_back(DataParallel::InFlight{
+                bi, &c, c.start_allreduce_sum(m.params[k].grad.data, m.params[k].numel(), b.dtype)});
         return;
     }
     if (b.bytes > dp.slot_bytes || dp.staging_slots < 1)
@@ -195,7 +197,8 @@ bool dp_overlap_applies(const DataParallel& dp, const Model& m) {
 void dp_arm_overlap(DataParallel& dp, Model& m, Backend& backend) {
     if (!dp_overlap_applies(dp, m)) return;
     if (dp.bucket_of.size() != m.params.size()) fail("dp_arm_overlap: the buckets were planned for another model");
-    if (!dp.in_flight.empty() || dp.next_bucket != 0) fail("dp_arm_overlap: the previous step's sums are still in flight");
+    if (!dp.in_flight.empty() || dp.next_bucket != 0)
+        fail("dp_arm_overlap: the previous step's sums are still in flight");
     for (size_t b = 0; b < dp.buckets.size(); ++b) dp.waiting[b] = int64_t(dp.buckets[b].params.size());
     m.grads_done = [&dp, &m, &backend](std::span<const size_t> params) {
         for (size_t k : params) {
@@ -217,11 +220,13 @@ void dp_reduce_gradients(DataParallel& dp, Model& m, Backend& backend) {
         dp.reported = true;
         int64_t bytes = 0;
         for (const GradBucket& b : dp.buckets) bytes += b.bytes;
-        spdlog::info("data parallel: gradients summed in {} buckets ({:.1f} MiB, parallel.bucket_mib {}); {} of them "
-                     "started during the backward{}", dp.buckets.size(), double(bytes) / 1048576.0,
-                     dp.bucket_mib, dp.started_in_backward,
-                     dp.overlap && !dp_overlap_applies(dp, m) ? " (not overlapped: expert parallel on a device communicator)"
-                     : !dp.overlap ? " (parallel.overlap_grad_reduce: false)" : "");
+        spdlog::info(
+            "data parallel: gradients summed in {} buckets ({:.1f} MiB, parallel.bucket_mib {}); {} of them "
+            "started during the backward{}",
+            dp.buckets.size(), double(bytes) / 1048576.0, dp.bucket_mib, dp.started_in_backward,
+            dp.overlap && !dp_overlap_applies(dp, m) ? " (not overlapped: expert parallel on a device communicator)"
+            : !dp.overlap                            ? " (parallel.overlap_grad_reduce: false)"
+                                                     : "");
     }
     // whatever the backward did not start (every bucket when the overlap is off), in bucket order
     std::fill(dp.waiting.begin(), dp.waiting.end(), 0);
@@ -284,9 +289,11 @@ void check_agree(Communicator& c, Model& m, Backend& backend, bool experts, cons
     for (int r = 1; r < c.world_size(); ++r)
         if (all[size_t(r)] != all[0]) differ.push_back(r);
     if (!differ.empty())
-        fail("data parallel: {}: the {} of rank(s) {} of {} differ from its rank 0's (checksums {:016x} vs {:016x}); "
-             "the ranks no longer train one model", when, experts ? "expert weights" : "weights", fmt::join(differ, ", "),
-             group, uint64_t(all[size_t(differ[0])]), uint64_t(all[0]));
+        fail(
+            "data parallel: {}: the {} of rank(s) {} of {} differ from its rank 0's (checksums {:016x} vs {:016x}); "
+            "the ranks no longer train one model",
+            when, experts ? "expert weights" : "weights", fmt::join(differ, ", "), group,
+            uint64_t(all[size_t(differ[0])]), uint64_t(all[0]));
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ struct DataParallel {
     Communicator* expert_comm = nullptr;
     int rank = 0;
     int world_size = 1;
-    int64_t accum_steps = 1;        // microbatches per rank per step: batch_size / (world_size * microbatch)
+    int64_t accum_steps = 1;  // microbatches per rank per step: batch_size / (world_size * microbatch)
     std::vector<GradBucket> buckets;
     double bucket_mib = 0;  // parallel.bucket_mib the buckets were planned with
     /// parallel.overlap_grad_reduce: start each bucket's sum during the last microbatch's backward
@@ -55,8 +55,8 @@ struct DataParallel {
         size_t bucket = 0;
         Communicator* comm = nullptr;
         int64_t ticket = -1;
-        int slot = -1;       // staging slot of a packed bucket, -1: summed in place
-        bool done = false;   // waited for and unpacked
+        int slot = -1;      // staging slot of a packed bucket, -1: summed in place
+        bool done = false;  // waited for and unpacked
     };
     std::vector<InFlight> in_flight;
     std::vector<int64_t> waiting;  // (buckets) parameters of each bucket whose gradient is not complete
@@ -66,7 +66,7 @@ struct DataParallel {
     std::vector<std::byte> staging;
     int64_t slot_bytes = 0;
     int staging_slots = 0;
-    std::vector<int> slot_user;  // (staging_slots) index into in_flight using the slot, -1 free
+    std::vector<int> slot_user;      // (staging_slots) index into in_flight using the slot, -1 free
     size_t started_in_backward = 0;  // buckets the last dp_reduce_gradients found started by the hook
     bool reported = false;           // the first reduction's summary was logged
 };

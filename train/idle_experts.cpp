@@ -49,8 +49,8 @@ IdleExpertSnapshot save_idle_experts(Backend& backend, const OptimizerConfig& op
         for (const IdleExpert& ie : idle) {
             if (ie.block != s.info->block) continue;
             if (ie.expert < 0 || ie.expert >= n_experts)
-                fail("idle experts: expert {} of block {} is outside '{}' ({} experts)", ie.expert, ie.block, s.info->name,
-                     n_experts);
+                fail("idle experts: expert {} of block {} is outside '{}' ({} experts)", ie.expert, ie.block,
+                     s.info->name, n_experts);
             save_slice(backend, snap, s.weight, s.info->bytes() / n_experts, ie.expert);
             for (const StateSlotSpec& spec : states) {
                 float* st = s.st(spec.kind);

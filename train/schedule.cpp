@@ -13,8 +13,7 @@ namespace skew {
 
 int64_t warmup_steps(int64_t steps, double warmup_frac) {
     if (steps < 1) fail("train.steps must be at least 1 for the learning-rate schedule (got {})", steps);
-    if (!(warmup_frac >= 0.0 && warmup_frac <= 1.0))
-        fail("train.warmup_frac must lie in [0, 1] (got {})", warmup_frac);
+    if (!(warmup_frac >= 0.0 && warmup_frac <= 1.0)) fail("train.warmup_frac must lie in [0, 1] (got {})", warmup_frac);
     int64_t w = static_cast<int64_t>(static_cast<double>(steps) * warmup_frac);  // Python int(): truncation
     return w < 1 ? 1 : w;
 }

@@ -22,7 +22,8 @@ bool g_installed = false;
 constexpr const char* kTrainStopLine =
     "\nskew: stop requested: finishing this step, then saving a checkpoint (signal again to exit at once)\n";
 std::atomic<const char*> g_first_line{kTrainStopLine};
-struct sigaction g_old_int {}, g_old_term {};
+struct sigaction g_old_int {
+}, g_old_term{};
 
 void write_stderr(const char* s) {
     ssize_t r = ::write(STDERR_FILENO, s, std::strlen(s));
@@ -49,7 +50,8 @@ void install_stop_handlers(const char* first_signal_line) {
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;  // reads and writes in the step are not interrupted
-    struct sigaction old_int {}, old_term {};
+    struct sigaction old_int {
+    }, old_term{};
     if (::sigaction(SIGINT, &sa, &old_int) != 0 || ::sigaction(SIGTERM, &sa, &old_term) != 0)
         fail("cannot install the SIGINT/SIGTERM handlers: {}", std::strerror(errno));
     if (!g_installed) {

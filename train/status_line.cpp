@@ -56,10 +56,10 @@ std::string format_status(const Progress& p, double eta) {
         if (std::isinf(v)) return std::string(v > 0 ? "inf" : "-inf");
         return std::fabs(v) >= 1e6 ? fmt::format("{:.3e}", v) : fmt::format(fmt::runtime(f), v);
     };
-    return fmt::format("{} step {}/{} | loss {} | val ppl {} | lr {} | {} tok/s | ETA {}", p.optimizer,
-                       with_thousands(p.step), with_thousands(p.total_steps), num(p.loss, "{:.4f}"), num(p.val_ppl, "{:.1f}"),
-                       num(p.lr, "{:.2e}"), std::isfinite(p.tokens_per_sec) ? with_thousands(std::llround(p.tokens_per_sec)) : "-",
-                       format_duration(eta));
+    return fmt::format(
+        "{} step {}/{} | loss {} | val ppl {} | lr {} | {} tok/s | ETA {}", p.optimizer, with_thousands(p.step),
+        with_thousands(p.total_steps), num(p.loss, "{:.4f}"), num(p.val_ppl, "{:.1f}"), num(p.lr, "{:.2e}"),
+        std::isfinite(p.tokens_per_sec) ? with_thousands(std::llround(p.tokens_per_sec)) : "-", format_duration(eta));
 }
 
 void status_update(StatusLine& s, const Progress& p) {

@@ -11,22 +11,22 @@ namespace skew {
 /// What one status update shows. NaN fields are shown as "-".
 struct Progress {
     std::string optimizer;
-    int64_t step = 0;          // steps completed
-    int64_t total_steps = 0;   // train.steps
-    double loss = 0;           // training loss of the last step (LM + aux)
-    double val_ppl = 0;        // last validation perplexity; NaN before the first evaluation
-    double tokens_per_sec = 0; // recent training throughput
-    double lr = 0;             // learning rate of the last step
+    int64_t step = 0;           // steps completed
+    int64_t total_steps = 0;    // train.steps
+    double loss = 0;            // training loss of the last step (LM + aux)
+    double val_ppl = 0;         // last validation perplexity; NaN before the first evaluation
+    double tokens_per_sec = 0;  // recent training throughput
+    double lr = 0;              // learning rate of the last step
 };
 
 /// The display state of one run (one optimizer).
 struct StatusLine {
-    bool live = false;              // redraw in place (stderr is a terminal)
-    int64_t log_every = 1;          // plain mode: one log line every this many steps
-    int64_t start_step = 0;         // step this session started at (resume), for the ETA
+    bool live = false;       // redraw in place (stderr is a terminal)
+    int64_t log_every = 1;   // plain mode: one log line every this many steps
+    int64_t start_step = 0;  // step this session started at (resume), for the ETA
     std::chrono::steady_clock::time_point start;
     std::chrono::steady_clock::time_point last_draw;
-    bool drawn = false;             // a live line is on screen
+    bool drawn = false;  // a live line is on screen
 };
 
 /// A status line for a run starting at start_step; live when stderr is a terminal

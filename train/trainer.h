@@ -12,8 +12,8 @@
 namespace skew {
 
 struct TrainOptions {
-    std::string run_dir;     // output folder (runtime.out_dir unless --out)
-    bool resume = false;     // continue the run in run_dir from its last checkpoints
+    std::string run_dir;           // output folder (runtime.out_dir unless --out)
+    bool resume = false;           // continue the run in run_dir from its last checkpoints
     bool force_plain_log = false;  // plain log lines even on a terminal
     int64_t stop_after_step = 0;   // testing/debugging: stop cleanly (checkpoint) after this step; 0 = off;
                                    // a resumed optimizer already at or past it stops before any step
@@ -35,9 +35,9 @@ struct TrainOptions {
 struct TrainResult {
     std::string optimizer;
     int64_t steps_done = 0;
-    double final_val_ppl = 0;     // val_ppl of the last evaluation (NaN before the first)
-    int64_t last_eval_step = 0;   // the step of that evaluation; 0: no evaluation yet
-    bool stopped = false;  // interrupted by a signal (or stop_after_step) with a checkpoint
+    double final_val_ppl = 0;    // val_ppl of the last evaluation (NaN before the first)
+    int64_t last_eval_step = 0;  // the step of that evaluation; 0: no evaluation yet
+    bool stopped = false;        // interrupted by a signal (or stop_after_step) with a checkpoint
 };
 
 /// Train every optimizer of cfg.train.optimizers in turn (paper Appendix E). Writes into

@@ -31,7 +31,8 @@ std::unique_ptr<ZeroOptimizer> make_zero_optimizer(const OptimizerConfig& opt, c
     z->owned_table = owned_param_table(global, z->partition, layout.rank);
     z->slots = zero_arena_slots(opt, held, z->owned_table, layout, global, z->partition, arena);
     if (layout.expert_parallel > 1 && expert_holders) {
-        if (expert_holders->world_size() != layout.expert_replicas() || expert_holders->rank() != layout.expert_replica())
+        if (expert_holders->world_size() != layout.expert_replicas() ||
+            expert_holders->rank() != layout.expert_replica())
             fail("ZeRO-1: the expert holders' communicator is {}, the layout wants replica {} of {}",
                  expert_holders->describe(), layout.expert_replica(), layout.expert_replicas());
         z->expert_holders = expert_holders;
@@ -52,7 +53,8 @@ void zero_optimizer_step(ZeroOptimizer& z, OptimizerRunner& runner, const OptimS
             if (!is_expert_bank(*s.info)) continue;
             std::vector<IdleExpert> local;
             for (const IdleExpert& ie : idle)
-                if (ie.block == s.info->block && ie.expert >= ranges[i].matrix_begin && ie.expert < ranges[i].matrix_end)
+                if (ie.block == s.info->block && ie.expert >= ranges[i].matrix_begin &&
+                    ie.expert < ranges[i].matrix_end)
                     local.push_back({ie.block, ie.expert - ranges[i].matrix_begin});
             if (local.empty()) continue;
             IdleExpertSnapshot part = save_idle_experts(backend, opt, std::span<const ParamSlot>(&s, 1), local);
@@ -104,7 +106,7 @@ void zero_allgather_weights(ZeroOptimizer& z, Communicator& world, Backend& back
         std::vector<int64_t> counts(size_t(G), 0), displs(size_t(G), 0);
         for (const auto& [r, o] : owners[i]) {
             if (r % M != z.layout.expert_rank()) continue;  // another expert shard
-            const int64_t g = M > 1 ? r / M : r;  // position in `group` (split keyed by replica)
+            const int64_t g = M > 1 ? r / M : r;            // position in `group` (split keyed by replica)
             counts[size_t(g)] = (o->matrix_end - o->matrix_begin) * per;
             displs[size_t(g)] = (o->matrix_begin - (M > 1 ? first_held : 0)) * per;
         }

@@ -50,7 +50,7 @@ SKEW_HD bf16 bf16_round_stochastic(float x, uint32_t r) {
     uint32_t b = f32_bits(x);
     if ((b & 0x7F800000u) == 0x7F800000u) {
         if (b & 0x007FFFFFu) return bf16{uint16_t((b >> 16) | 0x0040u)};  // NaN (payload may be low bits only)
-        return bf16{uint16_t(b >> 16)};                                      // ±inf
+        return bf16{uint16_t(b >> 16)};                                   // ±inf
     }
     uint32_t sum = b + (r & 0xFFFFu);  // cannot wrap: b < 0xFF800000 here
     uint16_t h = uint16_t(sum >> 16);
@@ -65,7 +65,7 @@ SKEW_HD bf16 bf16_round_stochastic(float x, uint32_t r) {
 /// NaN stays NaN; inf stays inf.
 SKEW_HD bf16 bf16_round_dithered(float x, uint32_t r) {
     if ((f32_bits(x) & 0x7F800000u) == 0x7F800000u) return f32_to_bf16(x);  // NaN, inf
-    float a = fabsf(x) * 0.0078125f;  // 2^-7 |x|
+    float a = fabsf(x) * 0.0078125f;                                        // 2^-7 |x|
     float xi = rn_mul(u32_to_uniform(r) - 0.5f, a);
     return f32_to_bf16(rn_add(x, xi));
 }

@@ -80,11 +80,11 @@ int blas_core_rank(std::string_view core) {
         const char* name;
         int rank;
     } RANKS[] = {
-        {"katmai", 1},      {"coppermine", 1},  {"northwood", 1},   {"prescott", 1},  {"banias", 1},
-        {"atom", 1},        {"core2", 1},       {"penryn", 1},      {"dunnington", 1}, {"nehalem", 1},
-        {"athlon", 1},      {"opteron", 1},     {"opteron_sse3", 1}, {"barcelona", 1}, {"nano", 1},
-        {"bobcat", 1},      {"sandybridge", 2}, {"bulldozer", 2},   {"piledriver", 2}, {"steamroller", 2},
-        {"excavator", 2},   {"haswell", 3},     {"zen", 3},         {"skylakex", 4},  {"cooperlake", 5},
+        {"katmai", 1},         {"coppermine", 1},  {"northwood", 1},    {"prescott", 1},   {"banias", 1},
+        {"atom", 1},           {"core2", 1},       {"penryn", 1},       {"dunnington", 1}, {"nehalem", 1},
+        {"athlon", 1},         {"opteron", 1},     {"opteron_sse3", 1}, {"barcelona", 1},  {"nano", 1},
+        {"bobcat", 1},         {"sandybridge", 2}, {"bulldozer", 2},    {"piledriver", 2}, {"steamroller", 2},
+        {"excavator", 2},      {"haswell", 3},     {"zen", 3},          {"skylakex", 4},   {"cooperlake", 5},
         {"sapphirerapids", 6},
     };
     const std::string c = lower(core);

@@ -8,8 +8,9 @@
 extern "C" void openblas_set_num_threads(int num_threads);
 extern "C" int openblas_get_num_threads(void);
 
-#include <algorithm>
 #include <climits>
+
+#include <algorithm>
 #include <memory>
 #include <vector>
 

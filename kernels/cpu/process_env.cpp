@@ -3,11 +3,11 @@
 #include "kernels/cpu/process_env.h"
 
 #include <fmt/format.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <string>
+#include <strings.h>
 
 #include "kernels/cpu/blas_core.h"
 
@@ -20,9 +20,9 @@ namespace {
 constexpr const char* CHOICE_VAR = "SKEW_BLAS_CORE_CHOICE";
 
 struct Outcome {
-    std::string source;  // blas_core_source()
-    std::string alone;   // OpenBLAS's own pick, when skew chose another
-    std::string asked;   // the core skew set in OPENBLAS_CORETYPE
+    std::string source;    // blas_core_source()
+    std::string alone;     // OpenBLAS's own pick, when skew chose another
+    std::string asked;     // the core skew set in OPENBLAS_CORETYPE
     bool refused = false;  // asked did not load
 };
 

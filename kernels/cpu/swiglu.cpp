@@ -66,8 +66,8 @@ inline __attribute__((always_inline)) void forward_range(T* h, const T* a, const
 
 // silu = a·σ(a), silu' = σ(a)·(1 + a·(1 - σ(a))): one exponential per element
 template <class T>
-inline __attribute__((always_inline)) void backward_range(T* da, T* db, const T* dh, const T* a, const T* b,
-                                                          int64_t i0, int64_t i1) {
+inline __attribute__((always_inline)) void backward_range(T* da, T* db, const T* dh, const T* a, const T* b, int64_t i0,
+                                                          int64_t i1) {
     int64_t i = i0;
     for (; i + 16 <= i1; i += 16) {
         f32x16 av, bv, g, sg;

@@ -20,12 +20,12 @@ constexpr int kAttentionKeyTile = 64;
 
 void attention_forward_mma(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttentionShape& s,
                            cudaStream_t stream, int key_tile = kAttentionKeyTile);
-void attention_backward_mma(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k,
-                            const bf16* v, const float* lse, const float* dvec, const AttentionShape& s,
-                            cudaStream_t stream, int key_tile = kAttentionKeyTile);
+void attention_backward_mma(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                            const float* lse, const float* dvec, const AttentionShape& s, cudaStream_t stream,
+                            int key_tile = kAttentionKeyTile);
 
-void attention_forward_simt(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
-                            const AttentionShape& s, cudaStream_t stream);
+void attention_forward_simt(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttentionShape& s,
+                            cudaStream_t stream);
 void attention_backward_simt(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k,
                              const bf16* v, const float* lse, const float* dvec, const AttentionShape& s,
                              cudaStream_t stream);

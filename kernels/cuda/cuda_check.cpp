@@ -11,13 +11,15 @@ namespace skew::cuda {
 void throw_cuda_error(const char* file, int line, const char* what, cudaError_t err) {
     const char* hint = "";
     if (err == cudaErrorMemoryAllocation)
-        hint = "\n--> HINT: the device is out of memory; free it (other processes: nvidia-smi), or see what fits with "
-               "`skew plan CONFIG --budget GIB`";
+        hint =
+            "\n--> HINT: the device is out of memory; free it (other processes: nvidia-smi), or see what fits with "
+            "`skew plan CONFIG --budget GIB`";
     else if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver)
         hint = "\n--> HINT: no usable CUDA device; run on the CPU backend or check the driver (nvidia-smi)";
     else if (err == cudaErrorIllegalAddress || err == cudaErrorLaunchFailure)
-        hint = "\n--> HINT: a kernel faulted (errors are asynchronous: it may be an earlier kernel); rerun with "
-               "CUDA_LAUNCH_BLOCKING=1 or under compute-sanitizer";
+        hint =
+            "\n--> HINT: a kernel faulted (errors are asynchronous: it may be an earlier kernel); rerun with "
+            "CUDA_LAUNCH_BLOCKING=1 or under compute-sanitizer";
     fail("{}:{}: {} failed: {}: {}{}", file, line, what, cudaGetErrorName(err), cudaGetErrorString(err), hint);
 }
 

@@ -23,23 +23,23 @@ void check_nonneg(const char* what, long long v);
 }  // namespace skew::cuda
 
 /// Check a CUDA runtime call; throws skew::Error with file, line and the call's text.
-#define cuda_check(expr)                                                                     \
-    do {                                                                                     \
-        cudaError_t skew_err_ = (expr);                                                      \
+#define cuda_check(expr)                                                                                  \
+    do {                                                                                                  \
+        cudaError_t skew_err_ = (expr);                                                                   \
         if (skew_err_ != cudaSuccess) skew::cuda::throw_cuda_error(__FILE__, __LINE__, #expr, skew_err_); \
     } while (0)
 
 /// Check that the kernel just launched started (launch configuration, no device); names the kernel.
-#define cuda_check_kernel(kernel_name)                                                        \
-    do {                                                                                      \
-        cudaError_t skew_err_ = cudaGetLastError();                                           \
+#define cuda_check_kernel(kernel_name)                                                                          \
+    do {                                                                                                        \
+        cudaError_t skew_err_ = cudaGetLastError();                                                             \
         if (skew_err_ != cudaSuccess) skew::cuda::throw_cuda_error(__FILE__, __LINE__, kernel_name, skew_err_); \
     } while (0)
 
 /// Check a cuBLAS / cuBLASLt call (any cublasStatus_t; 0 is success).
-#define cublas_check(expr)                                                                    \
-    do {                                                                                      \
-        int skew_st_ = int(expr);                                                             \
+#define cublas_check(expr)                                                                      \
+    do {                                                                                        \
+        int skew_st_ = int(expr);                                                               \
         if (skew_st_ != 0) skew::cuda::throw_cublas_error(__FILE__, __LINE__, #expr, skew_st_); \
     } while (0)
 

@@ -44,8 +44,7 @@ __global__ void __launch_bounds__(THREADS) write_vec_kernel(bf16* __restrict__ w
         uint32_t rw[8];
         optim_write_words8(wb, uint64_t(el), rw);
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-            w.v[j] = optim_write_bf16(wb, bf16_to_f32(w.v[j]), u[j], rw[j]);
+        for (int j = 0; j < 8; ++j) w.v[j] = optim_write_bf16(wb, bf16_to_f32(w.v[j]), u[j], rw[j]);
         store8(weight + el, w);
     }
 }

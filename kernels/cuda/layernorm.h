@@ -20,8 +20,8 @@ int64_t layernorm_backward_scratch_bytes(int64_t n_rows, int64_t channels);
 /// dinp (n_rows, C) bf16 overwritten (or += when accumulate_dinp; null skips); dweight, dbias (C)
 /// fp32 accumulated (null skips), reduced over rows in fixed chunks and a fixed order. scratch:
 /// layernorm_backward_scratch_bytes bytes of device memory.
-void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp, const float* weight,
-                        const float* mean, const float* rstd, int64_t n_rows, int64_t channels, bool accumulate_dinp,
-                        void* scratch, cudaStream_t stream);
+void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t n_rows, int64_t channels,
+                        bool accumulate_dinp, void* scratch, cudaStream_t stream);
 
 }  // namespace skew::cuda

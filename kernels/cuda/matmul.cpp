@@ -71,9 +71,10 @@ struct Matmul::Impl {
         if (elems > widen_elems) {
             if (!warned_widen) {
                 warned_widen = true;
-                spdlog::warn("matmul: a mixed-dtype product needs {} bytes of fp32 widening buffer, the caller's "
-                             "(ws.cuda_widen) holds {}; allocating outside the arena",
-                             elems * 4, ext_widen_elems * 4);
+                spdlog::warn(
+                    "matmul: a mixed-dtype product needs {} bytes of fp32 widening buffer, the caller's "
+                    "(ws.cuda_widen) holds {}; allocating outside the arena",
+                    elems * 4, ext_widen_elems * 4);
             }
             if (widen) {
                 cuda_check(cudaDeviceSynchronize());  // queued products may still read the old buffer
@@ -102,18 +103,28 @@ struct Matmul::Impl {
         const LtAlignment al{key.align_b, key.align_a, key.align_c, key.align_c};  // cuBLASLt's A is our B
         cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
         if (!lt_choose_algo(handle, p, uint64_t(workspace_bytes), al, st))
-            fail("matmul: cuBLASLt has no algorithm for m {} n {} k {} trans_a {} trans_b {} (A {}, B {}, C {}; "
-                 "alignment {}/{}/{} bytes; status {})",
-                 key.m, key.n, key.k, key.ta, key.tb, key.at == CUDA_R_16BF ? "bf16" : "fp32",
-                 key.bt == CUDA_R_16BF ? "bf16" : "fp32", key.ct == CUDA_R_16BF ? "bf16" : "fp32", key.align_a,
-                 key.align_b, key.align_c, int(st));
+            fail(
+                "matmul: cuBLASLt has no algorithm for m {} n {} k {} trans_a {} trans_b {} (A {}, B {}, C {}; "
+                "alignment {}/{}/{} bytes; status {})",
+                key.m, key.n, key.k, key.ta, key.tb, key.at == CUDA_R_16BF ? "bf16" : "fp32",
+                key.bt == CUDA_R_16BF ? "bf16" : "fp32", key.ct == CUDA_R_16BF ? "bf16" : "fp32", key.align_a,
+                key.align_b, key.align_c, int(st));
         return plans.emplace(key, std::move(p)).first->second;
     }
 
     // Run one product whose dtypes cuBLASLt takes: (bf16, bf16) -> bf16|fp32, or (fp32, fp32) -> fp32.
     void run_native(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulShape& s, cudaStream_t stream) {
-        const Key key{s.m, s.n, s.k, s.trans_a, s.trans_b, s.beta != 0.0f, int(cuda_type(a.type)), int(cuda_type(b.type)),
-                      int(cuda_type(c.type)), pointer_alignment(a.data), pointer_alignment(b.data),
+        const Key key{s.m,
+                      s.n,
+                      s.k,
+                      s.trans_a,
+                      s.trans_b,
+                      s.beta != 0.0f,
+                      int(cuda_type(a.type)),
+                      int(cuda_type(b.type)),
+                      int(cuda_type(c.type)),
+                      pointer_alignment(a.data),
+                      pointer_alignment(b.data),
                       pointer_alignment(c.data)};
         const LtPlan& p = plan_for(key);
         const float alpha = s.alpha, beta = s.beta;
@@ -160,10 +171,8 @@ void Matmul::run(TensorRef c, ConstTensorRef a, ConstTensorRef b, const MatmulSh
     matmul_check_args(c, a, b, s);
     if (m == 0 || n == 0) return;
     if (k == 0) {  // empty reduction: C = beta * C
-        if (s.beta == 0.0f)
-            zero(c, m * n, stream);
-        else if (s.beta != 1.0f)
-            scale(c, s.beta, m * n, stream);
+        if (s.beta == 0.0f) zero(c, m * n, stream);
+        else if (s.beta != 1.0f) scale(c, s.beta, m * n, stream);
         return;
     }
     const bool ab_bf16 = a.type == ScalarType::BF16 && b.type == ScalarType::BF16;

@@ -96,7 +96,8 @@ inline void push(const char* name) {
 inline void pop() {
     State& s = state();
     if (s.active && !s.open.empty() && s.open.back().depth == s.depth) {
-        if (cudaEvent_t e = s.event()) s.done.push_back(State::Done{std::move(s.open.back().path), s.open.back().start, e});
+        if (cudaEvent_t e = s.event())
+            s.done.push_back(State::Done{std::move(s.open.back().path), s.open.back().start, e});
         s.open.pop_back();
     }
     --s.depth;

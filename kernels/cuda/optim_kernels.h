@@ -71,24 +71,24 @@ struct OptimTensor {
 
 /// The second-moment kind of a SkewAdam/Adafactor update kernel.
 enum OptimUpdateKind : int {
-    OPTIM_SKEWADAM_FACTORED = 0,  // D_ij = sqrt(max(R_i/Rbar, eps)) sqrt(max(C_j, eps))
-    OPTIM_SKEWADAM_FULL = 1,      // D = sqrt(max(V, eps)), V updated
-    OPTIM_SKEWADAM_NONE = 2,      // D = 1
-    OPTIM_ADAFACTOR_FACTORED = 3, // U = G rsqrt(R_i/mean R) rsqrt(C_j)
-    OPTIM_ADAFACTOR_FULL = 4,     // U = G rsqrt(V), V updated with G^2 + eps1
+    OPTIM_SKEWADAM_FACTORED = 0,   // D_ij = sqrt(max(R_i/Rbar, eps)) sqrt(max(C_j, eps))
+    OPTIM_SKEWADAM_FULL = 1,       // D = sqrt(max(V, eps)), V updated
+    OPTIM_SKEWADAM_NONE = 2,       // D = 1
+    OPTIM_ADAFACTOR_FACTORED = 3,  // U = G rsqrt(R_i/mean R) rsqrt(C_j)
+    OPTIM_ADAFACTOR_FULL = 4,      // U = G rsqrt(V), V updated with G^2 + eps1
 };
 
 /// Scalars and state of one SkewAdam / Adafactor step on one tensor.
 struct OptimUpdate {
     int kind = OPTIM_SKEWADAM_FACTORED;
-    float* R = nullptr;     // (n_mat, rows) factored row EMA
-    float* C = nullptr;     // (n_mat, cols) factored column EMA
-    float* M = nullptr;     // (numel) fp32 momentum or nullptr (SkewAdam tiers without momentum)
-    float* V = nullptr;     // (numel) full second moment (FULL kinds)
+    float* R = nullptr;  // (n_mat, rows) factored row EMA
+    float* C = nullptr;  // (n_mat, cols) factored column EMA
+    float* M = nullptr;  // (numel) fp32 momentum or nullptr (SkewAdam tiers without momentum)
+    float* V = nullptr;  // (numel) full second moment (FULL kinds)
     float b1 = 0.9f, omb1 = 0.1f, b2 = 0.999f, omb2 = 0.001f;
-    float coef = 1.0f;      // sqrt(1-b2^t)/(1-b1^t) with momentum, sqrt(1-b2^t) without (SkewAdam)
-    float eps = 1e-8f;      // SkewAdam eps clamp; Adafactor eps1 (added to G^2)
-    double clip_threshold = 1.0;  // the update-RMS clip d (the CPU divides in fp64 too)
+    float coef = 1.0f;              // sqrt(1-b2^t)/(1-b1^t) with momentum, sqrt(1-b2^t) without (SkewAdam)
+    float eps = 1e-8f;              // SkewAdam eps clamp; Adafactor eps1 (added to G^2)
+    double clip_threshold = 1.0;    // the update-RMS clip d (the CPU divides in fp64 too)
     bool matrix_by_matrix = false;  // RMS and write passes one matrix at a time (the write reads G from L2)
 };
 

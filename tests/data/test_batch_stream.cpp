@@ -3,10 +3,10 @@
 // run, a split too small for one batch is an error that names both numbers, a token id past the
 // vocabulary is refused naming its shard and offset, and manifests are compared by their shards.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "data/batch_stream.h"
 #include "data/shard.h"
@@ -130,7 +130,8 @@ TEST_CASE("a shard written by llm.c's write_datafile loads unchanged") {
     REQUIRE(split.tokens == 15);
     std::vector<int32_t> tokens(15);
     token_split_read(split, 0, 15, tokens.data());
-    CHECK(tokens == std::vector<int32_t>{50256, 15496, 995, 0, 770, 318, 257, 1332, 13, 50256, 464, 2068, 7586, 21831, 13});
+    CHECK(tokens ==
+          std::vector<int32_t>{50256, 15496, 995, 0, 770, 318, 257, 1332, 13, 50256, 464, 2068, 7586, 21831, 13});
 }
 
 TEST_CASE("a stream position maps to its shard file and the token's offset there, empty shards skipped") {
@@ -174,7 +175,8 @@ TEST_CASE("a batch with a token id past the vocabulary is refused naming the sha
     std::vector<int32_t> x7(15), y7(15);
     batch_stream_get(seven, 0, x7.data(), y7.data());
     CHECK(y7.back() == 60000);
-    CHECK_THROWS_WITH(batch_stream_check_ids(seven, 0, x7.data(), y7.data(), 50000), Catch::Contains("at offset 5 of shard"));
+    CHECK_THROWS_WITH(batch_stream_check_ids(seven, 0, x7.data(), y7.data(), 50000),
+                      Catch::Contains("at offset 5 of shard"));
     fs::remove_all(dir);
 }
 
@@ -200,7 +202,8 @@ TEST_CASE("two manifests differ in their shards or counts, not in their timings"
     now = nlohmann::json::parse(was);
     now["documents"]["val"] = 11;
     CHECK(manifest_first_difference(was, now.dump()) == "documents.val: 10 in the run's copy, 11 now");
-    CHECK_THROWS_WITH(manifest_first_difference(was, "not json"), Catch::Contains("manifest.json is not a JSON object"));
+    CHECK_THROWS_WITH(manifest_first_difference(was, "not json"),
+                      Catch::Contains("manifest.json is not a JSON object"));
 }
 
 TEST_CASE("a manifest whose separator is not a string is refused naming the file and the key") {

@@ -2,8 +2,8 @@
 // tokens of each document (or no separator), the manifest counts agree with the shards, bad lines
 // are fatal or skipped per the flag, and the command-line tools round-trip text through ids.
 #include <catch2/catch.hpp>
-
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <nlohmann/json.hpp>
 
 #include "data/batch_stream.h"
 #include "data/prepare.h"
@@ -33,9 +32,11 @@ static fs::path make_corpus(const std::string& name) {
     fs::remove_all(d);
     fs::create_directories(d / "in");
     std::ofstream jl(d / "in" / "docs.jsonl", std::ios::binary);
-    for (int i = 0; i < 100; i++) jl << nlohmann::json{{"text", "document " + std::to_string(i) + " says hello, world."}}.dump() << "\n";
+    for (int i = 0; i < 100; i++)
+        jl << nlohmann::json{{"text", "document " + std::to_string(i) + " says hello, world."}}.dump() << "\n";
     jl.close();
-    std::ofstream(d / "in" / "story.txt", std::ios::binary) << std::ifstream(kSource + "/tests/fixtures/data/sample_english.txt").rdbuf();
+    std::ofstream(d / "in" / "story.txt", std::ios::binary)
+        << std::ifstream(kSource + "/tests/fixtures/data/sample_english.txt").rdbuf();
     return d;
 }
 
@@ -54,7 +55,7 @@ TEST_CASE("prepare writes EOT and document tokens per split in input order with 
     o.tokenizer_dir = kTokenizer;
     o.shard_tokens = 1000;  // forces several train shards
     o.threads = 2;
-    o.chunk_bytes = 2000;   // forces several chunks
+    o.chunk_bytes = 2000;  // forces several chunks
     PrepareSummary s = prepare_run(o);
 
     Tokenizer tok = tokenizer_load(kTokenizer);
@@ -103,7 +104,9 @@ TEST_CASE("prepare writes EOT and document tokens per split in input order with 
     fs::remove_all(d);
 }
 
-TEST_CASE("prepare with separator none concatenates documents with nothing between, and the manifest guards the model vocabulary") {
+TEST_CASE(
+    "prepare with separator none concatenates documents with nothing between, and the manifest guards the model "
+    "vocabulary") {
     fs::path d = make_corpus("prepare_none");
     PrepareOptions o;
     o.inputs = {(d / "in" / "docs.jsonl").string()};
@@ -167,7 +170,8 @@ TEST_CASE("prepare: a bad line is fatal with file and line or skipped and counte
 static std::vector<std::string> hidden_files(const std::string& dir) {
     std::vector<std::string> out;
     for (const auto& e : fs::directory_iterator(dir))
-        if (e.path().filename().string()[0] == '.' || e.path().extension() == ".tmp") out.push_back(e.path().filename().string());
+        if (e.path().filename().string()[0] == '.' || e.path().extension() == ".tmp")
+            out.push_back(e.path().filename().string());
     return out;
 }
 
@@ -183,7 +187,8 @@ TEST_CASE("an interrupted prepare's temporaries are hidden, refuse the folder, a
     const std::vector<int32_t> train = read_split(o.out_dir, "train");
     // What a killed run leaves: its open shard, a finished but unplaced one, the manifest's temporary,
     // and the visible name earlier versions used.
-    for (const char* f : {".train_000001.bin.tmp-4242", ".val_000000.bin.tmp-4242", ".manifest.json.tmp-4242", "train_000002.bin.tmp"})
+    for (const char* f :
+         {".train_000001.bin.tmp-4242", ".val_000000.bin.tmp-4242", ".manifest.json.tmp-4242", "train_000002.bin.tmp"})
         std::ofstream(fs::path(o.out_dir) / f) << "partial";
     CHECK(shard_temp_path((fs::path(o.out_dir) / "train_000001.bin").string()) ==
           (fs::path(o.out_dir) / (".train_000001.bin.tmp-" + std::to_string(::getpid()))).string());
@@ -257,10 +262,12 @@ TEST_CASE("skew tokenize encodes stdin to one line of ids and --decode reverses 
     }
     CHECK(ids == expect + "\n");
     std::ofstream(d / "ids.txt") << ids;
-    CHECK(run(skew + " tokenize --decode --tokenizer " + kTokenizer + " < " + (d / "ids.txt").string(), status) == text);
+    CHECK(run(skew + " tokenize --decode --tokenizer " + kTokenizer + " < " + (d / "ids.txt").string(), status) ==
+          text);
     CHECK(status == 0);
     std::ofstream(d / "bad.txt") << "15496 99999\n";
-    run(skew + " tokenize --decode --tokenizer " + kTokenizer + " < " + (d / "bad.txt").string() + " 2>/dev/null", status);
+    run(skew + " tokenize --decode --tokenizer " + kTokenizer + " < " + (d / "bad.txt").string() + " 2>/dev/null",
+        status);
     CHECK(status != 0);
     fs::remove_all(d);
 }
@@ -346,8 +353,14 @@ TEST_CASE("empty documents are skipped and counted and invalid UTF-8 is counted 
     fs::remove_all(d);
 }
 
-TEST_CASE("prepare and tokenize with a tokenizer.json or a tokenizer.model put the tokenizer's end-of-text between documents") {
-    struct Kind { std::string dir, kind, main; int32_t eot; std::string eot_text; };
+TEST_CASE(
+    "prepare and tokenize with a tokenizer.json or a tokenizer.model put the tokenizer's end-of-text between "
+    "documents") {
+    struct Kind {
+        std::string dir, kind, main;
+        int32_t eot;
+        std::string eot_text;
+    };
     const std::vector<Kind> kinds = {
         {kSource + "/tests/fixtures/data/hf_tiny", "hf-byte-level-bpe", "tokenizer.json", 300, "<|endoftext|>"},
         {kSource + "/tests/fixtures/data/sentencepiece_tiny", "sentencepiece", "tokenizer.model", 2, "</s>"}};
@@ -383,7 +396,8 @@ TEST_CASE("prepare and tokenize with a tokenizer.json or a tokenizer.model put t
         const std::string text = "the hello world, it's 2026!\n";
         std::ofstream(d / "in.txt", std::ios::binary) << text;
         int status = 0;
-        const std::string ids = run(std::string(SKEW_BINARY) + " tokenize --tokenizer " + k.dir + " < " + (d / "in.txt").string(), status);
+        const std::string ids =
+            run(std::string(SKEW_BINARY) + " tokenize --tokenizer " + k.dir + " < " + (d / "in.txt").string(), status);
         CHECK(status == 0);
         std::string expect;
         for (int32_t id : tokenizer_encode(tok, text)) {
@@ -392,7 +406,9 @@ TEST_CASE("prepare and tokenize with a tokenizer.json or a tokenizer.model put t
         }
         CHECK(ids == expect + "\n");
         std::ofstream(d / "ids.txt") << ids;
-        CHECK(run(std::string(SKEW_BINARY) + " tokenize --decode --tokenizer " + k.dir + " < " + (d / "ids.txt").string(), status) == text);
+        CHECK(
+            run(std::string(SKEW_BINARY) + " tokenize --decode --tokenizer " + k.dir + " < " + (d / "ids.txt").string(),
+                status) == text);
         CHECK(status == 0);
         fs::remove_all(d);
     }

@@ -1,10 +1,10 @@
 // Reader tests: .txt is one document, .jsonl one per line (field "text", others ignored), bad lines
 // named by file and line or skipped, .gz through zlib, directories and globs in sorted order.
 #include <catch2/catch.hpp>
-#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
+#include <zlib.h>
 
 #include "data/reader.h"
 #include "engine/error.h"
@@ -19,7 +19,8 @@ static fs::path corpus_dir(const std::string& name) {  // one folder per test ca
     fs::create_directories(d / "sub");
     std::ofstream(d / "a.txt", std::ios::binary) << "First document.\nStill the first.\n";
     std::ofstream(d / "sub" / "b.jsonl", std::ios::binary)
-        << "{\"text\": \"line one\", \"url\": \"x\"}\n\n{\"id\": 3, \"text\": \"caf\\u00e9 \\ud83d\\ude80\"}\r\n{\"text\":\"no newline at end\"}";
+        << "{\"text\": \"line one\", \"url\": \"x\"}\n\n{\"id\": 3, \"text\": \"caf\\u00e9 "
+           "\\ud83d\\ude80\"}\r\n{\"text\":\"no newline at end\"}";
     std::ofstream(d / "ignored.csv") << "a,b\n";
     gzFile gz = gzopen((d / "c.jsonl.gz").string().c_str(), "wb");
     std::string z = "{\"text\": \"compressed one\"}\n{\"text\": \"compressed two\"}\n";
@@ -59,7 +60,8 @@ TEST_CASE("a bad .jsonl line is reported with its line number or skipped") {
     fs::path d = skew::test::test_temp_root() / "skew_test_reader_bad";
     fs::remove_all(d);
     fs::create_directories(d);
-    std::ofstream(d / "bad.jsonl") << "{\"text\": \"ok\"}\n{\"text\": \"ok2\"}\n{broken\n{\"title\": \"no text\"}\n{\"text\": 5}\n{\"text\": \"last\"}\n";
+    std::ofstream(d / "bad.jsonl") << "{\"text\": \"ok\"}\n{\"text\": \"ok2\"}\n{broken\n{\"title\": \"no "
+                                      "text\"}\n{\"text\": 5}\n{\"text\": \"last\"}\n";
     CHECK_THROWS_WITH(read_documents({(d / "bad.jsonl").string()}), Catch::Contains("bad.jsonl:3"));
     auto docs = read_documents({(d / "bad.jsonl").string()}, true);
     CHECK(docs == std::vector<std::string>{"ok", "ok2", "last"});
@@ -70,14 +72,17 @@ TEST_CASE("a symbolic link loop under an input is an error naming the link") {
     fs::path d = corpus_dir("loop");
     const fs::path self = d / "self.txt";
     fs::create_symlink("self.txt", self);  // self.txt -> itself
-    CHECK_THROWS_WITH(expand_inputs({d.string()}), Catch::Contains(self.string()) && Catch::Contains("symbolic link loop"));
-    CHECK_THROWS_WITH(expand_inputs({self.string()}), Catch::Contains(self.string()) && Catch::Contains("symbolic link loop"));
+    CHECK_THROWS_WITH(expand_inputs({d.string()}),
+                      Catch::Contains(self.string()) && Catch::Contains("symbolic link loop"));
+    CHECK_THROWS_WITH(expand_inputs({self.string()}),
+                      Catch::Contains(self.string()) && Catch::Contains("symbolic link loop"));
     CHECK_THROWS_AS(expand_inputs({d.string()}), skew::Error);
     fs::remove(self);
 
     const fs::path up = d / "sub" / "up";
     fs::create_directory_symlink("..", up);  // sub/up -> d, which holds sub: walked forever
-    CHECK_THROWS_WITH(expand_inputs({d.string()}), Catch::Contains(up.string()) && Catch::Contains("symbolic link loop") &&
+    CHECK_THROWS_WITH(expand_inputs({d.string()}), Catch::Contains(up.string()) &&
+                                                       Catch::Contains("symbolic link loop") &&
                                                        Catch::Contains("leads back to"));
     CHECK_THROWS_AS(expand_inputs({d.string()}), skew::Error);
     fs::remove(up);

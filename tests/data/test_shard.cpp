@@ -4,8 +4,8 @@
 
 #include <cstring>
 #include <filesystem>
-#include <iterator>
 #include <fstream>
+#include <iterator>
 
 #include "data/batch_stream.h"
 #include "data/shard.h"
@@ -163,7 +163,8 @@ TEST_CASE("a uint32 shard is llm.c's Llama 3 layout (magic 20240801, version 7) 
     int32_t one = 1;
     std::memcpy(v.data() + 4, &one, 4);
     std::ofstream((dir / "v.bin").string(), std::ios::binary) << v;
-    CHECK_THROWS_WITH(shard_check((dir / "v.bin").string()), Catch::Contains("magic 20240801 (llm.c's uint32 layout) with version 1, expected 7"));
+    CHECK_THROWS_WITH(shard_check((dir / "v.bin").string()),
+                      Catch::Contains("magic 20240801 (llm.c's uint32 layout) with version 1, expected 7"));
     std::ofstream((dir / "short.bin").string(), std::ios::binary) << bytes.substr(0, 1024 + 2 * ids.size());
     CHECK_THROWS_WITH(shard_check((dir / "short.bin").string()), Catch::Contains("truncated or corrupt"));
     fs::remove_all(dir);

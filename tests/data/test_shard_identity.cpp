@@ -1,10 +1,10 @@
 // The record of what a run trained on (data/shard_identity.h): sizes and MD5s of every shard of
 // both splits, compared on resume; and a JSONL record naming its field twice is a bad line.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "data/batch_stream.h"
 #include "data/prepare.h"
@@ -49,7 +49,7 @@ TEST_CASE("shard identity lists every shard's split, file, size and MD5 and find
     // One shard fewer.
     fs::remove(dir + "/train_000001.bin");
     const TokenSplit train3 = token_split_open(dir, "train");
-    CHECK_THAT(shard_identity_difference(was, shard_identity({&train3, &val})), Catch::Contains("shard 2") );
+    CHECK_THAT(shard_identity_difference(was, shard_identity({&train3, &val})), Catch::Contains("shard 2"));
 }
 
 TEST_CASE("resume check: a run without a record passes, one with a changed shard is refused naming it") {
@@ -58,7 +58,8 @@ TEST_CASE("resume check: a run without a record passes, one with a changed shard
     shard_write(dir + "/val_000000.bin", std::vector<uint16_t>{4, 5, 6});
     TokenSplit train = token_split_open(dir, "train"), val = token_split_open(dir, "val");
     shard_identity_check(run, dir, {&train, &val});  // no data_identity.json: an older run
-    std::ofstream(run + "/" + kShardIdentityFile) << shard_identity({&train, &val}).dump(2) << "\n";  // as the trainer writes it
+    std::ofstream(run + "/" + kShardIdentityFile)
+        << shard_identity({&train, &val}).dump(2) << "\n";  // as the trainer writes it
     shard_identity_check(run, dir, {&train, &val});
     shard_write(dir + "/val_000000.bin", std::vector<uint16_t>{4, 5, 7});
     val = token_split_open(dir, "val");
@@ -66,7 +67,8 @@ TEST_CASE("resume check: a run without a record passes, one with a changed shard
         shard_identity_check(run, dir, {&train, &val});
         FAIL("a changed shard was accepted");
     } catch (const skew::Error& e) {
-        CHECK_THAT(std::string(e.what()), Catch::Contains("val_000000.bin") && Catch::Contains(run + "/data_identity.json"));
+        CHECK_THAT(std::string(e.what()),
+                   Catch::Contains("val_000000.bin") && Catch::Contains(run + "/data_identity.json"));
     }
 }
 

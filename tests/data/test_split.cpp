@@ -48,11 +48,11 @@ TEST_CASE("train when bucket < 950 at the default val_ratio 0.05") {
     CHECK(split_train_buckets(0.05) == 950);
     CHECK(split_train_buckets(0.0) == 1000);
     CHECK(split_train_buckets(0.1) == 900);
-    CHECK(split_is_train("hello world", 0.05));         // 147
+    CHECK(split_is_train("hello world", 0.05));                                  // 147
     CHECK(split_is_train("The quick brown fox jumps over the lazy dog", 0.05));  // 861
-    CHECK_FALSE(split_is_train("document 80", 0.05));  // 958
-    CHECK(split_is_train("document 80", 0.04));        // 958 < 960
-    CHECK_FALSE(split_is_train("document 10", 0.05));  // 993
+    CHECK_FALSE(split_is_train("document 80", 0.05));                            // 958
+    CHECK(split_is_train("document 80", 0.04));                                  // 958 < 960
+    CHECK_FALSE(split_is_train("document 10", 0.05));                            // 993
     CHECK_THROWS_AS(split_train_buckets(1.5), skew::Error);
     CHECK_THROWS_AS(split_train_buckets(-0.1), skew::Error);
 }

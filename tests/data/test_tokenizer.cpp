@@ -2,12 +2,12 @@
 // tests/reference/tokenizer/make_expected.mjs) on the fixture cases, decode(encode(x)) == x on any
 // bytes, a million-character piece in linear-ish time, both vocab file formats, special-token flag.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <random>
 
 #include "data/tokenizer.h"
@@ -62,7 +62,8 @@ TEST_CASE("known GPT-2 ids for a short sentence") {
 TEST_CASE("decode of encode is the identity on random bytes valid or not") {
     std::mt19937 rng(1234);
     TokenizerWorkspace ws;
-    const char* pieces[] = {"a", "Z", " ", "\n", "'s", "'LL", "é", "日本", "🚀", "\xff", "\xc3", "\xe2\x82", "\x80", "1", ".", "\t", "\xc2\x85"};
+    const char* pieces[] = {"a",    "Z",    " ",        "\n",   "'s", "'LL", "é",  "日本",    "🚀",
+                            "\xff", "\xc3", "\xe2\x82", "\x80", "1",  ".",   "\t", "\xc2\x85"};
     for (int trial = 0; trial < 300; trial++) {
         std::string text;
         int len = int(rng() % 200);
@@ -135,12 +136,14 @@ TEST_CASE("tokenizer files that are missing or malformed are refused with the fi
     CHECK_THROWS_WITH(tokenizer_load(dir.string()), Catch::Contains("encoder.json"));
     // An id far beyond any vocabulary would size the id table at gigabytes: refused, naming the token.
     { std::ofstream(dir / "encoder.json") << R"({"a": 0, "b": 1, "ab": 4294967296})"; }
-    CHECK_THROWS_WITH(tokenizer_load(dir.string()),
-                      Catch::Contains("encoder.json: token \"ab\" has id 4294967296, expected an integer in [0, 16777215]"));
+    CHECK_THROWS_WITH(
+        tokenizer_load(dir.string()),
+        Catch::Contains("encoder.json: token \"ab\" has id 4294967296, expected an integer in [0, 16777215]"));
     // Two tokens of one id: decoding it would give either text.
     { std::ofstream(dir / "encoder.json") << R"({"a": 0, "b": 7, "ab": 7})"; }
-    CHECK_THROWS_WITH(tokenizer_load(dir.string()), Catch::Contains("encoder.json: tokens \"ab\" and \"b\" both have id 7") ||
-                                                        Catch::Contains("encoder.json: tokens \"b\" and \"ab\" both have id 7"));
+    CHECK_THROWS_WITH(tokenizer_load(dir.string()),
+                      Catch::Contains("encoder.json: tokens \"ab\" and \"b\" both have id 7") ||
+                          Catch::Contains("encoder.json: tokens \"b\" and \"ab\" both have id 7"));
     fs::remove_all(dir);
     std::vector<int32_t> bad = {15496, 99999};
     CHECK_THROWS_AS(tokenizer_decode(gpt2(), bad), skew::Error);

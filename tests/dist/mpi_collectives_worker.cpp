@@ -92,14 +92,16 @@ void test_reduce_scatter(Communicator& c, int64_t n) {
     check(equal(recv, e), "reduce_scatter_sum f32 (count " + std::to_string(n) + ")");
     std::vector<bf16> s16(static_cast<size_t>(n * N)), r16(static_cast<size_t>(n)), e16(static_cast<size_t>(n));
     for (int64_t j = 0; j < n * N; ++j) s16[static_cast<size_t>(j)] = f32_to_bf16(float((j % 5) * (R + 1)));
-    for (int64_t i = 0; i < n; ++i) e16[static_cast<size_t>(i)] = f32_to_bf16(float(((R * n + i) % 5) * N * (N + 1) / 2));
+    for (int64_t i = 0; i < n; ++i)
+        e16[static_cast<size_t>(i)] = f32_to_bf16(float(((R * n + i) % 5) * N * (N + 1) / 2));
     c.reduce_scatter_sum(s16.data(), r16.data(), n, CommDType::BF16);
     check(equal(r16, e16), "reduce_scatter_sum bf16");
 }
 
 void test_allgather(Communicator& c, int64_t n) {
     const int R = c.rank(), N = c.world_size();
-    std::vector<int32_t> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n * N), -1), e(static_cast<size_t>(n * N));
+    std::vector<int32_t> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n * N), -1),
+        e(static_cast<size_t>(n * N));
     for (int64_t i = 0; i < n; ++i) send[static_cast<size_t>(i)] = int32_t(100000 * R + i);
     for (int r = 0; r < N; ++r)
         for (int64_t i = 0; i < n; ++i) e[static_cast<size_t>(r * n + i)] = int32_t(100000 * r + i);
@@ -114,8 +116,10 @@ void test_allgather(Communicator& c, int64_t n) {
     // v: rank r gives n + r elements, placed with a gap of 3 elements after each block
     std::vector<int64_t> counts(static_cast<size_t>(N)), displs(static_cast<size_t>(N));
     int64_t total = 0;
-    for (int r = 0; r < N; ++r) counts[static_cast<size_t>(r)] = n + r, displs[static_cast<size_t>(r)] = total, total += n + r + 3;
-    std::vector<float> vs(static_cast<size_t>(n + R)), vr(static_cast<size_t>(total), -7.0f), ve(static_cast<size_t>(total), -7.0f);
+    for (int r = 0; r < N; ++r)
+        counts[static_cast<size_t>(r)] = n + r, displs[static_cast<size_t>(r)] = total, total += n + r + 3;
+    std::vector<float> vs(static_cast<size_t>(n + R)), vr(static_cast<size_t>(total), -7.0f),
+        ve(static_cast<size_t>(total), -7.0f);
     for (int64_t i = 0; i < n + R; ++i) vs[static_cast<size_t>(i)] = float(R) * 0.5f + float(i);
     for (int r = 0; r < N; ++r)
         for (int64_t i = 0; i < n + r; ++i) ve[size_t(displs[static_cast<size_t>(r)] + i)] = float(r) * 0.5f + float(i);
@@ -135,17 +139,23 @@ void test_alltoallv(Communicator& c, int64_t n, bool one_large_pair) {
         if (one_large_pair) return s == 0 && d == N - 1 ? n : s + d;
         return int64_t(s + d + 1) * n;
     };
-    std::vector<int64_t> sc(static_cast<size_t>(N)), sd(static_cast<size_t>(N)), rc(static_cast<size_t>(N)), rd(static_cast<size_t>(N));
+    std::vector<int64_t> sc(static_cast<size_t>(N)), sd(static_cast<size_t>(N)), rc(static_cast<size_t>(N)),
+        rd(static_cast<size_t>(N));
     int64_t st = 0, rt = 0;
     for (int r = 0; r < N; ++r) {
-        sc[static_cast<size_t>(r)] = count(R, r), sd[static_cast<size_t>(r)] = st, st += sc[static_cast<size_t>(r)] + 1;  // a gap of one
-        rc[static_cast<size_t>(r)] = count(r, R), rd[static_cast<size_t>(r)] = rt, rt += rc[static_cast<size_t>(r)] + 2;  // a gap of two
+        sc[static_cast<size_t>(r)] = count(R, r), sd[static_cast<size_t>(r)] = st,
+        st += sc[static_cast<size_t>(r)] + 1;  // a gap of one
+        rc[static_cast<size_t>(r)] = count(r, R), rd[static_cast<size_t>(r)] = rt,
+        rt += rc[static_cast<size_t>(r)] + 2;  // a gap of two
     }
-    std::vector<int64_t> send(static_cast<size_t>(st), -1), recv(static_cast<size_t>(rt), -5), e(static_cast<size_t>(rt), -5);
+    std::vector<int64_t> send(static_cast<size_t>(st), -1), recv(static_cast<size_t>(rt), -5),
+        e(static_cast<size_t>(rt), -5);
     for (int d = 0; d < N; ++d)
-        for (int64_t i = 0; i < sc[static_cast<size_t>(d)]; ++i) send[size_t(sd[static_cast<size_t>(d)] + i)] = R * 1000000 + d * 1000 + i;
+        for (int64_t i = 0; i < sc[static_cast<size_t>(d)]; ++i)
+            send[size_t(sd[static_cast<size_t>(d)] + i)] = R * 1000000 + d * 1000 + i;
     for (int s = 0; s < N; ++s)
-        for (int64_t i = 0; i < rc[static_cast<size_t>(s)]; ++i) e[size_t(rd[static_cast<size_t>(s)] + i)] = s * 1000000 + R * 1000 + i;
+        for (int64_t i = 0; i < rc[static_cast<size_t>(s)]; ++i)
+            e[size_t(rd[static_cast<size_t>(s)] + i)] = s * 1000000 + R * 1000 + i;
     c.alltoallv(send.data(), sc, sd, recv.data(), rc, rd, CommDType::I64);
     check(equal(recv, e), std::string("alltoallv") + (one_large_pair ? " (one large pair)" : ""));
 }
@@ -174,7 +184,8 @@ void test_alltoallv_refused(Communicator& c) {
 void test_broadcast_split(Communicator& c, int64_t n) {
     const int R = c.rank(), N = c.world_size();
     std::vector<double> b(static_cast<size_t>(n)), e(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) b[static_cast<size_t>(i)] = R == N - 1 ? 3.25 * double(i) : -1.0, e[static_cast<size_t>(i)] = 3.25 * double(i);
+    for (int64_t i = 0; i < n; ++i)
+        b[static_cast<size_t>(i)] = R == N - 1 ? 3.25 * double(i) : -1.0, e[static_cast<size_t>(i)] = 3.25 * double(i);
     c.broadcast(b.data(), n, CommDType::F64, N - 1);
     check(equal(b, e), "broadcast from the last rank");
 
@@ -244,7 +255,8 @@ void test_nonblocking(Communicator& c, int64_t n) {
     for (size_t t = 0; t < tickets.size(); ++t) counted = counted && tickets[t] == int64_t(t);
     check(counted, "start_allreduce_sum: tickets 0, 1, 2, ... in start order");
     c.wait(tickets[4]);  // fp32 bucket 1 alone: complete on return
-    check(equal(f[1], fe[1]), "wait(ticket): that sum has arrived, equal to the blocking sum (n " + std::to_string(n) + ")");
+    check(equal(f[1], fe[1]),
+          "wait(ticket): that sum has arrived, equal to the blocking sum (n " + std::to_string(n) + ")");
     c.wait_all();
     for (size_t k = 0; k < sizes.size(); ++k) {
         const std::string at = ", bucket " + std::to_string(k) + ", n " + std::to_string(sizes[k]);
@@ -260,7 +272,8 @@ void test_nonblocking(Communicator& c, int64_t n) {
             const double bound = (N - 1) * std::ldexp(magnitude, -8);
             if (std::abs(bf16_to_f32(b[k][size_t(i)]) - exact) > bound ||
                 std::abs(bf16_to_f32(be[k][size_t(i)]) - exact) > bound) {
-                check(false, "bf16 sums within N - 1 roundings of the exact sum" + at + ", element " + std::to_string(i));
+                check(false,
+                      "bf16 sums within N - 1 roundings of the exact sum" + at + ", element " + std::to_string(i));
                 break;
             }
         }
@@ -268,7 +281,8 @@ void test_nonblocking(Communicator& c, int64_t n) {
     // exact sums (small integers) in both dtypes
     std::vector<float> xf(static_cast<size_t>(n));
     std::vector<bf16> xb(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) xf[size_t(i)] = float((R + 1) * (i % 5)), xb[size_t(i)] = f32_to_bf16(float(R + i % 3));
+    for (int64_t i = 0; i < n; ++i)
+        xf[size_t(i)] = float((R + 1) * (i % 5)), xb[size_t(i)] = f32_to_bf16(float(R + i % 3));
     check(c.start_allreduce_sum(xf.data(), n, CommDType::F32) == 0, "tickets start over after wait_all");
     c.start_allreduce_sum(xb.data(), n, CommDType::BF16);
     c.wait_all();
@@ -327,8 +341,9 @@ int main(int argc, char** argv) {
         Communicator& w = launch_world();
         int32_t failures = g_failures;
         w.allreduce_sum(&failures, 1, CommDType::I32);
-        if (info.rank == 0) std::printf("mpi_collectives_worker: %d ranks, chunk %lld: %d failed checks\n",
-                                        info.world_size, static_cast<long long>(chunk), failures);
+        if (info.rank == 0)
+            std::printf("mpi_collectives_worker: %d ranks, chunk %lld: %d failed checks\n", info.world_size,
+                        static_cast<long long>(chunk), failures);
         launch_finalize();
         return failures == 0 ? 0 : 1;
     } catch (const std::exception& e) {

@@ -3,7 +3,6 @@
 // mpirun is installed at all; and each test binary's work folder with the prepared sample corpus.
 #pragma once
 #include <catch2/catch.hpp>
-
 #include <unistd.h>
 
 #include <cstdlib>

@@ -2,12 +2,12 @@
 // the step log's LM losses, and the tensors of a safetensors checkpoint widened to fp32.
 #pragma once
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>

@@ -8,7 +8,6 @@
 // configs/tiny.yaml, most of them packed host copies) keep more buckets in flight than the staging
 // slots (DP_MAX_STAGING_SLOTS).
 #include <catch2/catch.hpp>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,11 +59,12 @@ void same_with_and_without_overlap(int np, const std::string& name, const std::s
                                    const std::vector<std::string>& opts) {
     std::string list;
     for (const std::string& o : opts) list += (list.empty() ? "" : ",") + o;
-    const std::string args = "train " + std::string(SKEW_SOURCE_DIR) + "/configs/tiny.yaml --plain --set data.dir=" +
-                             prepared() +
+    const std::string args = "train " + std::string(SKEW_SOURCE_DIR) +
+                             "/configs/tiny.yaml --plain --set data.dir=" + prepared() +
                              " --set train.batch_size=4 --set train.microbatch=1 --set train.seq_len=16"
                              " --set train.eval_batches=1 --set train.steps=6 --set train.eval_every=6"
-                             " --set train.checkpoint_every=6 --set runtime.threads=1 --optimizers " + list + " " + extra;
+                             " --set train.checkpoint_every=6 --set runtime.threads=1 --optimizers " +
+                             list + " " + extra;
     const std::string on = work_dir() + "/" + name + "-on", off = work_dir() + "/" + name + "-off";
     const Run a = mpirun_skew(np, args + " --out " + on);
     INFO(a.output);
@@ -89,7 +89,8 @@ void same_with_and_without_overlap(int np, const std::string& name, const std::s
             INFO(e.path().filename().string());
             const std::string x = skew::test::read_bytes(e.path().string());
             REQUIRE(x.size() > 100);
-            CHECK(x == skew::test::read_bytes((fs::path(off) / "checkpoints" / opt / "last" / e.path().filename()).string()));
+            CHECK(x == skew::test::read_bytes(
+                           (fs::path(off) / "checkpoints" / opt / "last" / e.path().filename()).string()));
             ++tensors_files;
         }
         CHECK(tensors_files >= 2);  // the weights and the optimizer state at least
@@ -98,24 +99,34 @@ void same_with_and_without_overlap(int np, const std::string& name, const std::s
 
 }  // namespace
 
-TEST_CASE("overlapped gradient sums equal the after-backward sums bit for bit: 2 ranks, 2 microbatches each, fp32 "
-          "and bf16 gradients, small buckets",
-          "[dist]") {
-    same_with_and_without_overlap(2, "np2-fp32", "--set runtime.grad_dtype=fp32 --set parallel.zero_stage=0 "
-                                  "--set parallel.bucket_mib=0.02", {"adamw", "skewadam"});
-    same_with_and_without_overlap(2, "np2-bf16", "--set runtime.grad_dtype=bf16 --set parallel.zero_stage=0 "
-                                  "--set parallel.bucket_mib=0.02", {"adamw"});
+TEST_CASE(
+    "overlapped gradient sums equal the after-backward sums bit for bit: 2 ranks, 2 microbatches each, fp32 "
+    "and bf16 gradients, small buckets",
+    "[dist]") {
+    same_with_and_without_overlap(2, "np2-fp32",
+                                  "--set runtime.grad_dtype=fp32 --set parallel.zero_stage=0 "
+                                  "--set parallel.bucket_mib=0.02",
+                                  {"adamw", "skewadam"});
+    same_with_and_without_overlap(2, "np2-bf16",
+                                  "--set runtime.grad_dtype=bf16 --set parallel.zero_stage=0 "
+                                  "--set parallel.bucket_mib=0.02",
+                                  {"adamw"});
 }
 
 TEST_CASE("overlapped gradient sums equal the after-backward sums bit for bit: 4 ranks with ZeRO-1, bf16 gradients",
           "[dist]") {
-    same_with_and_without_overlap(4, "np4-zero1", "--set runtime.grad_dtype=bf16 --set parallel.zero_stage=1 "
-                                  "--set parallel.bucket_mib=0.02", {"adamw", "muon"});
+    same_with_and_without_overlap(4, "np4-zero1",
+                                  "--set runtime.grad_dtype=bf16 --set parallel.zero_stage=1 "
+                                  "--set parallel.bucket_mib=0.02",
+                                  {"adamw", "muon"});
 }
 
-TEST_CASE("overlapped gradient sums equal the after-backward sums bit for bit: expert parallel over MPI (4 ranks, "
-          "parallel.expert 2: the expert banks' buckets summed over their holders)",
-          "[dist]") {
-    same_with_and_without_overlap(4, "np4-ep2", "--set runtime.grad_dtype=fp32 --set parallel.zero_stage=0 "
-                                  "--set parallel.expert=2 --set parallel.bucket_mib=0.02", {"adamw"});
+TEST_CASE(
+    "overlapped gradient sums equal the after-backward sums bit for bit: expert parallel over MPI (4 ranks, "
+    "parallel.expert 2: the expert banks' buckets summed over their holders)",
+    "[dist]") {
+    same_with_and_without_overlap(4, "np4-ep2",
+                                  "--set runtime.grad_dtype=fp32 --set parallel.zero_stage=0 "
+                                  "--set parallel.expert=2 --set parallel.bucket_mib=0.02",
+                                  {"adamw"});
 }

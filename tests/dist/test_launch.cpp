@@ -14,15 +14,15 @@ namespace {
 struct CleanLaunchEnv {
     std::vector<std::pair<std::string, std::string>> saved;
     CleanLaunchEnv() {
-        for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "SLURM_PROCID",
-                              "SLURM_STEP_NUM_TASKS"}) {
+        for (const char* v :
+             {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"}) {
             if (const char* x = std::getenv(v)) saved.emplace_back(v, x);
             unsetenv(v);
         }
     }
     ~CleanLaunchEnv() {
-        for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "SLURM_PROCID",
-                              "SLURM_STEP_NUM_TASKS"})
+        for (const char* v :
+             {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"})
             unsetenv(v);
         for (const auto& [k, v] : saved) setenv(k.c_str(), v.c_str(), 1);
     }

@@ -37,6 +37,6 @@ TEST_CASE("NCCL that cannot be loaded is one error naming every file tried and t
     CHECK(err.find(missing + " (") != std::string::npos);
     CHECK(err.find(fake + " (") != std::string::npos);
     CHECK(err.find("SKEW_NCCL_LIBRARY") != std::string::npos);  // the hint names the variable
-    CHECK(err.find('\n') == err.find("\n--> HINT:"));            // one line, then the hint
+    CHECK(err.find('\n') == err.find("\n--> HINT:"));           // one line, then the hint
 }
 #endif

@@ -2,7 +2,6 @@
 // the user's terminal; under an MPI launcher even a TTY is not one (Open MPI gives each rank a
 // pseudo-terminal whatever mpirun's own output is), and TERM=dumb and NO_COLOR are honoured.
 #include <catch2/catch.hpp>
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -45,8 +44,8 @@ TEST_CASE("colour and redraws go to a terminal only: not a pipe, not under mpiru
     REQUIRE(pipe(pipe_fds) == 0);
 
     ScopedEnv env;
-    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS",
-                          "NO_COLOR"})
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "SLURM_PROCID",
+                          "SLURM_STEP_NUM_TASKS", "NO_COLOR"})
         env.set(v, nullptr);
     env.set("TERM", "xterm-256color");
     CHECK(skew::output_is_terminal(tty));

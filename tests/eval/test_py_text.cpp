@@ -2,10 +2,10 @@
 // tests/fixtures/eval/py_text.json, written by tests/reference/eval/make_py_text.py, lists what
 // Python's isspace, lower, upper and capitalize give, and where lower() writes a final sigma.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 
 #include "eval/py_text.h"
 
@@ -93,7 +93,7 @@ TEST_CASE("isspace equals Python's str.isspace on every code point", "[eval][py_
     for (uint32_t c = 0; c < 0x110000; ++c)
         if (!is_surrogate(c) && py_isspace(c) != bool(want[c])) ++wrong;
     CHECK(wrong == 0);
-    CHECK(py_isspace(0x1C));     // Python counts the information separators
+    CHECK(py_isspace(0x1C));  // Python counts the information separators
     CHECK(py_isspace(0x3000));
     CHECK_FALSE(py_isspace(0x200B));  // zero width space is not
 }
@@ -102,13 +102,18 @@ TEST_CASE("lower, upper and capitalize equal Python's on every code point, full 
     CHECK(mismatches(reference()["lower"], [](const std::string& s) { return py_lower(s); }).empty());
     CHECK(mismatches(reference()["upper"], [](const std::string& s) { return py_upper(s); }).empty());
     CHECK(mismatches(reference()["capitalize"], [](const std::string& s) { return py_capitalize(s); }).empty());
-    CHECK(py_upper("stra\xC3\x9F" "e") == "STRASSE");          // 'ß'.upper() == 'SS'
-    CHECK(py_lower("\xC4\xB0") == "i\xCC\x87");                 // 'İ'.lower() == 'i̇'
-    CHECK(py_capitalize("\xC7\x86" "emal") == "\xC7\x85" "emal");  // 'ǆ' title-cases to 'ǅ', not 'Ǆ'
-    CHECK(py_capitalize("\xEF\xAC\x81x") == "Fix");            // 'ﬁ' -> 'Fi'
+    CHECK(py_upper("stra\xC3\x9F"
+                   "e") == "STRASSE");           // 'ß'.upper() == 'SS'
+    CHECK(py_lower("\xC4\xB0") == "i\xCC\x87");  // 'İ'.lower() == 'i̇'
+    CHECK(py_capitalize("\xC7\x86"
+                        "emal") ==
+          "\xC7\x85"
+          "emal");                                   // 'ǆ' title-cases to 'ǅ', not 'Ǆ'
+    CHECK(py_capitalize("\xEF\xAC\x81x") == "Fix");  // 'ﬁ' -> 'Fi'
 }
 
-TEST_CASE("capital sigma lowers to a final sigma after a cased letter and before none, as Python's lower", "[eval][py_text]") {
+TEST_CASE("capital sigma lowers to a final sigma after a cased letter and before none, as Python's lower",
+          "[eval][py_text]") {
     const std::string sigma = "\xCE\xA3", final_sigma = "\xCF\x82";
     const std::vector<char> after = flags(reference()["sigma_after"]), between = flags(reference()["sigma_between"]),
                             before = flags(reference()["sigma_before"]);
@@ -116,14 +121,15 @@ TEST_CASE("capital sigma lowers to a final sigma after a cased letter and before
     for (uint32_t c = 0; c < 0x110000; ++c) {
         if (is_surrogate(c)) continue;
         const std::string ch = utf8(c), letter = "A";
-        const std::string a = py_lower(ch + sigma), b = py_lower(letter + ch + sigma), f = py_lower(letter + sigma + ch);
+        const std::string a = py_lower(ch + sigma), b = py_lower(letter + ch + sigma),
+                          f = py_lower(letter + sigma + ch);
         const bool got_after = a.ends_with(final_sigma), got_between = b.ends_with(final_sigma),
                    got_before = f.compare(1, final_sigma.size(), final_sigma) == 0;
         if (got_after != bool(after[c]) || got_between != bool(between[c]) || got_before != bool(before[c])) ++wrong;
     }
     CHECK(wrong == 0);
     CHECK(py_lower("\xCE\x9F\xCE\x94\xCE\x9F\xCE\xA3") == "\xCE\xBF\xCE\xB4\xCE\xBF\xCF\x82");  // ΟΔΟΣ -> οδος
-    CHECK(py_capitalize("\xCE\xA3\xCE\xA3") == "\xCE\xA3\xCF\x82");                        // capitalize too
+    CHECK(py_capitalize("\xCE\xA3\xCE\xA3") == "\xCE\xA3\xCF\x82");                             // capitalize too
 }
 
 TEST_CASE("whole strings: len, strip, rstrip, lower, upper, capitalize as Python gives them", "[eval][py_text]") {
@@ -138,13 +144,17 @@ TEST_CASE("whole strings: len, strip, rstrip, lower, upper, capitalize as Python
         CHECK(utf8_length(s) == e["len"].get<int64_t>());
     }
     // bytes that are not UTF-8 stay as they are (Python's surrogateescape)
-    CHECK(py_capitalize("\xFF" "aB") == "\xFF" "ab");
+    CHECK(py_capitalize("\xFF"
+                        "aB") ==
+          "\xFF"
+          "ab");
     CHECK(py_strip(" \xC3 ") == "\xC3");
     CHECK(utf8_length("caf\xC3\xA9") == 4);
     CHECK(utf8_length("\xE2\x80\x94") == 1);
 }
 
-TEST_CASE("int reads what Python's int() reads: digits of every script, whitespace around, underscores between", "[eval][py_text]") {
+TEST_CASE("int reads what Python's int() reads: digits of every script, whitespace around, underscores between",
+          "[eval][py_text]") {
     std::map<uint32_t, int64_t> digits;
     for (const auto& e : reference()["int"]) digits[e[0].get<uint32_t>()] = e[1].get<int64_t>();
     int wrong = 0;

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <numeric>
 
-#include "runtime/session.h"
 #include "engine/error.h"
 #include "eval/sampling.h"
 #include "model/inference.h"
+#include "runtime/session.h"
 #include "tests/model/model_test_util.h"
 
 using namespace skew;

@@ -3,11 +3,11 @@
 // continuations, token ids (GPT-2 BPE) and code-point lengths, HellaSwag's preprocessing,
 // truncation, acc / acc_norm on hand-computed log-likelihoods, and the standard error.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "data/tokenizer.h"
 #include "engine/error.h"
@@ -60,7 +60,8 @@ TEST_CASE("PIQA: 'Question: goal', a newline, 'Answer:' and each solution after 
     CHECK(items[2].line == 3);
 }
 
-TEST_CASE("WinoGrande: the option fills the blank in the context, the rest of the sentence is scored", "[eval][tasks]") {
+TEST_CASE("WinoGrande: the option fills the blank in the context, the rest of the sentence is scored",
+          "[eval][tasks]") {
     const auto items = read_task_file(fixture("winogrande.jsonl"), TaskFormat::WINOGRANDE);
     REQUIRE(items.size() == 5);
     const McItem& it = items[0];
@@ -81,12 +82,14 @@ TEST_CASE("WinoGrande: the option fills the blank in the context, the rest of th
     CHECK(items[2].gold == 0);
 }
 
-TEST_CASE("HellaSwag: capitalize ctx_b, strip, [title] to '. ', brackets removed, double spaces once", "[eval][tasks]") {
+TEST_CASE("HellaSwag: capitalize ctx_b, strip, [title] to '. ', brackets removed, double spaces once",
+          "[eval][tasks]") {
     const auto items = read_task_file(fixture("hellaswag.jsonl"), TaskFormat::HELLASWAG);
     REQUIRE(items.size() == 4);
     const McItem& it = items[0];
     CHECK(it.contexts[0] ==
-          "Cleaning a kettle: How to descale a kettle. Fill it with vinegar. Let it soak for an hour. Then rinse it with water");
+          "Cleaning a kettle: How to descale a kettle. Fill it with vinegar. Let it soak for an hour. Then rinse it "
+          "with water");
     CHECK(enc(it.contexts[0]).size() == 29);
     CHECK(it.continuations[0] == "  Boil fresh water twice and pour it away.");
     CHECK(it.continuations[1] == " paint the kettle bright red.");
@@ -134,7 +137,8 @@ TEST_CASE("every fixture item's requests equal the Python reference's, byte for 
     }
 }
 
-TEST_CASE("HellaSwag's text helpers follow Python: strip, capitalize, one pass of double-space replacement", "[eval][tasks]") {
+TEST_CASE("HellaSwag's text helpers follow Python: strip, capitalize, one pass of double-space replacement",
+          "[eval][tasks]") {
     CHECK(hellaswag_preprocess("a   b") == "a  b");  // three spaces -> two (one left-to-right pass)
     CHECK(hellaswag_preprocess("  x [step] y ") == "x y");
     CHECK(hellaswag_preprocess("a [b\nc] d") == "a [b\nc] d");  // a tag does not cross a newline
@@ -142,13 +146,15 @@ TEST_CASE("HellaSwag's text helpers follow Python: strip, capitalize, one pass o
     CHECK(hellaswag_preprocess("a [x]b") == "a b");
     CHECK(py_capitalize("hELLO World") == "Hello world");
     CHECK(py_capitalize("\xC3\xA9T\xC3\x89") == "\xC3\x89t\xC3\xA9");  // éTÉ -> Été
-    CHECK(py_strip("\xC2\xA0 x\t\n") == "x");                            // NBSP is whitespace to Python
+    CHECK(py_strip("\xC2\xA0 x\t\n") == "x");                          // NBSP is whitespace to Python
 }
 
-TEST_CASE("WinoGrande: an option ending in a no-break space gives it to the continuation, as Python's rstrip does", "[eval][tasks]") {
-    const std::string p = write_temp("skew_eval_wg_nbsp.jsonl",
-                                     "{\"sentence\":\"The cat chased the mouse until _ was tired.\",\"option1\":\"the cat\","
-                                     "\"option2\":\"the mouse\\u00a0\",\"answer\":\"1\"}\n");
+TEST_CASE("WinoGrande: an option ending in a no-break space gives it to the continuation, as Python's rstrip does",
+          "[eval][tasks]") {
+    const std::string p =
+        write_temp("skew_eval_wg_nbsp.jsonl",
+                   "{\"sentence\":\"The cat chased the mouse until _ was tired.\",\"option1\":\"the cat\","
+                   "\"option2\":\"the mouse\\u00a0\",\"answer\":\"1\"}\n");
     const auto items = read_task_file(p, TaskFormat::WINOGRANDE);
     REQUIRE(items.size() == 1);
     CHECK(items[0].contexts[1] == "The cat chased the mouse until the mouse\xC2\xA0");
@@ -161,21 +167,25 @@ TEST_CASE("WinoGrande: an option ending in a no-break space gives it to the cont
     CHECK(continuation_ids(McItem{{"a\xE2\x80\x8B"}, {" b"}, {1}, 0, 1}, 0) == enc(" b"));
 }
 
-TEST_CASE("HellaSwag: capitalize is Python's on every script: title case first, then lower with a final sigma", "[eval][tasks]") {
+TEST_CASE("HellaSwag: capitalize is Python's on every script: title case first, then lower with a final sigma",
+          "[eval][tasks]") {
     const auto items = read_task_file(fixture("hellaswag.jsonl"), TaskFormat::HELLASWAG);
     REQUIRE(items.size() == 4);
     // ctx_b "ǆEMAL ΓΡΆΦΕΙ «ΟΔΟΣ» ΚΑΙ ΣΑΣ ΣΤΑ İSTANBUL STRASSE".capitalize()
     CHECK(items[3].contexts[0] ==
           "\xCE\x9C\xCE\xAC\xCE\xB8\xCE\xB7\xCE\xBC\xCE\xB1: \xCE\x9F \xCE\xB4\xCE\xAC\xCF\x83\xCE\xBA\xCE\xB1\xCE\xBB"
           "\xCE\xBF\xCF\x82 \xCE\xB3\xCF\x81\xCE\xAC\xCF\x86\xCE\xB5\xCE\xB9 \xCF\x83\xCF\x84\xCE\xBF\xCE\xBD "
-          "\xCF\x80\xCE\xAF\xCE\xBD\xCE\xB1\xCE\xBA\xCE\xB1. \xC7\x85" "emal \xCE\xB3\xCF\x81\xCE\xAC\xCF\x86\xCE\xB5"
+          "\xCF\x80\xCE\xAF\xCE\xBD\xCE\xB1\xCE\xBA\xCE\xB1. \xC7\x85"
+          "emal \xCE\xB3\xCF\x81\xCE\xAC\xCF\x86\xCE\xB5"
           "\xCE\xB9 \xC2\xAB\xCE\xBF\xCE\xB4\xCE\xBF\xCF\x82\xC2\xBB \xCE\xBA\xCE\xB1\xCE\xB9 \xCF\x83\xCE\xB1\xCF\x82 "
           "\xCF\x83\xCF\x84\xCE\xB1 i\xCC\x87stanbul strasse");
-    CHECK(items[3].continuations[2] == " \xCE\xBA\xCE\xB1\xCE\xB9 \xCE\xBA\xCE\xAC\xCE\xB8\xCE\xB5\xCF\x84\xCE\xB1\xCE\xB9");
+    CHECK(items[3].continuations[2] ==
+          " \xCE\xBA\xCE\xB1\xCE\xB9 \xCE\xBA\xCE\xAC\xCE\xB8\xCE\xB5\xCF\x84\xCE\xB1\xCE\xB9");
     CHECK(items[3].gold == 2);
 }
 
-TEST_CASE("ARC: both the HuggingFace and the original AI2 layouts, gold by answerKey among the labels", "[eval][tasks]") {
+TEST_CASE("ARC: both the HuggingFace and the original AI2 layouts, gold by answerKey among the labels",
+          "[eval][tasks]") {
     const auto items = read_task_file(fixture("arc.jsonl"), TaskFormat::ARC);
     REQUIRE(items.size() == 3);
     const McItem& it = items[0];
@@ -197,7 +207,8 @@ TEST_CASE("ARC: both the HuggingFace and the original AI2 layouts, gold by answe
     CHECK_FALSE(tie.correct);
 }
 
-TEST_CASE("standard error is the sample standard deviation over sqrt(n): WinoGrande's 0.49329 of 1267", "[eval][metrics]") {
+TEST_CASE("standard error is the sample standard deviation over sqrt(n): WinoGrande's 0.49329 of 1267",
+          "[eval][metrics]") {
     std::vector<int> outcomes(1267, 0);
     for (int i = 0; i < 625; ++i) outcomes[size_t(i)] = 1;  // 625 / 1267 = 0.49329
     const MeanStderr m = mean_stderr(outcomes);
@@ -239,17 +250,25 @@ TEST_CASE("contexts longer than the model's positions lose tokens on the left an
 }
 
 TEST_CASE("a malformed task line is refused naming the file and the line", "[eval][tasks]") {
-    const std::string p = write_temp("skew_eval_bad.jsonl",
-                                     "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": 0}\n\n{\"goal\": 3}\n");
-    CHECK_THROWS_WITH(read_task_file(p, TaskFormat::PIQA), Catch::Contains("skew_eval_bad.jsonl:3: field 'goal' is not a string"));
-    const std::string q = write_temp("skew_eval_bad2.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": 2}\n");
-    CHECK_THROWS_WITH(read_task_file(q, TaskFormat::PIQA), Catch::Contains(":1: gold label 2 is outside the 2 choices"));
+    const std::string p = write_temp(
+        "skew_eval_bad.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": 0}\n\n{\"goal\": 3}\n");
+    CHECK_THROWS_WITH(read_task_file(p, TaskFormat::PIQA),
+                      Catch::Contains("skew_eval_bad.jsonl:3: field 'goal' is not a string"));
+    const std::string q =
+        write_temp("skew_eval_bad2.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": 2}\n");
+    CHECK_THROWS_WITH(read_task_file(q, TaskFormat::PIQA),
+                      Catch::Contains(":1: gold label 2 is outside the 2 choices"));
     // a label is read as the harness's int(doc["label"]) reads it: Arabic-Indic one, spaces around
-    const std::string u = write_temp("skew_eval_label.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": \" \u0661 \"}\n");
+    const std::string u = write_temp("skew_eval_label.jsonl",
+                                     "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": \" \u0661 \"}\n");
     CHECK(read_task_file(u, TaskFormat::PIQA).at(0).gold == 1);
-    const std::string f = write_temp("skew_eval_label2.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": \"1.0\"}\n");
-    CHECK_THROWS_WITH(read_task_file(f, TaskFormat::PIQA), Catch::Contains(":1: field 'label' is not an integer label (got \"1.0\")"));
-    const std::string w = write_temp("skew_eval_bad3.jsonl", "{\"sentence\": \"no blank\", \"option1\": \"a\", \"option2\": \"b\", \"answer\": \"1\"}\n");
+    const std::string f = write_temp("skew_eval_label2.jsonl",
+                                     "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": \"1.0\"}\n");
+    CHECK_THROWS_WITH(read_task_file(f, TaskFormat::PIQA),
+                      Catch::Contains(":1: field 'label' is not an integer label (got \"1.0\")"));
+    const std::string w =
+        write_temp("skew_eval_bad3.jsonl",
+                   "{\"sentence\": \"no blank\", \"option1\": \"a\", \"option2\": \"b\", \"answer\": \"1\"}\n");
     CHECK_THROWS_WITH(read_task_file(w, TaskFormat::WINOGRANDE), Catch::Contains(":1: field 'sentence' has no blank"));
     const std::string j = write_temp("skew_eval_bad4.jsonl", "not json\n");
     CHECK_THROWS_WITH(read_task_file(j, TaskFormat::ARC), Catch::Contains(":1: not valid JSON"));
@@ -258,35 +277,46 @@ TEST_CASE("a malformed task line is refused naming the file and the line", "[eva
 }
 
 TEST_CASE("a HellaSwag example without exactly 4 endings is refused naming the file and the line", "[eval][tasks]") {
-    const std::string four = R"({"activity_label": "A", "ctx_a": "x.", "ctx_b": "y", "endings": ["a", "b", "c", "d"], "label": "1"})";
-    const std::string two = R"({"activity_label": "A", "ctx_a": "x.", "ctx_b": "y", "endings": ["a", "b"], "label": "1"})";
-    const std::string five = R"({"activity_label": "A", "ctx_a": "x.", "ctx_b": "y", "endings": ["a", "b", "c", "d", "e"], "label": "0"})";
-    CHECK(read_task_file(write_temp("skew_eval_hs4.jsonl", four + "\n"), TaskFormat::HELLASWAG).at(0).contexts.size() == 4);
+    const std::string four =
+        R"({"activity_label": "A", "ctx_a": "x.", "ctx_b": "y", "endings": ["a", "b", "c", "d"], "label": "1"})";
+    const std::string two =
+        R"({"activity_label": "A", "ctx_a": "x.", "ctx_b": "y", "endings": ["a", "b"], "label": "1"})";
+    const std::string five =
+        R"({"activity_label": "A", "ctx_a": "x.", "ctx_b": "y", "endings": ["a", "b", "c", "d", "e"], "label": "0"})";
+    CHECK(read_task_file(write_temp("skew_eval_hs4.jsonl", four + "\n"), TaskFormat::HELLASWAG).at(0).contexts.size() ==
+          4);
     const std::string p = write_temp("skew_eval_hs2.jsonl", four + "\n" + two + "\n");
     CHECK_THROWS_WITH(read_task_file(p, TaskFormat::HELLASWAG),
                       Catch::Contains(p + ":2: field 'endings' has 2 endings; a HellaSwag example has exactly 4"));
     const std::string q = write_temp("skew_eval_hs5.jsonl", five + "\n");
-    CHECK_THROWS_WITH(read_task_file(q, TaskFormat::HELLASWAG), Catch::Contains(q + ":1: field 'endings' has 5 endings"));
+    CHECK_THROWS_WITH(read_task_file(q, TaskFormat::HELLASWAG),
+                      Catch::Contains(q + ":1: field 'endings' has 5 endings"));
 }
 
-TEST_CASE("an ARC question with fewer than 3 or more than 5 choices, or two choices of one label, is refused", "[eval][tasks]") {
+TEST_CASE("an ARC question with fewer than 3 or more than 5 choices, or two choices of one label, is refused",
+          "[eval][tasks]") {
     auto arc_line = [](const std::string& texts, const std::string& labels, const std::string& key) {
         return "{\"question\": \"q?\", \"choices\": {\"text\": [" + texts + "], \"label\": [" + labels +
                "]}, \"answerKey\": \"" + key + "\"}\n";
     };
     const std::string two = write_temp("skew_eval_arc2.jsonl", arc_line("\"a\", \"b\"", "\"A\", \"B\"", "A"));
-    CHECK_THROWS_WITH(read_task_file(two, TaskFormat::ARC), Catch::Contains(two + ":1: 2 choices; an ARC question has 3 to 5"));
+    CHECK_THROWS_WITH(read_task_file(two, TaskFormat::ARC),
+                      Catch::Contains(two + ":1: 2 choices; an ARC question has 3 to 5"));
     const std::string six = write_temp("skew_eval_arc6.jsonl", arc_line("\"a\",\"b\",\"c\",\"d\",\"e\",\"f\"",
-                                                                     "\"A\",\"B\",\"C\",\"D\",\"E\",\"F\"", "A"));
-    CHECK_THROWS_WITH(read_task_file(six, TaskFormat::ARC), Catch::Contains(":1: 6 choices; an ARC question has 3 to 5"));
-    const std::string dup = write_temp("skew_eval_arcdup.jsonl", arc_line("\"a\", \"b\", \"c\"", "\"A\", \"B\", \"A\"", "A"));
+                                                                        "\"A\",\"B\",\"C\",\"D\",\"E\",\"F\"", "A"));
+    CHECK_THROWS_WITH(read_task_file(six, TaskFormat::ARC),
+                      Catch::Contains(":1: 6 choices; an ARC question has 3 to 5"));
+    const std::string dup =
+        write_temp("skew_eval_arcdup.jsonl", arc_line("\"a\", \"b\", \"c\"", "\"A\", \"B\", \"A\"", "A"));
     CHECK_THROWS_WITH(read_task_file(dup, TaskFormat::ARC), Catch::Contains(":1: choices 1 and 3 share the label 'A'"));
-    const std::string ok = write_temp("skew_eval_arc3.jsonl", arc_line("\"a\", \"b\", \"c\"", "\"A\", \"B\", \"C\"", "C"));
+    const std::string ok =
+        write_temp("skew_eval_arc3.jsonl", arc_line("\"a\", \"b\", \"c\"", "\"A\", \"B\", \"C\"", "C"));
     CHECK(read_task_file(ok, TaskFormat::ARC).at(0).gold == 2);
 }
 
 TEST_CASE("a folder given as the task file is refused as a folder, not read as an empty file", "[eval][tasks]") {
     const std::string dir = (std::filesystem::temp_directory_path() / "skew_eval_task_dir").string();
     std::filesystem::create_directories(dir);
-    CHECK_THROWS_WITH(read_task_file(dir, TaskFormat::PIQA), Catch::Contains(dir + ": is a folder; --task takes a JSONL task file"));
+    CHECK_THROWS_WITH(read_task_file(dir, TaskFormat::PIQA),
+                      Catch::Contains(dir + ": is a folder; --task takes a JSONL task file"));
 }

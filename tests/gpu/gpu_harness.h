@@ -3,9 +3,9 @@
 // backend and on the CUDA backend with the same inputs and compares by normalized MSE
 // (tests/kernels/harness.h) against a stated per-op limit.
 #pragma once
-#include <cstdlib>
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -19,22 +19,22 @@ namespace skew::test {
 
 /// Skip the current test (Catch2 v2: WARN and return) when no CUDA device is visible. A backstop:
 /// without a device test_gpu's main (gpu_main.cpp) already exits 77, which ctest reports as skipped.
-#define SKEW_REQUIRE_GPU()                                                               \
-    do {                                                                                 \
-        if (skew::cuda::device_count() == 0) {                                           \
+#define SKEW_REQUIRE_GPU()                                                                                \
+    do {                                                                                                  \
+        if (skew::cuda::device_count() == 0) {                                                            \
             WARN("no CUDA device visible: GPU test skipped (runs on a GPU machine: bench/gpu_check.sh)"); \
-            return;                                                                      \
-        }                                                                                \
+            return;                                                                                       \
+        }                                                                                                 \
     } while (0)
 
 /// Return from a GPU test that launches `mpirun` when the machine has no Open MPI launcher (a GPU
 /// machine with carried binaries may lack it): a warning names what was not run.
-#define SKEW_REQUIRE_MPIRUN()                                                            \
-    do {                                                                                 \
-        if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {                     \
+#define SKEW_REQUIRE_MPIRUN()                                                                     \
+    do {                                                                                          \
+        if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {                              \
             WARN("mpirun not found: this NCCL training test needs Open MPI's launcher; skipped"); \
-            return;                                                                      \
-        }                                                                                \
+            return;                                                                               \
+        }                                                                                         \
     } while (0)
 
 /// The CUDA backend shared by all GPU tests of the executable (created on first use).

@@ -10,15 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "runtime/session.h"
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/memory_plan.h"
-#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_cuda.h"
+#include "plan/plan.h"
+#include "runtime/session.h"
 #include "tests/gpu/gpu_harness.h"
 #include "tests/test_paths.h"
 
@@ -26,9 +26,7 @@ using namespace skew;
 using namespace skew::test;
 
 namespace {
-std::string tiny_yaml() {
-    return skew::test::source_path("configs/tiny.yaml");
-}
+std::string tiny_yaml() { return skew::test::source_path("configs/tiny.yaml"); }
 
 // Non-finite fp32 / bf16 elements of buffer i of a host arena.
 int64_t nonfinite_in(const Arena& a, int i) {

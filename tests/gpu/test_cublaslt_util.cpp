@@ -2,7 +2,6 @@
 // kernels/cuda/muon.cu): the descriptor carries fp32 compute and the asked transposes, the layout
 // its type, shape and leading dimension, and the heuristic picks an algorithm that runs.
 #include <catch2/catch.hpp>
-
 #include <cublasLt.h>
 
 #include <vector>
@@ -64,8 +63,8 @@ TEST_CASE("cuBLASLt helpers: descriptor, layout and the heuristic's algorithm fo
     Dev<float> d{std::vector<float>(size_t(m * n), -1.0f)};
     const float alpha = 1.0f, beta = 0.0f;
     if (found)
-        cublas_check(cublasLtMatmul(handle, p.desc.get(), &alpha, a.p, p.a.get(), b.p, p.b.get(), &beta, d.p,
-                                    p.c.get(), d.p, p.c.get(), &p.algo, nullptr, 0, nullptr));
+        cublas_check(cublasLtMatmul(handle, p.desc.get(), &alpha, a.p, p.a.get(), b.p, p.b.get(), &beta, d.p, p.c.get(),
+                                    d.p, p.c.get(), &p.algo, nullptr, 0, nullptr));
     cuda_check(cudaDeviceSynchronize());
     const std::vector<float> hd = d.get();
     int wrong = 0;

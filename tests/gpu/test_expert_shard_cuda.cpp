@@ -27,9 +27,11 @@ TEST_CASE("CUDA step of an expert-parallel shard equals the CPU step of the whol
         OptimizerConfig opt = builtin_optimizer(name);
         opt.rounding = Rounding::STOCHASTIC;
         TensorSet whole;
-        whole.add(make_param("blocks.1.moe.experts.w1", {E, ROWS, COLS}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 3));
+        whole.add(
+            make_param("blocks.1.moe.experts.w1", {E, ROWS, COLS}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 3));
         whole.bind(opt);
-        for (int64_t i = 0; i < E * PER; ++i) whole.set_weight(0, i, 0.05f * philox_normal(PhiloxKey{3, 1}, 0, 0, uint64_t(i)));
+        for (int64_t i = 0; i < E * PER; ++i)
+            whole.set_weight(0, i, 0.05f * philox_normal(PhiloxKey{3, 1}, 0, 0, uint64_t(i)));
         ParamInfo shard = whole.infos[0];
         shard.shape = {HELD, ROWS, COLS};
         shard.expert_offset = FIRST;
@@ -52,13 +54,15 @@ TEST_CASE("CUDA step of an expert-parallel shard equals the CPU step of the whol
             states.push_back(p);
         }
         CudaOptimContext ctx;
-        ctx.scratch_bytes = std::max<int64_t>(optimizer_cuda_scratch_bytes(opt, std::span<const ParamSlot>(&s, 1)), 256);
+        ctx.scratch_bytes =
+            std::max<int64_t>(optimizer_cuda_scratch_bytes(opt, std::span<const ParamSlot>(&s, 1)), 256);
         cuda_check(cudaMalloc(&scratch, size_t(ctx.scratch_bytes)));
         ctx.scratch = scratch;
         for (int t = 1; t <= 3; ++t) {
             for (int64_t i = 0; i < E * PER; ++i)
                 whole.grads[0][size_t(i)] = 0.01f * philox_normal(PhiloxKey{3, 2}, uint32_t(t), 0, uint64_t(i));
-            cuda_check(cudaMemcpy(dg, whole.grads[0].data() + FIRST * PER, size_t(HELD * PER) * 4, cudaMemcpyHostToDevice));
+            cuda_check(
+                cudaMemcpy(dg, whole.grads[0].data() + FIRST * PER, size_t(HELD * PER) * 4, cudaMemcpyHostToDevice));
             OptimStep st{t, 1e-2, 42};
             optimizer_step(opt, whole.slots, st);
             ParamSlot one = s;

@@ -43,10 +43,8 @@ struct DeviceCopy {
     void* copy(const void* src, size_t bytes) {
         void* p = nullptr;
         cuda_check(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
-        if (src && bytes)
-            cuda_check(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
-        else
-            cuda_check(cudaMemset(p, 0, std::max<size_t>(bytes, 16)));
+        if (src && bytes) cuda_check(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
+        else cuda_check(cudaMemset(p, 0, std::max<size_t>(bytes, 16)));
         allocs.push_back(p);
         return p;
     }
@@ -169,7 +167,8 @@ void check_galore_twin(const OptimizerConfig& opt, DType dt, int steps) {
                 int64_t bad = 0;
                 for (int64_t i = 0; i < s.numel(); ++i)
                     bad += exact ? have[size_t(i)] != want[i]
-                                 : std::fabs(double(have[size_t(i)]) - want[i]) > 1e-4 * std::fabs(double(want[i])) + 1e-5 * mx;
+                                 : std::fabs(double(have[size_t(i)]) - want[i]) >
+                                       1e-4 * std::fabs(double(want[i])) + 1e-5 * mx;
                 CHECK(bad == 0);
             }
             // The reference form's projector changes at its refresh (step 3 with gap 2).

@@ -15,7 +15,7 @@ struct MoeTensors {
     float *wr, *logits, *probs, *gates, *scalars;  // router
     int32_t* idx;
     int64_t *counts, *s2c, *c2s, *off;
-    bf16 *w1, *w2, *w3;                             // experts (E, H, C), (E, H, C), (E, C, H)
+    bf16 *w1, *w2, *w3;                              // experts (E, H, C), (E, H, C), (E, C, H)
     bf16 *dout, *dys, *dact, *dh1, *dh2, *dxs, *dx;  // gradients
     float *dgates, *dlogits, *dwr, *dw1, *dw2, *dw3;
 };
@@ -74,11 +74,12 @@ TEST_CASE("gpu MoE feed-forward chain, forward and backward, matches the CPU wit
     std::vector<int32_t> idx(static_cast<size_t>(nk));
     std::vector<int64_t> counts(static_cast<size_t>(E)), s2c(static_cast<size_t>(nk)), c2s(s2c.size()),
         off(static_cast<size_t>(E + 1));
-    const MoeTensors ct{x.data(), xs.data(), h1.data(), h2.data(), act.data(), ys.data(), out.data(),
-                        wr.data(), logits.data(), probs.data(), gates.data(), scalars.data(), idx.data(),
-                        counts.data(), s2c.data(), c2s.data(), off.data(), w1.data(), w2.data(), w3.data(),
-                        dout.data(), dys.data(), dact.data(), dh1.data(), dh2.data(), dxs.data(), dx.data(),
-                        dgates.data(), dlogits.data(), dwr.data(), dw1.data(), dw2.data(), dw3.data()};
+    const MoeTensors ct{x.data(),   xs.data(),     h1.data(),     h2.data(),     act.data(),     ys.data(),
+                        out.data(), wr.data(),     logits.data(), probs.data(),  gates.data(),   scalars.data(),
+                        idx.data(), counts.data(), s2c.data(),    c2s.data(),    off.data(),     w1.data(),
+                        w2.data(),  w3.data(),     dout.data(),   dys.data(),    dact.data(),    dh1.data(),
+                        dh2.data(), dxs.data(),    dx.data(),     dgates.data(), dlogits.data(), dwr.data(),
+                        dw1.data(), dw2.data(),    dw3.data()};
     run_chain(*cpu, ct, n, C, H, E, K, o);
     REQUIRE(counts[5] == 0);
 
@@ -91,9 +92,10 @@ TEST_CASE("gpu MoE feed-forward chain, forward and backward, matches the CPU wit
         gdw3(w3.size());
     Dev<int32_t> gidx(idx.size());
     Dev<int64_t> gcounts(counts.size()), gs2c(s2c.size()), gc2s(s2c.size()), goff(off.size());
-    const MoeTensors gt{gx.p, gxs.p, gh1.p, gh2.p, gact.p, gys.p, gout.p, gwr.p, glogits.p, gprobs.p, ggates.p,
-                        gscalars.p, gidx.p, gcounts.p, gs2c.p, gc2s.p, goff.p, gw1.p, gw2.p, gw3.p, gdout.p, gdys.p,
-                        gdact.p, gdh1.p, gdh2.p, gdxs.p, gdx.p, gdgates.p, gdlogits.p, gdwr.p, gdw1.p, gdw2.p, gdw3.p};
+    const MoeTensors gt{gx.p,      gxs.p,      gh1.p,      gh2.p,  gact.p,    gys.p,  gout.p, gwr.p,  glogits.p,
+                        gprobs.p,  ggates.p,   gscalars.p, gidx.p, gcounts.p, gs2c.p, gc2s.p, goff.p, gw1.p,
+                        gw2.p,     gw3.p,      gdout.p,    gdys.p, gdact.p,   gdh1.p, gdh2.p, gdxs.p, gdx.p,
+                        gdgates.p, gdlogits.p, gdwr.p,     gdw1.p, gdw2.p,    gdw3.p};
     run_chain(gpu(), gt, n, C, H, E, K, o);
 
     CHECK(gidx.get() == idx);

@@ -67,10 +67,8 @@ struct DeviceCopy {
     void* copy(const void* src, size_t bytes) {
         void* p = nullptr;
         cuda_check(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
-        if (src && bytes)
-            cuda_check(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
-        else
-            cuda_check(cudaMemset(p, 0, std::max<size_t>(bytes, 16)));
+        if (src && bytes) cuda_check(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
+        else cuda_check(cudaMemset(p, 0, std::max<size_t>(bytes, 16)));
         allocs.push_back(p);
         return p;
     }

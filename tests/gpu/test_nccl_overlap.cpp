@@ -7,7 +7,7 @@
 // during the backward, the same bits); the ordering against a peer's values needs 2 GPUs (the
 // command in docs/distributed.md).
 #include <catch2/catch.hpp>
-
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -58,7 +57,8 @@ TEST_CASE("NCCL at world size 1: non-blocking sums follow the backend's kernels 
     Dev<bf16> b(hb);
     for (int round = 0; round < 2; ++round) {
         // a queue of kernels on the backend's stream writes the buffers; the sums must start after them
-        for (int k = 0; k < 8; ++k) be.scale(TensorRef(f.p), 2.0f, int64_t(n)), be.scale(TensorRef(b.p), 2.0f, int64_t(n));
+        for (int k = 0; k < 8; ++k)
+            be.scale(TensorRef(f.p), 2.0f, int64_t(n)), be.scale(TensorRef(b.p), 2.0f, int64_t(n));
         const int64_t t0 = nccl->start_allreduce_sum(f.p, int64_t(n), CommDType::F32);
         const int64_t t1 = nccl->start_allreduce_sum(b.p, int64_t(n), CommDType::BF16);
         CHECK(t0 == 0);  // tickets start over after wait_all
@@ -66,7 +66,8 @@ TEST_CASE("NCCL at world size 1: non-blocking sums follow the backend's kernels 
         nccl->wait(t0);
         nccl->wait_all();
         // ... and the kernels after the wait run after the sums
-        for (int k = 0; k < 8; ++k) be.scale(TensorRef(f.p), 0.5f, int64_t(n)), be.scale(TensorRef(b.p), 0.5f, int64_t(n));
+        for (int k = 0; k < 8; ++k)
+            be.scale(TensorRef(f.p), 0.5f, int64_t(n)), be.scale(TensorRef(b.p), 0.5f, int64_t(n));
         CHECK(f.get() == hf);  // powers of two: exact
         const std::vector<bf16> gb = b.get();
         CHECK(std::memcmp(gb.data(), hb.data(), n * sizeof(bf16)) == 0);
@@ -81,9 +82,10 @@ TEST_CASE("NCCL at world size 1: non-blocking sums follow the backend's kernels 
     CHECK(f.get() == hf);
 }
 
-TEST_CASE("NCCL with one rank: gradient sums overlapped with the backward (second stream) equal the after-backward "
-          "sums on configs/tiny.yaml",
-          "[gpu][dist]") {
+TEST_CASE(
+    "NCCL with one rank: gradient sums overlapped with the backward (second stream) equal the after-backward "
+    "sums on configs/tiny.yaml",
+    "[gpu][dist]") {
     SKEW_REQUIRE_MPIRUN();
     const std::string dir = (test::test_temp_root() / "nccl-overlap").string(), src = skew::test::source_dir();
     fs::create_directories(dir);

@@ -2,7 +2,7 @@
 // backend sums its gradients with ncclAllReduce over one rank (a copy in place) on the backend's
 // stream, and must equal the single-process CUDA run of the same config bit for bit.
 #include <catch2/catch.hpp>
-
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -27,8 +26,9 @@ TEST_CASE("NCCL with one rank (mpirun -np 1) equals the single-process CUDA run 
     SKEW_REQUIRE_MPIRUN();
     const std::string dir = (skew::test::test_temp_root() / "nccl-world1").string(), src = skew::test::source_dir();
     fs::create_directories(dir);
-    skew::test::Run prep = skew::test::run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " +
-                                                dir + "/prep --tokenizer " + src + "/tests/fixtures/data/gpt2 --no-progress");
+    skew::test::Run prep =
+        skew::test::run_skew("prepare --input " + src + "/tests/fixtures/train/sample.jsonl --out " + dir +
+                             "/prep --tokenizer " + src + "/tests/fixtures/data/gpt2 --no-progress");
     INFO(prep.output);
     REQUIRE(prep.status == 0);
     const std::string args = "train " + src + "/configs/tiny.yaml --plain --set data.dir=" + dir +

@@ -54,7 +54,7 @@ TEST_CASE("gpu NVTX ranges time themselves inside the profiler window", "[gpu][p
 
     std::ifstream f(path);
     REQUIRE(f.good());
-    std::map<std::string, std::pair<long, double>> rows;
+    std::map<std::string, std::pair<long, double> > rows;
     std::string line;
     while (std::getline(f, line)) {
         if (line.empty() || line[0] == '#') continue;

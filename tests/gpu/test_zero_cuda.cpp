@@ -51,7 +51,8 @@ void run_split(const char* name, bool exact, const std::vector<int64_t>& shape, 
     bank.block = 1;
     const int64_t n = bank.numel(), E = shape[0], per = shape[1] * shape[2];
     std::vector<bf16> w0(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) w0[size_t(i)] = f32_to_bf16(0.5f * philox_normal(PhiloxKey{5, 77}, 0, 1, uint64_t(i)));
+    for (int64_t i = 0; i < n; ++i)
+        w0[size_t(i)] = f32_to_bf16(0.5f * philox_normal(PhiloxKey{5, 77}, 0, 1, uint64_t(i)));
     std::vector<std::unique_ptr<DevMem>> mem;
     auto dev = [&](size_t bytes) {
         mem.push_back(std::make_unique<DevMem>(bytes));
@@ -89,7 +90,8 @@ void run_split(const char* name, bool exact, const std::vector<int64_t>& shape, 
     cublasSetStream(ctx.cublas, ctx.stream);
     std::vector<float> g(static_cast<size_t>(n));
     for (int step = 1; step <= 3; ++step) {
-        for (int64_t i = 0; i < n; ++i) g[size_t(i)] = 0.01f * philox_normal(PhiloxKey{5, 78}, uint32_t(step), 2, uint64_t(i));
+        for (int64_t i = 0; i < n; ++i)
+            g[size_t(i)] = 0.01f * philox_normal(PhiloxKey{5, 78}, uint32_t(step), 2, uint64_t(i));
         cuda_check(cudaMemcpy(const_cast<void*>(whole.grad), g.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
         const OptimStep st{step, 1e-2, 42};
         optimizer_step_cuda(opt, one, st, ctx);
@@ -110,7 +112,8 @@ void run_split(const char* name, bool exact, const std::vector<int64_t>& shape, 
     CHECK(moved > 0);
     CHECK(beyond == 0);
     if (exact) CHECK(differ == 0);
-    else if (differ) WARN(name << ": " << differ << " of " << n << " weights differ by one ulp between the split and whole steps");
+    else if (differ)
+        WARN(name << ": " << differ << " of " << n << " weights differ by one ulp between the split and whole steps");
     for (const StateSlotSpec& s : optimizer_param_state(opt, bank)) {
         INFO("state " << state_kind_name(s.kind));
         std::vector<float> full(size_t(s.numel()));
@@ -134,8 +137,9 @@ void run_split(const char* name, bool exact, const std::vector<int64_t>& shape, 
 
 }  // namespace
 
-TEST_CASE("CUDA ZeRO-1: an expert bank stepped as two ranges of experts equals the whole-bank CUDA step "
-          "(element_base keys the rounding noise)") {
+TEST_CASE(
+    "CUDA ZeRO-1: an expert bank stepped as two ranges of experts equals the whole-bank CUDA step "
+    "(element_base keys the rounding noise)") {
     SKEW_REQUIRE_GPU();
     for (const std::vector<int64_t>& shape : {std::vector<int64_t>{4, 32, 48}, std::vector<int64_t>{5, 12, 36}}) {
         for (const char* name : {"skewadam", "skewadam-expert-momentum", "adafactor", "adamw", "lion"})

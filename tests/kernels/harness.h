@@ -3,6 +3,7 @@
 // mean squared error used to compare a backend's output with the CPU reference (GPU tests reuse it).
 #pragma once
 #include <catch2/catch.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -163,8 +164,8 @@ inline constexpr double DEFAULT_ATOL = 1e-6;
 /// Require every element of `out` to be finite and Σ(out - ref)^2 <= limit·Σ ref^2 + n·atol^2
 /// (a normalized MSE of at most `limit`, with an absolute floor so that a zero reference does
 /// not turn rounding noise into an infinite error). The reference must be finite too.
-inline void require_nmse(const std::string& name, std::span<const float> out, std::span<const float> ref,
-                         double limit, double atol = DEFAULT_ATOL) {
+inline void require_nmse(const std::string& name, std::span<const float> out, std::span<const float> ref, double limit,
+                         double atol = DEFAULT_ATOL) {
     const ErrorSums s = error_sums(out, ref);
     const int64_t bad_out = count_nonfinite(out), bad_ref = count_nonfinite(ref);
     const double bound = limit * s.den + double(s.n) * atol * atol;

@@ -141,7 +141,8 @@ TEST_CASE("grouped expert matmul in bf16 matches one matmul per expert") {
             for (int64_t f = 0; f < F; ++f) {
                 double ref = 0.0;
                 for (int64_t c = 0; c < C; ++c) ref += double(xf[size_t(r * C + c)]) * wf[size_t((e * F + f) * C + c)];
-                INFO("y row " << r << " (expert " << e << ") col " << f << ": " << yf[size_t(r * F + f)] << " vs " << ref);
+                INFO("y row " << r << " (expert " << e << ") col " << f << ": " << yf[size_t(r * F + f)] << " vs "
+                              << ref);
                 CHECK(std::fabs(yf[size_t(r * F + f)] - ref) <= bf16_ulp(ref));
                 ++checked;
             }

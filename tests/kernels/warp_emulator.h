@@ -87,10 +87,8 @@ struct Copy {
 inline thread_local std::vector<Copy> open_group;
 inline thread_local std::vector<std::vector<Copy>> committed;
 inline void perform_copy(const Copy& c) {
-    if (c.full)
-        std::memcpy(emu::smem + c.dst, c.src, 16);
-    else
-        std::memset(emu::smem + c.dst, 0, 16);
+    if (c.full) std::memcpy(emu::smem + c.dst, c.src, 16);
+    else std::memset(emu::smem + c.dst, 0, 16);
 }
 
 /// Run kernel(args...) over grid (gx, gy) with `threads` threads per block.

@@ -46,7 +46,8 @@ struct TensorSet {
         for (size_t i = 0; i < infos.size(); ++i) {
             ParamSlot s;
             s.info = &infos[i];
-            s.weight = infos[i].dtype == DType::BF16 ? static_cast<void*>(w16[i].data()) : static_cast<void*>(w32[i].data());
+            s.weight =
+                infos[i].dtype == DType::BF16 ? static_cast<void*>(w16[i].data()) : static_cast<void*>(w32[i].data());
             s.grad = grads[i].data();
             s.grad_dtype = DType::F32;
             slots.push_back(s);

@@ -19,8 +19,8 @@ namespace {
 constexpr int64_t E = 4, ROWS = 8, COLS = 16, PER = ROWS * COLS;
 
 ParamInfo bank(int64_t experts, int64_t offset) {
-    ParamInfo p = make_param("blocks.1.moe.experts.w1", {experts, ROWS, COLS}, DType::BF16, Tier::EXPERTS,
-                             Role::EXPERT_W1, 11);
+    ParamInfo p =
+        make_param("blocks.1.moe.experts.w1", {experts, ROWS, COLS}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 11);
     p.expert_offset = offset;
     return p;
 }

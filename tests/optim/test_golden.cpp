@@ -7,9 +7,10 @@
 // >= 97% bit-identical), and AdamW with stochastic rounding against torch's fp32 trajectory in
 // expectation.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "optim/optimizer.h"
@@ -29,7 +30,9 @@ const json& golden() {
     return j;
 }
 
-Tier tier_of(const std::string& s) { return s == "backbone" ? Tier::BACKBONE : s == "experts" ? Tier::EXPERTS : Tier::ROUTER; }
+Tier tier_of(const std::string& s) {
+    return s == "backbone" ? Tier::BACKBONE : s == "experts" ? Tier::EXPERTS : Tier::ROUTER;
+}
 Role role_of(const std::string& s) {
     if (s == "attn_q") return Role::ATTN_Q;
     if (s == "norm_weight") return Role::NORM_WEIGHT;
@@ -106,8 +109,9 @@ void run_golden(const std::string& name) {
     OptimizerConfig opt = config_from(name, og["config"]);
     test::TensorSet ts;
     for (const json& p : g["params"])
-        ts.add(test::make_param(p["name"], p["shape"].get<std::vector<int64_t>>(), p["dtype"] == "bf16" ? DType::BF16 : DType::F32,
-                                tier_of(p["tier"]), role_of(p["role"]), p["index"]));
+        ts.add(test::make_param(p["name"], p["shape"].get<std::vector<int64_t>>(),
+                                p["dtype"] == "bf16" ? DType::BF16 : DType::F32, tier_of(p["tier"]), role_of(p["role"]),
+                                p["index"]));
     ts.bind(opt);
     for (size_t t = 0; t < ts.infos.size(); ++t) {
         const auto& w0 = g["weights0"][ts.infos[t].name];
@@ -164,8 +168,12 @@ void run_golden(const std::string& name) {
 }  // namespace
 
 TEST_CASE("golden: SkewAdam (Algorithm 1) matches the torch reference") { run_golden("skewadam"); }
-TEST_CASE("golden: SkewAdam expert-momentum policy matches the torch reference") { run_golden("skewadam-expert-momentum"); }
-TEST_CASE("golden: SkewAdam factored-router policy matches the torch reference") { run_golden("skewadam-factored-router"); }
+TEST_CASE("golden: SkewAdam expert-momentum policy matches the torch reference") {
+    run_golden("skewadam-expert-momentum");
+}
+TEST_CASE("golden: SkewAdam factored-router policy matches the torch reference") {
+    run_golden("skewadam-factored-router");
+}
 TEST_CASE("golden: SkewAdam uniform policy matches the torch reference") { run_golden("uniform"); }
 TEST_CASE("golden: AdamW matches the torch reference") { run_golden("adamw"); }
 TEST_CASE("golden: Lion matches the torch reference") { run_golden("lion"); }
@@ -207,8 +215,9 @@ OptimizerConfig adamw_from(const json& c, Rounding rounding) {
 void check_nearest_trajectory(const json& start, const json& traj, const OptimizerConfig& opt, int steps) {
     test::TensorSet ts;
     for (const json& p : start["params"])
-        ts.add(test::make_param(p["name"], p["shape"].get<std::vector<int64_t>>(), p["dtype"] == "bf16" ? DType::BF16 : DType::F32,
-                                tier_of(p["tier"]), role_of(p["role"]), p["index"]));
+        ts.add(test::make_param(p["name"], p["shape"].get<std::vector<int64_t>>(),
+                                p["dtype"] == "bf16" ? DType::BF16 : DType::F32, tier_of(p["tier"]), role_of(p["role"]),
+                                p["index"]));
     ts.bind(opt);
     for (size_t t = 0; t < ts.infos.size(); ++t)
         for (int64_t i = 0; i < ts.infos[t].numel(); ++i)
@@ -224,7 +233,8 @@ void check_nearest_trajectory(const json& start, const json& traj, const Optimiz
             const auto& want = traj["weights"][size_t(s)][p.name];
             for (int64_t i = 0; i < p.numel(); ++i) {
                 const float a = ts.weight(t, i), b = want[size_t(i)].get<float>();
-                INFO("step " << s + 1 << " tensor " << p.name << " element " << i << " engine " << a << " reference " << b);
+                INFO("step " << s + 1 << " tensor " << p.name << " element " << i << " engine " << a << " reference "
+                             << b);
                 if (p.dtype == DType::BF16) {
                     // the same fp32 value up to op order, rounded to nearest: equal, or 1 ulp at a tie
                     CHECK(std::fabs(a - b) <= bf16_ulp(std::fmax(std::fabs(a), std::fabs(b))) * 1.01f);

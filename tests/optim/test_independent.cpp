@@ -3,9 +3,10 @@
 // float64): every step's weights, and the final optimizer state where the reference keeps the same
 // quantity. fp32 weights, so what is compared is the update itself, not a rounding.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "optim/optimizer.h"

@@ -3,6 +3,7 @@
 // streams are distinct per tensor, 64-bit element indexing, skipped parameters, and the state the
 // optimizers touch is exactly the memory plan's (paper Eq. 2, Appendix B).
 #include <catch2/catch.hpp>
+
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -10,10 +11,10 @@
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/error.h"
-#include "plan/plan.h"
 #include "kernels/common/optim_math.h"
 #include "kernels/common/rounding.h"
 #include "optim/optimizer.h"
+#include "plan/plan.h"
 #include "tests/optim/optim_test_util.h"
 
 using namespace skew;
@@ -67,8 +68,17 @@ std::vector<uint32_t> snapshot(const TensorSet& ts) {
     return out;
 }
 
-const char* ALL[] = {"skewadam", "skewadam-expert-momentum", "skewadam-factored-router", "uniform", "adamw",
-                     "lion", "muon", "muon-kj", "adafactor", "galore", "galore-paper"};
+const char* ALL[] = {"skewadam",
+                     "skewadam-expert-momentum",
+                     "skewadam-factored-router",
+                     "uniform",
+                     "adamw",
+                     "lion",
+                     "muon",
+                     "muon-kj",
+                     "adafactor",
+                     "galore",
+                     "galore-paper"};
 
 }  // namespace
 
@@ -89,7 +99,8 @@ TEST_CASE("weight decay survives: 100 steps of pure decay on bf16 weights shrink
                 ts.add(make_param("w", {256, 256}, DType::BF16, Tier::BACKBONE, Role::ATTN_Q, 0));
                 ts.add(make_param("g", {256}, DType::F32, Tier::BACKBONE, Role::NORM_WEIGHT, 1));
                 ts.bind(opt);
-                for (int64_t i = 0; i < 256 * 256; ++i) ts.set_weight(0, i, 0.02f + std::fabs(gauss(0, uint64_t(i), 0.02f)));
+                for (int64_t i = 0; i < 256 * 256; ++i)
+                    ts.set_weight(0, i, 0.02f + std::fabs(gauss(0, uint64_t(i), 0.02f)));
                 for (int64_t i = 0; i < 256; ++i) ts.set_weight(1, i, 1.0f);
                 std::vector<float> w0(256 * 256);
                 for (int64_t i = 0; i < 256 * 256; ++i) w0[size_t(i)] = ts.weight(0, i);
@@ -97,8 +108,9 @@ TEST_CASE("weight decay survives: 100 steps of pure decay on bf16 weights shrink
                 double ratio = 0;
                 for (int64_t i = 0; i < 256 * 256; ++i) ratio += double(ts.weight(0, i)) / double(w0[size_t(i)]);
                 ratio /= 256.0 * 256.0;
-                INFO(name << " rounding " << rounding_name(mode) << " premultiply " << (wdm == WeightDecayMode::BF16_PREMULTIPLY)
-                          << " mean ratio " << ratio << " fp32 " << expected);
+                INFO(name << " rounding " << rounding_name(mode) << " premultiply "
+                          << (wdm == WeightDecayMode::BF16_PREMULTIPLY) << " mean ratio " << ratio << " fp32 "
+                          << expected);
                 // fp32 params decay exactly in every mode.
                 CHECK(std::fabs(double(ts.weight(1, 0)) - expected) < 1e-6);
                 if (mode == Rounding::STOCHASTIC && wdm == WeightDecayMode::FUSED) {
@@ -121,7 +133,8 @@ TEST_CASE("stochastic write-back equals the fp32 step in expectation") {
         std::vector<float> exact(static_cast<size_t>(n));
         for (int d = 0; d <= draws; ++d) {
             TensorSet ts;  // d == draws: the same step on an fp32 twin (exact, no rounding)
-            ts.add(make_param("w", {rows, cols}, d == draws ? DType::F32 : DType::BF16, Tier::BACKBONE, Role::ATTN_Q, 0));
+            ts.add(
+                make_param("w", {rows, cols}, d == draws ? DType::F32 : DType::BF16, Tier::BACKBONE, Role::ATTN_Q, 0));
             ts.bind(opt);
             for (int64_t i = 0; i < n; ++i) {
                 ts.set_weight(0, i, bf16_to_f32(f32_to_bf16(gauss(0, uint64_t(i), 1.0f))));  // twin starts equal
@@ -208,7 +221,8 @@ TEST_CASE("64-bit element indexing: a view deep inside a tensor of 2^33 elements
         opt.rounding = Rounding::STOCHASTIC;
         ParamInfo p = make_param("huge", {big}, DType::BF16, Tier::BACKBONE, Role::ATTN_Q, 5);
         p.shape = {int64_t(1) << 17, (int64_t(1) << 16) + 0};  // a (2^17, 2^16) matrix: 2^33 elements
-        const int64_t begin = (int64_t(1) << 32) + (int64_t(1) << 31) - 7, count = 33;  // crosses 2^32 + 2^31, unaligned to Philox groups of 4
+        const int64_t begin = (int64_t(1) << 32) + (int64_t(1) << 31) - 7,
+                      count = 33;  // crosses 2^32 + 2^31, unaligned to Philox groups of 4
         std::vector<uint16_t> w(count);
         std::vector<float> g(count), m(count, 0.0f), v(count, 0.0f);
         for (int64_t i = 0; i < count; ++i) {
@@ -234,10 +248,11 @@ TEST_CASE("64-bit element indexing: a view deep inside a tensor of 2^33 elements
             float mm = 0, vv = 0, u;
             if (std::string(name) == "adamw")
                 u = adamw_element(g[size_t(i)], mm, vv, 0.9f, float(1 - 0.9), 0.999f, float(1 - 0.999),
-                                  float(1 / (1 - std::pow(0.9, 3))), float(1 / std::sqrt(1 - std::pow(0.999, 3))), 1e-8f);
-            else
-                u = lion_element(g[size_t(i)], mm, 0.9f, float(1 - 0.9), float(opt.beta2), float(1 - opt.beta2));
-            float x = optim_decayed_target(bf16_to_f32(bf16{w0[size_t(i)]}), float(1 - lr * opt.weight_decay), float(lr), u);
+                                  float(1 / (1 - std::pow(0.9, 3))), float(1 / std::sqrt(1 - std::pow(0.999, 3))),
+                                  1e-8f);
+            else u = lion_element(g[size_t(i)], mm, 0.9f, float(1 - 0.9), float(opt.beta2), float(1 - opt.beta2));
+            float x =
+                optim_decayed_target(bf16_to_f32(bf16{w0[size_t(i)]}), float(1 - lr * opt.weight_decay), float(lr), u);
             uint16_t want = bf16_write_back(x, ROUNDING_STOCHASTIC, 42, 3, 5, uint64_t(begin + i)).bits;
             uint16_t trunc = bf16_write_back(x, ROUNDING_STOCHASTIC, 42, 3, 5, uint64_t(uint32_t(begin + i))).bits;
             CHECK(w[size_t(i)] == want);

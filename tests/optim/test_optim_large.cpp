@@ -3,6 +3,7 @@
 // checked on a strided subset of elements, including those beyond 2^31, against an independent
 // computation. Needs ~8.6 GB of RAM and a minute: hidden, run with `test_optim "[large]"`.
 #include <catch2/catch.hpp>
+
 #include <cmath>
 #include <vector>
 
@@ -27,7 +28,8 @@ float weight_value(int64_t i) { return bf16_to_f32(f32_to_bf16(0.5f + float(int6
 TEST_CASE("a tensor of more than 2^31 elements is updated correctly (SkewAdam, factored)", "[.][large]") {
     const int64_t E = 2, R = 32768, C = 32769, n = E * R * C;
     REQUIRE(n > (int64_t(1) << 31));
-    ParamInfo p = test::make_param("blocks.1.moe.experts.w1", {E, R, C}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 7);
+    ParamInfo p =
+        test::make_param("blocks.1.moe.experts.w1", {E, R, C}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 7);
     OptimizerConfig opt = builtin_optimizer("skewadam");
     opt.rounding = Rounding::NEAREST;
     std::vector<uint16_t> w(static_cast<size_t>(n)), g(static_cast<size_t>(n));

@@ -3,6 +3,7 @@
 // binade edges and that bias is asserted (§9.2); the noise streams are distinct per tensor and step;
 // the one write-back target and rounding choice (kernels/common/optim_math.h) every optimizer uses.
 #include <catch2/catch.hpp>
+
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -50,13 +51,11 @@ float from_bits(uint32_t b) {
 TEST_CASE("stochastic rounding is unbiased, including at binade edges") {
     const float u1 = ulp_bf16(1.0f);  // 2^-7
     const float xs[] = {
-        1.0f + 0.01f * u1,   // just above a power of two
+        1.0f + 0.01f * u1,  // just above a power of two
         1.0f + 0.3f * u1,
-        2.0f - 0.01f * u1,   // just below the next
-        2.0f - 0.3f * u1,
-        -(0.5f + 0.37f * ulp_bf16(0.5f)),
-        0.0123456f,
-        3.0e-39f,            // subnormal
+        2.0f - 0.01f * u1,  // just below the next
+        2.0f - 0.3f * u1,  -(0.5f + 0.37f * ulp_bf16(0.5f)), 0.0123456f,
+        3.0e-39f,  // subnormal
     };
     const int64_t n = 1 << 20;
     for (float x : xs) {
@@ -75,7 +74,8 @@ TEST_CASE("stochastic rounding never moves a representable value") {
         bf16 v{uint16_t(h)};
         if (bf16_isnan(v)) continue;
         float x = bf16_to_f32(v);
-        for (uint32_t r : {0u, 1u, 0x7FFFu, 0x8000u, 0xFFFFu, 0x12345678u}) REQUIRE(bf16_round_stochastic(x, r).bits == h);
+        for (uint32_t r : {0u, 1u, 0x7FFFu, 0x8000u, 0xFFFFu, 0x12345678u})
+            REQUIRE(bf16_round_stochastic(x, r).bits == h);
     }
 }
 
@@ -133,7 +133,8 @@ TEST_CASE("dithered rounding is biased toward zero at binade edges (research 9.2
     }
     // A representable value with a zero update moves with probability (m-1)/m (1/3 at m = 1.5).
     int64_t moved = 0;
-    for (int64_t i = 0; i < n; ++i) moved += bf16_round_dithered(1.5f, rounding_bits(9, 1, 0, uint64_t(i))).bits != f32_to_bf16(1.5f).bits;
+    for (int64_t i = 0; i < n; ++i)
+        moved += bf16_round_dithered(1.5f, rounding_bits(9, 1, 0, uint64_t(i))).bits != f32_to_bf16(1.5f).bits;
     CHECK(std::fabs(double(moved) / double(n) - 1.0 / 3.0) < 0.003);
 }
 
@@ -141,7 +142,8 @@ TEST_CASE("rounding noise differs across tensors, steps and elements and is repr
     const int n = 4096;
     auto same_words = [&](uint32_t s1, uint32_t t1, uint32_t s2, uint32_t t2) {
         int same = 0;
-        for (int i = 0; i < n; ++i) same += rounding_bits(42, s1, t1, uint64_t(i)) == rounding_bits(42, s2, t2, uint64_t(i));
+        for (int i = 0; i < n; ++i)
+            same += rounding_bits(42, s1, t1, uint64_t(i)) == rounding_bits(42, s2, t2, uint64_t(i));
         return same;
     };
     CHECK(same_words(1, 0, 1, 1) == 0);
@@ -150,7 +152,8 @@ TEST_CASE("rounding noise differs across tensors, steps and elements and is repr
     CHECK(same_words(3, 3, 3, 3) == n);  // a pure function: a resumed run draws the same bits
     // Element 2^32 + i is not element i (64-bit counters).
     int same = 0;
-    for (int i = 0; i < n; ++i) same += rounding_bits(42, 1, 0, uint64_t(i)) == rounding_bits(42, 1, 0, (uint64_t(1) << 32) + uint64_t(i));
+    for (int i = 0; i < n; ++i)
+        same += rounding_bits(42, 1, 0, uint64_t(i)) == rounding_bits(42, 1, 0, (uint64_t(1) << 32) + uint64_t(i));
     CHECK(same == 0);
     // Different run seeds differ.
     same = 0;

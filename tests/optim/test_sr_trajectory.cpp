@@ -4,6 +4,7 @@
 // less than half an ulp. The fp32 trajectory is the same optimizer, same gradients, fp32 weights;
 // the optimizers' equations are checked against their references in test_golden.cpp.
 #include <catch2/catch.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -131,8 +132,8 @@ void check_sr(const std::string& name) {
     }
     const Along n = compare(pr.w0, rn.back(), ref.back(), kSteps);
     const Along s = compare(pr.w0, sr.back(), ref.back(), kSteps);
-    WARN(name << " (lr " << opt.lr << ") after " << kSteps << " steps of " << s.step_ulp << " ulp: stochastic " << s.mean_ulp
-              << " ulp along the update, nearest " << n.mean_ulp << " ulp");
+    WARN(name << " (lr " << opt.lr << ") after " << kSteps << " steps of " << s.step_ulp << " ulp: stochastic "
+              << s.mean_ulp << " ulp along the update, nearest " << n.mean_ulp << " ulp");
     CHECK(n.mean_ulp < -0.3);
 }
 

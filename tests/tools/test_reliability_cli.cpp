@@ -3,7 +3,6 @@
 // `tiers:` mapping under a non-SkewAdam optimizer is refused, and a config with a stray ',' is a
 // syntax error rather than a hang.
 #include <catch2/catch.hpp>
-
 #include <unistd.h>
 
 #include <filesystem>

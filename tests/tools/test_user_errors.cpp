@@ -3,7 +3,6 @@
 // --optimizers, --set values that break a rule on another key, --resume with --out, empty or
 // negative budgets, --val-ratio values that leave no split, and the quickstart's run folder choice.
 #include <catch2/catch.hpp>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,7 +35,6 @@ fs::path scratch(const std::string& name) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-
 std::string read_file(const fs::path& p) {
     std::ifstream in(p);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -58,8 +56,8 @@ TEST_CASE("Ctrl-C during skew prepare removes its temporaries, lock and the fold
     REQUIRE(pid >= 0);
     if (pid == 0) {
         const std::string cmd = "exec " + std::string(SKEW_BINARY) + " prepare --input " + (d / "big.jsonl").string() +
-                                " --out " + out.string() + " --tokenizer " + src() + "/tests/fixtures/data/gpt2 --no-progress > " +
-                                log.string() + " 2>&1";
+                                " --out " + out.string() + " --tokenizer " + src() +
+                                "/tests/fixtures/data/gpt2 --no-progress > " + log.string() + " 2>&1";
         execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
         _exit(127);
     }
@@ -107,10 +105,14 @@ TEST_CASE("a --set value that breaks a rule on another key names the --set optio
     Run r = run("config " + tiny() + " --set model.d_model=65");
     INFO(r.output);
     CHECK(r.status == 1);
-    CHECK(contains(r.output, "skew: error: --set model.d_model=65: model.n_heads: d_model (65) must be divisible by n_heads "
-                             "(4) (model.n_heads is set at " + tiny() + ":7:12)"));
+    CHECK(contains(r.output,
+                   "skew: error: --set model.d_model=65: model.n_heads: d_model (65) must be divisible by n_heads "
+                   "(4) (model.n_heads is set at " +
+                       tiny() + ":7:12)"));
     Run b = run("config " + tiny() + " --set train.batch_size=6");
-    CHECK(contains(b.output, "skew: error: --set train.batch_size=6: train.microbatch: microbatch (4) must divide batch_size (6)"));
+    CHECK(
+        contains(b.output,
+                 "skew: error: --set train.batch_size=6: train.microbatch: microbatch (4) must divide batch_size (6)"));
     Run e = run("config " + tiny() + " --set model.n_experts=1");
     CHECK(contains(e.output, "skew: error: --set model.n_experts=1: model.top_k:"));
     Run s = run("config " + tiny() + " --set model.max_seq_len=16");
@@ -129,8 +131,9 @@ TEST_CASE("skew train --resume with --out is refused naming both, and nothing is
     Run r = run("train --resume " + (d / "old").string() + " --out " + (d / "new").string());
     INFO(r.output);
     CHECK(r.status == 1);
-    CHECK(contains(r.output, "skew: error: --resume " + (d / "old").string() + ": continues the run in that folder; --out " +
-                                 (d / "new").string() + " is not allowed with it"));
+    CHECK(contains(r.output, "skew: error: --resume " + (d / "old").string() +
+                                 ": continues the run in that folder; --out " + (d / "new").string() +
+                                 " is not allowed with it"));
     CHECK_FALSE(fs::exists(d / "new"));
 }
 
@@ -143,7 +146,8 @@ TEST_CASE("an empty --budget or --optimizer of skew plan and a non-positive plot
     CHECK(contains(opt.output, "skew: error: --optimizer: empty name"));
     // plot_metrics.py checks its arguments before it needs matplotlib or a run folder.
     for (const std::string& v : {std::string("-5"), std::string("0"), std::string("nan"), std::string("abc")}) {
-        Run p = skew::test::run_shell("python3 " + src() + "/tools/plot_metrics.py " + scratch("plot").string() + " --budget=" + v);
+        Run p = skew::test::run_shell("python3 " + src() + "/tools/plot_metrics.py " + scratch("plot").string() +
+                                      " --budget=" + v);
         INFO(v << ": " << p.output);
         CHECK(p.status == 2);
         CHECK(contains(p.output, "argument --budget: "));
@@ -152,8 +156,9 @@ TEST_CASE("an empty --budget or --optimizer of skew plan and a non-positive plot
 
 TEST_CASE("skew prepare refuses a --val-ratio that leaves no validation (or no training) split, naming the bounds") {
     const fs::path d = scratch("val-ratio");
-    const std::string args = "prepare --input " + src() + "/tests/fixtures/train/sample.jsonl --out " + (d / "out").string() +
-                             " --tokenizer " + src() + "/tests/fixtures/data/gpt2 --no-progress --val-ratio ";
+    const std::string args = "prepare --input " + src() + "/tests/fixtures/train/sample.jsonl --out " +
+                             (d / "out").string() + " --tokenizer " + src() +
+                             "/tests/fixtures/data/gpt2 --no-progress --val-ratio ";
     for (const char* v : {"0", "0.0004"}) {
         Run r = run(args + v);
         INFO(r.output);
@@ -178,15 +183,19 @@ TEST_CASE("the quickstart resumes only a run folder of its own config, else pick
     fs::create_directories(d / "quickstart");
     // A run of the same config (config.yaml as `skew config` resolves it): resumed.
     CHECK(skew::test::run_shell(SKEW_BINARY + std::string(" config ") + src() + "/configs/quickstart.yaml > " +
-                (d / "quickstart" / "config.yaml").string()).status == 0);
+                                (d / "quickstart" / "config.yaml").string())
+              .status == 0);
     CHECK(skew::test::run_shell(cmd).output == (d / "quickstart").string() + "\n");
     // Another config (or another skew version's resolution): not resumed; a new folder, with the reason.
-    CHECK(skew::test::run_shell(SKEW_BINARY + std::string(" config ") + src() + "/configs/quickstart.yaml --set train.steps=3 > " +
-                (d / "quickstart" / "config.yaml").string()).status == 0);
+    CHECK(skew::test::run_shell(SKEW_BINARY + std::string(" config ") + src() +
+                                "/configs/quickstart.yaml --set train.steps=3 > " +
+                                (d / "quickstart" / "config.yaml").string())
+              .status == 0);
     Run other = skew::test::run_shell(cmd);
     INFO(other.output);
     CHECK(other.status == 0);
-    CHECK(contains(other.output, "quickstart: not resuming " + (d / "quickstart").string() + ": its config.yaml differs"));
+    CHECK(contains(other.output,
+                   "quickstart: not resuming " + (d / "quickstart").string() + ": its config.yaml differs"));
     CHECK(other.output.substr(other.output.size() - (d / "quickstart-2").string().size() - 1) ==
           (d / "quickstart-2").string() + "\n");
 }
@@ -195,8 +204,9 @@ TEST_CASE("a list key given a bare comma list with --set says how to write the l
     Run r = run("config " + tiny() + " --set train.optimizers=skewadam,adamw");
     INFO(r.output);
     CHECK(r.status == 1);
-    CHECK(contains(r.output, "skew: error: --set train.optimizers=skewadam,adamw: train.optimizers: expected list of strings, "
-                             "got a scalar; write a list in brackets: [skewadam,adamw]"));
+    CHECK(contains(r.output,
+                   "skew: error: --set train.optimizers=skewadam,adamw: train.optimizers: expected list of strings, "
+                   "got a scalar; write a list in brackets: [skewadam,adamw]"));
     CHECK(run("config " + tiny() + " --set train.optimizers=[skewadam,adamw]").status == 0);
 }
 

@@ -11,12 +11,12 @@
 #include "engine/arena.h"
 #include "engine/config.h"
 #include "engine/memory_plan.h"
-#include "plan/plan.h"
 #include "engine/param_table.h"
 #include "kernels/backend.h"
 #include "kernels/common/bf16.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
+#include "plan/plan.h"
 
 using namespace skew;
 
@@ -83,7 +83,8 @@ TEST_CASE("the guarded arena is poisoned, keeps state zero and detects a write o
     CHECK(broken[0] == "weight." + table.params[0].name);
 }
 
-TEST_CASE("one step of every optimizer on a poisoned, canaried arena reads only written memory and writes only its slots") {
+TEST_CASE(
+    "one step of every optimizer on a poisoned, canaried arena reads only written memory and writes only its slots") {
     const Config cfg = load_config_text(CANARY_YAML, "test.yaml");
     const ParamTable table = build_param_table(cfg.model);
     const int64_t mb = cfg.train.microbatch, T = cfg.train.seq_len, accum = cfg.train.grad_accum_steps();
@@ -104,7 +105,8 @@ TEST_CASE("one step of every optimizer on a poisoned, canaried arena reads only 
         model_zero_grads(model);
         double loss = 0;
         for (int64_t m = 0; m < accum; ++m)
-            loss += model_forward_backward(model, x.data() + m * mb * T, y.data() + m * mb * T, m, 1, accum, true).total;
+            loss +=
+                model_forward_backward(model, x.data() + m * mb * T, y.data() + m * mb * T, m, 1, accum, true).total;
         const double norm = model_clip_gradients(model, 1.0);
         std::vector<ParamSlot> slots = arena_param_slots(opt, table, arena);
         for (int t = 1; t <= 2; ++t) optimizer_step(opt, slots, OptimStep{t, 1e-3, 42});

@@ -52,7 +52,8 @@ TEST_CASE("a NaN injected into a gradient is caught and reported with the step a
     CHECK(std::isnan(rep->first->value));
     CHECK(rep->action == FaultAction::SKIP);
     std::string msg = fault_message(*rep);
-    CHECK_THAT(msg, Catch::StartsWith("step 42: non-finite grad norm (nan)") && Catch::Contains(bank.name + "[2, 5, 3] = nan") &&
+    CHECK_THAT(msg, Catch::StartsWith("step 42: non-finite grad norm (nan)") &&
+                        Catch::Contains(bank.name + "[2, 5, 3] = nan") &&
                         Catch::Contains("step skipped (1 of 10 allowed)"));
 }
 
@@ -91,8 +92,9 @@ TEST_CASE("steps are skipped up to max_skipped_steps, then the run stops") {
     auto third = check_step_finite(9, std::nan(""), 1.0, ts, policy);
     CHECK(third->action == FaultAction::STOP);
     CHECK(policy.skipped == 3);
-    CHECK_THAT(fault_message(*third), Catch::Contains("step 9: non-finite loss (nan)") &&
-                                          Catch::Contains("stopping: 3 non-finite steps exceed train.max_skipped_steps = 2"));
+    CHECK_THAT(fault_message(*third),
+               Catch::Contains("step 9: non-finite loss (nan)") &&
+                   Catch::Contains("stopping: 3 non-finite steps exceed train.max_skipped_steps = 2"));
     SkipPolicy none{0, 0};
     CHECK(check_step_finite(1, NAN, 1.0, ts, none)->action == FaultAction::STOP);
 }
@@ -103,5 +105,6 @@ TEST_CASE("a non-finite loss with finite gradients says no tensor holds one") {
     auto rep = check_step_finite(3, INFINITY, 2.0, {NamedTensor{"grad.x", DType::F32, {1}, &ok}}, policy);
     REQUIRE(rep);
     CHECK(!rep->first);
-    CHECK_THAT(fault_message(*rep), Catch::Contains("non-finite loss (inf)") && Catch::Contains("no scanned tensor holds a non-finite value"));
+    CHECK_THAT(fault_message(*rep), Catch::Contains("non-finite loss (inf)") &&
+                                        Catch::Contains("no scanned tensor holds a non-finite value"));
 }

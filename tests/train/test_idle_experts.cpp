@@ -30,7 +30,8 @@ struct Bank {
     explicit Bank(const std::string& name) : opt(builtin_optimizer(name)) {
         opt.weight_decay = 0.1;
         for (auto& tier : opt.tiers) tier.weight_decay = 0.1;
-        ParamInfo p = make_param("blocks.1.moe.experts.w1", {E, ROWS, COLS}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 0);
+        ParamInfo p =
+            make_param("blocks.1.moe.experts.w1", {E, ROWS, COLS}, DType::BF16, Tier::EXPERTS, Role::EXPERT_W1, 0);
         p.block = 1;
         ts.add(p);
         ts.bind(opt);
@@ -41,7 +42,8 @@ struct Bank {
     }
     void fill_grads(float idle_scale, std::mt19937& gen) {
         std::normal_distribution<float> n(0.0f, 1e-2f);
-        for (int64_t i = 0; i < E * ROWS * COLS; ++i) ts.grads[0][size_t(i)] = n(gen) * (i / (ROWS * COLS) == IDLE ? idle_scale : 1.0f);
+        for (int64_t i = 0; i < E * ROWS * COLS; ++i)
+            ts.grads[0][size_t(i)] = n(gen) * (i / (ROWS * COLS) == IDLE ? idle_scale : 1.0f);
     }
     // Every slice of expert e: weight bytes, then each bound state's.
     std::vector<std::vector<std::byte>> expert(int64_t e) const {
@@ -68,16 +70,18 @@ TEST_CASE("an expert with no token in any microbatch of the step is idle, one to
 
 TEST_CASE("skip leaves an idle expert's weights and state bit-identical, step decays them, other experts move") {
     auto backend = make_cpu_backend();
-    for (const char* name : {"skewadam", "skewadam-expert-momentum", "adamw", "lion", "adafactor", "muon", "galore-paper"}) {
+    for (const char* name :
+         {"skewadam", "skewadam-expert-momentum", "adamw", "lion", "adafactor", "muon", "galore-paper"}) {
         for (const bool skip : {true, false}) {
             INFO(name << (skip ? ", skip" : ", step with a zero gradient"));
             Bank bank(name);
             std::mt19937 gen(11);
             optimizer_step(bank.opt, bank.ts.slots, OptimStep{1, 1e-3, 42});  // every expert has state now
-            bank.fill_grads(0.0f, gen);                                     // expert IDLE got no token
+            bank.fill_grads(0.0f, gen);                                       // expert IDLE got no token
             const auto idle_before = bank.expert(IDLE), busy_before = bank.expert(0);
             const std::vector<IdleExpert> idle = {{1, IDLE}};
-            IdleExpertSnapshot snap = skip ? save_idle_experts(*backend, bank.opt, bank.ts.slots, idle) : IdleExpertSnapshot{};
+            IdleExpertSnapshot snap =
+                skip ? save_idle_experts(*backend, bank.opt, bank.ts.slots, idle) : IdleExpertSnapshot{};
             optimizer_step(bank.opt, bank.ts.slots, OptimStep{2, 1e-3, 42});
             restore_idle_experts(*backend, snap);
             const auto idle_after = bank.expert(IDLE), busy_after = bank.expert(0);

@@ -4,20 +4,22 @@
 // one complete (not run, stopped early, stray or out-of-order files); tools/plot_metrics.py draws
 // the paper's figures from the same files.
 #include <catch2/catch.hpp>
-
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
+#include "tests/skip.h"
 #include "train/metrics.h"
 #include "train_test_util.h"
-#include "tests/skip.h"
 
 using namespace train_test;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string skew_cmd(const std::string& args) { return std::string("cd ") + SKEW_SOURCE_DIR + " && " + SKEW_BINARY + " " + args; }
+std::string skew_cmd(const std::string& args) {
+    return std::string("cd ") + SKEW_SOURCE_DIR + " && " + SKEW_BINARY + " " + args;
+}
 
 /// A run folder's config.yaml: the tiny model, these optimizers, `steps` steps.
 void write_run_config(const std::string& dir, const std::string& optimizers, int64_t steps) {
@@ -29,8 +31,8 @@ void write_run_config(const std::string& dir, const std::string& optimizers, int
 
 /// A hand-made metrics_<name>.json: one evaluation per (step, validation perplexity), `steps_done`
 /// optimizer steps, written by a run of `train_steps` steps.
-void write_run_metrics(const std::string& dir, const std::string& name, const std::vector<std::pair<int64_t, double>>& evals,
-                       int64_t steps_done, int64_t train_steps) {
+void write_run_metrics(const std::string& dir, const std::string& name,
+                       const std::vector<std::pair<int64_t, double>>& evals, int64_t steps_done, int64_t train_steps) {
     skew::RunMetrics m;
     m.optimizer = name;
     m.type = name;
@@ -75,7 +77,8 @@ TEST_CASE("skew report prints the paper's Table 1 and per-evaluation perplexity 
 
 TEST_CASE("skew report on a small run shows sizes in MiB and marks no best with one optimizer") {
     const std::string dir = scratch("report-one");
-    fs::copy_file(std::string(SKEW_SOURCE_DIR) + "/tests/fixtures/report/metrics_lion.json", dir + "/metrics_lion.json");
+    fs::copy_file(std::string(SKEW_SOURCE_DIR) + "/tests/fixtures/report/metrics_lion.json",
+                  dir + "/metrics_lion.json");
     auto j = nlohmann::json::parse(read_file(dir + "/metrics_lion.json"));
     j["paper_state_bytes"] = j["state_bytes"] = 3 * 1048576;
     j["peak_memory_bytes"] = 40 * 1048576;
@@ -91,7 +94,8 @@ TEST_CASE("skew report on a small run shows sizes in MiB and marks no best with 
     CHECK_THAT(out.text, Catch::Contains("## Table 1: 10,000 steps from a shared initialization\n"));
 }
 
-TEST_CASE("skew report on an interrupted run lists the optimizer that never ran and the steps of the one that stopped") {
+TEST_CASE(
+    "skew report on an interrupted run lists the optimizer that never ran and the steps of the one that stopped") {
     // skew train --optimizers skewadam,adamw --set train.steps=30 --stop-after 15 (evaluations every 10 steps).
     const std::string dir = scratch("report-interrupted");
     write_run_config(dir, "skewadam, adamw", 30);
@@ -100,7 +104,8 @@ TEST_CASE("skew report on an interrupted run lists the optimizer that never ran 
     INFO(out.text);
     REQUIRE(out.status == 0);
     CHECK_THAT(out.text, Catch::Contains("## Table 1: 30 steps from a shared initialization (incomplete run)"));
-    CHECK_THAT(out.text, Catch::Contains("0 of 2 optimizers in " + dir + "/config.yaml's train.optimizers completed the 30 steps"));
+    CHECK_THAT(out.text, Catch::Contains("0 of 2 optimizers in " + dir +
+                                         "/config.yaml's train.optimizers completed the 30 steps"));
     CHECK_THAT(out.text, Catch::Contains("skewadam at step 15 (its values are from the step-10 evaluation)"));
     CHECK_THAT(out.text, Catch::Contains("Not run (no metrics file): adamw."));
     CHECK_THAT(out.text, Catch::Contains("skew train --resume " + dir));
@@ -139,7 +144,8 @@ TEST_CASE("skew report bolds the best only among optimizers that completed the c
     CHECK_THAT(out.text, Catch::Contains("| adamw | 90.0 | **55.0** | 52.0 |"));
     CHECK_THAT(out.text, Catch::Contains("| lion | 40.0 | 30.0 | — |"));
     CHECK_THAT(out.text, Catch::Contains("| lion | 25 / 30 |"));
-    CHECK_THAT(out.text, Catch::Contains("Bold marks the best at each step among the optimizers that completed the 30 steps."));
+    CHECK_THAT(out.text,
+               Catch::Contains("Bold marks the best at each step among the optimizers that completed the 30 steps."));
 }
 
 TEST_CASE("skew report ignores, with a warning naming it, a metrics file of an optimizer not in config.yaml") {
@@ -151,8 +157,9 @@ TEST_CASE("skew report ignores, with a warning naming it, a metrics file of an o
     Output out = shell(skew_cmd("report " + dir));
     INFO(out.text);
     REQUIRE(out.status == 0);
-    CHECK_THAT(out.text, Catch::Contains("skew: warning: " + metrics_file(dir, "lion") + ": ignored; optimizer 'lion' is not in " +
-                                         dir + "/config.yaml's train.optimizers (skewadam, adamw)"));
+    CHECK_THAT(out.text, Catch::Contains("skew: warning: " + metrics_file(dir, "lion") +
+                                         ": ignored; optimizer 'lion' is not in " + dir +
+                                         "/config.yaml's train.optimizers (skewadam, adamw)"));
     CHECK_THAT(out.text, Catch::Contains("## Table 1: 30 steps from a shared initialization\n"));
     CHECK(out.text.find("| lion |") == std::string::npos);
     CHECK_THAT(out.text, Catch::Contains("| Step | 10 | 20 | 30 |\n"));
@@ -167,25 +174,29 @@ TEST_CASE("skew report refuses a metrics file whose steps are out of order or pa
     write_run_metrics(dir, "skewadam", {{10, 80.0}, {20, 60.0}, {15, 70.0}, {30, 50.0}}, 30, 30);
     Output out = shell(skew_cmd("report " + dir));
     CHECK(out.status == 1);
-    CHECK_THAT(out.text, Catch::Contains("skew: error: " + metrics_file(dir, "skewadam") +
-                                         ": history is not in strictly increasing step order (evaluation 3 is at step 15, "
-                                         "after step 20)"));
+    CHECK_THAT(out.text,
+               Catch::Contains("skew: error: " + metrics_file(dir, "skewadam") +
+                               ": history is not in strictly increasing step order (evaluation 3 is at step 15, "
+                               "after step 20)"));
     write_run_metrics(dir, "skewadam", {{10, 80.0}, {20, 60.0}, {30, 50.0}, {999, 45.0}}, 999, 30);
     out = shell(skew_cmd("report " + dir));
     CHECK(out.status == 1);
-    CHECK_THAT(out.text, Catch::Contains("skew: error: " + metrics_file(dir, "skewadam") + ": records step 999, past train.steps = 30"));
+    CHECK_THAT(out.text, Catch::Contains("skew: error: " + metrics_file(dir, "skewadam") +
+                                         ": records step 999, past train.steps = 30"));
     // Steps within train.steps but from a run of another length.
     write_run_metrics(dir, "skewadam", {{10, 80.0}}, 10, 10);
     out = shell(skew_cmd("report " + dir));
     CHECK(out.status == 1);
-    CHECK_THAT(out.text, Catch::Contains(metrics_file(dir, "skewadam") + ": written by a run of train.steps = 10, but " + dir +
-                                         "/config.yaml says 30"));
+    CHECK_THAT(out.text,
+               Catch::Contains(metrics_file(dir, "skewadam") + ": written by a run of train.steps = 10, but " + dir +
+                               "/config.yaml says 30"));
     // Without config.yaml the order is still checked.
     const std::string old = scratch("report-order-old");
     write_run_metrics(old, "adamw", {{10, 80.0}, {999, 60.0}, {20, 70.0}}, 20, 20);
     out = shell(skew_cmd("report " + old));
     CHECK(out.status == 1);
-    CHECK_THAT(out.text, Catch::Contains(metrics_file(old, "adamw") + ": history is not in strictly increasing step order"));
+    CHECK_THAT(out.text,
+               Catch::Contains(metrics_file(old, "adamw") + ": history is not in strictly increasing step order"));
 }
 
 TEST_CASE("skew report on a file says it is a file, not a run folder") {
@@ -195,7 +206,9 @@ TEST_CASE("skew report on a file says it is a file, not a run folder") {
     CHECK(out.text.find("no such") == std::string::npos);
     out = shell(skew_cmd("report tests/fixtures/report/metrics_adamw.json"));
     CHECK(out.status == 1);
-    CHECK_THAT(out.text, Catch::Contains("is a file, not a run folder; give the folder holding it: skew report tests/fixtures/report"));
+    CHECK_THAT(
+        out.text,
+        Catch::Contains("is a file, not a run folder; give the folder holding it: skew report tests/fixtures/report"));
 }
 
 TEST_CASE("skew report on a folder without metrics, or with a broken metrics file, exits 1 naming it") {
@@ -218,7 +231,8 @@ TEST_CASE("plot_metrics.py draws perplexity, memory and balance-loss figures as 
     }
     const std::string dir = scratch("plots");
     for (const auto& e : fs::directory_iterator(std::string(SKEW_SOURCE_DIR) + "/tests/fixtures/report"))
-        if (e.path().filename().string().starts_with("metrics_")) fs::copy_file(e.path(), dir + "/" + e.path().filename().string());
+        if (e.path().filename().string().starts_with("metrics_"))
+            fs::copy_file(e.path(), dir + "/" + e.path().filename().string());
     Output out = shell(std::string("/usr/bin/python3 ") + SKEW_SOURCE_DIR + "/tools/plot_metrics.py " + dir);
     INFO(out.text);
     REQUIRE(out.status == 0);
@@ -228,7 +242,8 @@ TEST_CASE("plot_metrics.py draws perplexity, memory and balance-loss figures as 
         REQUIRE(bytes.size() > 1000);
         CHECK(bytes.substr(0, 8) == std::string("\x89PNG\r\n\x1a\n", 8));
     }
-    Output bad = shell(std::string("/usr/bin/python3 ") + SKEW_SOURCE_DIR + "/tools/plot_metrics.py " + scratch("plots-empty"));
+    Output bad =
+        shell(std::string("/usr/bin/python3 ") + SKEW_SOURCE_DIR + "/tools/plot_metrics.py " + scratch("plots-empty"));
     CHECK(bad.status != 0);
     CHECK_THAT(bad.text, Catch::Contains("no metrics_*.json"));
 }

@@ -18,7 +18,7 @@ double hex(const char* s) { return std::strtod(s, nullptr); }
 
 TEST_CASE("the paper's protocol warms up over 300 of 10,000 steps") {
     CHECK(warmup_steps(10000, 0.03) == 300);
-    CHECK(warmup_steps(20, 0.03) == 1);    // int(0.6) = 0, then max(1, .)
+    CHECK(warmup_steps(20, 0.03) == 1);  // int(0.6) = 0, then max(1, .)
     CHECK(warmup_steps(100, 0.0) == 1);
     CHECK(warmup_steps(1000, 0.5) == 500);
     CHECK_THROWS_AS(warmup_steps(0, 0.03), Error);

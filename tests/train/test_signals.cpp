@@ -1,7 +1,6 @@
 // SIGINT/SIGTERM: the first signal sets the flag the loop polls (the process keeps running to
 // finish the step and checkpoint); a second signal exits at once with 128 + signo.
 #include <catch2/catch.hpp>
-
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -1,13 +1,11 @@
 // The status line: its text (step, loss, val ppl, lr, tokens/s, ETA), the ETA arithmetic, and the
 // plain-log fallback when stderr is not a terminal.
 #include <catch2/catch.hpp>
-
-#include <cstdint>
-
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <sstream>
 
@@ -24,9 +22,11 @@ TEST_CASE("the status line shows step, loss, val ppl, lr, tokens/s and ETA") {
     p.val_ppl = 312.44;
     p.lr = 3e-4;
     p.tokens_per_sec = 12345.4;
-    CHECK(format_status(p, 3725) == "skewadam step 120/10,000 | loss 5.4321 | val ppl 312.4 | lr 3.00e-04 | 12,345 tok/s | ETA 1h02m");
+    CHECK(format_status(p, 3725) ==
+          "skewadam step 120/10,000 | loss 5.4321 | val ppl 312.4 | lr 3.00e-04 | 12,345 tok/s | ETA 1h02m");
     p.val_ppl = std::nan("");
-    CHECK(format_status(p, std::nan("")) == "skewadam step 120/10,000 | loss 5.4321 | val ppl - | lr 3.00e-04 | 12,345 tok/s | ETA -");
+    CHECK(format_status(p, std::nan("")) ==
+          "skewadam step 120/10,000 | loss 5.4321 | val ppl - | lr 3.00e-04 | 12,345 tok/s | ETA -");
 }
 
 TEST_CASE("the ETA is the mean step time of this session times the steps left") {

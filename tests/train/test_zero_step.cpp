@@ -21,8 +21,17 @@ using namespace skew;
 
 namespace {
 
-const char* ALL[] = {"skewadam", "skewadam-expert-momentum", "skewadam-factored-router", "uniform", "adamw",
-                     "lion", "muon", "muon-kj", "adafactor", "galore", "galore-paper"};
+const char* ALL[] = {"skewadam",
+                     "skewadam-expert-momentum",
+                     "skewadam-factored-router",
+                     "uniform",
+                     "adamw",
+                     "lion",
+                     "muon",
+                     "muon-kj",
+                     "adafactor",
+                     "galore",
+                     "galore-paper"};
 
 Config small_config() {
     Config cfg;
@@ -54,7 +63,8 @@ ParallelLayout layout_of(int64_t n, int64_t rank, int64_t m = 1) {
 
 // Deterministic values in [-0.05, 0.05): weights (step 0) and the gradient of step s.
 float value(uint32_t param, int64_t k, int64_t s) {
-    uint64_t h = (uint64_t(param) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(k) * 0xBF58476D1CE4E5B9ull) ^ (uint64_t(s) << 40);
+    uint64_t h =
+        (uint64_t(param) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(k) * 0xBF58476D1CE4E5B9ull) ^ (uint64_t(s) << 40);
     h ^= h >> 31;
     h *= 0x94D049BB133111EBull;
     h ^= h >> 29;
@@ -93,7 +103,8 @@ int64_t per_matrix(const ParamInfo& p) { return is_expert_bank(p) ? p.rows() * p
 
 }  // namespace
 
-TEST_CASE("ZeRO partition: every tensor and expert is owned exactly once, in consecutive ranks, balanced by state bytes") {
+TEST_CASE(
+    "ZeRO partition: every tensor and expert is owned exactly once, in consecutive ranks, balanced by state bytes") {
     const Config cfg = small_config();
     const ParamTable table = build_param_table(cfg.model);
     for (const char* name : {"skewadam", "adamw", "muon", "galore"}) {
@@ -121,7 +132,8 @@ TEST_CASE("ZeRO partition: every tensor and expert is owned exactly once, in con
                 for (int c : seen[p.index]) CHECK(c == 1);
                 OwnedRange one{p.index, 0, 1, 0};
                 const int64_t unit = optimizer_state_bytes(opt, ParamTable{{owned_param_info(p, one)}});
-                (is_expert_bank(p) ? max_expert : max_dense) = std::max(is_expert_bank(p) ? max_expert : max_dense, unit);
+                (is_expert_bank(p) ? max_expert : max_dense) =
+                    std::max(is_expert_bank(p) ? max_expert : max_dense, unit);
                 total += optimizer_state_bytes(opt, ParamTable{{p}});
             }
             int64_t sum = 0;
@@ -162,8 +174,9 @@ TEST_CASE("ZeRO partition with expert parallelism: a rank owns experts of its ow
     CHECK_THROWS_AS(zero_partition(table, builtin_optimizer("adamw"), layout_of(4, 0, 3)), Error);
 }
 
-TEST_CASE("ZeRO-1 plan: each rank's state is the hand sum of its owned ranges (AdamW 8 B per parameter, "
-          "SkewAdam's factored experts 4 (rows + cols) B per expert)") {
+TEST_CASE(
+    "ZeRO-1 plan: each rank's state is the hand sum of its owned ranges (AdamW 8 B per parameter, "
+    "SkewAdam's factored experts 4 (rows + cols) B per expert)") {
     const Config cfg = small_config();
     const ParamTable table = build_param_table(cfg.model);
     for (int64_t n : {2, 4}) {
@@ -192,7 +205,8 @@ TEST_CASE("ZeRO-1 plan: each rank's state is the hand sum of its owned ranges (A
             const ZeroPartition part = zero_partition(table, skew, layout_of(n, r));
             for (const OwnedRange& o : part.owned[size_t(r)]) {
                 const ParamInfo& p = table.params[o.param];
-                if (is_expert_bank(p)) CHECK(o.state_bytes == 4 * (o.matrix_end - o.matrix_begin) * (p.rows() + p.cols()));
+                if (is_expert_bank(p))
+                    CHECK(o.state_bytes == 4 * (o.matrix_end - o.matrix_begin) * (p.rows() + p.cols()));
             }
         }
     }
@@ -208,13 +222,15 @@ TEST_CASE("ZeRO-1 plan: each rank's state is the hand sum of its owned ranges (A
         if (is_expert_bank(p)) bank_numel += p.numel();
     const MemoryPlan pe = build_memory_plan(cfg, table, builtin_optimizer("adamw"), 1, ep);
     CHECK(pe.state_bytes == 8 * (table.total_numel() - bank_numel / 2));
-    CHECK(pe.weights_bytes == build_memory_plan(cfg, table, builtin_optimizer("adamw"), 1).weights_bytes - 2 * bank_numel / 2);
+    CHECK(pe.weights_bytes ==
+          build_memory_plan(cfg, table, builtin_optimizer("adamw"), 1).weights_bytes - 2 * bank_numel / 2);
     // the microbatch divides the rank's share of the batch
     CHECK_THROWS_AS(build_memory_plan(cfg, table, builtin_optimizer("adamw"), 4, layout_of(2, 0)), Error);
 }
 
-TEST_CASE("ZeRO-1 step in one process: N partitions stepped and gathered equal the one-process step bit for bit, "
-          "every optimizer, 3 steps") {
+TEST_CASE(
+    "ZeRO-1 step in one process: N partitions stepped and gathered equal the one-process step bit for bit, "
+    "every optimizer, 3 steps") {
     Config cfg = small_config();
     const ParamTable table = build_param_table(cfg.model);
     std::vector<OptimizerConfig> opts;
@@ -272,7 +288,8 @@ TEST_CASE("ZeRO-1 step in one process: N partitions stepped and gathered equal t
                 for (int64_t k = 0; k < p.numel() && moved == 0; ++k) {
                     const float now = p.dtype == DType::F32 ? static_cast<const float*>(w)[k]
                                                             : bf16_to_f32(static_cast<const bf16*>(w)[k]);
-                    const float was = p.dtype == DType::F32 ? value(p.index, k, 0) : bf16_to_f32(f32_to_bf16(value(p.index, k, 0)));
+                    const float was =
+                        p.dtype == DType::F32 ? value(p.index, k, 0) : bf16_to_f32(f32_to_bf16(value(p.index, k, 0)));
                     moved += now != was;
                 }
                 for (auto& rk : ranks) CHECK(std::memcmp(rk->slots.whole[p.index].weight, w, size_t(p.bytes())) == 0);
