@@ -28,13 +28,15 @@ __device__ __forceinline__ bool dim_ok(int lane, int c) {
     return D % 32 == 0 || lane + 32 * c < D;
 }
 
-// Dot product of two bf16 rows of length D held in shared memory (4-byte aligned), fp32.
-template <int D>
+// Dot product of two bf16 rows of length D held in shared memory (4-byte aligned), fp32, its loop
+// unrolled U words at a time (the forward unrolls it fully: at head_dim 64 a partial unroll left
+// ptxas spilling 16 bytes on sm_80 and sm_90a; the backward kernels keep 16, which spill less).
+template <int D, int U = 16>
 __device__ __forceinline__ float dot_rows(const bf16* a, const bf16* b) {
     const uint32_t* aw = reinterpret_cast<const uint32_t*>(a);
     const uint32_t* bw = reinterpret_cast<const uint32_t*>(b);
     float s = 0.0f;
-#pragma unroll 16
+#pragma unroll U
     for (int i = 0; i < D / 2; ++i) {
         const uint32_t x = aw[i], y = bw[i];
         s += __uint_as_float(x << 16) * __uint_as_float(y << 16);
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
             const int64_t t = off + q0 + r;        // the row's position
             if (r >= q_valid || j0 > t) continue;  // warp-uniform
             const int64_t j = j0 + lane;
-            const float s = j <= t ? dot_rows<D>(sQ + r * S, sK + lane * S) * scale : -INFINITY;
+            const float s = j <= t ? dot_rows<D, D / 2>(sQ + r * S, sK + lane * S) * scale : -INFINITY;
             const float m_new = fmaxf(m[i], warp_max(s));
             const float p = expf(s - m_new);
             const float corr = expf(m[i] - m_new);
