@@ -1,4 +1,4 @@
-// The names of a run folder's, a checkpoint folder's and an import folder's files
+// The names of a run folder's, a checkpoint folder's, an import folder's and a Hugging Face folder's files
 // (checkpoint/run_folder.h): the exact paths run folders already on disk use, so that every
 // reader and writer that asks for them finds what earlier runs wrote (docs/training.md).
 #include <catch2/catch.hpp>
@@ -76,4 +76,15 @@ TEST_CASE("an import folder is told apart from a run folder and a checkpoint fol
     std::ofstream(CheckpointFolder{dir}.trainer_state()) << "{}";
     CHECK_FALSE(is_import_folder(dir));            // a checkpoint folder
     CHECK_FALSE(is_import_folder(imp.weights()));  // a file
+}
+
+TEST_CASE("a Hugging Face folder names its files as the Hub publishes them") {
+    const HfFolder hf{"models/Qwen3-30B-A3B"};
+    CHECK(hf.config() == "models/Qwen3-30B-A3B/config.json");
+    CHECK(hf.generation_config() == "models/Qwen3-30B-A3B/generation_config.json");
+    CHECK(hf.weights() == "models/Qwen3-30B-A3B/model.safetensors");
+    CHECK(hf.weights_index() == "models/Qwen3-30B-A3B/model.safetensors.index.json");
+    // one weights name for skew's own checkpoints and Hugging Face's single-file checkpoints
+    CHECK(std::string(HfFolder::WEIGHTS_FILE) == CheckpointFolder::WEIGHTS_FILE);
+    CHECK(HfFolder{"models/a/"}.config() == "models/a/config.json");
 }
