@@ -61,14 +61,16 @@ nlohmann::json layout_json(const ParallelLayout& l) {
 /// Which part of a rank's optimizer state a state file holds.
 enum class StatePart { ALL, NON_EXPERT, EXPERTS };
 
-const char* state_part_name(StatePart p) {
-    switch (p) {
-        case StatePart::ALL: return "all";
-        case StatePart::NON_EXPERT: return "non-expert";
-        case StatePart::EXPERTS: return "experts";
-    }
-    return "?";
-}
+}  // namespace
+
+/// A state part as the checkpoint's manifest spells it ("holds").
+template <>
+struct ChoiceNames<StatePart> {
+    static constexpr std::array<std::pair<StatePart, std::string_view>, 3> items{
+        {{StatePart::ALL, "all"}, {StatePart::NON_EXPERT, "non-expert"}, {StatePart::EXPERTS, "experts"}}};
+};
+
+namespace {
 
 /// One optimizer-state file of a checkpoint: written by `rank`, holding `part` of its state.
 struct StateShard {
@@ -245,7 +247,7 @@ void save_sharded_checkpoint(const std::string& dir, const Arena& arena, const T
               for (const StateShard& sh : state_shards(layout))
                   shards.push_back({{"rank", sh.rank},
                                     {"file", sh.file},
-                                    {"holds", state_part_name(sh.part)},
+                                    {"holds", std::string(choice_name(sh.part))},
                                     {"owned", owned_json(part, global, sh.rank, sh.part)}});
               m["optimizer_shards"] = shards;
               write_file_atomic(CheckpointFolder{temp}.trainer_state(), json_text(trainer_state_to_json(state)) + "\n");
@@ -387,8 +389,8 @@ std::vector<HostTensor> read_checkpoint_weights(const std::string& dir, const Pa
         if (it == all.end()) fail("{}: the checkpoint has no weight '{}'", dir, p.name);
         HostTensor& t = it->second;
         if (t.dtype != p.dtype || t.shape != p.shape || int64_t(t.data.size()) != p.numel() * dtype_bytes(p.dtype))
-            fail("{}: weight '{}' is {} {}, the model's is {} {}", dir, p.name, dtype_name(t.dtype),
-                 fmt::format("{}", fmt::join(t.shape, "x")), dtype_name(p.dtype),
+            fail("{}: weight '{}' is {} {}, the model's is {} {}", dir, p.name, choice_name(t.dtype),
+                 fmt::format("{}", fmt::join(t.shape, "x")), choice_name(p.dtype),
                  fmt::format("{}", fmt::join(p.shape, "x")));
         out.push_back(std::move(t));
         all.erase(it);

@@ -365,7 +365,7 @@ static PrepareSummary prepare_impl(const PrepareOptions& o) {
                    {"dtype", wide ? "uint32" : "uint16"},
                    {"header_bytes", 1024}};
     const nlohmann::json tok_files = tokenizer_file_md5s(o.tokenizer_dir);
-    m["tokenizer"] = {{"kind", tokenizer_kind_name(tok.kind)},
+    m["tokenizer"] = {{"kind", std::string(choice_name(tok.kind))},
                       {"dir", o.tokenizer_dir},
                       {"vocab_size", tok.vocab_size()},
                       {"eot", tok.eot},

@@ -32,16 +32,6 @@ static constexpr const char* kSpace =
 const std::vector<std::string_view> kEndOfTextNames = {
     "<|endoftext|>", "<|end_of_text|>", "</s>", "<|end\xE2\x96\x81of\xE2\x96\x81sentence|>", "<eos>", "<EOT>"};
 
-const char* tokenizer_kind_name(TokenizerKind kind) {
-    switch (kind) {
-        case TOKENIZER_GPT2_BPE: return "gpt2-bpe";
-        case TOKENIZER_HF_BYTE_LEVEL_BPE: return "hf-byte-level-bpe";
-        case TOKENIZER_SENTENCEPIECE: return "sentencepiece";
-        case TOKENIZER_HF_SENTENCEPIECE_BPE: return "hf-sentencepiece-bpe";
-    }
-    return "?";
-}
-
 struct TokenizerRegex {
     pcre2_code* code = nullptr;
     bool jit = false;

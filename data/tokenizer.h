@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/choice_names.h"
+
 namespace skew::data {
 
 inline constexpr int32_t kEndOfText = 50256;  // GPT-2's <|endoftext|>
@@ -23,10 +25,6 @@ enum TokenizerKind : int {
     TOKENIZER_SENTENCEPIECE,      // tokenizer.model (libsentencepiece)
     TOKENIZER_HF_SENTENCEPIECE_BPE,  // tokenizer.json with model.type BPE over characters and byte_fallback (Llama 2, Mistral, Mixtral)
 };
-
-/// The name manifests record for a kind: "gpt2-bpe", "hf-byte-level-bpe", "sentencepiece",
-/// "hf-sentencepiece-bpe".
-const char* tokenizer_kind_name(TokenizerKind kind);
 
 /// Unicode normalization forms a tokenizer.json normalizer may apply (ICU's, on valid UTF-8 runs).
 enum NormalizationForm : int { NORMALIZE_NFC = 0, NORMALIZE_NFD, NORMALIZE_NFKC, NORMALIZE_NFKD };
@@ -212,3 +210,43 @@ std::string tokenizer_decode(const Tokenizer& tok, std::span<const int32_t> ids)
 const std::vector<uint32_t>& gpt2_byte_to_unicode();
 
 }  // namespace skew::data
+
+namespace skew {
+
+/// The name of a normalization form as tokenizer.json writes it ("NFC", ...).
+template <>
+struct ChoiceNames<data::NormalizationForm> {
+    static constexpr std::array<std::pair<data::NormalizationForm, std::string_view>, 4> items{
+        {{data::NORMALIZE_NFC, "NFC"},
+         {data::NORMALIZE_NFD, "NFD"},
+         {data::NORMALIZE_NFKC, "NFKC"},
+         {data::NORMALIZE_NFKD, "NFKD"}}};
+};
+
+/// A Metaspace prepend_scheme as tokenizer.json writes it.
+template <>
+struct ChoiceNames<data::MetaspacePrepend> {
+    static constexpr std::array<std::pair<data::MetaspacePrepend, std::string_view>, 3> items{
+        {{data::METASPACE_ALWAYS, "always"}, {data::METASPACE_FIRST, "first"}, {data::METASPACE_NEVER, "never"}}};
+};
+/// A Split pre-tokenizer's behavior as tokenizer.json writes it.
+template <>
+struct ChoiceNames<data::SplitBehavior> {
+    static constexpr std::array<std::pair<data::SplitBehavior, std::string_view>, 5> items{
+        {{data::SPLIT_REMOVED, "Removed"},
+         {data::SPLIT_ISOLATED, "Isolated"},
+         {data::SPLIT_MERGED_WITH_PREVIOUS, "MergedWithPrevious"},
+         {data::SPLIT_MERGED_WITH_NEXT, "MergedWithNext"},
+         {data::SPLIT_CONTIGUOUS, "Contiguous"}}};
+};
+/// The name manifests record for a tokenizer kind.
+template <>
+struct ChoiceNames<data::TokenizerKind> {
+    static constexpr std::array<std::pair<data::TokenizerKind, std::string_view>, 4> items{
+        {{data::TOKENIZER_GPT2_BPE, "gpt2-bpe"},
+         {data::TOKENIZER_HF_BYTE_LEVEL_BPE, "hf-byte-level-bpe"},
+         {data::TOKENIZER_SENTENCEPIECE, "sentencepiece"},
+         {data::TOKENIZER_HF_SENTENCEPIECE_BPE, "hf-sentencepiece-bpe"}}};
+};
+
+}  // namespace skew

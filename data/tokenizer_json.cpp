@@ -57,13 +57,9 @@ struct JsonReader {
 };
 
 NormalizationForm form_of(const std::string& type, bool& ok) {
-    ok = true;
-    if (type == "NFC") return NORMALIZE_NFC;
-    if (type == "NFD") return NORMALIZE_NFD;
-    if (type == "NFKC") return NORMALIZE_NFKC;
-    if (type == "NFKD") return NORMALIZE_NFKD;
-    ok = false;
-    return NORMALIZE_NFC;
+    const auto form = parse_choice<NormalizationForm>(type);
+    ok = form.has_value();
+    return form.value_or(NORMALIZE_NFC);
 }
 
 // A Replace's pattern: {"String": "text"} (a Regex pattern is not read). Not empty.
@@ -82,10 +78,9 @@ std::string string_pattern(const JsonReader& r, const json& obj, const std::stri
 MetaspacePrepend metaspace_prepend(const JsonReader& r, const json& obj, const std::string& field) {
     if (obj.contains("prepend_scheme") && !obj["prepend_scheme"].is_null()) {
         const std::string scheme = r.string(obj, "prepend_scheme", field);
-        if (scheme == "always") return METASPACE_ALWAYS;
-        if (scheme == "first") return METASPACE_FIRST;
-        if (scheme == "never") return METASPACE_NEVER;
-        r.bad(field + ".prepend_scheme", "\"" + scheme + "\" is not one of always, first, never");
+        if (auto prepend = parse_choice<MetaspacePrepend>(scheme)) return *prepend;
+        r.bad(field + ".prepend_scheme",
+              fmt::format("\"{}\" is not one of {}", scheme, fmt::join(choice_names<MetaspacePrepend>(), ", ")));
     }
     return r.boolean(obj, "add_prefix_space", true, field) ? METASPACE_ALWAYS : METASPACE_NEVER;
 }
@@ -120,13 +115,9 @@ void read_normalizer(const JsonReader& r, const json& n, const std::string& fiel
 }
 
 SplitBehavior behavior_of(const JsonReader& r, const std::string& name, const std::string& field) {
-    if (name == "Removed") return SPLIT_REMOVED;
-    if (name == "Isolated") return SPLIT_ISOLATED;
-    if (name == "MergedWithPrevious") return SPLIT_MERGED_WITH_PREVIOUS;
-    if (name == "MergedWithNext") return SPLIT_MERGED_WITH_NEXT;
-    if (name == "Contiguous") return SPLIT_CONTIGUOUS;
-    r.bad(field, "\"" + name +
-                     "\" is not a split behavior (Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous)");
+    if (auto behavior = parse_choice<SplitBehavior>(name)) return *behavior;
+    r.bad(field,
+          fmt::format("\"{}\" is not a split behavior ({})", name, fmt::join(choice_names<SplitBehavior>(), ", ")));
 }
 
 // sentencepiece: the file's BPE has byte_fallback (a Metaspace step is read; ByteLevel is the caller's to refuse).

@@ -10,16 +10,6 @@
 
 namespace skew::data {
 
-const char* normalization_form_name(NormalizationForm form) {
-    switch (form) {
-        case NORMALIZE_NFC: return "NFC";
-        case NORMALIZE_NFD: return "NFD";
-        case NORMALIZE_NFKC: return "NFKC";
-        case NORMALIZE_NFKD: return "NFKD";
-    }
-    return "?";
-}
-
 static const icu::Normalizer2& normalizer_of(NormalizationForm form) {
     UErrorCode status = U_ZERO_ERROR;
     const icu::Normalizer2* n = nullptr;
@@ -30,8 +20,7 @@ static const icu::Normalizer2& normalizer_of(NormalizationForm form) {
         case NORMALIZE_NFKD: n = icu::Normalizer2::getNFKDInstance(status); break;
     }
     if (U_FAILURE(status) || !n)
-        fail("tokenizer: ICU cannot load its {} normalization data: {}", normalization_form_name(form),
-             u_errorName(status));
+        fail("tokenizer: ICU cannot load its {} normalization data: {}", choice_name(form), u_errorName(status));
     return *n;
 }
 
@@ -48,7 +37,7 @@ void unicode_normalize(NormalizationForm form, std::string_view text, std::strin
             UErrorCode status = U_ZERO_ERROR;
             n.normalizeUTF8(0, icu::StringPiece(text.data() + i, int32_t(run - i)), sink, nullptr, status);
             if (U_FAILURE(status))
-                fail("tokenizer: ICU {} normalization failed: {}", normalization_form_name(form), u_errorName(status));
+                fail("tokenizer: ICU {} normalization failed: {}", choice_name(form), u_errorName(status));
         }
         i = run;
         while (i < text.size() && utf8_sequence_length(text, i) == 0) out.push_back(text[i++]);

@@ -14,7 +14,4 @@ namespace skew::data {
 /// tokenization gives them back). Throws skew::Error only when ICU cannot load its data.
 void unicode_normalize(NormalizationForm form, std::string_view text, std::string& out);
 
-/// The name of a form as tokenizer.json writes it ("NFC", ...).
-const char* normalization_form_name(NormalizationForm form);
-
 }  // namespace skew::data

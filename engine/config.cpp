@@ -40,36 +40,85 @@ const OptimizerConfig* Config::find_optimizer(const std::string& name) const {
     return nullptr;
 }
 
-const char* rounding_name(Rounding r) {
-    switch (r) {
-        case Rounding::STOCHASTIC: return "stochastic";
-        case Rounding::DITHERED: return "dithered";
-        case Rounding::NEAREST: return "nearest";
-    }
-    return "?";
-}
-const char* momentum_name(MomentumKind m) { return m == MomentumKind::FP32 ? "fp32" : "none"; }
-const char* second_moment_name(SecondMomentKind s) {
-    switch (s) {
-        case SecondMomentKind::NONE: return "none";
-        case SecondMomentKind::FULL: return "full";
-        case SecondMomentKind::FACTORED: return "factored";
-    }
-    return "?";
-}
+namespace {
+
+/// One built-in optimizer: its name and what it changes from OptimizerConfig's defaults with the
+/// paper's tier policy (backbone fp32 momentum + factored, experts factored, router full).
+struct OptimizerPreset {
+    std::string_view name;
+    void (*apply)(OptimizerConfig& o);
+};
+
+/// The built-ins, in the paper's table order: the one list of their names and settings.
+constexpr OptimizerPreset kOptimizerPresets[] = {
+    {"skewadam", [](OptimizerConfig& o) { o.type = OptimizerType::SKEWADAM; }},
+    {"adamw", [](OptimizerConfig& o) { o.type = OptimizerType::ADAMW; }},
+    {"muon",
+     [](OptimizerConfig& o) {
+         o.type = OptimizerType::MUON;
+         o.lr = 0.02;
+         o.weight_decay = 0.0;
+     }},
+    {"lion",
+     [](OptimizerConfig& o) {
+         o.type = OptimizerType::LION;
+         o.lr = 1e-4;
+         o.beta2 = 0.99;
+     }},
+    {"adafactor", [](OptimizerConfig& o) { o.type = OptimizerType::ADAFACTOR; }},
+    {"galore-paper",
+     [](OptimizerConfig& o) {
+         o.type = OptimizerType::GALORE_PAPER;
+         o.weight_decay = 0.0;
+     }},
+    {"galore",
+     [](OptimizerConfig& o) {
+         o.type = OptimizerType::GALORE;
+         o.eps = 1e-6;
+         o.weight_decay = 0.0;
+     }},
+    {"skewadam-expert-momentum",
+     [](OptimizerConfig& o) {
+         o.type = OptimizerType::SKEWADAM;
+         o.tiers[int(Tier::EXPERTS)].momentum = MomentumKind::FP32;
+     }},
+    {"skewadam-factored-router",
+     [](OptimizerConfig& o) {
+         o.type = OptimizerType::SKEWADAM;
+         o.tiers[int(Tier::ROUTER)].second_moment = SecondMomentKind::FACTORED;
+     }},
+    {"uniform",
+     [](OptimizerConfig& o) {
+         o.type = OptimizerType::SKEWADAM;
+         for (auto& t : o.tiers) {
+             t.momentum = MomentumKind::FP32;
+             t.second_moment = SecondMomentKind::FACTORED;
+         }
+     }},
+    {"muon-kj",
+     [](OptimizerConfig& o) {
+         o.type = OptimizerType::MUON_KJ;
+         o.lr = 0.02;
+         o.weight_decay = 0.0;
+         o.ns_steps = 5;
+         o.nesterov = true;
+         o.shape_scale = true;
+         o.ema_momentum = true;
+         // Keller Jordan's MuonWithAuxAdam defaults for the internal Adam (docs/optimizers.md §4.1)
+         o.beta2 = 0.95;
+         o.eps = 1e-10;
+         o.adam_lr = 3e-4;
+     }},
+};
+
+}  // namespace
 
 const std::vector<std::string>& builtin_optimizer_names() {
-    static const std::vector<std::string> names = {"skewadam",
-                                                   "adamw",
-                                                   "muon",
-                                                   "lion",
-                                                   "adafactor",
-                                                   "galore-paper",
-                                                   "galore",
-                                                   "skewadam-expert-momentum",
-                                                   "skewadam-factored-router",
-                                                   "uniform",
-                                                   "muon-kj"};
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> out;
+        for (const OptimizerPreset& p : kOptimizerPresets) out.emplace_back(p.name);
+        return out;
+    }();
     return names;
 }
 
@@ -80,55 +129,12 @@ OptimizerConfig builtin_optimizer(const std::string& name) {
     const TierPolicy ex{MomentumKind::NONE, SecondMomentKind::FACTORED, 0.05};
     const TierPolicy rt{MomentumKind::NONE, SecondMomentKind::FULL, 0.0};
     o.tiers = {bb, ex, rt, bb};  // Tier order; the shared experts default to the backbone's policy
-    if (name == "skewadam") {
-        o.type = OptimizerType::SKEWADAM;
-    } else if (name == "skewadam-expert-momentum") {
-        o.type = OptimizerType::SKEWADAM;
-        o.tiers[int(Tier::EXPERTS)].momentum = MomentumKind::FP32;
-    } else if (name == "skewadam-factored-router") {
-        o.type = OptimizerType::SKEWADAM;
-        o.tiers[int(Tier::ROUTER)].second_moment = SecondMomentKind::FACTORED;
-    } else if (name == "uniform") {
-        o.type = OptimizerType::SKEWADAM;
-        for (auto& t : o.tiers) {
-            t.momentum = MomentumKind::FP32;
-            t.second_moment = SecondMomentKind::FACTORED;
+    for (const OptimizerPreset& p : kOptimizerPresets)
+        if (p.name == name) {
+            p.apply(o);
+            return o;
         }
-    } else if (name == "adamw") {
-        o.type = OptimizerType::ADAMW;
-    } else if (name == "lion") {
-        o.type = OptimizerType::LION;
-        o.lr = 1e-4;
-        o.beta2 = 0.99;
-    } else if (name == "muon") {
-        o.type = OptimizerType::MUON;
-        o.lr = 0.02;
-        o.weight_decay = 0.0;
-    } else if (name == "muon-kj") {
-        o.type = OptimizerType::MUON_KJ;
-        o.lr = 0.02;
-        o.weight_decay = 0.0;
-        o.ns_steps = 5;
-        o.nesterov = true;
-        o.shape_scale = true;
-        o.ema_momentum = true;
-        // Keller Jordan's MuonWithAuxAdam defaults for the internal Adam (docs/optimizers.md §4.1)
-        o.beta2 = 0.95;
-        o.eps = 1e-10;
-        o.adam_lr = 3e-4;
-    } else if (name == "adafactor") {
-        o.type = OptimizerType::ADAFACTOR;
-    } else if (name == "galore") {
-        o.type = OptimizerType::GALORE;
-        o.eps = 1e-6;
-        o.weight_decay = 0.0;
-    } else if (name == "galore-paper") {
-        o.type = OptimizerType::GALORE_PAPER;
-        o.weight_decay = 0.0;
-    } else {
-        fail("unknown optimizer '{}'; built-ins are: {}", name, fmt::join(builtin_optimizer_names(), ", "));
-    }
-    return o;
+    fail("unknown optimizer '{}'; built-ins are: {}", name, fmt::join(builtin_optimizer_names(), ", "));
 }
 
 namespace {
@@ -250,12 +256,12 @@ void check_range(double v, const KeySpec& k, const std::string& key, const Loc& 
 }
 
 std::string scalar_of(const YAML::Node& n, const KeySpec& k, const std::string& key, const Loc& loc) {
-    if (!n.IsScalar()) fail("{}: {}: expected {}, got {}", loc.where, key, key_type_name(k.type), node_kind(n));
+    if (!n.IsScalar()) fail("{}: {}: expected {}, got {}", loc.where, key, choice_name(k.type), node_kind(n));
     // A quoted or !!str-tagged scalar is a string: "64" is not the number 64.
     const bool numeric = k.type == KeyType::INT || k.type == KeyType::FLOAT || k.type == KeyType::BOOL;
     // (a !!int or !!float tag names what the key is anyway: the parser below decides)
     if (numeric && (n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str"))
-        fail("{}: {}: expected {}, got the string \"{}\" ({})", loc.where, key, key_type_name(k.type), n.Scalar(),
+        fail("{}: {}: expected {}, got the string \"{}\" ({})", loc.where, key, choice_name(k.type), n.Scalar(),
              n.Tag() == "!" ? "remove the quotes" : "remove the !!str tag");
     return n.Scalar();
 }
@@ -318,11 +324,11 @@ ConfigValue parse_value(const YAML::Node& n, const KeySpec& k, const std::string
             // a list key that also takes a word (model.moe_blocks: all)
             if (!k.choices.empty() && n.IsScalar()) {
                 if (std::find(k.choices.begin(), k.choices.end(), n.Scalar()) != k.choices.end()) return n.Scalar();
-                fail("{}: {}: expected {} or {}, got '{}'", loc.where, key, key_type_name(k.type),
+                fail("{}: {}: expected {} or {}, got '{}'", loc.where, key, choice_name(k.type),
                      fmt::join(k.choices, ", "), n.Scalar());
             }
             if (!n.IsSequence())  // a bare `a,b` is one string: say how a list is written
-                fail("{}: {}: expected {}, got {}{}", loc.where, key, key_type_name(k.type), node_kind(n),
+                fail("{}: {}: expected {}, got {}{}", loc.where, key, choice_name(k.type), node_kind(n),
                      n.IsScalar() && !n.Scalar().empty() ? fmt::format("; write a list in brackets: [{}]", n.Scalar())
                                                          : "");
             std::vector<int64_t> ints;
@@ -684,7 +690,7 @@ struct Loader {
             if (o.type == OptimizerType::SKEWADAM) continue;
             const std::string entry = "optimizers." + name + ".", prefix = entry + "tiers.";
             // (a config.yaml written before the shared_experts tier lists every other key)
-            const std::string shared_tier = prefix + tier_name(Tier::SHARED_EXPERTS) + ".";
+            const std::string shared_tier = fmt::format("{}{}.", prefix, Tier::SHARED_EXPERTS);
             size_t keys_set = 0, keys = 0;
             for (auto it = where.lower_bound(entry); it != where.end() && it->first.rfind(entry, 0) == 0; ++it)
                 if (it->first.rfind(shared_tier, 0) != 0) keys_set++;

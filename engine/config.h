@@ -54,11 +54,6 @@ struct ModelConfig {
     int64_t d_shared() const { return n_shared_experts * (d_shared_expert > 0 ? d_shared_expert : d_expert); }
 };
 
-enum class MomentumKind : uint8_t { NONE, FP32 };
-enum class SecondMomentKind : uint8_t { NONE, FULL, FACTORED };
-enum class Rounding : uint8_t { STOCHASTIC, DITHERED, NEAREST };
-enum class WeightDecayMode : uint8_t { FUSED, BF16_PREMULTIPLY };
-
 /// What one tier keeps (docs/design.md, "Optimizers"): momentum, second moment, weight decay.
 /// Vectors always get a full second moment where the policy says factored (Algorithm 1 line 2).
 struct TierPolicy {
@@ -182,16 +177,11 @@ Config load_config_text(const std::string& yaml_text, const std::string& source,
                         const std::vector<std::string>& overrides = {},
                         const std::vector<FlagOverride>& flag_overrides = {});
 
-/// The optimizer config of a built-in name (skewadam, skewadam-expert-momentum,
-/// skewadam-factored-router, uniform, adamw, lion, muon, muon-kj, adafactor, galore,
-/// galore-paper) with the paper's defaults; throws skew::Error for an unknown name.
+/// The optimizer config of a built-in name (one of builtin_optimizer_names()) with the paper's
+/// defaults (docs/optimizers.md); throws skew::Error for an unknown name.
 OptimizerConfig builtin_optimizer(const std::string& name);
 
 /// All built-in optimizer names, in the paper's table order.
 const std::vector<std::string>& builtin_optimizer_names();
-
-const char* rounding_name(Rounding r);
-const char* momentum_name(MomentumKind m);
-const char* second_moment_name(SecondMomentKind s);
 
 }  // namespace skew

@@ -1,16 +1,16 @@
 // The config's choices as types: each key whose value is one of a few names (model.positions,
-// model.norm, model.qk_norm, model.shared_expert_gate, train.expert_grads, train.idle_experts, train.recompute, runtime.backend,
-// runtime.grad_dtype, an optimizer's type) is
-// parsed once into an enum. One name table per enum serves the schema's allowed values, the parser,
-// the resolved config and every message (docs/config-reference.md: `skew config --reference`).
+// model.norm, model.qk_norm, model.shared_expert_gate, train.expert_grads, train.idle_experts,
+// train.recompute, runtime.backend, runtime.grad_dtype, an optimizer's type, its tiers' momentum and
+// second_moment, its rounding and weight_decay_mode) is parsed once into an enum. One name table
+// per enum (engine/choice_names.h) serves the schema's allowed values, the parser, the resolved
+// config and every message (docs/config-reference.md: `skew config --reference`).
 #pragma once
 #include <array>
 #include <cstdint>
-#include <optional>
-#include <string>
 #include <string_view>
 #include <utility>
-#include <vector>
+
+#include "engine/choice_names.h"
 
 namespace skew {
 
@@ -41,12 +41,19 @@ enum class QkNorm : uint8_t { NONE, FULL, PER_HEAD };
 /// model.shared_expert_gate: the shared experts' output added as is (DeepSeekMoE), or scaled per
 /// token by sigmoid(x · w_gate) (Qwen2-MoE's shared_expert_gate; docs/architectures.md).
 enum class SharedExpertGate : uint8_t { NONE, SIGMOID };
-/// An optimizer's `type`: its algorithm (docs/optimizers.md).
+/// An optimizer's `type`: its algorithm (docs/optimizers.md). muon and muon-kj share the Muon
+/// step and differ in settings only.
 enum class OptimizerType : uint8_t { SKEWADAM, ADAMW, LION, MUON, MUON_KJ, ADAFACTOR, GALORE, GALORE_PAPER };
-
-/// The name table of an enum: every value with the name the config spells, in documentation order.
-template <typename E>
-struct ChoiceNames;
+/// Whether an optimizer of type `t` takes the Muon step (muon, muon-kj).
+constexpr bool uses_muon_step(OptimizerType t) { return t == OptimizerType::MUON || t == OptimizerType::MUON_KJ; }
+/// tiers.<tier>.momentum: a tier's momentum, an fp32 buffer or none (docs/design.md, "Optimizers").
+enum class MomentumKind : uint8_t { NONE, FP32 };
+/// tiers.<tier>.second_moment: none, full, or factored into row and column statistics.
+enum class SecondMomentKind : uint8_t { NONE, FULL, FACTORED };
+/// An optimizer's `rounding`: how the fp32 update is rounded into the bf16 weights.
+enum class Rounding : uint8_t { STOCHASTIC, DITHERED, NEAREST };
+/// An optimizer's `weight_decay_mode`: decay fused into the update, or premultiplied in bf16.
+enum class WeightDecayMode : uint8_t { FUSED, BF16_PREMULTIPLY };
 
 template <>
 struct ChoiceNames<ExpertGrads> {
@@ -106,57 +113,25 @@ struct ChoiceNames<OptimizerType> {
          {OptimizerType::GALORE_PAPER, "galore-paper"}}};
 };
 
-/// The config's name of `e` (e.g. "deferred").
-template <typename E>
-constexpr std::string_view choice_name(E e) {
-    for (const auto& [v, n] : ChoiceNames<E>::items)
-        if (v == e) return n;
-    return "?";
-}
-
-/// The value named `name`, or nullopt for a name the table lacks.
-template <typename E>
-std::optional<E> parse_choice(std::string_view name) {
-    for (const auto& [v, n] : ChoiceNames<E>::items)
-        if (n == name) return v;
-    return std::nullopt;
-}
-
-/// Every name of the table, in its order (the schema's allowed values).
-template <typename E>
-std::vector<std::string> choice_names() {
-    std::vector<std::string> out;
-    for (const auto& [v, n] : ChoiceNames<E>::items) out.emplace_back(n);
-    return out;
-}
-
-/// "a, b or c": the names for a message.
-template <typename E>
-std::string choice_list() {
-    std::string out;
-    const auto& items = ChoiceNames<E>::items;
-    for (size_t i = 0; i < items.size(); ++i)
-        out += std::string(i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + std::string(items[i].second);
-    return out;
-}
-
-/// The enums that have a name table.
-template <typename E>
-concept ConfigChoice = requires {
-    ChoiceNames<E>::items;
+template <>
+struct ChoiceNames<MomentumKind> {
+    static constexpr std::array<std::pair<MomentumKind, std::string_view>, 2> items{
+        {{MomentumKind::NONE, "none"}, {MomentumKind::FP32, "fp32"}}};
+};
+template <>
+struct ChoiceNames<SecondMomentKind> {
+    static constexpr std::array<std::pair<SecondMomentKind, std::string_view>, 3> items{
+        {{SecondMomentKind::NONE, "none"}, {SecondMomentKind::FULL, "full"}, {SecondMomentKind::FACTORED, "factored"}}};
+};
+template <>
+struct ChoiceNames<Rounding> {
+    static constexpr std::array<std::pair<Rounding, std::string_view>, 3> items{
+        {{Rounding::STOCHASTIC, "stochastic"}, {Rounding::DITHERED, "dithered"}, {Rounding::NEAREST, "nearest"}}};
+};
+template <>
+struct ChoiceNames<WeightDecayMode> {
+    static constexpr std::array<std::pair<WeightDecayMode, std::string_view>, 2> items{
+        {{WeightDecayMode::FUSED, "fused"}, {WeightDecayMode::BF16_PREMULTIPLY, "bf16_premultiply"}}};
 };
 
 }  // namespace skew
-
-#ifndef __CUDACC__  // fmt is not for nvcc; the CUDA sources print no choice
-#include <fmt/format.h>
-
-/// A choice formats as its config name, so messages spell it as the config does.
-template <skew::ConfigChoice E>
-struct fmt::formatter<E> : fmt::formatter<std::string_view> {
-    template <typename Ctx>
-    auto format(E e, Ctx& ctx) const {
-        return fmt::formatter<std::string_view>::format(skew::choice_name(e), ctx);
-    }
-};
-#endif

@@ -67,34 +67,15 @@ constexpr double INF = std::numeric_limits<double>::infinity();
             [](OptimizerConfig& o, const ConfigValue& v) { o.MEMBER = std::get<bool>(v); }, \
             [](const OptimizerConfig& o) { return ConfigValue(bool(o.MEMBER)); }            \
     }
-
-template <typename E>
-struct EnumNames {
-    std::vector<std::pair<E, std::string>> items;
-    std::vector<std::string> names() const {
-        std::vector<std::string> n;
-        for (auto& [e, s] : items) n.push_back(s);
-        return n;
+#define SKEW_OPT_CHOICE(PATH, MEMBER, DOC)                                                                         \
+    KeySpec {                                                                                                      \
+        PATH, KeyType::STRING, -INF, INF, false, choice_names<decltype(OptimizerConfig{}.MEMBER)>(), DOC, nullptr, \
+            nullptr,                                                                                               \
+            [](OptimizerConfig& o, const ConfigValue& v) {                                                         \
+                o.MEMBER = *parse_choice<decltype(OptimizerConfig{}.MEMBER)>(std::get<std::string>(v));            \
+            },                                                                                                     \
+            [](const OptimizerConfig& o) { return ConfigValue(std::string(choice_name(o.MEMBER))); }               \
     }
-    E from(const std::string& s) const {
-        for (auto& [e, name] : items)
-            if (name == s) return e;
-        return items.front().first;  // unreachable: the value was checked against choices
-    }
-    std::string to(E e) const {
-        for (auto& [v, name] : items)
-            if (v == e) return name;
-        return "?";
-    }
-};
-
-const EnumNames<MomentumKind> kMomentum{{{MomentumKind::NONE, "none"}, {MomentumKind::FP32, "fp32"}}};
-const EnumNames<SecondMomentKind> kSecond{
-    {{SecondMomentKind::NONE, "none"}, {SecondMomentKind::FULL, "full"}, {SecondMomentKind::FACTORED, "factored"}}};
-const EnumNames<Rounding> kRounding{
-    {{Rounding::STOCHASTIC, "stochastic"}, {Rounding::DITHERED, "dithered"}, {Rounding::NEAREST, "nearest"}}};
-const EnumNames<WeightDecayMode> kDecay{
-    {{WeightDecayMode::FUSED, "fused"}, {WeightDecayMode::BF16_PREMULTIPLY, "bf16_premultiply"}}};
 
 // A key whose upper end is open (the interval is [min, max) or (min, max)).
 KeySpec open_max(KeySpec k) {
@@ -103,7 +84,7 @@ KeySpec open_max(KeySpec k) {
 }
 
 KeySpec tier_key(Tier tier, const std::string& field) {
-    const std::string tname = tier_name(tier);
+    const std::string tname(choice_name(tier));
     const int ti = int(tier);
     // the shared experts' tier exists in models with model.n_shared_experts > 0
     const std::string note = tier == Tier::SHARED_EXPERTS
@@ -113,21 +94,25 @@ KeySpec tier_key(Tier tier, const std::string& field) {
     k.path = "tiers." + tname + "." + field;
     if (field == "momentum") {
         k.type = KeyType::STRING;
-        k.choices = kMomentum.names();
+        k.choices = choice_names<MomentumKind>();
         k.doc = "SkewAdam family: momentum kept for the " + tname + " tier (fp32 buffer or none)" + note;
         k.set_opt = [ti](OptimizerConfig& o, const ConfigValue& v) {
-            o.tiers[ti].momentum = kMomentum.from(std::get<std::string>(v));
+            o.tiers[ti].momentum = *parse_choice<MomentumKind>(std::get<std::string>(v));
         };
-        k.get_opt = [ti](const OptimizerConfig& o) { return ConfigValue(kMomentum.to(o.tiers[ti].momentum)); };
+        k.get_opt = [ti](const OptimizerConfig& o) {
+            return ConfigValue(std::string(choice_name(o.tiers[ti].momentum)));
+        };
     } else if (field == "second_moment") {
         k.type = KeyType::STRING;
-        k.choices = kSecond.names();
+        k.choices = choice_names<SecondMomentKind>();
         k.doc = "SkewAdam family: second moment of the " + tname +
                 " tier (full, factored row/column, none); vectors are always full" + note;
         k.set_opt = [ti](OptimizerConfig& o, const ConfigValue& v) {
-            o.tiers[ti].second_moment = kSecond.from(std::get<std::string>(v));
+            o.tiers[ti].second_moment = *parse_choice<SecondMomentKind>(std::get<std::string>(v));
         };
-        k.get_opt = [ti](const OptimizerConfig& o) { return ConfigValue(kSecond.to(o.tiers[ti].second_moment)); };
+        k.get_opt = [ti](const OptimizerConfig& o) {
+            return ConfigValue(std::string(choice_name(o.tiers[ti].second_moment)));
+        };
     } else {
         k.type = KeyType::FLOAT;
         k.min = 0;
@@ -322,12 +307,7 @@ std::string canonical_section_key(const std::string& path) {
 const std::vector<KeySpec>& optimizer_key_specs() {
     static const std::vector<KeySpec> specs = [] {
         std::vector<KeySpec> s = {
-            KeySpec{"type", KeyType::STRING, -INF, INF, false, choice_names<OptimizerType>(),
-                    "Algorithm; needed only when the entry's name is not a built-in", nullptr, nullptr,
-                    [](OptimizerConfig& o, const ConfigValue& v) {
-                        o.type = *parse_choice<OptimizerType>(std::get<std::string>(v));
-                    },
-                    [](const OptimizerConfig& o) { return ConfigValue(std::string(choice_name(o.type))); }},
+            SKEW_OPT_CHOICE("type", type, "Algorithm; needed only when the entry's name is not a built-in"),
             SKEW_OPT_FLOAT("lr", lr, 0, 10, true, "Peak learning rate (cosine schedule with warmup)"),
             open_max(SKEW_OPT_FLOAT("beta1", beta1, 0, 1, false,
                                     "First-moment decay (Lion: interpolation beta1); 1 would freeze the moment and "
@@ -338,20 +318,12 @@ const std::vector<KeySpec>& optimizer_key_specs() {
                            "Epsilon (SkewAdam: clamp inside the sqrt; AdamW: added to sqrt(v_hat))"),
             SKEW_OPT_FLOAT("weight_decay", weight_decay, 0, 1, false,
                            "Decoupled weight decay of backbone and experts (router: 0), non-SkewAdam types"),
-            KeySpec{
-                "rounding", KeyType::STRING, -INF, INF, false, kRounding.names(),
-                "bf16 write-back: exact stochastic rounding, the paper's dithered approximation, or nearest", nullptr,
-                nullptr,
-                [](OptimizerConfig& o, const ConfigValue& v) { o.rounding = kRounding.from(std::get<std::string>(v)); },
-                [](const OptimizerConfig& o) { return ConfigValue(kRounding.to(o.rounding)); }},
-            KeySpec{
-                "weight_decay_mode", KeyType::STRING, -INF, INF, false, kDecay.names(),
-                "fused: decay in fp32 before rounding (survives bf16); bf16_premultiply: the paper's trainer (a no-op)",
-                nullptr, nullptr,
-                [](OptimizerConfig& o, const ConfigValue& v) {
-                    o.weight_decay_mode = kDecay.from(std::get<std::string>(v));
-                },
-                [](const OptimizerConfig& o) { return ConfigValue(kDecay.to(o.weight_decay_mode)); }},
+            SKEW_OPT_CHOICE("rounding", rounding,
+                            "bf16 write-back: exact stochastic rounding, the paper's dithered approximation, or "
+                            "nearest"),
+            SKEW_OPT_CHOICE("weight_decay_mode", weight_decay_mode,
+                            "fused: decay in fp32 before rounding (survives bf16); bf16_premultiply: the paper's "
+                            "trainer (a no-op)"),
             SKEW_OPT_FLOAT("update_clip", update_clip, 0, 1e30, true,
                            "Update-RMS clip threshold (SkewAdam, Adafactor)"),
             open_max(SKEW_OPT_FLOAT("muon_momentum", muon_momentum, 0, 1, false, "Muon momentum mu")),
@@ -372,18 +344,6 @@ const std::vector<KeySpec>& optimizer_key_specs() {
         return s;
     }();
     return specs;
-}
-
-const char* key_type_name(KeyType t) {
-    switch (t) {
-        case KeyType::INT: return "integer";
-        case KeyType::FLOAT: return "number";
-        case KeyType::BOOL: return "bool";
-        case KeyType::STRING: return "string";
-        case KeyType::INT_LIST: return "list of integers";
-        case KeyType::STRING_LIST: return "list of strings";
-    }
-    return "?";
 }
 
 std::string format_config_value(const ConfigValue& v) {
@@ -445,7 +405,7 @@ std::string config_reference_markdown() {
     };
     auto row = [&](const std::string& key, const KeySpec& k, const std::string& def) {
         std::string r = range(k);
-        out += fmt::format("| `{}` | {} | `{}` | {}{} |\n", key, key_type_name(k.type), def, k.doc,
+        out += fmt::format("| `{}` | {} | `{}` | {}{} |\n", key, choice_name(k.type), def, k.doc,
                            r.empty() ? "" : " (" + r + ")");
     };
     const Config defaults;

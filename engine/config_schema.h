@@ -9,11 +9,23 @@
 #include <variant>
 #include <vector>
 
+#include "engine/choice_names.h"
 #include "engine/config.h"
 
 namespace skew {
 
 enum class KeyType : uint8_t { INT, FLOAT, BOOL, STRING, INT_LIST, STRING_LIST };
+/// A key type as messages and the config reference spell it.
+template <>
+struct ChoiceNames<KeyType> {
+    static constexpr std::array<std::pair<KeyType, std::string_view>, 6> items{
+        {{KeyType::INT, "integer"},
+         {KeyType::FLOAT, "number"},
+         {KeyType::BOOL, "bool"},
+         {KeyType::STRING, "string"},
+         {KeyType::INT_LIST, "list of integers"},
+         {KeyType::STRING_LIST, "list of strings"}}};
+};
 
 using ConfigValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<std::string>>;
 
@@ -53,7 +65,6 @@ const std::vector<KeySpec>& optimizer_key_specs();
 
 /// A value as YAML-ish text for messages and the reference ("3e-04", "[skewadam, adamw]").
 std::string format_config_value(const ConfigValue& v);
-const char* key_type_name(KeyType t);
 
 /// The resolved values of one section ("model"): key (without the section) -> format_config_value
 /// text, in schema order. What a checkpoint records of the model that trained it (checkpoint/checkpoint.h).

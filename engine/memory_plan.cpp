@@ -49,7 +49,7 @@ constexpr std::string_view WEIGHT_PREFIX = "weight.";
 std::string weight_buffer_name(const std::string& param) { return std::string(WEIGHT_PREFIX) + param; }
 std::string grad_buffer_name(const std::string& param) { return "grad." + param; }
 std::string state_buffer_name(const std::string& param, StateKind kind) {
-    return "state." + param + "." + state_kind_name(kind);
+    return fmt::format("state.{}.{}", param, kind);
 }
 std::string param_of_weight_buffer(const std::string& buffer_name) {
     return buffer_name.rfind(WEIGHT_PREFIX, 0) == 0 ? buffer_name.substr(WEIGHT_PREFIX.size()) : buffer_name;
@@ -86,22 +86,6 @@ std::string state_kept(StateKind k) {
 }
 
 }  // namespace
-
-const char* state_kind_name(StateKind k) {
-    switch (k) {
-        case StateKind::MOMENTUM: return "m";
-        case StateKind::SECOND_FULL: return "v";
-        case StateKind::SECOND_ROW: return "row";
-        case StateKind::SECOND_COL: return "col";
-        case StateKind::ADAM_M: return "adam_m";
-        case StateKind::ADAM_V: return "adam_v";
-        case StateKind::GALORE_P: return "galore_p";
-        case StateKind::GALORE_Q: return "galore_q";
-        case StateKind::GALORE_M: return "galore_m";
-        case StateKind::GALORE_V: return "galore_v";
-    }
-    return "?";
-}
 
 std::vector<BufferSpec> parameter_buffers(const ParamTable& table, DType grad_dtype) {
     std::vector<BufferSpec> out;

@@ -36,7 +36,20 @@ enum class StateKind : uint8_t {
     GALORE_M,     // Adam m in the projected space
     GALORE_V,     // Adam v in the projected space
 };
-const char* state_kind_name(StateKind k);
+/// A state kind as buffer names spell it: "state.<param>.<name>".
+template <>
+struct ChoiceNames<StateKind> {
+    static constexpr std::array<std::pair<StateKind, std::string_view>, 10> items{{{StateKind::MOMENTUM, "m"},
+                                                                                   {StateKind::SECOND_FULL, "v"},
+                                                                                   {StateKind::SECOND_ROW, "row"},
+                                                                                   {StateKind::SECOND_COL, "col"},
+                                                                                   {StateKind::ADAM_M, "adam_m"},
+                                                                                   {StateKind::ADAM_V, "adam_v"},
+                                                                                   {StateKind::GALORE_P, "galore_p"},
+                                                                                   {StateKind::GALORE_Q, "galore_q"},
+                                                                                   {StateKind::GALORE_M, "galore_m"},
+                                                                                   {StateKind::GALORE_V, "galore_v"}}};
+};
 
 /// One buffer of the plan.
 struct BufferSpec {

@@ -17,54 +17,6 @@ int64_t dtype_bytes(DType t) {
     return 0;
 }
 
-const char* dtype_name(DType t) {
-    switch (t) {
-        case DType::BF16: return "bf16";
-        case DType::F32: return "fp32";
-        case DType::I32: return "int32";
-        case DType::U16: return "uint16";
-    }
-    return "?";
-}
-
-const char* tier_name(Tier t) {
-    switch (t) {
-        case Tier::BACKBONE: return "backbone";
-        case Tier::EXPERTS: return "experts";
-        case Tier::ROUTER: return "router";
-        case Tier::SHARED_EXPERTS: return "shared_experts";
-    }
-    return "?";
-}
-
-const char* role_name(Role r) {
-    switch (r) {
-        case Role::TOKEN_EMBEDDING: return "token_embedding";
-        case Role::POSITION_EMBEDDING: return "position_embedding";
-        case Role::NORM_WEIGHT: return "norm_weight";
-        case Role::NORM_BIAS: return "norm_bias";
-        case Role::ATTN_Q: return "attn_q";
-        case Role::ATTN_K: return "attn_k";
-        case Role::ATTN_V: return "attn_v";
-        case Role::ATTN_O: return "attn_o";
-        case Role::FFN_W1: return "ffn_w1";
-        case Role::FFN_W2: return "ffn_w2";
-        case Role::FFN_W3: return "ffn_w3";
-        case Role::ROUTER: return "router";
-        case Role::EXPERT_W1: return "expert_w1";
-        case Role::EXPERT_W2: return "expert_w2";
-        case Role::EXPERT_W3: return "expert_w3";
-        case Role::OUTPUT_HEAD: return "output_head";
-        case Role::QK_NORM_WEIGHT: return "qk_norm_weight";
-        case Role::ATTN_BIAS: return "attn_bias";
-        case Role::SHARED_EXPERT_W1: return "shared_expert_w1";
-        case Role::SHARED_EXPERT_W2: return "shared_expert_w2";
-        case Role::SHARED_EXPERT_W3: return "shared_expert_w3";
-        case Role::SHARED_EXPERT_GATE: return "shared_expert_gate";
-    }
-    return "?";
-}
-
 int64_t ParamInfo::numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;

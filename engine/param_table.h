@@ -3,9 +3,14 @@
 // checkpoint names and Muon's routing all read it; nothing re-derives tiers from shapes elsewhere.
 // Parameter counts for the paper's config: paper Appendix B.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
+
+#include "engine/choice_names.h"
 
 namespace skew {
 
@@ -43,11 +48,48 @@ enum class Role : uint8_t {
     SHARED_EXPERT_GATE,  // (d_model) fp32: w_gate of sigmoid(x · w_gate) (model.shared_expert_gate: sigmoid)
 };
 
+/// The names of dtypes, tiers and roles in plans, logs and messages (engine/choice_names.h).
+template <>
+struct ChoiceNames<DType> {
+    static constexpr std::array<std::pair<DType, std::string_view>, 4> items{
+        {{DType::BF16, "bf16"}, {DType::F32, "fp32"}, {DType::I32, "int32"}, {DType::U16, "uint16"}}};
+};
+template <>
+struct ChoiceNames<Tier> {
+    static constexpr std::array<std::pair<Tier, std::string_view>, 4> items{{{Tier::BACKBONE, "backbone"},
+                                                                             {Tier::EXPERTS, "experts"},
+                                                                             {Tier::ROUTER, "router"},
+                                                                             {Tier::SHARED_EXPERTS, "shared_experts"}}};
+};
+template <>
+struct ChoiceNames<Role> {
+    static constexpr std::array<std::pair<Role, std::string_view>, 22> items{
+        {{Role::TOKEN_EMBEDDING, "token_embedding"},
+         {Role::POSITION_EMBEDDING, "position_embedding"},
+         {Role::NORM_WEIGHT, "norm_weight"},
+         {Role::NORM_BIAS, "norm_bias"},
+         {Role::ATTN_Q, "attn_q"},
+         {Role::ATTN_K, "attn_k"},
+         {Role::ATTN_V, "attn_v"},
+         {Role::ATTN_O, "attn_o"},
+         {Role::FFN_W1, "ffn_w1"},
+         {Role::FFN_W2, "ffn_w2"},
+         {Role::FFN_W3, "ffn_w3"},
+         {Role::ROUTER, "router"},
+         {Role::EXPERT_W1, "expert_w1"},
+         {Role::EXPERT_W2, "expert_w2"},
+         {Role::EXPERT_W3, "expert_w3"},
+         {Role::OUTPUT_HEAD, "output_head"},
+         {Role::QK_NORM_WEIGHT, "qk_norm_weight"},
+         {Role::ATTN_BIAS, "attn_bias"},
+         {Role::SHARED_EXPERT_W1, "shared_expert_w1"},
+         {Role::SHARED_EXPERT_W2, "shared_expert_w2"},
+         {Role::SHARED_EXPERT_W3, "shared_expert_w3"},
+         {Role::SHARED_EXPERT_GATE, "shared_expert_gate"}}};
+};
+
 /// Bytes per element of a dtype.
 int64_t dtype_bytes(DType t);
-const char* dtype_name(DType t);
-const char* tier_name(Tier t);
-const char* role_name(Role r);
 
 /// One parameter tensor. Expert banks are stored stacked (n_experts, rows, cols) but every
 /// optimizer treats each expert matrix as its own W (docs/design.md, "Optimizers"): `n_matrices()`

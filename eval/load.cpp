@@ -42,7 +42,7 @@ data::Tokenizer load_run_tokenizer(const CheckpointRef& ref, const Config& run_c
     if (!fs::is_directory(dir, ec))
         fail("{}: no such folder{}", what, flag_dir.empty() ? "; give --tokenizer DIR" : "");
     data::Tokenizer tok = data::tokenizer_load(dir);
-    data::check_run_tokenizer(ref.run_dir, dir, data::tokenizer_kind_name(tok.kind), what);
+    data::check_run_tokenizer(ref.run_dir, dir, std::string(choice_name(tok.kind)), what);
     if (tok.vocab_size() > run_cfg.model.vocab_size)
         fail(
             "{}: the tokenizer has {} ids, more than the model's vocabulary (model.vocab_size {} in {}/config.yaml): "

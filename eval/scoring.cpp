@@ -80,7 +80,7 @@ TaskResult score_task(
     const std::function<std::vector<std::vector<float>>(const std::vector<std::vector<int32_t>>&)>& logprobs,
     const std::function<void(int64_t, int64_t)>& progress) {
     TaskResult res;
-    res.name = task_format_name(format);
+    res.name = choice_name(format);
     res.n = int64_t(items.size());
     // every request, in item order
     std::vector<TokenRequest> reqs;

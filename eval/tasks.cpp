@@ -165,21 +165,8 @@ McItem arc(const json& j, const std::string& where) {
 }  // namespace
 
 TaskFormat task_format_from_name(const std::string& name) {
-    if (name == "piqa") return TaskFormat::PIQA;
-    if (name == "winogrande") return TaskFormat::WINOGRANDE;
-    if (name == "hellaswag") return TaskFormat::HELLASWAG;
-    if (name == "arc") return TaskFormat::ARC;
-    fail("--format {}: unknown task format (expected piqa, winogrande, hellaswag or arc)", name);
-}
-
-const char* task_format_name(TaskFormat f) {
-    switch (f) {
-        case TaskFormat::PIQA: return "piqa";
-        case TaskFormat::WINOGRANDE: return "winogrande";
-        case TaskFormat::HELLASWAG: return "hellaswag";
-        case TaskFormat::ARC: return "arc";
-    }
-    return "?";
+    if (auto f = parse_choice<TaskFormat>(name)) return *f;
+    fail("--format {}: unknown task format (expected {})", name, choice_list<TaskFormat>());
 }
 
 std::string hellaswag_preprocess(std::string_view text) {

@@ -8,13 +8,14 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/choice_names.h"
+
 namespace skew::eval {
 
 enum class TaskFormat : uint8_t { PIQA, WINOGRANDE, HELLASWAG, ARC };
 
 /// "piqa", "winogrande", "hellaswag", "arc" -> TaskFormat; throws skew::Error on another name.
 TaskFormat task_format_from_name(const std::string& name);
-const char* task_format_name(TaskFormat f);
 
 /// One document: a (context, continuation) request per choice and the gold choice.
 /// The continuation carries the target delimiter " " (the harness's default); norm_chars is the
@@ -46,3 +47,17 @@ McItem make_item(std::string_view json_line, TaskFormat format, const std::strin
 std::string hellaswag_preprocess(std::string_view s);
 
 }  // namespace skew::eval
+
+namespace skew {
+
+/// The name of a task format, as `skew eval --format` and results spell it.
+template <>
+struct ChoiceNames<eval::TaskFormat> {
+    static constexpr std::array<std::pair<eval::TaskFormat, std::string_view>, 4> items{
+        {{eval::TaskFormat::PIQA, "piqa"},
+         {eval::TaskFormat::WINOGRANDE, "winogrande"},
+         {eval::TaskFormat::HELLASWAG, "hellaswag"},
+         {eval::TaskFormat::ARC, "arc"}}};
+};
+
+}  // namespace skew

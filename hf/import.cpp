@@ -114,7 +114,7 @@ void convert(std::byte* dst, DType d, const std::byte* src, DType s, int64_t n) 
             std::memcpy(dst + 2 * i, &h.bits, 2);
         }
     } else {
-        fail("import: no conversion from {} to {}", dtype_name(s), dtype_name(d));
+        fail("import: no conversion from {} to {}", choice_name(s), choice_name(d));
     }
 }
 

@@ -64,7 +64,7 @@ std::vector<HfTensor> hf_tensors(Family f, const ModelConfig& m, const ParamTabl
             case Role::FFN_W2: whole(layer + "mlp.up_proj.weight"); break;
             case Role::FFN_W3: whole(layer + "mlp.down_proj.weight"); break;
             default:
-                fail("{}: parameter '{}' ({}) has no tensor in a {} checkpoint", "hf", p.name, role_name(p.role),
+                fail("{}: parameter '{}' ({}) has no tensor in a {} checkpoint", "hf", p.name, choice_name(p.role),
                      fam.architecture);
         }
     }

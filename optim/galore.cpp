@@ -116,7 +116,7 @@ static bool all_zero(const float* p, int64_t n) {
 }
 
 bool galore_refresh_due(const OptimizerConfig& opt, const ParamPolicy& pol, int64_t t, bool projector_zero) {
-    if (pol.kind == OptimizerKind::GALORE_PAPER) return projector_zero;  // computed once, never refreshed
+    if (pol.kind == OptimizerType::GALORE_PAPER) return projector_zero;  // computed once, never refreshed
     return (t - 1) % std::max<int64_t>(1, opt.update_proj_gap) == 0 || projector_zero;
 }
 
@@ -125,7 +125,7 @@ void galore_projector(const OptimizerConfig& opt, const ParamPolicy& pol, const 
     (void)opt;
     const MatrixShape ms = matrix_shape(p);
     const int64_t m = ms.rows, n = ms.cols, r = pol.galore_rank;
-    if (pol.kind == OptimizerKind::GALORE_PAPER) {
+    if (pol.kind == OptimizerType::GALORE_PAPER) {
         std::vector<float> U, Vt;
         svd_randomized(G, m, n, r, step.seed, uint32_t(step.t), p.index, e * n * r, U, Vt, p.name);
         // U columns canonical; the matching rows of V^T flip with them (G = U S V^T).
@@ -151,7 +151,7 @@ void galore_projector(const OptimizerConfig& opt, const ParamPolicy& pol, const 
 }
 
 void galore_step(const OptimizerConfig& opt, const ParamSlot& s, const ParamPolicy& pol, const OptimStep& step) {
-    const bool paper = pol.kind == OptimizerKind::GALORE_PAPER;
+    const bool paper = pol.kind == OptimizerType::GALORE_PAPER;
     if (!pol.galore_project) {
         // Off-matrix parameters: plain Adam (reference: AdamW with bias correction; paper: uncorrected).
         adam_elementwise(opt, s, need_state(s, StateKind::ADAM_M), need_state(s, StateKind::ADAM_V), opt.beta1,

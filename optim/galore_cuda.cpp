@@ -43,7 +43,7 @@ void galore_step_cuda(const OptimizerConfig& opt, const ParamSlot& s, const Opti
     using namespace optim_detail;
     const ParamInfo& p = *s.info;
     const ParamPolicy pol = param_policy(opt, p);
-    const bool paper = pol.kind == OptimizerKind::GALORE_PAPER;
+    const bool paper = pol.kind == OptimizerType::GALORE_PAPER;
     const MatrixShape ms = matrix_shape(p);
     const int64_t m = ms.rows, n = ms.cols, r = pol.galore_rank, E = ms.count, mn = m * n;
     if (m > 2147483647 || n > 2147483647) fail("galore: tensor '{}' has a dimension beyond cuBLAS's int range", p.name);

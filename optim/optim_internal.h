@@ -155,7 +155,7 @@ inline void require_whole(const ParamSlot& s, const char* what) {
 /// The state pointer of kind k, or an error naming the tensor.
 inline float* need_state(const ParamSlot& s, StateKind k) {
     float* p = s.st(k);
-    if (!p) fail("optimizer: tensor '{}' has no {} state bound", s.info->name, state_kind_name(k));
+    if (!p) fail("optimizer: tensor '{}' has no {} state bound", s.info->name, choice_name(k));
     return p;
 }
 

@@ -10,20 +10,6 @@
 
 namespace skew {
 
-OptimizerKind optimizer_kind(const OptimizerConfig& opt) {
-    switch (opt.type) {
-        case OptimizerType::SKEWADAM: return OptimizerKind::SKEWADAM;
-        case OptimizerType::ADAMW: return OptimizerKind::ADAMW;
-        case OptimizerType::LION: return OptimizerKind::LION;
-        case OptimizerType::MUON:
-        case OptimizerType::MUON_KJ: return OptimizerKind::MUON;  // muon-kj: the same step, other settings
-        case OptimizerType::ADAFACTOR: return OptimizerKind::ADAFACTOR;
-        case OptimizerType::GALORE: return OptimizerKind::GALORE;
-        case OptimizerType::GALORE_PAPER: return OptimizerKind::GALORE_PAPER;
-    }
-    fail("optimizer '{}': no step for its type", opt.name);
-}
-
 bool muon_uses_adam(const ParamInfo& p) {
     return p.is_vector() || p.role == Role::TOKEN_EMBEDDING || p.role == Role::POSITION_EMBEDDING ||
            p.role == Role::OUTPUT_HEAD || p.role == Role::ROUTER;
@@ -50,11 +36,11 @@ static bool is_attn_or_mlp(Role r) {
 
 ParamPolicy param_policy(const OptimizerConfig& opt, const ParamInfo& p) {
     ParamPolicy pol;
-    pol.kind = optimizer_kind(opt);
+    pol.kind = opt.type;
     // The baselines decay backbone and experts with opt.weight_decay and never the router.
     pol.weight_decay = p.tier == Tier::ROUTER ? 0.0 : opt.weight_decay;
     switch (pol.kind) {
-        case OptimizerKind::SKEWADAM: {
+        case OptimizerType::SKEWADAM: {
             const TierPolicy& tp = opt.tiers[size_t(p.tier)];
             pol.momentum = tp.momentum;
             pol.second_moment = tp.second_moment;
@@ -63,23 +49,24 @@ ParamPolicy param_policy(const OptimizerConfig& opt, const ParamInfo& p) {
             pol.weight_decay = tp.weight_decay;
             break;
         }
-        case OptimizerKind::ADAMW:
+        case OptimizerType::ADAMW:
             pol.momentum = MomentumKind::FP32;
             pol.second_moment = SecondMomentKind::FULL;
             break;
-        case OptimizerKind::LION: pol.momentum = MomentumKind::FP32; break;
-        case OptimizerKind::MUON:
+        case OptimizerType::LION: pol.momentum = MomentumKind::FP32; break;
+        case OptimizerType::MUON:
+        case OptimizerType::MUON_KJ:
             pol.muon_adam = p.is_vector() || muon_uses_adam(p);
             pol.momentum = MomentumKind::FP32;
             pol.second_moment = pol.muon_adam ? SecondMomentKind::FULL : SecondMomentKind::NONE;
             break;
-        case OptimizerKind::ADAFACTOR:
+        case OptimizerType::ADAFACTOR:
             pol.second_moment = p.is_vector() ? SecondMomentKind::FULL : SecondMomentKind::FACTORED;
             break;
-        case OptimizerKind::GALORE:
-        case OptimizerKind::GALORE_PAPER: {
+        case OptimizerType::GALORE:
+        case OptimizerType::GALORE_PAPER: {
             bool matrix = !p.is_vector();
-            pol.galore_project = pol.kind == OptimizerKind::GALORE ? matrix && is_attn_or_mlp(p.role) : matrix;
+            pol.galore_project = pol.kind == OptimizerType::GALORE ? matrix && is_attn_or_mlp(p.role) : matrix;
             pol.momentum = MomentumKind::FP32;
             pol.second_moment = SecondMomentKind::FULL;
             if (pol.galore_project) pol.galore_rank = std::min({opt.rank, p.rows(), p.cols()});
@@ -106,7 +93,8 @@ std::vector<StateSlotSpec> optimizer_param_state(const OptimizerConfig& opt, con
     std::vector<StateSlotSpec> out;
     const int64_t rows = p.rows(), cols = p.cols();
     switch (pol.kind) {
-        case OptimizerKind::MUON:
+        case OptimizerType::MUON:
+        case OptimizerType::MUON_KJ:
             if (pol.muon_adam) {
                 out.push_back({StateKind::ADAM_M, p.shape});
                 out.push_back({StateKind::ADAM_V, p.shape});
@@ -114,8 +102,8 @@ std::vector<StateSlotSpec> optimizer_param_state(const OptimizerConfig& opt, con
                 out.push_back({StateKind::MOMENTUM, p.shape});
             }
             return out;
-        case OptimizerKind::GALORE:
-        case OptimizerKind::GALORE_PAPER:
+        case OptimizerType::GALORE:
+        case OptimizerType::GALORE_PAPER:
             if (!pol.galore_project) {  // plain Adam off the projected matrices
                 out.push_back({StateKind::ADAM_M, p.shape});
                 out.push_back({StateKind::ADAM_V, p.shape});
@@ -123,7 +111,7 @@ std::vector<StateSlotSpec> optimizer_param_state(const OptimizerConfig& opt, con
             }
             {
                 int64_t r = pol.galore_rank;
-                if (pol.kind == OptimizerKind::GALORE_PAPER) {
+                if (pol.kind == OptimizerType::GALORE_PAPER) {
                     out.push_back({StateKind::GALORE_P, stacked(p, {rows, r})});
                     out.push_back({StateKind::GALORE_Q, stacked(p, {r, cols})});
                     out.push_back({StateKind::GALORE_M, stacked(p, {r, r})});
@@ -172,11 +160,11 @@ void allocate_host_state(const OptimizerConfig& opt, std::span<ParamSlot> params
 }
 
 bool optimizer_folds_grad_scale(const OptimizerConfig& opt) {
-    switch (optimizer_kind(opt)) {
-        case OptimizerKind::SKEWADAM:
-        case OptimizerKind::ADAMW:
-        case OptimizerKind::LION:
-        case OptimizerKind::ADAFACTOR: return true;
+    switch (opt.type) {
+        case OptimizerType::SKEWADAM:
+        case OptimizerType::ADAMW:
+        case OptimizerType::LION:
+        case OptimizerType::ADAFACTOR: return true;
         default: return false;
     }
 }
@@ -193,13 +181,14 @@ void optimizer_step(const OptimizerConfig& opt, std::span<ParamSlot> params, con
         s.grad_scale = step.grad_scale;
         ParamPolicy pol = param_policy(opt, *s.info);
         switch (pol.kind) {
-            case OptimizerKind::SKEWADAM: optim_detail::skewadam_step(opt, s, pol, step); break;
-            case OptimizerKind::ADAMW: optim_detail::adamw_step(opt, s, pol, step); break;
-            case OptimizerKind::LION: optim_detail::lion_step(opt, s, pol, step); break;
-            case OptimizerKind::MUON: optim_detail::muon_step(opt, s, pol, step); break;
-            case OptimizerKind::ADAFACTOR: optim_detail::adafactor_step(opt, s, pol, step); break;
-            case OptimizerKind::GALORE:
-            case OptimizerKind::GALORE_PAPER: optim_detail::galore_step(opt, s, pol, step); break;
+            case OptimizerType::SKEWADAM: optim_detail::skewadam_step(opt, s, pol, step); break;
+            case OptimizerType::ADAMW: optim_detail::adamw_step(opt, s, pol, step); break;
+            case OptimizerType::LION: optim_detail::lion_step(opt, s, pol, step); break;
+            case OptimizerType::MUON:
+            case OptimizerType::MUON_KJ: optim_detail::muon_step(opt, s, pol, step); break;
+            case OptimizerType::ADAFACTOR: optim_detail::adafactor_step(opt, s, pol, step); break;
+            case OptimizerType::GALORE:
+            case OptimizerType::GALORE_PAPER: optim_detail::galore_step(opt, s, pol, step); break;
         }
     }
 }
@@ -215,21 +204,22 @@ double optimizer_bytes_per_param(const OptimizerConfig& opt, const ParamInfo& p,
     for (const StateSlotSpec& s : optimizer_param_state(opt, p))
         if (s.numel() == p.numel()) full += 1;
     switch (pol.kind) {
-        case OptimizerKind::ADAMW:
-        case OptimizerKind::LION: return 2 * w + g + 8 * full;
-        case OptimizerKind::SKEWADAM:
-        case OptimizerKind::ADAFACTOR: {
+        case OptimizerType::ADAMW:
+        case OptimizerType::LION: return 2 * w + g + 8 * full;
+        case OptimizerType::SKEWADAM:
+        case OptimizerType::ADAFACTOR: {
             bool factored = pol.second_moment == SecondMomentKind::FACTORED;
             // reduction pass over G (factored), RMS pass over G and state, fused write pass
             double reads = (factored ? g : 0) + (g + 4 * full) + (w + g + 4 * full);
             return reads + w + 4 * full + small;
         }
-        case OptimizerKind::MUON:
+        case OptimizerType::MUON:
+        case OptimizerType::MUON_KJ:
             if (pol.muon_adam) return 2 * w + g + 8 * full;
             // momentum pass, NS (3 steps over fp32 copies: counted as 4 fp32 passes), write pass
             return (g + 8) + 4 * 4 * double(opt.ns_steps) + (w + 4) + w + small;
-        case OptimizerKind::GALORE:
-        case OptimizerKind::GALORE_PAPER:
+        case OptimizerType::GALORE:
+        case OptimizerType::GALORE_PAPER:
             if (!pol.galore_project) return 2 * w + g + 8 * full;
             return 2 * w + 2 * g + 4 + small;  // projection read of G, back-projection write of the update
     }

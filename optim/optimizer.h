@@ -17,21 +17,14 @@ namespace skew {
 
 struct Arena;
 
-constexpr int STATE_KIND_COUNT = 10;  // number of StateKind values
-
-/// The optimizer algorithms (OptimizerConfig::type).
-enum class OptimizerKind : uint8_t { SKEWADAM, ADAMW, LION, MUON, ADAFACTOR, GALORE, GALORE_PAPER };
-
-/// The step family of an optimizer's type (OptimizerConfig::type, parsed once with the config):
-/// muon and muon-kj share the Muon step.
-OptimizerKind optimizer_kind(const OptimizerConfig& opt);
+constexpr int STATE_KIND_COUNT = int(ChoiceNames<StateKind>::items.size());  // number of StateKind values
 
 /// How one parameter is updated, resolved from the config and the parameter table (tier, role,
 /// shape). For the SkewAdam family this is the tier policy (vectors get a full second moment where
 /// the tier says factored, Algorithm 1 line 2); for the baselines it records the routing (Muon's
 /// internal Adam, GaLore's projected matrices).
 struct ParamPolicy {
-    OptimizerKind kind = OptimizerKind::SKEWADAM;
+    OptimizerType kind = OptimizerType::SKEWADAM;  // the optimizer's type (muon-kj takes the Muon step)
     MomentumKind momentum = MomentumKind::NONE;
     SecondMomentKind second_moment = SecondMomentKind::NONE;
     double weight_decay = 0.0;    // lambda for this parameter (router: 0 for the baselines)

@@ -67,16 +67,16 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
             fail("optimizer '{}': tensor '{}' needs {} bytes of scratch, {} given", opt.name, p.name,
                  slot_scratch(opt, s), ctx.scratch_bytes);
         // Nsight Systems: one range per tensor, named by its tier ("optimizer experts blocks.1.moe.experts.w1").
-        SKEW_NVTX_RANGE((std::string("optimizer ") + tier_name(p.tier) + " " + p.name).c_str());
+        SKEW_NVTX_RANGE(fmt::format("optimizer {} {}", p.tier, p.name).c_str());
         cuda::OptimTensor dt = device_tensor(s);
         dt.grad_scale = step.grad_scale;
         switch (pol.kind) {
-            case OptimizerKind::SKEWADAM:
-            case OptimizerKind::ADAFACTOR: {
+            case OptimizerType::SKEWADAM:
+            case OptimizerType::ADAFACTOR: {
                 cuda::OptimUpdate u;
                 u.clip_threshold = opt.update_clip;
                 u.matrix_by_matrix = ctx.matrix_by_matrix;
-                if (pol.kind == OptimizerKind::SKEWADAM) {
+                if (pol.kind == OptimizerType::SKEWADAM) {
                     const bool momentum = pol.momentum == MomentumKind::FP32;
                     u.kind = pol.second_moment == SecondMomentKind::FACTORED ? cuda::OPTIM_SKEWADAM_FACTORED
                              : pol.second_moment == SecondMomentKind::FULL   ? cuda::OPTIM_SKEWADAM_FULL
@@ -113,7 +113,7 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                 cuda::optim_skewadam_adafactor_step(dt, u, device_write(wb), ctx.scratch, ctx.stream);
                 break;
             }
-            case OptimizerKind::ADAMW: {
+            case OptimizerType::ADAMW: {
                 const float inv_bc1 = float(1.0 / (1.0 - std::pow(opt.beta1, t)));
                 const float inv_sqrt_bc2 = float(1.0 / std::sqrt(1.0 - std::pow(opt.beta2, t)));
                 WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
@@ -122,13 +122,14 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                                        ctx.stream);
                 break;
             }
-            case OptimizerKind::LION: {
+            case OptimizerType::LION: {
                 WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);
                 cuda::optim_lion_step(dt, need_state(s, StateKind::MOMENTUM), opt.beta1, opt.beta2, device_write(wb),
                                       ctx.stream);
                 break;
             }
-            case OptimizerKind::MUON: {
+            case OptimizerType::MUON:
+            case OptimizerType::MUON_KJ: {
                 if (pol.muon_adam) {
                     const double lr_adam = opt.lr > 0 ? opt.adam_lr * step.lr / opt.lr : 0.0;
                     const float inv_bc1 = float(1.0 / (1.0 - std::pow(opt.beta1, t)));
@@ -152,14 +153,14 @@ void optimizer_step_cuda(const OptimizerConfig& opt, std::span<ParamSlot> params
                                 ctx.scratch_bytes, ctx.stream);
                 break;
             }
-            case OptimizerKind::GALORE:
-            case OptimizerKind::GALORE_PAPER: {
+            case OptimizerType::GALORE:
+            case OptimizerType::GALORE_PAPER: {
                 if (pol.galore_project) {
                     galore_step_cuda(opt, s, step, ctx);
                     break;
                 }
                 // Off the projected matrices: Adam (reference: AdamW, bias corrected; paper: uncorrected).
-                const bool corrected = pol.kind == OptimizerKind::GALORE;
+                const bool corrected = pol.kind == OptimizerType::GALORE;
                 const float inv_bc1 = corrected ? float(1.0 / (1.0 - std::pow(opt.beta1, t))) : 1.0f;
                 const float inv_sqrt_bc2 = corrected ? float(1.0 / std::sqrt(1.0 - std::pow(opt.beta2, t))) : 1.0f;
                 WriteBack wb = make_write_back(opt, s, step, step.lr, step.lr, pol.weight_decay);

@@ -16,7 +16,7 @@ struct CpuRunner final : OptimizerRunner {
 }  // namespace
 
 void require_optimizer_backend(const OptimizerConfig& opt, const OptimizerSupport& support) {
-    if (support.galore_projector_on_host && optimizer_kind(opt) == OptimizerKind::GALORE)
+    if (support.galore_projector_on_host && opt.type == OptimizerType::GALORE)
         spdlog::warn(
             "{}: GaLore's reference form computes an exact SVD of every projected gradient on the host at "
             "step 1 and every {} steps (seconds per 4096 x 4096 matrix); those steps are slow",

@@ -24,7 +24,7 @@ void bind_arena_state(const OptimizerConfig& opt, const ParamTable& table, const
             const int b = arena.plan->state_of(p.index, spec.kind);
             if (b < 0)
                 fail("optimizer '{}': the memory plan has no {} state for '{}' (a plan built for optimizer '{}')",
-                     opt.name, state_kind_name(spec.kind), p.name, arena.plan->optimizer);
+                     opt.name, choice_name(spec.kind), p.name, arena.plan->optimizer);
             params[i].state[size_t(spec.kind)] = static_cast<float*>(arena.ptr(b));
             ++bound;
         }

@@ -30,24 +30,25 @@ std::string tier_title(Tier t) {
 std::string state_component(const ParamPolicy& pol, const ParamInfo& p, StateKind kind) {
     const std::string tt = tier_title(p.tier);
     switch (pol.kind) {
-        case OptimizerKind::SKEWADAM:
+        case OptimizerType::SKEWADAM:
             if (kind == StateKind::MOMENTUM) return tt + " momentum (fp32)";
             if (p.is_vector() && p.tier == Tier::SHARED_EXPERTS) return tt + " gates, full 2nd moment";
             if (p.is_vector()) return tt + " vector params (norms), full 2nd moment";
             if (pol.second_moment == SecondMomentKind::FULL) return tt + " full 2nd moment";
             return tt + " factored 2nd moments";
-        case OptimizerKind::ADAMW: return tt + " m, v (fp32)";
-        case OptimizerKind::LION: return tt + " momentum (fp32)";
-        case OptimizerKind::MUON:
+        case OptimizerType::ADAMW: return tt + " m, v (fp32)";
+        case OptimizerType::LION: return tt + " momentum (fp32)";
+        case OptimizerType::MUON:
+        case OptimizerType::MUON_KJ:
             if (pol.muon_adam) return "Internal Adam m, v (embeddings, positions, router, vectors)";
             return tt + " Muon momentum (fp32)";
-        case OptimizerKind::ADAFACTOR:
+        case OptimizerType::ADAFACTOR:
             if (p.is_vector()) return tt + " vector params, full 2nd moment";
             return tt + " factored 2nd moments";
-        case OptimizerKind::GALORE:
+        case OptimizerType::GALORE:
             if (!pol.galore_project) return "AdamW m, v off the GaLore matrices";
             return tt + " GaLore projector + projected m, v";
-        case OptimizerKind::GALORE_PAPER:
+        case OptimizerType::GALORE_PAPER:
             if (!pol.galore_project) return "Adam m, v on vectors";
             return tt + " GaLore U, V^T + r x r m, v";
     }
@@ -78,27 +79,28 @@ std::vector<BufferSpec> optimizer_state_buffers(const OptimizerConfig& opt, cons
 }
 
 int64_t paper_state_bytes(const OptimizerConfig& opt, const ParamTable& table) {
-    if (optimizer_kind(opt) == OptimizerKind::MUON) return 4 * table.total_numel();
+    if (uses_muon_step(opt.type)) return 4 * table.total_numel();
     return optimizer_state_bytes(opt, table);
 }
 
 int64_t cuda_optimizer_tensor_scratch_bytes(const OptimizerConfig& opt, const ParamInfo& p) {
     const ParamPolicy pol = param_policy(opt, p);
     switch (pol.kind) {
-        case OptimizerKind::SKEWADAM:
-        case OptimizerKind::ADAFACTOR:
+        case OptimizerType::SKEWADAM:
+        case OptimizerType::ADAFACTOR:
             // A factored second moment runs per matrix; every other tensor as one 1 x numel matrix.
             if (pol.second_moment == SecondMomentKind::FACTORED)
                 return cuda_ws::optim_update_scratch_bytes(p.n_matrices(), p.rows(), p.cols());
             return cuda_ws::optim_update_scratch_bytes(1, 1, p.numel());
-        case OptimizerKind::MUON:
+        case OptimizerType::MUON:
+        case OptimizerType::MUON_KJ:
             return pol.muon_adam ? 0 : cuda_ws::muon_scratch_bytes(p.n_matrices(), p.rows(), p.cols());
-        case OptimizerKind::GALORE:
-        case OptimizerKind::GALORE_PAPER: {
+        case OptimizerType::GALORE:
+        case OptimizerType::GALORE_PAPER: {
             if (!pol.galore_project) return 0;
             const optim_detail::MatrixShape ms = optim_detail::matrix_shape(p);
             return cuda_ws::galore_scratch_bytes(ms.count, ms.rows, ms.cols, pol.galore_rank,
-                                                 pol.kind == OptimizerKind::GALORE_PAPER);
+                                                 pol.kind == OptimizerType::GALORE_PAPER);
         }
         default: return 0;
     }
@@ -111,9 +113,9 @@ int64_t cuda_optimizer_scratch_bytes(const OptimizerConfig& opt, const ParamTabl
 }
 
 BufferSpec optimizer_scratch_buffer(const OptimizerConfig& opt, const ParamTable& table, BackendChoice backend) {
-    const OptimizerKind kind = optimizer_kind(opt);
-    const bool muon = kind == OptimizerKind::MUON;
-    const bool galore = kind == OptimizerKind::GALORE || kind == OptimizerKind::GALORE_PAPER;
+    const OptimizerType kind = opt.type;
+    const bool muon = uses_muon_step(kind);
+    const bool galore = kind == OptimizerType::GALORE || kind == OptimizerType::GALORE_PAPER;
     int64_t max_matrix = 0, max_rows_cols = 0;
     for (const ParamInfo& p : table.params) {
         if (p.is_vector() || (muon && muon_uses_adam(p))) continue;

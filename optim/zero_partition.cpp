@@ -21,7 +21,7 @@ struct Unit {
 /// update RMS over the whole tensor (one W, optim/skewadam.cpp), so such a bank is one unit.
 bool per_expert_update(const OptimizerConfig& opt, const ParamInfo& p) {
     const ParamPolicy pol = param_policy(opt, p);
-    if (pol.kind == OptimizerKind::SKEWADAM || pol.kind == OptimizerKind::ADAFACTOR)
+    if (pol.kind == OptimizerType::SKEWADAM || pol.kind == OptimizerType::ADAFACTOR)
         return pol.second_moment == SecondMomentKind::FACTORED;
     return true;
 }
@@ -197,7 +197,7 @@ ZeroSlots zero_arena_slots(const OptimizerConfig& opt, const ParamTable& held_ta
                 fail(
                     "optimizer '{}': the memory plan has no {} state of {} values for '{}' (a plan for another "
                     "optimizer or layout)",
-                    opt.name, state_kind_name(spec.kind), spec.numel(), owned.name);
+                    opt.name, choice_name(spec.kind), spec.numel(), owned.name);
             s.state[size_t(spec.kind)] = static_cast<float*>(arena.ptr(b));
             ++bound;
         }

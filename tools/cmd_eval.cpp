@@ -121,7 +121,7 @@ void run_eval(const EvalArgs& a) {
         auto lm = eval::load_model(ref, a.backend, a.batch_size, L);
         out["backend"] = lm->backend->name();
         for (size_t i = 0; i < a.tasks.size(); ++i) {
-            const std::string name = eval::task_format_name(formats[i]);
+            const std::string name(choice_name(formats[i]));
             eval::TaskResult t;
             try {
                 t = eval::score_task(
@@ -191,8 +191,8 @@ void register_eval_command(CLI::App& app) {
     cmd->add_option("--format", a->formats, "piqa, winogrande, hellaswag or arc (one per --task, same order)")
         ->take_all();
     cmd->add_option("--tokenizer", a->tokenizer_dir, "Tokenizer folder (default: the run's data.tokenizer_dir)");
-    cmd->add_option("--backend", a->backend, "auto (default), cpu or cuda")
-        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    cmd->add_option("--backend", a->backend, fmt::format("{} (default auto)", choice_list<BackendChoice>()))
+        ->check(CLI::IsMember(choice_names<BackendChoice>()));
     cmd->add_option("--batch-size", a->batch_size, "Sequences per forward when scoring tasks (default 8)")
         ->check(int_at_least(1));
     cmd->add_flag("--json", a->json_out, "Print the results as JSON on stdout");

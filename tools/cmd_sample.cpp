@@ -182,8 +182,8 @@ void register_sample_command(CLI::App& app) {
     cmd->add_option("--num-samples", a->num_samples, "Independent samples of the same prompt (default 1)")
         ->check(int_at_least(1));
     cmd->add_option("--tokenizer", a->tokenizer_dir, "Tokenizer folder (default: the run's data.tokenizer_dir)");
-    cmd->add_option("--backend", a->backend, "auto (default), cpu or cuda")
-        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    cmd->add_option("--backend", a->backend, fmt::format("{} (default auto)", choice_list<BackendChoice>()))
+        ->check(CLI::IsMember(choice_names<BackendChoice>()));
     cmd->add_flag("--json", a->json_out, "Print the samples as JSON instead of streaming text");
     cmd->callback([a] { run_sample(*a); });
 }

@@ -37,7 +37,7 @@ void step_deferred_experts(Model& m, const OptimizerConfig& opt, OptimizerRunner
             for (const StateSlotSpec& st : optimizer_param_state(opt, info)) {
                 if (st.numel() % E != 0)
                     fail("deferred expert gradients: the {} state of '{}' ({} values) does not split into {} experts",
-                         state_kind_name(st.kind), info.name, st.numel(), E);
+                         choice_name(st.kind), info.name, st.numel(), E);
                 state_per[size_t(st.kind)] = st.numel() / E;
             }
             ParamInfo one = info;

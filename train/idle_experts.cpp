@@ -57,7 +57,7 @@ IdleExpertSnapshot save_idle_experts(Backend& backend, const OptimizerConfig& op
                 if (!st) continue;
                 if (spec.numel() % n_experts != 0)
                     fail("idle experts: state {} of '{}' has {} values, not a multiple of its {} experts",
-                         state_kind_name(spec.kind), s.info->name, spec.numel(), n_experts);
+                         choice_name(spec.kind), s.info->name, spec.numel(), n_experts);
                 save_slice(backend, snap, st, spec.numel() / n_experts * int64_t(sizeof(float)), ie.expert);
             }
         }

@@ -320,7 +320,7 @@ TEST_CASE(
     "a SentencePiece-style tokenizer.json merges characters, falls back to bytes and decodes as its decoder says") {
     const Tokenizer tok = parse(tiny_sentencepiece());
     CHECK(tok.kind == TOKENIZER_HF_SENTENCEPIECE_BPE);
-    CHECK(std::string(tokenizer_kind_name(tok.kind)) == "hf-sentencepiece-bpe");
+    CHECK(skew::choice_name(tok.kind) == "hf-sentencepiece-bpe");
     CHECK(tok.eot == 2);
     CHECK(tok.bos == 1);
     // "ab ab" -> "▁ab▁ab": "▁ a" (rank 0) twice, then "▁a b" (rank 2); "a b" (rank 1) never meets an "a"

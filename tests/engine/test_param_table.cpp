@@ -85,7 +85,7 @@ TEST_CASE("is_expert_bank: exactly the three stacked expert roles, the experts t
     for (int r = int(Role::TOKEN_EMBEDDING); r <= int(Role::ATTN_BIAS); ++r) {
         ParamInfo p;
         p.role = Role(r);
-        INFO(role_name(p.role));
+        INFO(choice_name(p.role));
         const bool expert_role = p.role == Role::EXPERT_W1 || p.role == Role::EXPERT_W2 || p.role == Role::EXPERT_W3;
         CHECK(is_expert_bank(p) == expert_role);
     }

@@ -125,7 +125,7 @@ void check_galore_twin(const OptimizerConfig& opt, DType dt, int steps) {
             }
             // galore-paper's step 1 turns the rounding noise of the off-diagonal entries of U^T G V
             // (zero in exact arithmetic) into +-lr steps: not comparable (as in the golden test).
-            const bool noise_step = pol.galore_project && pol.kind == OptimizerKind::GALORE_PAPER && step == 1;
+            const bool noise_step = pol.galore_project && pol.kind == OptimizerType::GALORE_PAPER && step == 1;
             const bool exact = !pol.galore_project;  // plain Adam: elementwise, bit for bit
             if (exact) {
                 int64_t differ = 0;
@@ -153,7 +153,7 @@ void check_galore_twin(const OptimizerConfig& opt, DType dt, int steps) {
             }
             // State: projectors bit-identical, moments within the fp32 tolerance.
             for (const StateSlotSpec& s : optimizer_param_state(opt, p)) {
-                INFO("state " << state_kind_name(s.kind));
+                INFO("state " << choice_name(s.kind));
                 const auto have = download<float>(dslots[t].st(s.kind), s.numel());
                 const float* want = cpu.slots[t].st(s.kind);
                 if (s.kind == StateKind::GALORE_P || s.kind == StateKind::GALORE_Q) {
@@ -172,7 +172,7 @@ void check_galore_twin(const OptimizerConfig& opt, DType dt, int steps) {
                 CHECK(bad == 0);
             }
             // The reference form's projector changes at its refresh (step 3 with gap 2).
-            if (pol.galore_project && pol.kind == OptimizerKind::GALORE) {
+            if (pol.galore_project && pol.kind == OptimizerType::GALORE) {
                 const float* P = cpu.slots[t].st(StateKind::GALORE_P);
                 const int64_t np = optimizer_param_state(opt, p)[0].numel();
                 if (step == 1) p_first[t].assign(P, P + np);

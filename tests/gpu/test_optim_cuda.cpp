@@ -62,7 +62,7 @@ struct TwinCase {
 };
 
 void run_twin(const TwinCase& tc, Rounding mode, DType grad_dtype, bool matrix_by_matrix = false) {
-    INFO(tc.name << " rounding " << rounding_name(mode) << " grads " << (grad_dtype == DType::BF16 ? "bf16" : "fp32")
+    INFO(tc.name << " rounding " << choice_name(mode) << " grads " << (grad_dtype == DType::BF16 ? "bf16" : "fp32")
                  << (matrix_by_matrix ? " matrix by matrix" : ""));
     OptimizerConfig opt = builtin_optimizer(tc.name);
     opt.rounding = mode;
@@ -139,10 +139,10 @@ void run_twin(const TwinCase& tc, Rounding mode, DType grad_dtype, bool matrix_b
         if (tc.exact) CHECK(differ == 0);
         else CHECK(double(differ) <= std::max(2.0, 0.002 * double(p.numel())));
         if (differ)
-            WARN(tc.name << " " << rounding_name(mode) << " " << p.name << ": " << differ << " of " << p.numel()
+            WARN(tc.name << " " << choice_name(mode) << " " << p.name << ": " << differ << " of " << p.numel()
                          << " weights differ by one ulp");
         for (const StateSlotSpec& s : optimizer_param_state(opt, p)) {
-            INFO("state " << state_kind_name(s.kind));
+            INFO("state " << choice_name(s.kind));
             std::vector<float> have(size_t(s.numel()));
             cuda_check(cudaMemcpy(have.data(), gpu_slots[t].st(s.kind), have.size() * 4, cudaMemcpyDeviceToHost));
             const float* want = cpu.slots[t].st(s.kind);

@@ -115,7 +115,7 @@ void run_split(const char* name, bool exact, const std::vector<int64_t>& shape, 
     else if (differ)
         WARN(name << ": " << differ << " of " << n << " weights differ by one ulp between the split and whole steps");
     for (const StateSlotSpec& s : optimizer_param_state(opt, bank)) {
-        INFO("state " << state_kind_name(s.kind));
+        INFO("state " << choice_name(s.kind));
         std::vector<float> full(size_t(s.numel()));
         cuda_check(cudaMemcpy(full.data(), whole.st(s.kind), full.size() * 4, cudaMemcpyDeviceToHost));
         const int64_t per_state = s.numel() / E;

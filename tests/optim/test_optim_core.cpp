@@ -108,7 +108,7 @@ TEST_CASE("weight decay survives: 100 steps of pure decay on bf16 weights shrink
                 double ratio = 0;
                 for (int64_t i = 0; i < 256 * 256; ++i) ratio += double(ts.weight(0, i)) / double(w0[size_t(i)]);
                 ratio /= 256.0 * 256.0;
-                INFO(name << " rounding " << rounding_name(mode) << " premultiply "
+                INFO(name << " rounding " << choice_name(mode) << " premultiply "
                           << (wdm == WeightDecayMode::BF16_PREMULTIPLY) << " mean ratio " << ratio << " fp32 "
                           << expected);
                 // fp32 params decay exactly in every mode.

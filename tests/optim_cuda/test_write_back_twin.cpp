@@ -43,7 +43,7 @@ TEST_CASE("CPU and CUDA write-back give the same bf16 bits for every rounding an
             for (int64_t i = 0; i < n; ++i) optim_detail::store_update(s, wb, i, u[size_t(i)]);
 
             const cuda::OptimWrite dw = device_write(wb);  // what optimizer_cuda.cpp and galore_cuda.cpp pass
-            INFO("rounding " << rounding_name(mode) << ", premultiply " << (wdm == WeightDecayMode::BF16_PREMULTIPLY));
+            INFO("rounding " << choice_name(mode) << ", premultiply " << (wdm == WeightDecayMode::BF16_PREMULTIPLY));
             int differ_loop = 0, differ_one = 0, differ_vec = 0;
             for (int64_t i = 0; i < n; ++i) {
                 const float w = bf16_to_f32(bf16{w0[size_t(i)]});

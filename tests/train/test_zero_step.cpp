@@ -239,7 +239,7 @@ TEST_CASE(
     // whole bank: the partition keeps such a bank whole
     for (SecondMomentKind k : {SecondMomentKind::FULL, SecondMomentKind::NONE}) {
         OptimizerConfig o = builtin_optimizer("skewadam");
-        o.name = std::string("skewadam-experts-") + second_moment_name(k);
+        o.name = fmt::format("skewadam-experts-{}", k);
         o.tiers[size_t(Tier::EXPERTS)].second_moment = k;
         o.tiers[size_t(Tier::EXPERTS)].momentum = MomentumKind::FP32;
         opts.push_back(o);
@@ -303,7 +303,7 @@ TEST_CASE(
                     const ParamInfo& p = table.params[o.param];
                     const ParamSlot& whole_ref = ref.slots.owned[o.param];
                     for (const StateSlotSpec& spec : optimizer_param_state(opt, p)) {
-                        INFO(p.name << " state " << state_kind_name(spec.kind));
+                        INFO(p.name << " state " << choice_name(spec.kind));
                         const int64_t per = spec.numel() / (is_expert_bank(p) ? p.n_matrices() : 1);
                         const float* mine = rk.slots.owned[i].st(spec.kind);
                         REQUIRE(mine != nullptr);
