@@ -9,7 +9,7 @@ pkgs=(build-essential cmake pkg-config git
       openmpi-bin libopenmpi-dev  # MPI: launch and host collectives of multi-rank runs (dist/)
       python3 python3-numpy python3-matplotlib
       clang libclang-rt-14-dev  # clang + its sanitizer and libFuzzer runtimes: fuzz/ (scripts/fuzz.sh)
-      clang-format)  # the layout check of changed files (scripts/check_format.sh, CI)
+      clang-format)  # the layout check of every file (scripts/check_format.sh, CI)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
