@@ -291,9 +291,8 @@ void register_plan_command(CLI::App& app) {
             fail("plan: give either the config {} or --hf {}, not both", args->config, args->hf);
         if (cmd->count("--optimizer") > 0 && args->optimizer.empty())
             fail(
-                "--optimizer: empty name; give a built-in or a key of the config's optimizers section, or leave the "
-                "flag "
-                "out for the first of train.optimizers");
+                "--optimizer: empty name; give a built-in or a key of the config's optimizers section, or leave "
+                "the flag out for the first of train.optimizers");
         run_plan(*args);
     });
 }
