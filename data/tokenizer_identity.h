@@ -15,7 +15,7 @@ namespace skew::data {
 nlohmann::json tokenizer_file_md5s(const std::string& tokenizer_dir);
 
 /// Throws skew::Error when RUN_DIR/manifest.json records another kind of tokenizer than `kind` (the
-/// tokenizer_kind_name of the one loaded from `tokenizer_dir`), or tokenizer files that
+/// choice_name of the one loaded from `tokenizer_dir`), or tokenizer files that
 /// `tokenizer_dir` holds under the same names with other bytes (MD5), naming `what` (e.g.
 /// "--tokenizer DIR"), the file and the run's tokenizer folder. No manifest: nothing checked;
 /// GPT-2's two file layouts are not compared.

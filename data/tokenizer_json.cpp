@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <unordered_map>
 
 #include "data/tokenizer.h"
@@ -56,12 +57,6 @@ struct JsonReader {
     }
 };
 
-NormalizationForm form_of(const std::string& type, bool& ok) {
-    const auto form = parse_choice<NormalizationForm>(type);
-    ok = form.has_value();
-    return form.value_or(NORMALIZE_NFC);
-}
-
 // A Replace's pattern: {"String": "text"} (a Regex pattern is not read). Not empty.
 std::string string_pattern(const JsonReader& r, const json& obj, const std::string& field) {
     const auto it = obj.find("pattern");
@@ -104,12 +99,12 @@ void read_normalizer(const JsonReader& r, const json& n, const std::string& fiel
         step.text = string_pattern(r, n, field);
         step.replacement = r.string(n, "content", field);
     } else {
-        bool ok = false;
-        step.form = form_of(type, ok);
-        if (!ok)
+        const std::optional<NormalizationForm> form = parse_choice<NormalizationForm>(type);
+        if (!form)
             r.bad(field + ".type", "\"" + type +
                                        "\" is not supported (skew's tokenizer.json normalizers are NFC, NFD, NFKC, "
                                        "NFKD, Prepend and Replace, a Sequence of those, or none)");
+        step.form = *form;
     }
     out.push_back(step);
 }

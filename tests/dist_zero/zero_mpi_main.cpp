@@ -42,17 +42,6 @@ void check(bool ok, const std::string& what) {
     std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
 }
 
-const char* ALL[] = {"skewadam",
-                     "skewadam-expert-momentum",
-                     "skewadam-factored-router",
-                     "uniform",
-                     "adamw",
-                     "lion",
-                     "muon",
-                     "muon-kj",
-                     "adafactor",
-                     "galore",
-                     "galore-paper"};
 constexpr int64_t STEPS = 20, SAVE_AT = 10;
 
 Config small_config() {
@@ -176,7 +165,7 @@ int main(int argc, char** argv) {
         const Config cfg = small_config();
         const ParamTable table = build_param_table(cfg.model);
         std::unique_ptr<Backend> be = make_cpu_backend();
-        for (const char* name : ALL) {
+        for (const std::string& name : builtin_optimizer_names()) {
             OptimizerConfig opt = builtin_optimizer(name);
             opt.rank = 4;
             opt.update_proj_gap = 4;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "optim/optimizer.h"
@@ -27,11 +28,10 @@ const json& independent() {
 }
 
 Role role_named(const std::string& s) {
-    if (s == "attn_q") return Role::ATTN_Q;
-    if (s == "ffn_w1") return Role::FFN_W1;
-    if (s == "expert_w1") return Role::EXPERT_W1;
-    REQUIRE(s == "norm_weight");
-    return Role::NORM_WEIGHT;
+    const std::optional<Role> role = parse_choice<Role>(s);
+    INFO("role " << s);
+    REQUIRE(role.has_value());
+    return *role;
 }
 
 const char* kind_name(StateKind k) {

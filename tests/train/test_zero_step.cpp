@@ -21,18 +21,6 @@ using namespace skew;
 
 namespace {
 
-const char* ALL[] = {"skewadam",
-                     "skewadam-expert-momentum",
-                     "skewadam-factored-router",
-                     "uniform",
-                     "adamw",
-                     "lion",
-                     "muon",
-                     "muon-kj",
-                     "adafactor",
-                     "galore",
-                     "galore-paper"};
-
 Config small_config() {
     Config cfg;
     cfg.model.d_model = 32;
@@ -234,7 +222,7 @@ TEST_CASE(
     Config cfg = small_config();
     const ParamTable table = build_param_table(cfg.model);
     std::vector<OptimizerConfig> opts;
-    for (const char* name : ALL) opts.push_back(builtin_optimizer(name));
+    for (const std::string& name : builtin_optimizer_names()) opts.push_back(builtin_optimizer(name));
     // SkewAdam with a full or no second moment on the experts tier clips the update RMS over the
     // whole bank: the partition keeps such a bank whole
     for (SecondMomentKind k : {SecondMomentKind::FULL, SecondMomentKind::NONE}) {
